@@ -1,0 +1,197 @@
+"""Compression codecs, named by their Hadoop class names.
+
+Each codec compresses one whole buffer into the byte stream Hadoop's codec of
+the same class writes for it, and decompresses such a stream. Hadoop's
+Snappy and LZ4 codecs wrap raw blocks in ``BlockCompressorStream`` framing:
+``<int32 raw length>`` followed by ``<int32 compressed length><bytes>``
+chunks until that many raw bytes are covered, repeated to the end.
+zstd, Snappy and LZ4 need the optional ``cramjam`` package.
+"""
+
+import bz2
+import struct
+import zlib
+
+DEFAULT = "org.apache.hadoop.io.compress.DefaultCodec"
+DEFLATE = "org.apache.hadoop.io.compress.DeflateCodec"
+GZIP = "org.apache.hadoop.io.compress.GzipCodec"
+BZIP2 = "org.apache.hadoop.io.compress.BZip2Codec"
+SNAPPY = "org.apache.hadoop.io.compress.SnappyCodec"
+LZ4 = "org.apache.hadoop.io.compress.Lz4Codec"
+ZSTD = "org.apache.hadoop.io.compress.ZStandardCodec"
+
+#: Short names accepted on the command line and by :class:`seqfile.Writer`.
+SHORT_NAMES = {
+    "default": DEFAULT, "zlib": DEFAULT, "deflate": DEFLATE, "gzip": GZIP,
+    "bzip2": BZIP2, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD,
+}
+
+#: Raw bytes per framed chunk we write; below Hadoop's 256 KiB codec buffers.
+_FRAME_CHUNK = 64 * 1024
+_INT32 = struct.Struct(">i")
+
+
+class CodecError(ValueError):
+    """A stream could not be decompressed, or a codec is unavailable."""
+
+
+def _cramjam(codec_class):
+    try:
+        import cramjam
+    except ImportError:
+        raise CodecError(
+            f"{codec_class.rsplit('.', 1)[-1]} needs the 'cramjam' package "
+            "(pip install 'gpumr[codecs]')") from None
+    return cramjam
+
+
+def resolve(name):
+    """Map a short codec name or a Hadoop class name to the class name."""
+    if name in SHORT_NAMES:
+        return SHORT_NAMES[name]
+    if name in SHORT_NAMES.values():
+        return name
+    raise CodecError(f"unknown codec {name!r}; known: {', '.join(SHORT_NAMES)}")
+
+
+def check_available(codec_class):
+    """Raise :class:`CodecError` unless ``codec_class`` can be used here."""
+    if codec_class not in SHORT_NAMES.values():
+        raise CodecError(f"unsupported codec class {codec_class}")
+    if codec_class in (SNAPPY, LZ4, ZSTD):
+        _cramjam(codec_class)
+
+
+def compress(codec_class, data):
+    """Compress ``data`` as one stream of ``codec_class``."""
+    if codec_class in (DEFAULT, DEFLATE):
+        return zlib.compress(data, 6)
+    if codec_class == GZIP:
+        c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+    if codec_class == BZIP2:
+        return bz2.compress(data, 9)
+    cj = _cramjam(codec_class)
+    if codec_class == ZSTD:
+        return bytes(cj.zstd.compress(data))
+    if codec_class == SNAPPY:
+        raw = lambda b: bytes(cj.snappy.compress_raw(b))  # noqa: E731
+    elif codec_class == LZ4:
+        raw = lambda b: bytes(cj.lz4.compress_block(b, store_size=False))  # noqa: E731
+    else:
+        raise CodecError(f"unsupported codec class {codec_class}")
+    view = memoryview(data)
+    out = []
+    for i in range(0, len(view), _FRAME_CHUNK):
+        chunk = bytes(view[i:i + _FRAME_CHUNK])
+        packed = raw(chunk)
+        out += [_INT32.pack(len(chunk)), _INT32.pack(len(packed)), packed]
+    return b"".join(out)
+
+
+def decompress(codec_class, data, limit):
+    """Decompress one stream of ``codec_class`` into at most ``limit`` bytes.
+
+    Raises
+    ------
+    CodecError
+        On a malformed or truncated stream, or output beyond ``limit``.
+    """
+    try:
+        if codec_class in (DEFAULT, DEFLATE):
+            return _inflate(data, zlib.MAX_WBITS, limit, multi=False)
+        if codec_class == GZIP:
+            return _inflate(data, 31, limit, multi=True)
+        if codec_class == BZIP2:
+            return _bunzip(data, limit)
+        cj = _cramjam(codec_class)
+        if codec_class == ZSTD:
+            out = bytes(cj.zstd.decompress(bytes(data)))
+        elif codec_class == SNAPPY:
+            out = _unframe(data, limit, lambda b, n: bytes(cj.snappy.decompress_raw(b)))
+        elif codec_class == LZ4:
+            out = _unframe(data, limit, lambda b, n: _lz4_block(cj, b, n))
+        else:
+            raise CodecError(f"unsupported codec class {codec_class}")
+    except CodecError:
+        raise
+    except Exception as exc:  # zlib.error, OSError, cramjam's DecompressionError ...
+        raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
+    if len(out) > limit:
+        raise CodecError(f"decompressed data exceeds {limit} bytes")
+    return out
+
+
+def _lz4_block(cj, data, most):
+    # Hadoop does not store each chunk's raw size; decompress into room for
+    # what is left of the block and keep what was actually produced.
+    out = bytearray(most)
+    n = cj.lz4.decompress_block_into(data, out, output_len=most)
+    return bytes(memoryview(out)[:n])
+
+
+def _inflate(data, wbits, limit, multi):
+    out = []
+    total = 0
+    rest = bytes(data)
+    while True:
+        d = zlib.decompressobj(wbits)
+        piece = d.decompress(rest, limit - total + 1)
+        total += len(piece)
+        out.append(piece)
+        if total > limit:
+            raise CodecError(f"decompressed data exceeds {limit} bytes")
+        if not d.eof:
+            raise CodecError("compressed stream is truncated")
+        rest = d.unused_data
+        if not (multi and rest):
+            return b"".join(out)
+
+
+def _bunzip(data, limit):
+    out = []
+    total = 0
+    rest = bytes(data)
+    while rest:
+        d = bz2.BZ2Decompressor()
+        piece = d.decompress(rest, limit - total + 1)
+        total += len(piece)
+        out.append(piece)
+        if total > limit:
+            raise CodecError(f"decompressed data exceeds {limit} bytes")
+        if not d.eof:
+            raise CodecError("compressed stream is truncated")
+        rest = d.unused_data
+    return b"".join(out)
+
+
+def _unframe(data, limit, raw_decompress):
+    view = memoryview(data)
+    out = []
+    total = 0
+    pos = 0
+    while pos < len(view):
+        if pos + 4 > len(view):
+            raise CodecError("block header is truncated")
+        (raw_len,) = _INT32.unpack_from(view, pos)
+        pos += 4
+        if raw_len == 0:  # Hadoop's marker of an empty stream
+            break
+        if raw_len < 0 or total + raw_len > limit:
+            raise CodecError(f"block raw length {raw_len} is out of range")
+        got = 0
+        while got < raw_len:
+            if pos + 4 > len(view):
+                raise CodecError("chunk header is truncated")
+            (comp_len,) = _INT32.unpack_from(view, pos)
+            pos += 4
+            if comp_len < 0 or pos + comp_len > len(view):
+                raise CodecError(f"chunk length {comp_len} runs past the stream")
+            piece = raw_decompress(bytes(view[pos:pos + comp_len]), raw_len - got)
+            pos += comp_len
+            got += len(piece)
+            if got > raw_len:
+                raise CodecError("chunk decompresses past its block's raw length")
+            out.append(piece)
+        total += raw_len
+    return b"".join(out)

@@ -1,0 +1,185 @@
+"""Writing SequenceFiles that Hadoop's ``SequenceFile.Reader`` reads.
+
+Records are written as Hadoop's writers write them: before a record, a sync
+entry (``-1`` then the marker) once ``SYNC_INTERVAL`` bytes have passed since
+the last one; with block compression, a sync entry before every block and a
+block once its keys and values reach ``block_size`` bytes
+(``io.seqfile.compress.blocksize``, 1,000,000 by default).
+"""
+
+import os
+import struct
+import tempfile
+
+from . import codecs
+from .errors import SequenceFileError
+from .header import BLOCK, NONE, RECORD, SYNC_INTERVAL, Header
+from .writable import BYTES, TEXT, encode, encode_vlong
+
+_INT32 = struct.Struct(">i")
+_TWO_INT32 = struct.Struct(">ii")
+_ESCAPE = _INT32.pack(-1)
+#: Hadoop's default ``io.seqfile.compress.blocksize``.
+BLOCK_SIZE = 1_000_000
+
+
+class Writer:
+    """Write key/value records to a new SequenceFile, atomically.
+
+    The file appears at ``path`` only when :meth:`close` succeeds; until then
+    records go to a hidden temporary file beside it, removed by :meth:`abort`
+    or when the ``with`` block is left by an exception.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Where the finished file goes (replaced if it exists).
+    key_class, value_class : str
+        Java class names; ``Text`` keys and ``BytesWritable`` values by default.
+    compression : {"NONE", "RECORD", "BLOCK"}
+    codec : str, optional
+        Short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
+        ``zstd``) or Hadoop class name; ``default`` (zlib) when compressing.
+    metadata : dict of str to str, optional
+    sync_interval : int
+        Bytes between sync markers in files without block compression.
+    block_size : int
+        Raw key+value bytes per block with block compression.
+    sync : bytes, optional
+        The 16-byte sync marker; random by default, as in Hadoop.
+    """
+
+    def __init__(self, path, key_class=TEXT, value_class=BYTES, compression=NONE,
+                 codec=None, metadata=None, sync_interval=SYNC_INTERVAL,
+                 block_size=BLOCK_SIZE, sync=None):
+        compression = compression.upper()
+        if compression not in (NONE, RECORD, BLOCK):
+            raise ValueError(f"compression must be NONE, RECORD or BLOCK, not {compression!r}")
+        if compression != NONE:
+            codec = codecs.resolve(codec or "default")
+            codecs.check_available(codec)
+        else:
+            codec = None
+        self.path = os.fspath(path)
+        self.header = Header(key_class, value_class, compression, codec, dict(metadata or {}))
+        if sync is not None:
+            self.header.sync = bytes(sync)
+        self.sync_interval = sync_interval
+        self.block_size = block_size
+        self.records = 0
+        folder, name = os.path.split(os.path.abspath(self.path))
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+        self._f = os.fdopen(fd, "wb", buffering=1 << 20)
+        head = self.header.to_bytes()
+        self.header.size = len(head)
+        self._f.write(head)
+        self._pos = len(head)
+        self._last_sync = 0
+        self._block = [bytearray(), bytearray(), bytearray(), []]  # key lens, keys, value lens, values
+        self._block_raw = 0
+        self._block_count = 0
+
+    @property
+    def position(self):
+        """Bytes written so far (buffered block records not counted)."""
+        return self._pos
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def append(self, key, value):
+        """Append one record; ``key`` and ``value`` as :func:`seqfile.writable.encode` takes them."""
+        hdr = self.header
+        if hdr.value_class == BYTES and hdr.compression == NONE:
+            self._append_bytes_value(encode(hdr.key_class, key), value)
+        else:
+            self.append_serialized(encode(hdr.key_class, key), encode(hdr.value_class, value))
+
+    def _append_bytes_value(self, key, value):
+        """The common case without copying the value: Text key, BytesWritable value."""
+        n = len(value)
+        self._maybe_sync()
+        self._f.write(_TWO_INT32.pack(len(key) + 4 + n, len(key)) + key + _INT32.pack(n))
+        self._f.write(value)
+        self._pos += 12 + len(key) + n
+        self.records += 1
+
+    def append_serialized(self, key, value):
+        """Append a record from its already-serialized key and value fields."""
+        if self._f is None:
+            raise ValueError("writer is closed")
+        if self.header.compression == BLOCK:
+            kl, ks, vl, vs = self._block
+            kl += encode_vlong(len(key))
+            ks += key
+            vl += encode_vlong(len(value))
+            vs.append(bytes(value))
+            self._block_count += 1
+            self._block_raw += len(value)
+            self.records += 1
+            if len(ks) + self._block_raw >= self.block_size:
+                self._flush_block()
+            return
+        if self.header.compression == RECORD:
+            value = codecs.compress(self.header.codec, value)
+        self._maybe_sync()
+        self._f.write(_TWO_INT32.pack(len(key) + len(value), len(key)) + key)
+        self._f.write(value)
+        self._pos += 8 + len(key) + len(value)
+        self.records += 1
+
+    def _maybe_sync(self):
+        if self._pos >= self._last_sync + self.sync_interval:
+            self._write_sync()
+
+    def _write_sync(self):
+        if self._pos != self._last_sync:
+            self._f.write(_ESCAPE + self.header.sync)
+            self._pos += 20
+            self._last_sync = self._pos
+
+    def _flush_block(self):
+        if not self._block_count:
+            return
+        self._write_sync()
+        kl, ks, vl, vs = self._block
+        codec = self.header.codec
+        parts = [encode_vlong(self._block_count)]
+        for raw in (kl, ks, vl, b"".join(vs)):
+            packed = codecs.compress(codec, bytes(raw))
+            parts += [encode_vlong(len(packed)), packed]
+        data = b"".join(parts)
+        self._f.write(data)
+        self._pos += len(data)
+        self._block = [bytearray(), bytearray(), bytearray(), []]
+        self._block_raw = 0
+        self._block_count = 0
+
+    def close(self):
+        """Finish the file and move it into place."""
+        if self._f is None:
+            return
+        try:
+            self._flush_block()
+            self._f.close()
+            self._f = None
+            os.replace(self._tmp, self.path)
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, OSError):
+                raise SequenceFileError(self.path, None, f"cannot write: {exc.strerror or exc}") from None
+            raise
+
+    def abort(self):
+        """Drop the unfinished file."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
