@@ -6,14 +6,12 @@ of that range:
 
 * if ``start`` lies past the header, reading begins at the first sync marker
   whose escape starts at or after ``start`` (``SequenceFile.Reader.sync``);
+  otherwise at the first record, so a split that ends inside the header is
+  empty;
 * a record is returned unless it starts at or after ``end`` *and* a sync
   marker was read just before it; the first such record ends the split.
 
-One deliberate difference: in a file without block compression, Hadoop reads
-the records before the first in-body sync marker twice when a split starts
-inside the header (``0 < start <= header size``), once there and once in the
-split that starts at 0. We give them only to the split that starts at 0, so
-that every record is read exactly once over any cut of a file into splits.
+Together these give every record to exactly one split, whatever the cuts.
 """
 
 import os
@@ -23,7 +21,7 @@ from collections import namedtuple
 from . import codecs
 from .errors import SequenceFileError
 from .header import BLOCK, NONE, RECORD, SYNC_SIZE, read_header
-from .writable import BYTES, decode, decode_vlong, vlong_size
+from .writable import BYTES, TEXT, decode, decode_vlong, vlong_size
 
 Record = namedtuple("Record", "key value offset")
 Record.__doc__ = """One key/value pair and the byte offset where it (or its block) starts."""
@@ -32,6 +30,10 @@ Record.__doc__ = """One key/value pair and the byte offset where it (or its bloc
 MAX_BUFFER = (1 << 31) - 1
 _INT32 = struct.Struct(">i")
 _TWO_INT32 = struct.Struct(">ii")
+_ESCAPE = b"\xff\xff\xff\xff"
+#: Bytes read ahead for a sync entry, record lengths, a short key and the value length.
+_PEEK = 20 + 8 + 128 + 4
+_STOP = object()
 _SCAN_CHUNK = 1 << 20
 
 
@@ -67,7 +69,8 @@ class Reader:
 
     def __init__(self, path, start=0, end=None, raw=False, on_error=None):
         self.path = os.fspath(path)
-        self._f = open(self.path, "rb", buffering=1 << 20)
+        # A small buffer: large values are then read straight into their bytes objects.
+        self._f = open(self.path, "rb", buffering=8192)
         try:
             self.file_size = os.fstat(self._f.fileno()).st_size
             self.header = read_header(self._f, self.path)
@@ -80,6 +83,8 @@ class Reader:
         self.end = self.file_size if end is None else end
         self._sync = self.header.sync
         self._codec = self.header.codec
+        self._bytes_values = (not raw and self.header.compression == NONE
+                              and self.header.value_class == BYTES)
 
     # -- context manager -------------------------------------------------
     def __enter__(self):
@@ -115,11 +120,7 @@ class Reader:
 
     def _first_position(self):
         hsize = self.header.size
-        if self.start > hsize:
-            return self.sync_position(self.start)
-        if self.start > 0 and self.header.compression != BLOCK:
-            return self.sync_position(hsize)
-        return hsize
+        return self.sync_position(self.start) if self.start > hsize else hsize
 
     # -- iteration -------------------------------------------------------
     def __iter__(self):
@@ -147,52 +148,109 @@ class Reader:
 
     def _records(self, pos):
         """Records of a file without block compression, from ``pos``."""
-        f, size, end = self._f, self.file_size, self.end
-        f.seek(pos)
+        f, size, end, read = self._f, self.file_size, self.end, self._f.read
+        fast = self._bytes_values and self.header.key_class == TEXT
+        fd, sync = f.fileno(), self._sync
         while pos < size:
             rec_pos = pos
+            if fast:
+                peeked = self._peek(fd, pos, sync, size)
+                if peeked is not None:
+                    if peeked is _STOP:
+                        return
+                    record, pos = peeked
+                    yield record
+                    continue
+            f.seek(pos)
             try:
-                (length,) = _INT32.unpack(self._read(4, pos, "a record length"))
-                pos += 4
-                if length == -1:
-                    self._check_sync(pos)
-                    pos += SYNC_SIZE
+                head = read(8)
+                if head[:4] == _ESCAPE:
+                    marker = head[4:] + read(SYNC_SIZE - 4)
+                    if len(marker) != SYNC_SIZE:
+                        self._fail(pos + 4, "file ends inside a sync marker")
+                    if marker != sync:
+                        self._fail(pos + 4, "sync marker does not match the header's")
+                    pos += 4 + SYNC_SIZE
                     if rec_pos >= end or pos >= size:
                         return
-                    (length,) = _INT32.unpack(self._read(4, pos, "a record length"))
-                    pos += 4
-                record, pos = self._record_body(rec_pos, pos, length)
+                    head = read(8)
+                if len(head) != 8:
+                    self._fail(pos, f"file ends inside a record header ({len(head)} of 8 bytes)")
+                length, key_len = _TWO_INT32.unpack(head)
+                pos += 8
+                if not 0 <= key_len <= length <= size - pos:
+                    self._fail(rec_pos, f"record length {length} / key length {key_len} "
+                                        f"do not fit the {size - pos} bytes left")
+                record = self._record_body(rec_pos, pos, length, key_len)
+                pos += length
             except SequenceFileError as exc:
                 if self.on_error is None:
                     raise
                 self.on_error(exc)
                 pos = self.sync_position(rec_pos + 1)
-                f.seek(pos)
                 continue
             yield record
 
-    def _record_body(self, rec_pos, pos, length):
-        (key_len,) = _INT32.unpack(self._read(4, pos, "a key length"))
-        pos += 4
-        if not 0 <= key_len <= length or length > self.file_size - pos:
-            self._fail(rec_pos, f"record length {length} / key length {key_len} "
-                                f"do not fit the {self.file_size - pos} bytes left")
-        key = self._read(key_len, pos, "a key")
-        pos += key_len
-        val_len = length - key_len
-        hdr = self.header
-        if hdr.compression == NONE and hdr.value_class == BYTES and not self.raw:
-            (n,) = _INT32.unpack(self._read(4, pos, "a BytesWritable length")) if val_len >= 4 else (-1,)
-            if n != val_len - 4:
-                self._fail(rec_pos, f"BytesWritable length {n} does not match the record's {val_len - 4} value bytes")
-            value = self._read(n, pos + 4, "a value")
-            pos += val_len
-            return Record(self._decode(hdr.key_class, key, rec_pos), value, rec_pos), pos
-        field = self._read(val_len, pos, "a value")
-        pos += val_len
+    def _peek(self, fd, pos, sync, size):
+        """The well-formed common record at ``pos``, read with two ``pread`` calls.
+
+        For a short Text key and an uncompressed BytesWritable value, one read
+        covers an optional sync entry, both lengths and the key, and a second
+        reads the value straight into its ``bytes``. Returns the record and the
+        position after it, ``_STOP`` where the split ends at a sync entry, or
+        None for anything else, which the general path then reads (and
+        reports, if it is malformed).
+        """
+        head = os.pread(fd, _PEEK, pos)
+        at = 0
+        if head[:4] == _ESCAPE and head[4:20] == sync:
+            if pos >= self.end or pos + 20 >= size:
+                return _STOP
+            at = 20
+        if len(head) < at + 13:
+            return None
+        length, key_len = _TWO_INT32.unpack_from(head, at)
+        key_end = at + 8 + key_len
+        if not (0 < key_len < 128 and head[at + 8] == key_len - 1 and key_end + 4 <= len(head)):
+            return None
+        n = length - key_len - 4
+        next_pos = pos + at + 8 + length
+        if n < 0 or _INT32.unpack_from(head, key_end)[0] != n or next_pos > size:
+            return None
+        value = os.pread(fd, n, pos + key_end + 4)
+        if len(value) != n:
+            return None
+        try:
+            return Record(head[at + 9:key_end].decode("utf-8"), value, pos), next_pos
+        except UnicodeDecodeError:
+            return None
+
+    def _record_body(self, rec_pos, pos, length, key_len):
+        """The key and value of the record whose lengths were just read."""
+        read, hdr = self._f.read, self.header
+        if self._bytes_values:
+            # Text key and BytesWritable value, uncompressed: one read for the key
+            # and the value's length, one read straight into the value.
+            if length - key_len < 4:
+                self._fail(rec_pos, f"value of {length - key_len} bytes cannot hold a BytesWritable")
+            kv = read(key_len + 4)
+            if len(kv) != key_len + 4:
+                self._fail(pos, "file ends inside a key")
+            (n,) = _INT32.unpack_from(kv, key_len)
+            if n != length - key_len - 4:
+                self._fail(rec_pos, f"BytesWritable length {n} does not match the record's "
+                                    f"{length - key_len - 4} value bytes")
+            value = read(n)
+            if len(value) != n:
+                self._fail(pos + key_len + 4, f"file ends inside a value ({len(value)} of {n} bytes)")
+            return Record(self._decode(hdr.key_class, memoryview(kv)[:key_len], rec_pos), value, rec_pos)
+        data = read(length)
+        if len(data) != length:
+            self._fail(pos, f"file ends inside a record ({len(data)} of {length} bytes)")
+        field = memoryview(data)[key_len:]
         if hdr.compression == RECORD:
             field = self._inflate(field, rec_pos, "value")
-        return self._record(key, field, rec_pos), pos
+        return self._record(memoryview(data)[:key_len], field, rec_pos)
 
     def _blocks(self, pos):
         """Records of a block-compressed file, block by block, from ``pos``."""

@@ -23,6 +23,13 @@ _ESCAPE = _INT32.pack(-1)
 BLOCK_SIZE = 1_000_000
 
 
+def umask():
+    """The process's file-creation mask (temporary files are created 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class Writer:
     """Write key/value records to a new SequenceFile, atomically.
 
@@ -169,6 +176,7 @@ class Writer:
             self._flush_block()
             self._f.close()
             self._f = None
+            os.chmod(self._tmp, 0o666 & ~umask())
             os.replace(self._tmp, self.path)
         except BaseException as exc:
             self.abort()

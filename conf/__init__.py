@@ -1,0 +1,1 @@
+"""Example configurations and deployment scripts, installed as ``gpumr.conf`` package data."""

@@ -1,0 +1,1 @@
+"""CUDA C kernel sources of gpumr, installed as ``gpumr.cuda`` package data."""

@@ -1,0 +1,5 @@
+"""Command-line registration for the faces commands."""
+
+
+def register(sub):
+    """Add the faces subcommands to the ``gpumr`` parser."""

@@ -1,0 +1,1 @@
+"""mrjob jobs of gpumr, installed as ``gpumr.jobs``: thin shells over the library."""

@@ -1,0 +1,47 @@
+"""Shared fixtures: Hadoop's own SequenceFile classes, sample frames, record sets."""
+
+import os
+import random
+
+import pytest
+
+from hadoop import Hadoop, HadoopUnavailable
+
+C = "org.apache.hadoop.io.compress."
+#: (compression, our codec name, Hadoop codec class) for every kind both sides share.
+KINDS = [("NONE", None, None)] + [
+    (comp, short, C + cls)
+    for comp in ("RECORD", "BLOCK")
+    for short, cls in (("default", "DefaultCodec"), ("gzip", "GzipCodec"), ("bzip2", "BZip2Codec"),
+                       ("snappy", "SnappyCodec"), ("lz4", "Lz4Codec"), ("zstd", "ZStandardCodec"))
+]
+
+
+@pytest.fixture(scope="session")
+def hadoop(tmp_path_factory):
+    """Hadoop's SequenceFile writer/reader/record readers (one compiled helper per session)."""
+    try:
+        return Hadoop(str(tmp_path_factory.mktemp("hadoop")))
+    except HadoopUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"Hadoop interop is required in CI: {exc}")
+        pytest.skip(str(exc))
+
+
+def make_records(n, seed, max_size=40_000):
+    """Records with empty, small and large values and non-ASCII keys."""
+    rng = random.Random(seed)
+    recs = []
+    for i in range(n):
+        size = rng.choice([0, 1, rng.randint(2, 300), rng.randint(300, max_size)])
+        recs.append((f"dir/{i:04d}-é-{rng.randint(0, 9)}.jpg", rng.randbytes(size)))
+    return recs
+
+
+@pytest.fixture(scope="session")
+def sample_frames(tmp_path_factory):
+    """A few built-in sample frames (real photos, 640x480 JPEG)."""
+    from gpumr.sample import make_frames
+    d = tmp_path_factory.mktemp("frames")
+    make_frames(str(d), count=12)
+    return str(d)
