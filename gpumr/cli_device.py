@@ -1,5 +1,117 @@
-"""Command-line registration for the device commands."""
+"""``gpumr probe`` and ``gpumr scheduler serve|status``."""
+
+import json
+import sys
+
+from .errors import GpumrError
+from .sizes import human, parse_size
+
+
+def cmd_probe(args):
+    from .devices import DeviceChooser
+    chooser = DeviceChooser("auto", memory=args.memory, slots=args.gpu_slots, scheduler=False)
+    if not chooser.has_gpus:
+        if args.json:
+            json.dump(dict(gpus=[], reason=chooser.why_cpu_only, simulated=False), sys.stdout)
+            print()
+        else:
+            print(f"no GPU here ({chooser.why_cpu_only}); records will run on the CPU")
+        return
+    verdicts = chooser.verdicts()
+    if args.json:
+        json.dump(dict(simulated=chooser.simulated, gpus=[dict(
+            index=v.gpu.index, name=v.gpu.name, uuid=v.gpu.uuid, compute_mode=v.gpu.compute_mode,
+            memory_total=v.gpu.memory_total, memory_free=v.gpu.memory_free, utilization=v.gpu.utilization,
+            processes=[dict(pid=p, used_memory=m) for p, m in v.gpu.processes],
+            free=v.free, reason=v.reason) for v in verdicts]), sys.stdout, indent=2)
+        print()
+        return
+    if chooser.simulated:
+        print("simulated GPUs (GPUMR_SIMULATE_GPUS); no NVIDIA software involved")
+    for v in verdicts:
+        g = v.gpu
+        state = "free" if v.free else f"busy: {v.reason}"
+        print(f"gpu:{g.index} {g.name} mode={g.compute_mode} processes={len(g.processes)} "
+              f"memory={human(g.memory_free)} free of {human(g.memory_total)} util={g.utilization}% -> {state}")
+
+
+def cmd_serve(args):
+    from .scheduler import make_server, node_scheduler
+    sched = node_scheduler(args.policy, args.slots_per_gpu, args.lease_dir)
+    gpus = sched._snapshot()
+    server = make_server(sched, args.socket, args.tcp, int(args.socket_mode, 8))
+    where = f"127.0.0.1:{args.tcp}" if args.tcp is not None else server.server_address
+    sim = " (simulated)" if any(g.simulated for g in gpus) else ""
+    print(f"gpumr scheduler: {len(gpus)} GPU(s){sim}, policy {args.policy}, "
+          f"{args.slots_per_gpu} slot(s) each, serving on {where}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if args.tcp is None:
+            import os
+            try:
+                os.unlink(server.server_address)
+            except OSError:
+                pass
+
+
+def cmd_status(args):
+    from .scheduler import SchedulerClient, default_socket
+    path = args.socket or default_socket()
+    try:
+        client = SchedulerClient(path, args.tcp, timeout=5)
+    except OSError as exc:
+        raise GpumrError(f"{path}: no scheduler service answers ({exc.strerror or exc})") from None
+    st = client.status()
+    client.close()
+    if args.json:
+        json.dump(st, sys.stdout, indent=2)
+        print()
+        return
+    print(f"policy {st['policy']}")
+    for g in st["gpus"]:
+        print(f"gpu:{g['index']} {g['name']}{' (simulated)' if g['simulated'] else ''}: "
+              f"{g['leases']}/{g['slots']} slot(s) leased, {human(g['memory_leased'])} of "
+              f"{human(g['memory_total'])} promised")
+    for lease in st["leases"]:
+        print(f"  lease {lease['lease']} gpu:{lease['gpu']} pid {lease['pid']} memory {human(lease['memory'])}")
+    if not st["leases"]:
+        print("  no leases")
+
+
+def _size(text):
+    import argparse
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub):
-    """Add the device subcommands to the ``gpumr`` parser."""
+    """Add ``probe`` and ``scheduler`` to the ``gpumr`` parser."""
+    from .scheduler import POLICIES
+    s = sub.add_parser("probe", help="show each GPU and whether a task here would get it now")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--memory", type=_size, default=0, help="device memory a task needs (e.g. 2GiB)")
+    s.add_argument("--gpu-slots", type=int, default=1)
+    s.set_defaults(func=cmd_probe)
+
+    s = sub.add_parser("scheduler", help="the node-local GPU scheduler service")
+    ssub = s.add_subparsers(dest="action", metavar="ACTION")
+    ssub.required = True
+    a = ssub.add_parser("serve", help="serve GPU leases to this node's tasks")
+    a.add_argument("--socket", help="Unix socket path (default: $GPUMR_SCHEDULER_SOCKET or a per-user temp path)")
+    a.add_argument("--tcp", type=int, metavar="PORT", help="serve on 127.0.0.1:PORT instead")
+    a.add_argument("--socket-mode", default="600", help="permissions of the socket (octal, default 600)")
+    a.add_argument("--policy", choices=POLICIES, default="least-processes")
+    a.add_argument("--slots-per-gpu", type=int, default=1)
+    a.add_argument("--lease-dir", help="lock directory shared with lock-file clients")
+    a.set_defaults(func=cmd_serve)
+    a = ssub.add_parser("status", help="print the service's GPUs and leases")
+    a.add_argument("--socket")
+    a.add_argument("--tcp", type=int, metavar="PORT")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_status)

@@ -1,0 +1,107 @@
+"""CUDA contexts through PyCUDA, imported only when a GPU is actually used.
+
+One context per device per process, created on first use and kept for the
+process's life (creating one costs far more than a record). In
+exclusive-process compute mode, creating the context *is* the free check:
+the driver refuses a second process.
+"""
+
+import os
+
+_state = {"cuda": None, "error": None, "contexts": {}}
+
+
+def driver():
+    """The initialised ``pycuda.driver`` module.
+
+    Raises
+    ------
+    RuntimeError
+        If PyCUDA is not installed or the CUDA driver cannot be initialised.
+    """
+    if _state["cuda"] is None:
+        if _state["error"]:
+            raise RuntimeError(_state["error"])
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA ordinals in NVML's order
+        try:
+            import pycuda.driver as cuda
+            cuda.init()
+        except ImportError:
+            _state["error"] = "PyCUDA is not installed (pip install 'gpumr[gpu]')"
+            raise RuntimeError(_state["error"]) from None
+        except Exception as exc:
+            _state["error"] = f"CUDA driver unavailable: {exc}"
+            raise RuntimeError(_state["error"]) from None
+        _state["cuda"] = cuda
+    return _state["cuda"]
+
+
+def available():
+    """``(True, "")`` if PyCUDA and a driver are usable here, else ``(False, why)``."""
+    try:
+        driver()
+        return True, ""
+    except RuntimeError as exc:
+        return False, str(exc)
+
+
+def context(ordinal):
+    """This process's context on device ``ordinal``, made current.
+
+    Raises
+    ------
+    RuntimeError
+        If it cannot be created (busy in exclusive mode, out of memory, no driver).
+    """
+    cuda = driver()
+    ctx = _state["contexts"].get(ordinal)
+    if ctx is None:
+        try:
+            ctx = cuda.Device(ordinal).make_context()  # created current
+        except cuda.Error as exc:
+            raise RuntimeError(f"cannot create a CUDA context on device {ordinal}: {exc}") from None
+        _state["contexts"][ordinal] = ctx
+        import atexit
+        atexit.register(_detach, ordinal)
+    else:
+        ctx.push()
+    return _Pushed(ctx)
+
+
+class _Pushed:
+    """Keeps a context current for a ``with`` block, popping it afterwards."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def __enter__(self):
+        return self.ctx
+
+    def __exit__(self, *exc):
+        self.ctx.pop()
+
+
+def has_context(ordinal):
+    """Whether this process already holds a context on ``ordinal``."""
+    return ordinal in _state["contexts"]
+
+
+def probe(gpu):
+    """Exclusive-mode free check: can this process own a context on ``gpu``?"""
+    if has_context(gpu.ordinal):
+        return True
+    try:
+        with context(gpu.ordinal):
+            pass
+        return True
+    except RuntimeError:
+        return False
+
+
+def _detach(ordinal):
+    ctx = _state["contexts"].pop(ordinal, None)
+    if ctx is not None:
+        try:
+            ctx.detach()
+        except Exception:
+            pass

@@ -1,0 +1,258 @@
+"""Per-record device choice: a GPU if one is free right now, otherwise the CPU.
+
+"Free" follows ``shared/DESIGN.md``:
+
+* exclusive-process (or -thread) compute mode: this process can own a CUDA
+  context on it (the driver refuses a second process);
+* default mode: NVML shows no compute process of another program (gpumr's
+  own tasks on the node do not count), at least the task's memory is free,
+  and this process holds a node-local lease on one of the GPU's slots.
+
+Leases come from the node's scheduler service when its socket exists, else
+from lock files. Modes: ``auto`` (per record, never waits), ``cpu`` (never
+touches CUDA), ``gpu`` (waits for a GPU; fails clearly without one).
+"""
+
+import os
+from dataclasses import dataclass
+
+from . import nvml as _nvml
+from .errors import GpumrError
+from .leases import LockFileLeases, wait_for
+
+MODES = ("auto", "cpu", "gpu")
+
+
+@dataclass
+class Verdict:
+    """Whether a task here would get ``gpu`` now, and why not."""
+
+    gpu: object
+    free: bool
+    reason: str = ""
+
+
+def check(gpu, memory=0, siblings=(), own_pid=None):
+    """The NVML part of the free check for one GPU (leases aside).
+
+    Parameters
+    ----------
+    gpu : gpumr.nvml.GPU
+    memory : int
+        Bytes of device memory the task needs.
+    siblings : set of int
+        Pids of gpumr processes on this node (their contexts are not foreign).
+    own_pid : int, optional
+        This process's pid (default: ``os.getpid()``).
+    """
+    own_pid = os.getpid() if own_pid is None else own_pid
+    if gpu.compute_mode == _nvml.PROHIBITED:
+        return Verdict(gpu, False, "compute mode is prohibited")
+    if gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
+        return Verdict(gpu, True, "exclusive mode: free if a context can be created")
+    foreign = sorted(p for p, _ in gpu.processes if p != own_pid and p not in siblings)
+    if foreign:
+        return Verdict(gpu, False, f"compute process(es) of another program: pid {', '.join(map(str, foreign))}")
+    if gpu.memory_free < memory:
+        return Verdict(gpu, False, f"{gpu.memory_free} bytes free, task needs {memory}")
+    return Verdict(gpu, True, "")
+
+
+class Choice:
+    """The device one record runs on; release it when the record is done.
+
+    Attributes
+    ----------
+    device : str
+        ``"cpu"`` or ``"gpu:N"`` (N the NVML index).
+    gpu : gpumr.nvml.GPU or None
+    """
+
+    def __init__(self, gpu=None, lease=None, release=None):
+        self.gpu = gpu
+        self._release = release
+        self.lease = lease
+
+    @property
+    def device(self):
+        return "cpu" if self.gpu is None else f"gpu:{self.gpu.index}"
+
+    @property
+    def on_gpu(self):
+        return self.gpu is not None
+
+    def release(self):
+        """Give the GPU's lease back (nothing for the CPU); idempotent."""
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+CPU = Choice()
+
+
+class DeviceChooser:
+    """Chooses the device for each record.
+
+    Parameters
+    ----------
+    mode : {"auto", "cpu", "gpu"}
+    memory : int
+        Device memory one record's GPU work needs.
+    slots : int
+        Concurrent tasks per GPU (``--gpu-slots``), for lock-file leases.
+    lease_dir : str, optional
+        Node-wide lock directory (``$GPUMR_LEASE_DIR`` by default).
+    scheduler : str or None or False
+        Scheduler socket path; None looks at the default path; False never uses one.
+    nvml, probe, env
+        Stand-ins for ``pynvml``, the CUDA context probe and the environment (tests).
+    wait_timeout : float, optional
+        In ``gpu`` mode, give up after this many seconds.
+    """
+
+    def __init__(self, mode="auto", memory=0, slots=1, lease_dir=None, scheduler=None,
+                 nvml=None, probe=None, env=None, wait_timeout=None):
+        if mode not in MODES:
+            raise GpumrError(f"device mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.memory = int(memory)
+        self.wait_timeout = wait_timeout
+        self._nvml = nvml
+        self._env = os.environ if env is None else env
+        self._probe = probe
+        self._leases = None
+        self._client = None
+        self._rotate = 0
+        self._absent = None  # reason there will never be a GPU (no driver, no GPU)
+        self.simulated = False
+        if mode == "cpu":
+            return
+        first = _nvml.discover(self._nvml, self._env)
+        self.simulated = first.simulated
+        if not first.gpus:
+            self._absent = first.reason
+            if mode == "gpu":
+                raise GpumrError(f"--device gpu: no GPU on this node ({first.reason})")
+            return
+        if scheduler is not False:
+            from .scheduler import SchedulerClient, default_socket
+            path = scheduler or default_socket()
+            if os.path.exists(path):
+                try:
+                    self._client = SchedulerClient(path)
+                except OSError:
+                    self._client = None
+        self._leases = LockFileLeases(lease_dir, slots)
+
+    @property
+    def has_gpus(self):
+        """Whether this node has (possibly simulated) GPUs that records may use."""
+        return self.mode != "cpu" and self._absent is None
+
+    @property
+    def why_cpu_only(self):
+        """Why every record runs on the CPU, or "" if GPUs may be used."""
+        if self.mode == "cpu":
+            return "--device cpu"
+        return self._absent or ""
+
+    def gpus(self):
+        """The GPUs as NVML (or the simulation) reports them now."""
+        return _nvml.discover(self._nvml, self._env).gpus
+
+    def verdicts(self):
+        """For ``gpumr probe``: each GPU and whether a task would get it now."""
+        out = []
+        for gpu in self.gpus():
+            v = check(gpu, self.memory, self._leases.sibling_pids(gpu))
+            if v.free and gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
+                ok = self._exclusive_probe(gpu)
+                v = Verdict(gpu, ok, "" if ok else "exclusive mode and another process owns it")
+            elif v.free:
+                held = self._leases.held_slots(gpu)
+                if held >= self._leases.slots:
+                    v = Verdict(gpu, False, f"all {self._leases.slots} slot(s) leased by other gpumr tasks")
+            out.append(v)
+        return out
+
+    def choose(self):
+        """The device for the next record: a :class:`Choice` (``CPU`` when none is free)."""
+        if not self.has_gpus:
+            return CPU
+        if self.mode == "gpu":
+            got = wait_for(self._try_gpu, self.wait_timeout)
+            if got is None:
+                raise GpumrError(f"--device gpu: no GPU became free within {self.wait_timeout} s")
+            return got
+        return self._try_gpu() or CPU
+
+    def _exclusive_probe(self, gpu):
+        if self._probe is not None:
+            return self._probe(gpu)
+        if gpu.simulated:
+            return True
+        from . import cudactx
+        return cudactx.probe(gpu)
+
+    def _try_gpu(self):
+        if self._client is not None:
+            try:
+                return self._from_scheduler()
+            except OSError:
+                self._client = None  # the service went away: lock files from now on
+        gpus = self.gpus()
+        if not gpus:
+            return None
+        n = len(gpus)
+        self._rotate = (self._rotate + 1) % n
+        for gpu in gpus[self._rotate:] + gpus[:self._rotate]:
+            verdict = check(gpu, self.memory, self._leases.sibling_pids(gpu) if gpu.processes else ())
+            if not verdict.free:
+                continue
+            if gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
+                if self._exclusive_probe(gpu):
+                    return Choice(gpu, None, None)
+                continue
+            lease = self._leases.try_acquire(gpu)
+            if lease is not None:
+                if not gpu.simulated:
+                    self._leases.register_context(gpu)
+                return Choice(gpu, lease, lease.release)
+        return None
+
+    def _from_scheduler(self):
+        block = self.mode == "gpu"
+        got = self._client.acquire(self.memory, block=block, timeout=self.wait_timeout if block else 0)
+        if got is None:
+            return None
+        index, lease_id = got
+        gpu = next((g for g in self.gpus() if g.index == index), None)
+        if gpu is None:
+            self._client.release(lease_id)
+            return None
+        if not gpu.simulated:
+            self._leases.register_context(gpu)
+        return Choice(gpu, lease_id, lambda: self._client.release(lease_id))
+
+    def close(self):
+        """Close the connection to the scheduler service (its leases end)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def describe(chooser):
+    """One line for logs: which devices records may run on."""
+    if not chooser.has_gpus:
+        return f"all records on the CPU ({chooser.why_cpu_only})"
+    gpus = chooser.gpus()
+    sim = " (simulated)" if chooser.simulated else ""
+    return f"records on the CPU or a free GPU among {len(gpus)}{sim}: " + ", ".join(
+        f"gpu:{g.index} {g.name}" for g in gpus)
