@@ -1,0 +1,84 @@
+"""The record-processing core: per-record choice, GPU batches, fallbacks, counters."""
+
+from collections import Counter
+
+from gpumr.core import BadRecord, Processor, Workload
+from gpumr.devices import CPU, Choice
+from gpumr.nvml import GPU
+
+
+class Square(Workload):
+    name = "square"
+    gpu_batch = 3
+
+    def decode(self, key, value):
+        if value is None:
+            raise BadRecord("no value")
+        return value
+
+    def run_cpu(self, x):
+        return x * x
+
+    def output(self, key, item, result, device):
+        return {"y": result, "device": device}
+
+
+class Backend:
+    def __init__(self, fail=False):
+        self.fail, self.batches = fail, []
+
+    def run(self, items, gpu):
+        self.batches.append(list(items))
+        if self.fail:
+            raise RuntimeError("launch failed")
+        return [x * x for x in items]
+
+
+class Chooser:
+    """Gives the GPU to every other request; counts releases."""
+
+    has_gpus, simulated, why_cpu_only = True, False, ""
+
+    def __init__(self):
+        self.n, self.released = 0, 0
+
+    def choose(self):
+        self.n += 1
+        if self.n % 2:
+            return Choice(GPU(0, "g", "u"), "lease", self._release)
+        return CPU
+
+    def _release(self):
+        self.released += 1
+
+
+def run(backend, records):
+    counts = Counter()
+    w = Square()
+    w.gpu_backend = lambda: backend
+    chooser = Chooser()
+    p = Processor(w, chooser, count=lambda name, n=1: counts.update({name: n}), log=lambda m: None)
+    out = dict(p.process(records))
+    return out, counts, chooser
+
+
+def test_every_record_once_with_gpu_batches_and_cpu_records():
+    records = [(f"k{i}", i) for i in range(10)] + [("bad", None)]
+    backend = Backend()
+    out, counts, chooser = run(backend, records)
+    assert set(out) == {k for k, _ in records}
+    assert all(out[f"k{i}"]["y"] == i * i for i in range(10))
+    assert out["bad"] == {"error": "no value"}
+    assert counts["records on GPU"] + counts["records on CPU"] + counts["bad records"] == 11
+    assert counts["records on GPU"] == sum(len(b) for b in backend.batches) > 0
+    assert all(len(b) <= 3 for b in backend.batches)
+    assert chooser.released == len(backend.batches)  # every lease given back
+
+
+def test_gpu_failure_reruns_on_cpu_and_counts():
+    backend = Backend(fail=True)
+    out, counts, chooser = run(backend, [(f"k{i}", i) for i in range(7)])
+    assert all(out[f"k{i}"] == {"y": i * i, "device": "cpu"} for i in range(7))
+    assert counts["GPU fallbacks"] == sum(len(b) for b in backend.batches) > 0
+    assert counts["records on CPU"] == 7 and "records on GPU" not in counts
+    assert chooser.released == len(backend.batches)
