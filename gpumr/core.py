@@ -46,6 +46,10 @@ class Workload:
         """The output value for a record's result."""
         raise NotImplementedError
 
+    def outputs(self, key, item, result, device):
+        """The output records for a record's result: one ``(key, value)`` unless overridden."""
+        return [(key, self.output(key, item, result, device))]
+
     def error_output(self, key, reason):
         """The output value for a record that could not be processed."""
         return {"error": reason}
@@ -118,7 +122,7 @@ class Processor:
             choice = self.chooser.choose()
             self._choice = choice if choice.on_gpu else None
         if self._choice is None:
-            yield self._cpu(key, item)
+            yield from self._cpu(key, item)
             return
         self._batch.append((key, item))
         if len(self._batch) >= self.workload.gpu_batch:
@@ -141,11 +145,11 @@ class Processor:
         try:
             result = self.workload.run_cpu(item)
         except BadRecord as exc:
-            return self.bad(key, str(exc))
+            return [self.bad(key, str(exc))]
         finally:
             self.device_seconds["cpu"] += time.perf_counter() - t0
         self.count(ON_CPU, 1)
-        return key, self.workload.output(key, item, result, "cpu")
+        return self.workload.outputs(key, item, result, "cpu")
 
     def _gpu(self, batch, choice):
         t0 = time.perf_counter()
@@ -159,14 +163,14 @@ class Processor:
             self.log(f"gpumr: GPU failure on {choice.device} ({type(exc).__name__}: {exc}); "
                      f"{len(batch)} record(s) re-run on the CPU")
             for key, item in batch:
-                yield self._cpu(key, item)
+                yield from self._cpu(key, item)
             return
         finally:
             self.device_seconds["gpu"] += time.perf_counter() - t0
         choice.release()
         self.count(ON_GPU, len(batch))
         for (key, item), result in zip(batch, results):
-            out = self.workload.output(key, item, result, choice.device)
-            if choice.gpu.simulated:
-                out["simulated"] = True
-            yield key, out
+            for out_key, out in self.workload.outputs(key, item, result, choice.device):
+                if choice.gpu.simulated:
+                    out["simulated"] = True
+                yield out_key, out

@@ -18,6 +18,8 @@ class GpumrJobMixin:
     """Mapper over SequenceFile records through :class:`gpumr.core.Processor`; identity reducer."""
 
     INPUT_PROTOCOL = RawValueProtocol
+    #: "seqfile": records are SequenceFile records; "lines": each input line is a record.
+    INPUT_KIND = "seqfile"
 
     def add_common_args(self):
         self.add_passthru_arg("--device", choices=["auto", "cpu", "gpu"], default="auto",
@@ -35,6 +37,8 @@ class GpumrJobMixin:
         import os
         from gpumr.packing import expand_inputs
         kwargs = super()._non_option_kwargs()
+        if self.INPUT_KIND != "seqfile":
+            return kwargs
         paths = []
         for p in kwargs["input_paths"]:
             paths += expand_inputs([p]) if "://" not in p and os.path.isdir(p) else [p]
@@ -44,7 +48,9 @@ class GpumrJobMixin:
     # -- steps -----------------------------------------------------------
     def steps(self):
         mapper = dict(mapper_init=self.task_init, mapper_final=self.task_final)
-        if self.options.hadoop_splits:
+        if self.INPUT_KIND == "lines":
+            mapper["mapper"] = self.mapper_line
+        elif self.options.hadoop_splits:
             mapper["mapper"] = self.mapper_text
         else:
             mapper["mapper_raw"] = self.mapper_raw
@@ -102,6 +108,10 @@ class GpumrJobMixin:
             yield self.processor.bad(key, "value is not the hex text SequenceFileAsTextInputFormat gives")
             return
         yield from self.processor.feed(key, value)
+
+    def mapper_line(self, _, line):
+        """One text line is one record (its own key, for error reports)."""
+        yield from self.processor.feed(line, line)
 
     def reducer(self, key, values):
         for value in values:

@@ -1,0 +1,160 @@
+"""Voxel-driven cone-beam backprojection of a slab of slices, on the CPU.
+
+For every voxel centre ``X = (x, y, z)`` of slices ``[z0, z1)`` and every
+angle ``b`` (see :mod:`gpumr.ct` for the frame)::
+
+    t = x cos b + y sin b          s = -x sin b + y cos b
+    L = DSO - t                    (distance from the source along the axis)
+    col = (s DSD / L - offDetector[col]) / dDetector[col] + (cols - 1) / 2
+    row = (z DSD / L - offDetector[row]) / dDetector[row] + (rows - 1) / 2
+    vol[X] += (DSO / L)^2 * bilinear(q_b, row, col)
+
+with bilinear interpolation that reads zero outside the detector. The GPU
+kernel (``cuda/backproject.cu``) computes the same sum.
+
+:func:`backproject_reference` is the plain numpy statement of this, kept
+obviously correct; :func:`backproject` is the fast one (numba, all cores),
+which pads each projection with a zero border so that clamping coordinates
+replaces branches and the inner loop vectorises.
+"""
+
+import numpy as np
+
+
+def _scalars(geometry):
+    nv, nu = geometry.nDetector
+    dv, du = geometry.dDetector
+    ov, ou = geometry.offDetector
+    return dict(dso=geometry.DSO, dsd=geometry.DSD, nu=nu, nv=nv,
+                cu=(nu - 1) / 2 - ou / du, cv=(nv - 1) / 2 - ov / dv, inv_du=1 / du, inv_dv=1 / dv)
+
+
+def _axes(geometry):
+    nz, ny, nx = geometry.nVoxel
+    dz, dy, dx = geometry.dVoxel
+    oz, oy, ox = geometry.offOrigin
+    return ((np.arange(nz) - (nz - 1) / 2) * dz + oz, (np.arange(ny) - (ny - 1) / 2) * dy + oy,
+            (np.arange(nx) - (nx - 1) / 2) * dx + ox)
+
+
+def backproject_reference(filtered, geometry, z0=0, z1=None):
+    """Plain numpy backprojection of slices [z0, z1) (float64 maths), float32 [z, y, x]."""
+    z1 = geometry.nVoxel[0] if z1 is None else z1
+    k = _scalars(geometry)
+    zs, ys, xs = _axes(geometry)
+    z, y, x = np.meshgrid(zs[z0:z1], ys, xs, indexing="ij")
+    vol = np.zeros(z.shape)
+    nv, nu = k["nv"], k["nu"]
+    for q, b in zip(filtered, geometry.angles):
+        t = x * np.cos(b) + y * np.sin(b)
+        s = -x * np.sin(b) + y * np.cos(b)
+        L = k["dso"] - t
+        col = s * k["dsd"] / L * k["inv_du"] + k["cu"]
+        row = z * k["dsd"] / L * k["inv_dv"] + k["cv"]
+        c0, r0 = np.floor(col).astype(int), np.floor(row).astype(int)
+        fc, fr = col - c0, row - r0
+        val = np.zeros(z.shape)
+        for dr, wr in ((0, 1 - fr), (1, fr)):
+            for dc, wc in ((0, 1 - fc), (1, fc)):
+                rr, cc = r0 + dr, c0 + dc
+                inside = (rr >= 0) & (rr < nv) & (cc >= 0) & (cc < nu)
+                val += np.where(inside, q[np.clip(rr, 0, nv - 1), np.clip(cc, 0, nu - 1)], 0.0) * wr * wc
+        vol += (k["dso"] / L) ** 2 * val
+    return vol.astype(np.float32)
+
+
+def pad(filtered):
+    """Projections with a one-pixel zero border, float32 [angle, rows + 2, cols + 2]."""
+    na, nv, nu = filtered.shape
+    out = np.zeros((na, nv + 2, nu + 2), np.float32)
+    out[:, 1:-1, 1:-1] = filtered
+    return out
+
+
+_kernel = None
+
+
+def _compile():
+    global _kernel
+    if _kernel is not None:
+        return _kernel
+    from numba import njit, prange
+
+    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    def kernel(flat, width, cosb, sinb, zs, ys, xs, dso, dsd, cu, cv, inv_du, inv_dv, nv, nu, out):
+        # Per row of voxels (fixed y) and angle, everything that depends on x
+        # alone (the division, the column, the weight) is computed once and
+        # reused for every slice of the slab; only the row depends on z.
+        # Unsigned flat indices spare numba's negative-index checks.
+        na = flat.shape[0]
+        nzs, ny, nx = out.shape
+        one, zero = np.float32(1.0), np.float32(0.0)
+        col_max, row_max = np.float32(nu + 1), np.float32(nv + 1)
+        w_u = np.uint32(width)
+        for iy in prange(ny):
+            y = ys[iy]
+            acc = np.zeros((nzs, nx), np.float32)
+            base = np.empty(nx, np.uint32)
+            fc = np.empty(nx, np.float32)
+            w2 = np.empty(nx, np.float32)
+            rmag = np.empty(nx, np.float32)
+            for a in range(na):
+                c = cosb[a]
+                s = sinb[a]
+                p = flat[a]
+                for ix in range(nx):
+                    x = xs[ix]
+                    inv = one / (dso - (x * c + y * s))
+                    mag = dsd * inv
+                    col = min(max((-x * s + y * c) * mag * inv_du + cu + one, zero), col_max)
+                    i = min(np.uint32(col), np.uint32(nu))
+                    base[ix] = i
+                    fc[ix] = col - np.float32(i)
+                    w = dso * inv
+                    w2[ix] = w * w
+                    rmag[ix] = mag * inv_dv
+                for iz in range(nzs):
+                    z = zs[iz]
+                    for ix in range(nx):
+                        row = min(max(z * rmag[ix] + cv + one, zero), row_max)
+                        ir = min(np.uint32(row), np.uint32(nv))
+                        fr = row - np.float32(ir)
+                        k = ir * w_u + base[ix]
+                        f = fc[ix]
+                        p00 = p[k]
+                        p01 = p[k + np.uint32(1)]
+                        p10 = p[k + w_u]
+                        p11 = p[k + w_u + np.uint32(1)]
+                        top = p00 + f * (p01 - p00)
+                        bot = p10 + f * (p11 - p10)
+                        acc[iz, ix] += w2[ix] * (top + fr * (bot - top))
+            for iz in range(nzs):
+                out[iz, iy, :] = acc[iz]
+    _kernel = kernel
+    return kernel
+
+
+def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None):
+    """Fast CPU backprojection of slices [z0, z1), float32 [z, y, x].
+
+    Parameters
+    ----------
+    filtered : ndarray [angle, row, col]
+        Output of :func:`gpumr.ct.fdk.filter_projections`.
+    padded : ndarray, optional
+        ``pad(filtered)``, reused across slabs.
+    """
+    z1 = geometry.nVoxel[0] if z1 is None else z1
+    if padded is None:
+        padded = pad(filtered)
+    na, height, width = padded.shape
+    k = _scalars(geometry)
+    zs, ys, xs = (a.astype(np.float32) for a in _axes(geometry))
+    b = np.asarray(geometry.angles, dtype=np.float64)
+    if out is None:
+        out = np.empty((z1 - z0, len(ys), len(xs)), np.float32)
+    f32 = np.float32
+    _compile()(padded.reshape(na, height * width), width, np.cos(b).astype(f32), np.sin(b).astype(f32),
+               zs[z0:z1], ys, xs, f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]), f32(k["inv_du"]),
+               f32(k["inv_dv"]), k["nv"], k["nu"], out)
+    return out
