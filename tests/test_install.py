@@ -11,8 +11,10 @@ import seqfile
 
 def test_imported_from_installed_package_not_source_tree():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for mod in (gpumr, seqfile, gpumr.jobs):
-        assert not os.path.abspath(mod.__file__).startswith(repo + os.sep), mod.__file__
+    for mod, source in ((gpumr, "gpumr"), (seqfile, "seqfile"), (gpumr.jobs, "jobs")):
+        here = os.path.dirname(os.path.abspath(mod.__file__))
+        assert here != os.path.join(repo, source), f"{mod.__name__} imported from the source tree"
+        assert "site-packages" in here.split(os.sep), here
 
 
 def test_package_data_installed():

@@ -1,0 +1,255 @@
+"""Haar cascades as flat arrays, and OpenCV's detection procedure restated.
+
+The cascade XML (OpenCV's current format: BOOST stages of HAAR trees or
+stumps) is read with OpenCV's own ``cv2.FileStorage`` into arrays a GPU
+kernel can take: per stage (first tree, tree count, threshold), per tree
+(first node, first leaf), per node (feature, children, threshold), per
+feature three rectangles and their weights.
+
+:func:`detect_reference` restates what ``CascadeClassifier.detectMultiScale``
+does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
+(``cuda/haar.cu``):
+
+* scales ``1, f, f^2, ...`` while the window ``round(24 s)`` fits the image
+  (and ``max_size``); scales whose window is below ``min_size`` are skipped;
+* at each scale the image is resized (bilinear, bit-exact: ``INTER_LINEAR_EXACT``)
+  to ``round(W / s) x round(H / s)`` and
+  the fixed 24x24 window slides with a step of 2 pixels (1 once s >= 2);
+  after a window fails the first stage, the next position is skipped;
+* a window is rejected outright unless the variance over its inner 22x22
+  rectangle is high enough: ``nf = sqrt(area * sqsum - sum^2)`` with
+  ``area / nf < 0.1``;
+* a feature's value is ``(sum_i w_i * rectsum_i) / nf``; each tree is walked
+  (left when the value is below the node's threshold) to a leaf, whose value
+  is added to the stage's sum; a stage fails when its sum falls below the
+  stage threshold (less 1e-5);
+* windows that pass every stage become ``(round(x s), round(y s), round(24 s))``
+  boxes, grouped by OpenCV's own ``groupRectangles`` with ``min_neighbors``
+  and eps 0.2.
+"""
+
+import numpy as np
+
+from .errors import GpumrError
+
+THRESHOLD_EPS = np.float32(1e-5)
+GROUP_EPS = 0.2
+
+
+class Cascade:
+    """A boosted Haar cascade of small trees (stumps included) as flat arrays.
+
+    A tree is walked from its first node: a node sends the window left when
+    the feature value is below its threshold, else right; a child index
+    above 0 is another node of the tree, 0 or below is leaf ``-index``.
+
+    Attributes
+    ----------
+    window : (int, int)
+        Width and height of the detection window.
+    stages : ndarray int32 [n_stages, 2]
+        First tree and tree count.
+    stage_thresholds : ndarray float32 [n_stages]
+        Stage thresholds, less OpenCV's 1e-5.
+    trees : ndarray int32 [n_trees, 2]
+        First node and first leaf of each tree.
+    nodes : ndarray int32 [n_nodes, 3]
+        Feature, left child, right child.
+    node_thresholds : ndarray float32 [n_nodes]
+    leaves : ndarray float32 [n_leaves]
+    rects : ndarray int32 [n_features, 3, 4]
+        x, y, w, h of up to three rectangles (unused ones are zero).
+    weights : ndarray float32 [n_features, 3]
+    """
+
+    def __init__(self, path):
+        import cv2
+        fs = cv2.FileStorage(path, cv2.FILE_STORAGE_READ)
+        try:
+            root = fs.getNode("cascade")
+            if root.empty():
+                raise GpumrError(f"{path}: not a cascade in OpenCV's current format (old-format "
+                                 "haarcascade XML is not supported by the GPU path)")
+            if root.getNode("stageType").string() != "BOOST" or root.getNode("featureType").string() != "HAAR":
+                raise GpumrError(f"{path}: only BOOST stages of HAAR features run on the GPU")
+            self.window = (int(root.getNode("width").real()), int(root.getNode("height").real()))
+            stages, thresholds, trees, nodes, node_thr, leaves = [], [], [], [], [], []
+            sn = root.getNode("stages")
+            for i in range(sn.size()):
+                st = sn.at(i)
+                weak = st.getNode("weakClassifiers")
+                stages.append((len(trees), weak.size()))
+                thresholds.append(np.float32(st.getNode("stageThreshold").real()) - THRESHOLD_EPS)
+                for j in range(weak.size()):
+                    w = weak.at(j)
+                    internal = _numbers(w.getNode("internalNodes"))
+                    tree_leaves = _numbers(w.getNode("leafValues"))
+                    if not internal or len(internal) % 4:
+                        raise GpumrError(f"{path}: stage {i}, tree {j}: categorical or malformed nodes "
+                                         "(only HAAR threshold nodes are supported)")
+                    trees.append((len(nodes), len(leaves)))
+                    for left, right, feature, thr in zip(*[iter(internal)] * 4):
+                        nodes.append((int(feature), int(left), int(right)))
+                        node_thr.append(thr)
+                    leaves += tree_leaves
+            fn = root.getNode("features")
+            rects = np.zeros((fn.size(), 3, 4), np.int32)
+            weights = np.zeros((fn.size(), 3), np.float32)
+            for i in range(fn.size()):
+                f = fn.at(i)
+                if not f.getNode("tilted").empty() and int(f.getNode("tilted").real()):
+                    raise GpumrError(f"{path}: feature {i} is tilted; tilted Haar features are not supported "
+                                     "on the GPU (the CPU path handles them)")
+                rn = f.getNode("rects")
+                if not 1 <= rn.size() <= 3:
+                    raise GpumrError(f"{path}: feature {i} has {rn.size()} rectangles")
+                for r in range(rn.size()):
+                    x, y, w_, h, wt = _numbers(rn.at(r))
+                    rects[i, r] = (x, y, w_, h)
+                    weights[i, r] = wt
+        finally:
+            fs.release()
+        self.stages = np.array(stages, np.int32)
+        self.stage_thresholds = np.array(thresholds, np.float32)
+        self.trees = np.array(trees, np.int32)
+        self.nodes = np.array(nodes, np.int32).reshape(-1, 3)
+        self.node_thresholds = np.array(node_thr, np.float32)
+        self.leaves = np.array(leaves, np.float32)
+        self.rects = rects
+        self.weights = weights
+        if len(self.nodes) and (self.nodes[:, 0].max() >= len(rects) or self.nodes[:, 0].min() < 0):
+            raise GpumrError(f"{path}: a node refers to a feature that does not exist")
+
+    def arrays(self):
+        """The arrays in the order the reference scan and the GPU kernel take them."""
+        return (self.stages, self.stage_thresholds, self.trees, self.nodes, self.node_thresholds, self.leaves,
+                self.rects, self.weights)
+
+
+def _numbers(node):
+    """The numbers of an XML sequence node, or of a text node of numbers."""
+    if node.isSeq():
+        return [node.at(i).real() for i in range(node.size())]
+    return [float(t) for t in node.string().split()]
+
+
+def scales(image_size, window, scale_factor, min_size=None, max_size=None):
+    """The scales detectMultiScale visits: ``(scale, scaled size, step, window size)`` each."""
+    w, h = image_size
+    max_w, max_h = (max_size, max_size) if max_size else (w, h)
+    out = []
+    factor = 1.0
+    while True:
+        win = (int(np.rint(window[0] * factor)), int(np.rint(window[1] * factor)))
+        if win[0] > max_w or win[1] > max_h or win[0] > w or win[1] > h:
+            break
+        if not (min_size and (win[0] < min_size or win[1] < min_size)):
+            s = np.float32(factor)
+            size = (int(np.rint(np.float32(w) / s)), int(np.rint(np.float32(h) / s)))
+            out.append((s, size, 1 if s >= 2 else 2, win))
+        factor *= scale_factor
+    return out
+
+
+def integrals(img):
+    """Sum and squared-sum integral images (int64), one row and column of zeros first."""
+    i = np.asarray(img, np.int64)
+    s = np.zeros((i.shape[0] + 1, i.shape[1] + 1), np.int64)
+    q = np.zeros_like(s)
+    s[1:, 1:] = i.cumsum(0).cumsum(1)
+    q[1:, 1:] = (i * i).cumsum(0).cumsum(1)
+    return s, q
+
+
+_scan = None
+
+
+def _compile():
+    global _scan
+    if _scan is not None:
+        return _scan
+    from numba import njit
+
+    @njit(cache=True)
+    def scan(s, q, ww, wh, step, stages, st_thr, trees, nodes, node_thr, leaves, rects, weights):
+        # Every window position OpenCV visits at one scale, and which pass.
+        hits = []
+        nx = s.shape[1] - ww  # positions 0 .. scaled width - window width
+        ny = s.shape[0] - wh
+        area = (ww - 2) * (wh - 2)
+        for y in range(0, ny, step):
+            x = 0
+            while x < nx:
+                # variance over the inner window (1, 1, ww - 2, wh - 2)
+                x0, y0, x1, y1 = x + 1, y + 1, x + ww - 1, y + wh - 1
+                vs = s[y1, x1] - s[y0, x1] - s[y1, x0] + s[y0, x0]
+                vq = q[y1, x1] - q[y0, x1] - q[y1, x0] + q[y0, x0]
+                nf = np.float64(area) * vq - np.float64(vs) * vs
+                result = -1
+                if nf > 0:
+                    inv = np.float32(1.0 / np.sqrt(nf))
+                    if area * inv < 0.1:
+                        result = 1
+                        for si in range(stages.shape[0]):
+                            acc = np.float32(0)
+                            first, count = stages[si, 0], stages[si, 1]
+                            for t in range(first, first + count):
+                                idx = 0
+                                while True:
+                                    node = trees[t, 0] + idx
+                                    f = nodes[node, 0]
+                                    val = np.float32(0)
+                                    for r in range(3):
+                                        wt = weights[f, r]
+                                        if wt != 0:
+                                            rx, ry = x + rects[f, r, 0], y + rects[f, r, 1]
+                                            rw, rh = rects[f, r, 2], rects[f, r, 3]
+                                            rs = s[ry + rh, rx + rw] - s[ry, rx + rw] - s[ry + rh, rx] + s[ry, rx]
+                                            val += wt * np.float32(rs)
+                                    idx = nodes[node, 1] if val * inv < node_thr[node] else nodes[node, 2]
+                                    if idx <= 0:
+                                        break
+                                acc += leaves[trees[t, 1] - idx]
+                            if acc < st_thr[si]:
+                                result = -si
+                                break
+                if result > 0:
+                    hits.append((x, y))
+                if result == 0:
+                    x += step
+                x += step
+        return hits
+    _scan = scan
+    return scan
+
+
+def candidates(cascade, gray, scale_factor=1.1, min_size=None, max_size=None, interpolation=None):
+    """All windows that pass the cascade, as boxes in image pixels (before grouping)."""
+    import cv2
+    interpolation = cv2.INTER_LINEAR_EXACT if interpolation is None else interpolation
+    h, w = gray.shape
+    scan = _compile()
+    boxes = []
+    for s, size, step, win in scales((w, h), cascade.window, scale_factor, min_size, max_size):
+        if size[0] < cascade.window[0] or size[1] < cascade.window[1]:
+            continue
+        scaled = cv2.resize(gray, size, interpolation=interpolation)
+        si, qi = integrals(scaled)
+        for x, y in scan(si, qi, cascade.window[0], cascade.window[1], step, *cascade.arrays()):
+            boxes.append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
+    return boxes
+
+
+def group(boxes, min_neighbors):
+    """OpenCV's own ``groupRectangles`` with eps 0.2, as detectMultiScale applies it."""
+    import cv2
+    if min_neighbors <= 0 or not boxes:
+        return [list(b) for b in boxes]
+    grouped, _ = cv2.groupRectangles([list(b) for b in boxes], min_neighbors, GROUP_EPS)
+    return [[int(v) for v in b] for b in grouped]
+
+
+def detect_reference(cascade, gray, scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None,
+                     interpolation=None):
+    """Faces as ``[[x, y, w, h], ...]`` by the restated OpenCV procedure (CPU reference)."""
+    return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors)
