@@ -1,0 +1,203 @@
+// Haar-cascade (Viola-Jones, OpenCV's cascade format) face detection, restating
+// OpenCV 4's detectMultiScale step for step (see gpumr/haar.py, whose numba
+// scan is the CPU reference of these kernels):
+//
+//   integral_rows, integral_cols  integral images of every pyramid level of every frame
+//   first_stage                   every window on the level's step grid: variance check
+//                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
+//   row_scan                      OpenCV visits the positions of a row in order and skips
+//                                 the one after a stage-0 failure; one thread per row
+//                                 replays that and appends the visited survivors
+//   run_stages                    stages [first, last) for each survivor, early exit;
+//                                 survivors of the group are appended to the next list
+//
+// Rounding follows OpenCV's CPU code: compile with -fmad=false.
+
+struct Level {
+    int img_off;    // first pixel of the scaled image in the image buffer
+    int int_off;    // first element of its integral images
+    int width;      // scaled image width (integral rows are width + 1 long)
+    int height;
+    int nx, ny;     // window positions 0 .. nx-1 (and ny), before stepping
+    int step;       // 2, or 1 once the scale is >= 2
+    int gx, gy;     // positions on the step grid
+    int win_off;    // first window of this level in the code array
+};
+
+struct Cascade {
+    int n_stages;
+    int win_w, win_h;
+    const int2* stages;         // first tree, tree count
+    const float* stage_thr;
+    const int2* trees;          // first node, first leaf
+    const int4* nodes;          // feature, left, right, unused
+    const float* node_thr;
+    const float* leaves;
+    const int4* rects;          // [feature * 3 + r]: x, y, w, h
+    const float* weights;       // [feature * 3 + r]
+};
+
+extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, const Level* __restrict__ levels,
+                                         const int2* __restrict__ rows, int n_rows,
+                                         int* __restrict__ sum, unsigned* __restrict__ sq)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows) return;
+    const Level L = levels[rows[i].x];
+    const int y = rows[i].y;                       // 0 .. height: integral row y
+    const int W = L.width + 1;
+    int* s = sum + L.int_off + y * W;
+    unsigned* q = sq + L.int_off + y * W;
+    int acc = 0;
+    unsigned accq = 0;
+    s[0] = 0;
+    q[0] = 0;
+    if (y == 0) {
+        for (int x = 1; x < W; ++x) { s[x] = 0; q[x] = 0; }
+        return;
+    }
+    const unsigned char* p = img + L.img_off + (y - 1) * L.width;
+    for (int x = 1; x < W; ++x) {
+        int v = p[x - 1];
+        acc += v;
+        accq += (unsigned)(v * v);
+        s[x] = acc;
+        q[x] = accq;
+    }
+}
+
+extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const int2* __restrict__ cols, int n_cols,
+                                         int* __restrict__ sum, unsigned* __restrict__ sq)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_cols) return;
+    const Level L = levels[cols[i].x];
+    const int x = cols[i].y;
+    const int W = L.width + 1;
+    int* s = sum + L.int_off + x;
+    unsigned* q = sq + L.int_off + x;
+    for (int y = 1; y <= L.height; ++y) {
+        s[y * W] += s[(y - 1) * W];
+        q[y * W] += q[(y - 1) * W];
+    }
+}
+
+// The cascade's arrays, as every kernel that evaluates stages takes them.
+#define CASCADE_PARAMS int n_stages, int win_w, int win_h, const int2* __restrict__ stages, \
+    const float* __restrict__ stage_thr, const int2* __restrict__ trees, const int4* __restrict__ nodes, \
+    const float* __restrict__ node_thr, const float* __restrict__ leaves, const int4* __restrict__ rects, \
+    const float* __restrict__ weights
+#define CASCADE {n_stages, win_w, win_h, stages, stage_thr, trees, nodes, node_thr, leaves, rects, weights}
+
+__device__ __forceinline__ int rect_sum(const int* s, int W, int x, int y, int w, int h)
+{
+    return s[(y + h) * W + x + w] - s[y * W + x + w] - s[(y + h) * W + x] + s[y * W + x];
+}
+
+// 1 / nf for the window at (x, y), or 0 when OpenCV rejects it for low variance.
+__device__ __forceinline__ float norm_factor(const int* s, const unsigned* q, int W, int x, int y, int ww, int wh)
+{
+    const int x0 = x + 1, y0 = y + 1, x1 = x + ww - 1, y1 = y + wh - 1;
+    const int vs = s[y1 * W + x1] - s[y0 * W + x1] - s[y1 * W + x0] + s[y0 * W + x0];
+    const unsigned vq = q[y1 * W + x1] - q[y0 * W + x1] - q[y1 * W + x0] + q[y0 * W + x0];
+    const int area = (ww - 2) * (wh - 2);
+    const double nf = (double)area * (double)vq - (double)vs * (double)vs;
+    if (!(nf > 0.0)) return 0.0f;
+    const float inv = (float)(1.0 / sqrt(nf));
+    return ((double)area * (double)inv < 0.1) ? inv : 0.0f;
+}
+
+// Stages [first, last) at window (x, y); returns the failing stage's index, or -1 when all pass.
+__device__ int stages_at(const Cascade C, const int* s, int W, int x, int y, float inv, int first, int last)
+{
+    for (int si = first; si < last; ++si) {
+        const int2 st = C.stages[si];
+        float acc = 0.0f;
+        for (int t = st.x; t < st.x + st.y; ++t) {
+            const int2 tree = C.trees[t];
+            int idx = 0;
+            do {
+                const int4 node = C.nodes[tree.x + idx];
+                const int f = node.x;
+                float val = 0.0f;
+#pragma unroll
+                for (int r = 0; r < 3; ++r) {
+                    const float wt = C.weights[f * 3 + r];
+                    if (wt != 0.0f) {
+                        const int4 R = C.rects[f * 3 + r];
+                        val += wt * (float)rect_sum(s, W, x + R.x, y + R.y, R.z, R.w);
+                    }
+                }
+                idx = (val * inv < C.node_thr[tree.x + idx]) ? node.y : node.z;
+            } while (idx > 0);
+            acc += C.leaves[tree.y - idx];
+        }
+        if (acc < C.stage_thr[si]) return si;
+    }
+    return -1;
+}
+
+__device__ __forceinline__ int find_level(const Level* levels, int n_levels, int w)
+{
+    int lo = 0, hi = n_levels - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (levels[mid].win_off <= w) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels, int n_windows,
+                                       const int* __restrict__ sum, const unsigned* __restrict__ sq,
+                                       signed char* __restrict__ codes)
+{
+    int w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= n_windows) return;
+    const Cascade C = CASCADE;
+    const Level L = levels[find_level(levels, n_levels, w)];
+    const int k = w - L.win_off;
+    const int x = (k % L.gx) * L.step, y = (k / L.gx) * L.step;
+    const int W = L.width + 1;
+    const int* s = sum + L.int_off;
+    const float inv = norm_factor(s, sq + L.int_off, W, x, y, C.win_w, C.win_h);
+    if (inv == 0.0f) { codes[w] = -1; return; }
+    codes[w] = (stages_at(C, s, W, x, y, inv, 0, 1) < 0) ? 1 : 0;
+}
+
+extern "C" __global__ void row_scan(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
+                                    const signed char* __restrict__ codes, int* __restrict__ out, int* __restrict__ count,
+                                    int capacity)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rows) return;
+    const int level = grid_rows[i].x, gyi = grid_rows[i].y;
+    const Level L = levels[level];
+    const signed char* c = codes + L.win_off + gyi * L.gx;
+    for (int gxi = 0; gxi < L.gx; ++gxi) {
+        const int code = c[gxi];
+        if (code == 1) {
+            int slot = atomicAdd(count, 1);
+            if (slot < capacity) out[slot] = L.win_off + gyi * L.gx + gxi;
+        } else if (code == 0) {
+            ++gxi;  // OpenCV skips the position after a stage-0 failure
+        }
+    }
+}
+
+extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
+                                      const int* __restrict__ sum, const unsigned* __restrict__ sq,
+                                      const int* __restrict__ in, int n_in, int first, int last,
+                                      int* __restrict__ out, int* __restrict__ count)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_in) return;
+    const int w = in[i];
+    const Cascade C = CASCADE;
+    const Level L = levels[find_level(levels, n_levels, w)];
+    const int k = w - L.win_off;
+    const int x = (k % L.gx) * L.step, y = (k / L.gx) * L.step;
+    const int W = L.width + 1;
+    const int* s = sum + L.int_off;
+    const float inv = norm_factor(s, sq + L.int_off, W, x, y, C.win_w, C.win_h);
+    if (stages_at(C, s, W, x, y, inv, first, last) < 0) out[atomicAdd(count, 1)] = w;
+}

@@ -98,6 +98,12 @@ def cmd_sample(args):
     print(f"wrote {len(paths)} sample frames ({human(total / len(paths))} each on average) to {args.directory}")
 
 
+def cmd_build_kernels(args):
+    from .kernels import ARCHS, build
+    paths = build(args.output, tuple(args.arch) if args.arch else ARCHS)
+    print(f"built {len(paths)} fatbin(s): " + ", ".join(paths))
+
+
 def build_parser():
     """The argument parser of the ``gpumr`` command."""
     p = argparse.ArgumentParser(prog="gpumr", description=__doc__.splitlines()[0])
@@ -146,6 +152,12 @@ def build_parser():
     s.add_argument("-n", "--count", type=_positive, default=48)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("build-kernels", help="compile the CUDA kernels to fatbins (worker nodes then need no nvcc)")
+    s.add_argument("-o", "--output", help="directory (default: the per-user kernel cache); point "
+                                          "$GPUMR_KERNEL_DIR at it on the workers")
+    s.add_argument("--arch", action="append", help="SM architecture, e.g. 90 (repeatable; default: 75 to 120)")
+    s.set_defaults(func=cmd_build_kernels)
 
     for register in _extensions():
         register(sub)

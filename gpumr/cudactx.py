@@ -87,20 +87,33 @@ def has_context(ordinal):
 
 
 def probe(gpu):
-    """Exclusive-mode free check: can this process own a context on ``gpu``?"""
+    """Exclusive-mode free check: can this process own a context on ``gpu``?
+
+    Through PyCUDA, or CuPy's runtime where PyCUDA is missing; with neither,
+    no GPU can be used, so the answer is no.
+    """
     if has_context(gpu.ordinal):
         return True
     try:
         with context(gpu.ordinal):
             pass
         return True
-    except RuntimeError:
+    except RuntimeError as exc:
+        if "PyCUDA is not installed" not in str(exc):
+            return False
+    try:
+        import cupy
+        with cupy.cuda.Device(gpu.ordinal):
+            cupy.empty(1)  # creating the primary context is the probe
+        _state["contexts"][gpu.ordinal] = "cupy"
+        return True
+    except Exception:
         return False
 
 
 def _detach(ordinal):
     ctx = _state["contexts"].pop(ordinal, None)
-    if ctx is not None:
+    if ctx not in (None, "cupy"):
         try:
             ctx.detach()
         except Exception:

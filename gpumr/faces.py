@@ -131,9 +131,12 @@ class FaceDetection(Workload):
         return {"faces": faces, "device": device, "width": int(gray.shape[1]), "height": int(gray.shape[0])}
 
     def gpu_backend(self):
-        from . import cudactx
-        ok, why = cudactx.available()
+        from .gpu import available
+        ok, _ = available()
         if not ok:
             return None
         from .faces_gpu import FaceGPU
-        return FaceGPU(self.cascade_file, **self.params)
+        try:
+            return FaceGPU(self.cascade_file, **self.params)
+        except GpumrError:  # a cascade the GPU kernel does not take (tilted features, ...)
+            return None

@@ -73,8 +73,8 @@ class Backprojection(Workload):
         return [(slice_key(z), encode_slice(z, nz, volume[i], device)) for i, z in enumerate(range(*slab))]
 
     def gpu_backend(self):
-        from .. import cudactx
-        ok, _ = cudactx.available()
+        from ..gpu import available
+        ok, _ = available()
         if not ok:
             return None
         from .backproject_gpu import SlabBackprojector

@@ -1,0 +1,161 @@
+"""Face detection on a GPU (``cuda/haar.cu``): the same faces as OpenCV on the CPU.
+
+Per batch of frames: every pyramid level of every frame is resized on the
+CPU with OpenCV's bit-exact bilinear resize (``INTER_LINEAR_EXACT``, what
+``detectMultiScale`` uses, in a thread pool), packed into one buffer and
+sent over; integral images, the first stage over every window, OpenCV's
+row-order skip rule and the remaining stages (in groups, survivors compacted
+between groups) run on the GPU; the surviving windows come back as boxes,
+grouped per frame by OpenCV's ``groupRectangles``.
+
+Before a device is trusted, a built-in photo is run through it and compared
+with :func:`gpumr.haar.detect_reference`; a mismatch disables the GPU path
+(every batch then falls back to the CPU, and is counted).
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .haar import Cascade, group, scales
+
+#: Stage groups between compactions (the last group runs to the end).
+STAGE_GROUPS = (1, 3, 8)
+BLOCK = 256
+
+
+def _grid(n):
+    return ((n + BLOCK - 1) // BLOCK, 1, 1)
+
+
+class FaceGPU:
+    """``run(grey frames, gpu)`` -> faces per frame, as ``FaceDetection.run_cpu`` gives them."""
+
+    def __init__(self, cascade_file, scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None, prefer=None):
+        self.cascade = Cascade(cascade_file)
+        self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
+                           max_size=max_size)
+        self.prefer = prefer
+        self._devices = {}
+        self._pool = ThreadPoolExecutor(max_workers=8)
+
+    # -- host-side pyramid ---------------------------------------------
+    def pyramid(self, grays):
+        """Levels table (int32 [n, 10]), packed pixels, and per level (frame, scale, window)."""
+        import cv2
+        c = self.cascade
+        jobs = []
+        for i, g in enumerate(grays):
+            h, w = g.shape
+            for s, size, step, win in scales((w, h), c.window, self.params["scale_factor"],
+                                             self.params["min_size"], self.params["max_size"]):
+                if size[0] >= c.window[0] and size[1] >= c.window[1]:
+                    jobs.append((i, g, s, size, step, win))
+        imgs = list(self._pool.map(lambda j: cv2.resize(j[1], j[3], interpolation=cv2.INTER_LINEAR_EXACT), jobs))
+        table = np.zeros((len(jobs), 10), np.int32)
+        meta = []
+        img_off = int_off = win_off = 0
+        for row, (job, img) in enumerate(zip(jobs, imgs)):
+            i, _, s, (w, h), step, win = job
+            nx, ny = w + 1 - c.window[0], h + 1 - c.window[1]
+            gx, gy = -(-nx // step), -(-ny // step)
+            table[row] = (img_off, int_off, w, h, nx, ny, step, gx, gy, win_off)
+            meta.append((i, s, win))
+            img_off += w * h
+            int_off += (w + 1) * (h + 1)
+            win_off += gx * gy
+        pixels = np.concatenate([im.ravel() for im in imgs]) if imgs else np.zeros(0, np.uint8)
+        return table, pixels, meta, int_off, win_off
+
+    # -- device state ----------------------------------------------------
+    def _state(self, gpu):
+        st = self._devices.get(gpu.ordinal)
+        if st is None:
+            from .gpu import launcher
+            lx = launcher(gpu.ordinal, self.prefer)
+            c = self.cascade
+            with lx.active():
+                mod = lx.module("haar")
+                fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage",
+                                                         "row_scan", "run_stages")}
+                nodes = np.zeros((len(c.nodes), 4), np.int32)
+                nodes[:, :3] = c.nodes
+                arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
+                                                    c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
+            st = dict(lx=lx, fns=fns, cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
+                                                np.int32(c.window[1])] + arrays, checked=None)
+            self._devices[gpu.ordinal] = st
+            st["checked"] = self._self_check(gpu)
+        if st["checked"] is not True:
+            raise RuntimeError(f"GPU face detection disabled on device {gpu.ordinal}: {st['checked']}")
+        return st
+
+    def _self_check(self, gpu):
+        import cv2
+        from skimage import data
+        from .haar import detect_reference
+        photo = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
+        self._devices[gpu.ordinal]["checked"] = True
+        try:
+            got = sorted(self.run([photo], gpu)[0])
+        finally:
+            self._devices[gpu.ordinal]["checked"] = None
+        want = sorted(detect_reference(self.cascade, photo, **self.params))
+        return True if got == want else f"self-check on a built-in photo gave {got}, the CPU reference {want}"
+
+    # -- detection -------------------------------------------------------
+    def run(self, grays, gpu):
+        st = self._state(gpu)
+        table, pixels, meta, n_int, n_win = self.pyramid(grays)
+        faces = [[] for _ in grays]
+        if not len(table):
+            return faces
+        with st["lx"].active():
+            windows = self._detect(st, table, pixels, n_int, n_win)
+        win_off = table[:, 9]
+        level = np.searchsorted(win_off, windows, side="right") - 1
+        boxes = [[] for _ in grays]
+        for w, lv in sorted(zip(windows.tolist(), level.tolist())):
+            k = w - win_off[lv]
+            gx, step = table[lv, 7], table[lv, 6]
+            frame, s, win = meta[lv]
+            x, y = (k % gx) * step, (k // gx) * step
+            boxes[frame].append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
+        return [group(b, self.params["min_neighbors"]) for b in boxes]
+
+    def _detect(self, st, table, pixels, n_int, n_win):
+        lx, f, casc = st["lx"], st["fns"], st["cascade"]
+        i32 = np.int32
+        levels = lx.to_device(table)
+        img = lx.to_device(pixels)
+        total = lx.zeros(n_int, np.int32)
+        sq = lx.zeros(n_int, np.uint32)
+        rows = np.concatenate([np.stack([np.full(h + 1, lv), np.arange(h + 1)], 1)
+                               for lv, h in enumerate(table[:, 3])]).astype(np.int32)
+        cols = np.concatenate([np.stack([np.full(w + 1, lv), np.arange(w + 1)], 1)
+                               for lv, w in enumerate(table[:, 2])]).astype(np.int32)
+        lx.launch(f["integral_rows"], _grid(len(rows)), (BLOCK, 1, 1), img, levels, lx.to_device(rows),
+                  i32(len(rows)), total, sq)
+        lx.launch(f["integral_cols"], _grid(len(cols)), (BLOCK, 1, 1), levels, lx.to_device(cols), i32(len(cols)),
+                  total, sq)
+        codes = lx.zeros(n_win, np.int8)
+        lx.launch(f["first_stage"], _grid(n_win), (BLOCK, 1, 1), *casc, levels, i32(len(table)), i32(n_win),
+                  total, sq, codes)
+        grid_rows = np.concatenate([np.stack([np.full(gy, lv), np.arange(gy)], 1)
+                                    for lv, gy in enumerate(table[:, 8])]).astype(np.int32)
+        survivors = lx.zeros(n_win, np.int32)
+        count = lx.zeros(1, np.int32)
+        lx.launch(f["row_scan"], _grid(len(grid_rows)), (BLOCK, 1, 1), levels, lx.to_device(grid_rows),
+                  i32(len(grid_rows)), codes, survivors, count, i32(n_win))
+        n = int(lx.to_host(count)[0])
+        n_stages = len(self.cascade.stages)
+        bounds = [b for b in STAGE_GROUPS if b < n_stages] + [n_stages]
+        for first, last in zip(bounds[:-1], bounds[1:]):
+            if n == 0:
+                break
+            out = lx.zeros(n, np.int32)
+            count = lx.zeros(1, np.int32)
+            lx.launch(f["run_stages"], _grid(n), (BLOCK, 1, 1), *casc, levels, i32(len(table)), total, sq,
+                      survivors, i32(n), i32(first), i32(last), out, count)
+            survivors, n = out, int(lx.to_host(count)[0])
+        return np.sort(lx.to_host(survivors)[:n]) if n else np.zeros(0, np.int64)

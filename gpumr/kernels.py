@@ -1,0 +1,102 @@
+"""CUDA kernel sources and their compiled fatbins.
+
+Sources are package data (``gpumr.cuda``). ``gpumr build-kernels`` compiles
+them with ``nvcc`` into fatbins for the common architectures, so worker
+nodes need no ``nvcc``. At run time a fatbin is looked for in
+``$GPUMR_KERNEL_DIR``, beside the sources, then in the per-user cache
+(keyed by the source's hash); failing all three, the source is compiled for
+the device at hand and cached.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from .errors import GpumrError
+
+KERNELS = ("backproject", "haar")
+#: Real architectures in the fatbin (Turing to Blackwell), plus PTX of the newest for later GPUs.
+ARCHS = ("75", "80", "86", "89", "90", "100", "120")
+#: Extra nvcc flags per kernel: the Haar kernel must round like OpenCV's CPU code (no fused multiply-add).
+FLAGS = {"haar": ["-fmad=false"], "backproject": ["-fmad=false"]}
+KERNEL_DIR_ENV = "GPUMR_KERNEL_DIR"
+
+
+def source_path(name):
+    """The installed ``.cu`` source of kernel ``name``."""
+    import gpumr.cuda
+    path = os.path.join(os.path.dirname(gpumr.cuda.__file__), f"{name}.cu")
+    if not os.path.exists(path):
+        raise GpumrError(f"no kernel source {name}.cu in {os.path.dirname(path)}")
+    return path
+
+
+def _digest(name):
+    with open(source_path(name), "rb") as f:
+        return hashlib.sha256(f.read() + " ".join(FLAGS.get(name, [])).encode()).hexdigest()[:16]
+
+
+def cache_dir():
+    """The per-user kernel cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpumr", "kernels")
+
+
+def nvcc():
+    """Path of ``nvcc``, or None."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for cand in ("/usr/local/cuda/bin/nvcc",):
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
+    """Compile kernel ``name`` into a fatbin at ``out_path`` (atomically).
+
+    Raises
+    ------
+    GpumrError
+        If ``nvcc`` is missing or fails (its message included).
+    """
+    compiler = nvcc()
+    if compiler is None:
+        raise GpumrError("nvcc not found: install the CUDA toolkit or ship fatbins made by 'gpumr build-kernels'")
+    cmd = [compiler, "-fatbin", "-O3", "-std=c++14", *FLAGS.get(name, [])]
+    for a in archs:
+        cmd.append(f"-gencode=arch=compute_{a},code=sm_{a}")
+    if ptx and archs:
+        cmd.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
+    folder = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".fatbin", dir=folder)
+    os.close(fd)
+    try:
+        proc = subprocess.run(cmd + ["-o", tmp, source_path(name)], capture_output=True, text=True)
+        if proc.returncode:
+            raise GpumrError(f"nvcc failed on {name}.cu: {proc.stderr.strip()[-2000:]}")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out_path
+
+
+def build(out_dir=None, archs=ARCHS, names=KERNELS):
+    """``gpumr build-kernels``: fatbins of every kernel into ``out_dir`` (default: the cache)."""
+    out_dir = out_dir or cache_dir()
+    return [compile_fatbin(n, os.path.join(out_dir, f"{n}-{_digest(n)}.fatbin"), archs) for n in names]
+
+
+def fatbin(name, arch=None):
+    """Path of a fatbin for kernel ``name``, compiling for ``arch`` (e.g. "90") if none exists."""
+    file = f"{name}-{_digest(name)}.fatbin"
+    for folder in (os.environ.get(KERNEL_DIR_ENV), os.path.dirname(source_path(name)), cache_dir()):
+        if folder and os.path.exists(os.path.join(folder, file)):
+            return os.path.join(folder, file)
+    return compile_fatbin(name, os.path.join(cache_dir(), file), (arch,) if arch else ARCHS)

@@ -1,0 +1,98 @@
+"""GPU paths: kernels compile with nvcc here; on an NVIDIA GPU they must match the CPU."""
+
+import os
+
+import numpy as np
+import pytest
+
+from gpumr import kernels
+
+needs_nvcc = pytest.mark.skipif(kernels.nvcc() is None, reason="nvcc (CUDA toolkit) not found")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", kernels.KERNELS)
+def test_kernel_compiles(tmp_path, name):
+    out = kernels.compile_fatbin(name, str(tmp_path / f"{name}.fatbin"), archs=("90",), ptx=False)
+    assert os.path.getsize(out) > 1000
+
+
+@needs_nvcc
+def test_build_kernels_command(tmp_path, capsys, monkeypatch):
+    from gpumr.cli import main
+    assert main(["build-kernels", "-o", str(tmp_path), "--arch", "80"]) == 0
+    built = sorted(os.listdir(tmp_path))
+    assert len(built) == 2 and all(b.endswith(".fatbin") for b in built)
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, str(tmp_path))
+    assert kernels.fatbin("haar").startswith(str(tmp_path))  # found, not rebuilt
+
+
+def _real_gpu():
+    from gpumr import gpu, nvml
+    ok, why = gpu.available()
+    if not ok:
+        pytest.skip(why)
+    found = nvml.discover(env={k: v for k, v in os.environ.items() if k != "GPUMR_SIMULATE_GPUS"})
+    if not found.gpus:
+        pytest.skip(f"no NVIDIA GPU: {found.reason}")
+    return found.gpus[0]
+
+
+@pytest.mark.gpu
+def test_gpu_backprojection_equals_cpu():
+    from gpumr.ct import geometry, phantom
+    from gpumr.ct.backproject import backproject, pad
+    from gpumr.ct.backproject_gpu import SlabBackprojector
+    from gpumr.ct.fdk import filter_projections
+    gpu = _real_gpu()
+    d = geometry.simple(48, 64).to_dict()
+    d.update(offOrigin=[0.5, -1.0, 0.3], offDetector=[1.2, -0.7])
+    g = geometry.from_dict(d)
+    for seed in range(2):
+        q = np.random.default_rng(seed).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
+        bp = SlabBackprojector(pad(q), g)
+        for z0, z1 in ((0, 48), (5, 13)):
+            cpu = backproject(q, g, z0, z1)
+            (gpu_slab,) = bp.run([(z0, z1)], gpu)
+            assert np.linalg.norm(gpu_slab - cpu) / np.linalg.norm(cpu) < 1e-5
+    g = geometry.simple(64, 90)
+    f = filter_projections(phantom.projections(g), g)
+    (vol,) = SlabBackprojector(pad(f), g).run([(0, 64)], gpu)
+    cpu = backproject(f, g)
+    assert np.linalg.norm(vol - cpu) / np.linalg.norm(cpu) < 1e-5
+
+
+def _iou(a, b):
+    ax, ay, aw, ah = a
+    bx, by, bw, bh = b
+    iw = max(0, min(ax + aw, bx + bw) - max(ax, bx))
+    ih = max(0, min(ay + ah, by + bh) - max(ay, by))
+    inter = iw * ih
+    return inter / (aw * ah + bw * bh - inter)
+
+
+@pytest.mark.gpu
+def test_gpu_faces_agree_with_opencv(sample_frames):
+    import cv2
+    from skimage import data
+    from gpumr.faces import detect, load_cascade
+    from gpumr.faces_gpu import FaceGPU
+    gpu = _real_gpu()
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE) for n in sorted(os.listdir(sample_frames))]
+    astro = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
+    frames += [astro, cv2.resize(astro, (256, 256)), cv2.resize(frames[0], (1280, 960)), data.camera()]
+    for name in ("haarcascade_frontalface_default.xml", "haarcascade_frontalface_alt.xml",
+                 "haarcascade_frontalface_alt2.xml"):
+        path = os.path.join(cv2.data.haarcascades, name)
+        clf, fg = load_cascade(path), FaceGPU(path)
+        got = fg.run(frames, gpu)
+        matched = unmatched = total_cv = total_gpu = 0
+        for gray, g in zip(frames, got):
+            want = detect(clf, gray)
+            total_cv += len(want)
+            total_gpu += len(g)
+            matched += sum(1 for w in want if any(_iou(w, x) >= 0.5 for x in g))
+            unmatched += sum(1 for x in g if not any(_iou(w, x) >= 0.5 for w in want))
+        assert total_cv > 0
+        assert matched >= 0.95 * total_cv, (name, matched, total_cv)
+        assert unmatched <= 0.05 * max(total_gpu, 1), (name, unmatched, total_gpu)
