@@ -57,3 +57,21 @@ def test_unsupported_cascades_are_refused_clearly(tmp_path):
                    '<featureType>LBP</featureType></cascade></opencv_storage>')
     with pytest.raises(GpumrError, match="only BOOST stages of HAAR"):
         Cascade(str(bad))
+
+
+def test_gpu_pyramid_table_matches_the_scan_grid(sample_frames):
+    """The level table the GPU kernels walk covers exactly the reference's window grid."""
+    from gpumr.faces_gpu import FaceGPU
+    from gpumr.haar import scales
+    path = os.path.join(DATA, "haarcascade_frontalface_default.xml")
+    grays = _photos(sample_frames)[:3]
+    table, pixels, meta, n_int, n_win = FaceGPU(path).pyramid(grays)
+    expected_levels = sum(1 for g in grays for _, size, _, _ in scales(g.shape[::-1], (24, 24), 1.1, 24)
+                          if size[0] >= 24 and size[1] >= 24)
+    assert len(table) == len(meta) == expected_levels
+    img_off, int_off, w, h, nx, ny, step, gx, gy, win_off = table.T
+    assert pixels.size == (w * h).sum() and n_int == ((w + 1) * (h + 1)).sum() and n_win == (gx * gy).sum()
+    assert (np.diff(win_off) == (gx * gy)[:-1]).all() and (np.diff(img_off) == (w * h)[:-1]).all()
+    assert ((gx - 1) * step < nx).all() and (gx * step >= nx).all() and (nx == w - 23).all()
+    frames, scale_values, wins = zip(*meta)
+    assert list(frames) == sorted(frames) and all(step[i] == (1 if scale_values[i] >= 2 else 2) for i in range(len(meta)))
