@@ -9,6 +9,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))  # the Hadoop helper lives with the tests
 
 
+def frame_corpus(work, count=None, megabytes=None, distinct=96):
+    """Sample frames repeated under new names: ``count`` of them, or ``megabytes`` worth.
+
+    Returns the sorted paths (in ``work/frames``).
+    """
+    import shutil
+    from gpumr.sample import make_frames
+    originals = make_frames(os.path.join(work, "distinct"), count=distinct)
+    src = os.path.join(work, "frames")
+    os.makedirs(src)
+    paths, total = [], 0
+    while (count is not None and len(paths) < count) or (megabytes is not None and total < megabytes * 1e6):
+        dst = os.path.join(src, f"frame_{len(paths):06d}.jpg")
+        shutil.copyfile(originals[len(paths) % len(originals)], dst)
+        total += os.path.getsize(dst)
+        paths.append(dst)
+    return paths
+
+
 def best_of(fn, repeat=3):
     """Run ``fn`` ``repeat`` times; return (best seconds, median seconds, last result)."""
     times, result = [], None

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 
-from _common import table
+from _common import frame_corpus, table
 
 from gpumr.nvml import discover
 
@@ -47,19 +47,14 @@ def main():
     from gpumr.faces import cascade_path
     from gpumr.faces_gpu import FaceGPU
     from gpumr.packing import pack
-    from gpumr.sample import make_frames
     gpus = discover().gpus
     if not gpus:
         raise SystemExit("no NVIDIA GPU here")
     gpu = gpus[0]
     work = tempfile.mkdtemp(prefix="gpumr-facegpu-")
     try:
-        distinct = make_frames(os.path.join(work, "d"), count=128)
-        src = os.path.join(work, "frames")
-        os.makedirs(src)
-        for i in range(args.frames):
-            shutil.copyfile(distinct[i % len(distinct)], os.path.join(src, f"f{i:06d}.jpg"))
-        paths = sorted(os.path.join(src, p) for p in os.listdir(src))
+        paths = frame_corpus(work, count=args.frames, distinct=128)
+        src = os.path.dirname(paths[0])
         grays = [cv2.imread(p, cv2.IMREAD_GRAYSCALE) for p in paths]
         fg = FaceGPU(cascade_path())
         fg.run(grays[:args.batch], gpu)  # warm-up, kernels loaded, self-check done

@@ -17,11 +17,10 @@ import shutil
 import tempfile
 import time
 
-from _common import table
+from _common import frame_corpus, table
 
 from gpumr.demo import run_face_job
 from gpumr.packing import pack
-from gpumr.sample import make_frames
 
 
 def _loop(args):
@@ -57,14 +56,9 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gpumr-face-bench-")
     try:
-        distinct = make_frames(os.path.join(work, "distinct"), count=96)
-        src = os.path.join(work, "frames")
-        os.makedirs(src)
-        for i in range(args.frames):
-            shutil.copyfile(distinct[i % len(distinct)], os.path.join(src, f"frame_{i:06d}.jpg"))
-        paths = sorted(os.path.join(src, f) for f in os.listdir(src))
+        paths = frame_corpus(work, count=args.frames)
         seq = os.path.join(work, "seq")
-        pack([src], seq, shards=2, progress=False)
+        pack([os.path.dirname(paths[0])], seq, shards=2, progress=False)
 
         t_detect, faces_a, _ = baseline(paths, decode_first=True)
         t_both, faces_b, _ = baseline(paths, decode_first=False)

@@ -20,11 +20,10 @@ import subprocess
 import sys
 import tempfile
 
-from _common import best_of, table
+from _common import best_of, frame_corpus, table
 
 import seqfile
 from gpumr.packing import pack
-from gpumr.sample import make_frames
 
 
 def main():
@@ -40,17 +39,9 @@ def main():
 
 
 def run(work, args):
-    distinct = make_frames(os.path.join(work, "distinct"), count=64)
-    src = os.path.join(work, "frames")
-    os.makedirs(src)
-    total, n = 0, 0
-    while total < args.mb * 1_000_000:
-        p = distinct[n % len(distinct)]
-        dst = os.path.join(src, f"frame_{n:06d}.jpg")
-        shutil.copyfile(p, dst)
-        total += os.path.getsize(dst)
-        n += 1
-    files = sorted(os.path.join(src, f) for f in os.listdir(src))
+    files = frame_corpus(work, megabytes=args.mb, distinct=64)
+    src = os.path.dirname(files[0])
+    n, total = len(files), sum(os.path.getsize(f) for f in files)
     print(f"corpus: {n} frames, {total / 1e6:.0f} MB, mean {total / n / 1e3:.1f} KB")
     seq = os.path.join(work, "frames.seq")
     cat_out = os.path.join(work, "cat.out")

@@ -147,6 +147,28 @@ __device__ __forceinline__ int find_level(const Level* levels, int n_levels, int
     return lo;
 }
 
+// Window w: its level's integral image, top-left corner and variance factor.
+struct Window {
+    const int* s;   // the level's sum integral image
+    int W;          // its row length
+    int x, y;
+    float inv;      // 1 / nf, or 0 when OpenCV rejects the window for low variance
+};
+
+__device__ __forceinline__ Window window_at(const Cascade C, const Level* levels, int n_levels, int w,
+                                            const int* sum, const unsigned* sq)
+{
+    const Level L = levels[find_level(levels, n_levels, w)];
+    const int k = w - L.win_off;
+    Window win;
+    win.s = sum + L.int_off;
+    win.W = L.width + 1;
+    win.x = (k % L.gx) * L.step;
+    win.y = (k / L.gx) * L.step;
+    win.inv = norm_factor(win.s, sq + L.int_off, win.W, win.x, win.y, C.win_w, C.win_h);
+    return win;
+}
+
 extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels, int n_windows,
                                        const int* __restrict__ sum, const unsigned* __restrict__ sq,
                                        signed char* __restrict__ codes)
@@ -154,14 +176,9 @@ extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__
     int w = blockIdx.x * blockDim.x + threadIdx.x;
     if (w >= n_windows) return;
     const Cascade C = CASCADE;
-    const Level L = levels[find_level(levels, n_levels, w)];
-    const int k = w - L.win_off;
-    const int x = (k % L.gx) * L.step, y = (k / L.gx) * L.step;
-    const int W = L.width + 1;
-    const int* s = sum + L.int_off;
-    const float inv = norm_factor(s, sq + L.int_off, W, x, y, C.win_w, C.win_h);
-    if (inv == 0.0f) { codes[w] = -1; return; }
-    codes[w] = (stages_at(C, s, W, x, y, inv, 0, 1) < 0) ? 1 : 0;
+    const Window v = window_at(C, levels, n_levels, w, sum, sq);
+    if (v.inv == 0.0f) { codes[w] = -1; return; }
+    codes[w] = (stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 1 : 0;
 }
 
 extern "C" __global__ void row_scan(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
@@ -193,11 +210,6 @@ extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ 
     if (i >= n_in) return;
     const int w = in[i];
     const Cascade C = CASCADE;
-    const Level L = levels[find_level(levels, n_levels, w)];
-    const int k = w - L.win_off;
-    const int x = (k % L.gx) * L.step, y = (k / L.gx) * L.step;
-    const int W = L.width + 1;
-    const int* s = sum + L.int_off;
-    const float inv = norm_factor(s, sq + L.int_off, W, x, y, C.win_w, C.win_h);
-    if (stages_at(C, s, W, x, y, inv, first, last) < 0) out[atomicAdd(count, 1)] = w;
+    const Window v = window_at(C, levels, n_levels, w, sum, sq);
+    if (stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0) out[atomicAdd(count, 1)] = w;
 }

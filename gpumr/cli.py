@@ -13,14 +13,7 @@ from seqfile import Reader, SequenceFileError
 
 from . import __version__
 from .errors import GpumrError
-from .sizes import human, parse_size
-
-
-def _size(text):
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from .sizes import human, size_arg
 
 
 def _positive(text):
@@ -117,7 +110,7 @@ def build_parser():
     s.add_argument("-o", "--output", required=True, help="output file, or directory with --shards/--shard-size")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--shards", type=_positive, help="write N part-NNNNN.seq files balanced by bytes")
-    g.add_argument("--shard-size", type=_size, help="write shards of about SIZE each (e.g. 256MB)")
+    g.add_argument("--shard-size", type=size_arg, help="write shards of about SIZE each (e.g. 256MB)")
     s.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only keys matching GLOB")
     s.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="drop keys matching GLOB")
     s.add_argument("--compression", choices=["NONE", "RECORD", "BLOCK"], default="NONE", type=str.upper)

@@ -4,7 +4,7 @@ import json
 import sys
 
 from .errors import GpumrError
-from .sizes import human, parse_size
+from .sizes import human, size_arg
 
 
 def cmd_probe(args):
@@ -82,20 +82,12 @@ def cmd_status(args):
         print("  no leases")
 
 
-def _size(text):
-    import argparse
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def register(sub):
     """Add ``probe`` and ``scheduler`` to the ``gpumr`` parser."""
     from .scheduler import POLICIES
     s = sub.add_parser("probe", help="show each GPU and whether a task here would get it now")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--memory", type=_size, default=0, help="device memory a task needs (e.g. 2GiB)")
+    s.add_argument("--memory", type=size_arg, default=0, help="device memory a task needs (e.g. 2GiB)")
     s.add_argument("--gpu-slots", type=int, default=1)
     s.set_defaults(func=cmd_probe)
 

@@ -30,3 +30,12 @@ def human(n):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
+
+
+def size_arg(text):
+    """``argparse`` type for sizes: :func:`parse_size` with argparse's error."""
+    import argparse
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

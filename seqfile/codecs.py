@@ -99,11 +99,11 @@ def decompress(codec_class, data, limit):
     """
     try:
         if codec_class in (DEFAULT, DEFLATE):
-            return _inflate(data, zlib.MAX_WBITS, limit, multi=False)
+            return _streams(zlib.decompressobj, data, limit, multi=False)
         if codec_class == GZIP:
-            return _inflate(data, 31, limit, multi=True)
+            return _streams(lambda: zlib.decompressobj(31), data, limit, multi=True)
         if codec_class == BZIP2:
-            return _bunzip(data, limit)
+            return _streams(bz2.BZ2Decompressor, data, limit, multi=True)
         cj = _cramjam(codec_class)
         if codec_class == ZSTD:
             out = bytes(cj.zstd.decompress(bytes(data)))
@@ -130,12 +130,17 @@ def _lz4_block(cj, data, most):
     return bytes(memoryview(out)[:n])
 
 
-def _inflate(data, wbits, limit, multi):
+def _streams(new, data, limit, multi):
+    """Decompress one stream (or, with ``multi``, concatenated streams) into at most ``limit`` bytes.
+
+    ``new()`` makes a decompressor with ``decompress(data, max_length)``,
+    ``eof`` and ``unused_data`` (zlib's and bz2's both have them).
+    """
     out = []
     total = 0
     rest = bytes(data)
     while True:
-        d = zlib.decompressobj(wbits)
+        d = new()
         piece = d.decompress(rest, limit - total + 1)
         total += len(piece)
         out.append(piece)
@@ -146,23 +151,6 @@ def _inflate(data, wbits, limit, multi):
         rest = d.unused_data
         if not (multi and rest):
             return b"".join(out)
-
-
-def _bunzip(data, limit):
-    out = []
-    total = 0
-    rest = bytes(data)
-    while rest:
-        d = bz2.BZ2Decompressor()
-        piece = d.decompress(rest, limit - total + 1)
-        total += len(piece)
-        out.append(piece)
-        if total > limit:
-            raise CodecError(f"decompressed data exceeds {limit} bytes")
-        if not d.eof:
-            raise CodecError("compressed stream is truncated")
-        rest = d.unused_data
-    return b"".join(out)
 
 
 def _unframe(data, limit, raw_decompress):
