@@ -14,6 +14,7 @@ touches CUDA), ``gpu`` (waits for a GPU; fails clearly without one).
 """
 
 import os
+import time
 from dataclasses import dataclass
 
 from . import nvml as _nvml
@@ -21,6 +22,8 @@ from .errors import GpumrError
 from .leases import LockFileLeases, wait_for
 
 MODES = ("auto", "cpu", "gpu")
+#: After a failed exclusive-mode context probe, leave that GPU alone this long (a probe is costly).
+PROBE_BACKOFF = 1.0
 
 
 @dataclass
@@ -130,6 +133,7 @@ class DeviceChooser:
         self._leases = None
         self._client = None
         self._rotate = 0
+        self._probe_failed = {}  # uuid -> monotonic time of the last failed exclusive probe
         self._absent = None  # reason there will never be a GPU (no driver, no GPU)
         self.simulated = False
         if mode == "cpu":
@@ -217,8 +221,11 @@ class DeviceChooser:
             if not verdict.free:
                 continue
             if gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
+                if time.monotonic() - self._probe_failed.get(gpu.uuid, -PROBE_BACKOFF) < PROBE_BACKOFF:
+                    continue
                 if self._exclusive_probe(gpu):
                     return Choice(gpu, None, None)
+                self._probe_failed[gpu.uuid] = time.monotonic()
                 continue
             lease = self._leases.try_acquire(gpu)
             if lease is not None:

@@ -13,6 +13,7 @@ from .sizes import parse_size
 
 SIMULATE_ENV = "GPUMR_SIMULATE_GPUS"
 DEFAULT, EXCLUSIVE_THREAD, PROHIBITED, EXCLUSIVE_PROCESS = "default", "exclusive_thread", "prohibited", "exclusive_process"
+_initialised = set()
 _MODES = {0: DEFAULT, 1: EXCLUSIVE_THREAD, 2: PROHIBITED, 3: EXCLUSIVE_PROCESS}
 
 
@@ -104,10 +105,12 @@ def discover(nvml=None, env=None):
             import pynvml as nvml
         except ImportError:
             return Discovery([], "nvidia-ml-py (pynvml) is not installed")
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return Discovery([], f"NVML unavailable: {exc}")
+    if id(nvml) not in _initialised:  # once per process: device choice asks for every record
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            return Discovery([], f"NVML unavailable: {exc}")
+        _initialised.add(id(nvml))
     try:
         gpus = [query(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
     except Exception as exc:
