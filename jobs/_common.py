@@ -87,15 +87,20 @@ class GpumrJobMixin:
         self.chooser.close()
 
     def mapper_raw(self, path, uri):
-        """Read a whole SequenceFile here; a corrupt stretch is counted and skipped."""
-        from seqfile import Reader
+        """Read a whole SequenceFile here; a corrupt stretch (or file) is counted and skipped."""
+        from seqfile import Reader, SequenceFileError
         from gpumr.core import BAD, GROUP
 
         def corrupt(exc):
             self.increment_counter(GROUP, BAD, 1)
             self.log(f"gpumr: skipping corrupt data in {uri}: {exc}")
 
-        with Reader(path, on_error=corrupt) as reader:
+        try:
+            reader = Reader(path, on_error=corrupt)
+        except SequenceFileError as exc:
+            corrupt(exc)
+            return
+        with reader:
             for rec in reader:
                 yield from self.processor.feed(rec.key, rec.value)
 

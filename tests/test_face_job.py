@@ -163,6 +163,16 @@ def test_corrupt_sequencefile_stretch_is_counted_and_skipped(sample_frames, tmp_
     assert counters_of(counters)["bad records"] == 1
 
 
+def test_a_file_that_is_not_a_sequencefile_is_counted_not_fatal(packed, tmp_path):
+    import shutil
+    mixed = tmp_path / "mixed"
+    shutil.copytree(packed, mixed)
+    (mixed / "part-99999.seq").write_bytes(b"\xff\xd8\xff\xe0 not a SequenceFile")
+    counters, _ = run_face_job([str(mixed)], str(tmp_path / "out"), "inline")
+    assert len(read_output(str(tmp_path / "out"))) == 12
+    assert counters_of(counters)["bad records"] == 1
+
+
 def test_map_only_run(packed, tmp_path):
     counters, _ = run_face_job([packed], str(tmp_path / "out"), "inline", ["--reducers", "0"])
     assert len(read_output(str(tmp_path / "out"))) == 12
