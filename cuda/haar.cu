@@ -39,17 +39,16 @@ struct Cascade {
 
 extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, const Level* __restrict__ levels,
                                          const int2* __restrict__ rows, int n_rows,
-                                         int* __restrict__ sum, unsigned* __restrict__ sq)
+                                         unsigned* __restrict__ sum, unsigned* __restrict__ sq)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_rows) return;
     const Level L = levels[rows[i].x];
     const int y = rows[i].y;                       // 0 .. height: integral row y
     const int W = L.width + 1;
-    int* s = sum + L.int_off + y * W;
+    unsigned* s = sum + L.int_off + y * W;
     unsigned* q = sq + L.int_off + y * W;
-    int acc = 0;
-    unsigned accq = 0;
+    unsigned acc = 0, accq = 0;
     s[0] = 0;
     q[0] = 0;
     if (y == 0) {
@@ -58,23 +57,23 @@ extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, 
     }
     const unsigned char* p = img + L.img_off + (y - 1) * L.width;
     for (int x = 1; x < W; ++x) {
-        int v = p[x - 1];
+        const unsigned v = p[x - 1];
         acc += v;
-        accq += (unsigned)(v * v);
+        accq += v * v;
         s[x] = acc;
         q[x] = accq;
     }
 }
 
 extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const int2* __restrict__ cols, int n_cols,
-                                         int* __restrict__ sum, unsigned* __restrict__ sq)
+                                         unsigned* __restrict__ sum, unsigned* __restrict__ sq)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_cols) return;
     const Level L = levels[cols[i].x];
     const int x = cols[i].y;
     const int W = L.width + 1;
-    int* s = sum + L.int_off + x;
+    unsigned* s = sum + L.int_off + x;
     unsigned* q = sq + L.int_off + x;
     for (int y = 1; y <= L.height; ++y) {
         s[y * W] += s[(y - 1) * W];
@@ -89,16 +88,19 @@ extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const
     const float* __restrict__ weights
 #define CASCADE {n_stages, win_w, win_h, stages, stage_thr, trees, nodes, node_thr, leaves, rects, weights}
 
+// Integral images wrap modulo 2^32 on large frames (as OpenCV's do); a rectangle's
+// sum is exact once the differences are taken in unsigned arithmetic.
 __device__ __forceinline__ int rect_sum(const int* s, int W, int x, int y, int w, int h)
 {
-    return s[(y + h) * W + x + w] - s[y * W + x + w] - s[(y + h) * W + x] + s[y * W + x];
+    const unsigned* u = (const unsigned*)s;
+    return (int)(u[(y + h) * W + x + w] - u[y * W + x + w] - u[(y + h) * W + x] + u[y * W + x]);
 }
 
 // 1 / nf for the window at (x, y), or 0 when OpenCV rejects it for low variance.
 __device__ __forceinline__ float norm_factor(const int* s, const unsigned* q, int W, int x, int y, int ww, int wh)
 {
     const int x0 = x + 1, y0 = y + 1, x1 = x + ww - 1, y1 = y + wh - 1;
-    const int vs = s[y1 * W + x1] - s[y0 * W + x1] - s[y1 * W + x0] + s[y0 * W + x0];
+    const int vs = rect_sum(s, W, x0, y0, x1 - x0, y1 - y0);
     const unsigned vq = q[y1 * W + x1] - q[y0 * W + x1] - q[y1 * W + x0] + q[y0 * W + x0];
     const int area = (ww - 2) * (wh - 2);
     const double nf = (double)area * (double)vq - (double)vs * (double)vs;
