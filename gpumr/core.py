@@ -10,7 +10,6 @@ Counters (mrjob group ``gpumr``): ``records on CPU``, ``records on GPU``,
 """
 
 import sys
-import time
 
 GROUP = "gpumr"
 ON_CPU, ON_GPU, FALLBACKS, BAD = "records on CPU", "records on GPU", "GPU fallbacks", "bad records"
@@ -89,7 +88,6 @@ class Processor:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.backend = None
         self._batch, self._choice = [], None
-        self.device_seconds = {"cpu": 0.0, "gpu": 0.0}
         if chooser.has_gpus:
             if chooser.simulated:
                 self.backend = SimulatedBackend(workload)
@@ -141,18 +139,17 @@ class Processor:
         return key, self.workload.error_output(key, reason)
 
     def _cpu(self, key, item):
-        t0 = time.perf_counter()
         try:
             result = self.workload.run_cpu(item)
         except BadRecord as exc:
             return [self.bad(key, str(exc))]
-        finally:
-            self.device_seconds["cpu"] += time.perf_counter() - t0
+        except Exception as exc:  # one record's failure must not end the task
+            self.log(f"gpumr: record {key!r} failed on the CPU: {type(exc).__name__}: {exc}")
+            return [self.bad(key, f"processing failed: {type(exc).__name__}: {str(exc)[:200]}")]
         self.count(ON_CPU, 1)
         return self.workload.outputs(key, item, result, "cpu")
 
     def _gpu(self, batch, choice):
-        t0 = time.perf_counter()
         try:
             results = self.backend.run([item for _, item in batch], choice.gpu)
             if len(results) != len(batch):
@@ -165,8 +162,6 @@ class Processor:
             for key, item in batch:
                 yield from self._cpu(key, item)
             return
-        finally:
-            self.device_seconds["gpu"] += time.perf_counter() - t0
         choice.release()
         self.count(ON_GPU, len(batch))
         for (key, item), result in zip(batch, results):

@@ -82,3 +82,23 @@ def test_gpu_failure_reruns_on_cpu_and_counts():
     assert counts["GPU fallbacks"] == sum(len(b) for b in backend.batches) > 0
     assert counts["records on CPU"] == 7 and "records on GPU" not in counts
     assert chooser.released == len(backend.batches)
+
+
+def test_an_unexpected_cpu_error_is_a_bad_record_not_a_crash():
+    class Fragile(Square):
+        def run_cpu(self, x):
+            if x == 3:
+                raise ZeroDivisionError("boom")
+            return x * x
+
+    counts = Counter()
+    w = Fragile()
+
+    class NoGPU:
+        has_gpus, simulated, why_cpu_only = False, False, "none"
+
+    out = dict(Processor(w, NoGPU(), count=lambda n, k=1: counts.update({n: k}), log=lambda m: None)
+               .process([(f"k{i}", i) for i in range(5)]))
+    assert out["k3"]["error"].startswith("processing failed: ZeroDivisionError")
+    assert all(out[f"k{i}"]["y"] == i * i for i in (0, 1, 2, 4))
+    assert counts == Counter({"records on CPU": 4, "bad records": 1})
