@@ -19,5 +19,5 @@ $PY -m gpumr probe | tee -a "$OUT/gpu.txt"
 $PY -m gpumr build-kernels -o "$SITE/kernels" --arch "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
 export GPUMR_KERNEL_DIR="$SITE/kernels"
 (cd tests && $PY -m pytest -q -p no:cacheprovider -rs test_gpu.py test_haar.py test_ct.py 2>&1 | tee "$OUT/tests.txt")
-PYTHONUNBUFFERED=1 $PY bench/backproject_gpu.py 2>&1 | tee "$OUT/backproject_gpu.txt"
+PYTHONUNBUFFERED=1 $PY bench/backproject_gpu.py --job 2>&1 | tee "$OUT/backproject_gpu.txt"
 PYTHONUNBUFFERED=1 $PY bench/face_gpu.py --frames "${FRAMES:-2000}" 2>&1 | tee "$OUT/face_gpu.txt"

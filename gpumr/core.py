@@ -6,13 +6,16 @@ A workload supplies the pieces; the core supplies device choice, batching
 of GPU records, falling back to the CPU when the GPU fails, and counters.
 
 Counters (mrjob group ``gpumr``): ``records on CPU``, ``records on GPU``,
-``GPU fallbacks``, ``bad records``.
+``GPU fallbacks``, ``bad records``; and the time spent in each device's
+implementation, ``CPU milliseconds`` and ``GPU milliseconds``.
 """
 
 import sys
+import time
 
 GROUP = "gpumr"
 ON_CPU, ON_GPU, FALLBACKS, BAD = "records on CPU", "records on GPU", "GPU fallbacks", "bad records"
+CPU_MS, GPU_MS = "CPU milliseconds", "GPU milliseconds"
 
 
 class BadRecord(Exception):
@@ -139,6 +142,7 @@ class Processor:
         return key, self.workload.error_output(key, reason)
 
     def _cpu(self, key, item):
+        t0 = time.perf_counter()
         try:
             result = self.workload.run_cpu(item)
         except BadRecord as exc:
@@ -146,10 +150,12 @@ class Processor:
         except Exception as exc:  # one record's failure must not end the task
             self.log(f"gpumr: record {key!r} failed on the CPU: {type(exc).__name__}: {exc}")
             return [self.bad(key, f"processing failed: {type(exc).__name__}: {str(exc)[:200]}")]
+        self.count(CPU_MS, int(round((time.perf_counter() - t0) * 1000)))
         self.count(ON_CPU, 1)
         return self.workload.outputs(key, item, result, "cpu")
 
     def _gpu(self, batch, choice):
+        t0 = time.perf_counter()
         try:
             results = self.backend.run([item for _, item in batch], choice.gpu)
             if len(results) != len(batch):
@@ -163,6 +169,7 @@ class Processor:
                 yield from self._cpu(key, item)
             return
         choice.release()
+        self.count(GPU_MS, int(round((time.perf_counter() - t0) * 1000)))
         self.count(ON_GPU, len(batch))
         for (key, item), result in zip(batch, results):
             for out_key, out in self.workload.outputs(key, item, result, choice.device):

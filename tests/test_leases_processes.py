@@ -246,3 +246,22 @@ def test_probe_command(monkeypatch, capsys):
     assert main(["probe", "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)
     assert facts["gpus"] == [] and facts["reason"]
+
+
+def test_service_on_loopback_tcp(tmp_path):
+    import socket as _socket
+    s = _socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, **SIM)
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "scheduler", "serve", "--tcp", str(port),
+                             "--policy", "least-processes"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert f"127.0.0.1:{port}" in proc.stdout.readline()
+        c = SchedulerClient(tcp_port=port, timeout=5)
+        assert c.acquire() is not None and c.status()["policy"] == "least-processes"
+        c.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
