@@ -55,8 +55,7 @@ class FaceGPU:
         table = np.zeros((len(jobs), 10), np.int32)
         meta = []
         img_off = int_off = win_off = 0
-        for row, (job, img) in enumerate(zip(jobs, imgs)):
-            i, _, s, (w, h), step, win = job
+        for row, (i, _, s, (w, h), step, win) in enumerate(jobs):
             nx, ny = w + 1 - c.window[0], h + 1 - c.window[1]
             gx, gy = -(-nx // step), -(-ny // step)
             table[row] = (img_off, int_off, w, h, nx, ny, step, gx, gy, win_off)

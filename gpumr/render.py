@@ -93,7 +93,7 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     import cv2
     results = read_job_output(outputs)
     drawn = faces = 0
-    tiles, labels = [], []
+    tiles = []
     for path in expand_inputs(images):
         with Reader(path) as reader:
             for key, value, _ in reader:

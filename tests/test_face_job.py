@@ -1,6 +1,5 @@
 """The face-detection job: equal to direct OpenCV, both input paths, bad records, counters."""
 
-import io
 import json
 import os
 import struct

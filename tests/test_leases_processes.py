@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from gpumr.devices import DeviceChooser
-from gpumr.scheduler import Scheduler, SchedulerClient, make_server
+from gpumr.scheduler import Scheduler, SchedulerClient
 from gpumr import nvml
 
 SIM = {"GPUMR_SIMULATE_GPUS": "2:4GiB"}
