@@ -86,6 +86,27 @@ def test_phantom_reconstruction_accuracy():
     assert 0.085 < contrast < 0.115  # true 0.1, measured 0.096
 
 
+@pytest.mark.parametrize("direction", [1, -1])
+def test_short_scan_with_parker_weights(direction):
+    """pi + 2 x fan angle (either rotation sense) reconstructs about as well as a full turn."""
+    g = geometry.simple(64, 120)
+    truth = phantom.volume(g)
+    inside = _interior(truth)
+
+    def rel(v):
+        return np.sqrt(np.mean((v[inside] - truth[inside]) ** 2)) / np.sqrt(np.mean(truth[inside] ** 2))
+
+    full = rel(backproject(filter_projections(phantom.projections(g), g), g))
+    nu, du = g.nDetector[1], g.dDetector[1]
+    span = (np.pi + 2 * np.arctan((nu - 1) / 2 * du / g.DSD)) * 1.02
+    short = geometry.from_dict(dict(g.to_dict(), angles=list(0.3 + direction * np.arange(120) * span / 119)))
+    got = rel(backproject(filter_projections(phantom.projections(short), short), short))
+    assert got < 0.03 and got < 1.5 * full  # measured 0.019 against 0.017 for the full turn
+    too_short = geometry.from_dict(dict(g.to_dict(), angles=list(np.linspace(0, np.pi, 60))))
+    with pytest.raises(GpumrError, match="Parker weighting needs at least"):
+        filter_projections(np.zeros((60, nu, nu), np.float32), too_short)
+
+
 def test_nearly_parallel_beam_agrees_with_skimage_iradon():
     """Far source: our central slice vs iradon of the parallel-beam sinogram of the same slice.
 

@@ -12,6 +12,11 @@ Feldkamp, Davis & Kress (1984) with the detector scaled to the rotation axis
    of the turn), so that backprojection is the plain weighted sum
    ``f(x) = sum_b (DSO / (DSO - t))^2 q_b(u(x), v(x))``.
 
+Short scans (angles covering less than a turn, but at least ``pi + 2 delta``
+with ``delta`` the half fan angle) are weighted with Parker's (1982)
+weights ``w(beta, gamma)`` instead, scaled by ``d_beta``: each ray measured
+twice then counts once in total.
+
 Windows (``f`` in cycles per sample, |f| <= 1/2): ram-lak 1, shepp-logan
 ``sinc(f)``, cosine ``cos(pi f)``, hamming ``0.54 + 0.46 cos(2 pi f)``, hann
 ``0.5 + 0.5 cos(2 pi f)``.
@@ -65,6 +70,44 @@ def angle_weights(angles):
     return out
 
 
+def parker_weights(angles, gamma):
+    """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns.
+
+    Raises
+    ------
+    GpumrError
+        If the scan covers less than ``pi + 2 delta``.
+    """
+    a = np.unwrap(np.asarray(angles, np.float64))
+    direction = 1.0 if len(a) < 2 or a[-1] >= a[0] else -1.0
+    beta = (a - a[0]) * direction  # angle travelled from the start of the scan
+    # Parker's fan angle grows against our column axis (-sin b, cos b) as the source turns.
+    gamma = -np.asarray(gamma, np.float64) * direction
+    delta = np.abs(gamma).max()
+    span = beta.max() + (np.median(np.diff(np.sort(beta))) if len(beta) > 1 else 0)
+    if span < np.pi + 2 * delta - 1e-9:
+        raise GpumrError(f"short scan of {span:.4f} rad: Parker weighting needs at least pi + 2 x fan half-angle "
+                         f"= {np.pi + 2 * delta:.4f} rad")
+    b = beta[:, None]
+    g = gamma[None, :]
+    w = np.ones((len(beta), len(gamma)))
+    rise = b < 2 * (delta - g)
+    fall = b > np.pi - 2 * g
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(rise, np.sin(np.pi / 4 * b / (delta - g)) ** 2, w)
+        w = np.where(fall, np.sin(np.pi / 4 * (np.pi + 2 * delta - b) / (delta + g)) ** 2, w)
+    w = np.where(b > np.pi + 2 * delta, 0.0, w)
+    return np.nan_to_num(w)
+
+
+def is_short_scan(angles):
+    """Whether ``angles`` cover less than a full turn."""
+    a = np.sort(np.unwrap(np.asarray(angles, np.float64)))
+    if len(a) < 2:
+        return True
+    return (a[-1] - a[0]) + np.median(np.diff(a)) < 2 * np.pi - 1e-6
+
+
 def filter_projections(proj, geometry, filter_name="ram-lak"):
     """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
 
@@ -86,9 +129,15 @@ def filter_projections(proj, geometry, filter_name="ram-lak"):
     cosw = (geometry.DSO / np.sqrt(geometry.DSO ** 2 + u[None, :] ** 2 + v[:, None] ** 2)).astype(np.float32)
     H = ramp(nu, du * scale, filter_name)
     n = len(H)
-    share = angle_weights(geometry.angles) / 2
+    if is_short_scan(geometry.angles):
+        gamma = np.arctan(((np.arange(nu) - (nu - 1) / 2) * du + ou) / geometry.DSD)
+        a = np.unwrap(np.asarray(geometry.angles, np.float64))
+        step = np.median(np.abs(np.diff(a))) if na > 1 else 2 * np.pi
+        weights = (parker_weights(geometry.angles, gamma) * step).astype(np.float32)
+    else:
+        weights = np.repeat((angle_weights(geometry.angles) / 2)[:, None], nu, axis=1).astype(np.float32)
     out = np.empty_like(proj)
     for i in range(na):
-        spectrum = np.fft.rfft(proj[i] * cosw, n=n, axis=1)
-        out[i] = np.fft.irfft(spectrum * H[: n // 2 + 1], n=n, axis=1)[:, :nu] * share[i]
+        spectrum = np.fft.rfft(proj[i] * cosw * weights[i][None, :], n=n, axis=1)
+        out[i] = np.fft.irfft(spectrum * H[: n // 2 + 1], n=n, axis=1)[:, :nu]
     return out
