@@ -67,9 +67,8 @@ def main():
         t_ref = time.perf_counter() - t0
         ref_gups = 32 ** 3 * 36 / t_ref / 1e9
 
-        import logging as _logging
-        _logging.getLogger("mrjob").setLevel(_logging.ERROR)
         from gpumr.ct.workload import plan
+        from gpumr.engines.streaming import run_job
         from gpumr.jobs.backproject import MRBackproject
         plan_dir = os.path.join(work, "plan")
         os.makedirs(plan_dir)
@@ -77,13 +76,8 @@ def main():
         for p in range(2):
             with open(os.path.join(plan_dir, f"part-{p}.txt"), "w") as f:
                 f.write("".join(line + "\n" for line in lines[p::2]))
-        job = MRBackproject(args=["-r", "local", "--no-conf", plan_dir, "--projections", seq, "--geometry", gfile,
-                                  "--output-dir", os.path.join(work, "out"), "--device", "cpu",
-                                  "--cpu-threads", "1"])
-        t0 = time.perf_counter()
-        with job.make_runner() as r:
-            r.run()
-        t_job = time.perf_counter() - t0
+        _, t_job = run_job(MRBackproject, [plan_dir], os.path.join(work, "out"), "local",
+                           ["--projections", seq, "--geometry", gfile, "--device", "cpu", "--cpu-threads", "1"])
 
         table(f"CPU backprojection, {n}^3 from {na} projections of {g.nDetector[0]}x{g.nDetector[1]}",
               ["what", "seconds", "GUPS", "vs numpy reference"],

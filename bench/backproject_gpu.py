@@ -26,7 +26,7 @@ from _common import table
 from gpumr.ct import geometry
 from gpumr.ct.backproject import backproject, pad
 from gpumr.ct.backproject_gpu import SlabBackprojector
-from gpumr.nvml import discover
+from gpumr.devices.nvml import discover
 
 
 def main():
@@ -85,14 +85,13 @@ def main():
 
 def run_job(n, angles, slab):
     """The seed workload through the job: wall time, and slabs per device."""
-    import logging
     import os
     import shutil
     import tempfile
     from gpumr.ct.projections import write_set
     from gpumr.ct.workload import plan
+    from gpumr.engines.streaming import run_job
     from gpumr.jobs.backproject import MRBackproject
-    logging.getLogger("mrjob").setLevel(logging.ERROR)
     work = tempfile.mkdtemp(prefix="gpumr-bpjob-")
     try:
         g = geometry.simple(n, angles, n_detector=n)
@@ -108,15 +107,9 @@ def run_job(n, angles, slab):
         for p in range(cores):
             with open(os.path.join(plan_dir, f"part-{p:03d}.txt"), "w") as f:
                 f.write("".join(line + "\n" for line in lines[p::cores]))
-        job = MRBackproject(args=["-r", "local", "--no-conf", plan_dir, "--projections", seq, "--geometry", gfile,
-                                  "--output-dir", os.path.join(work, "out"), "--device", "auto",
-                                  "--cpu-threads", "1", "--gpu-slots", "2"])
-        t0 = time.perf_counter()
-        with job.make_runner() as r:
-            r.run()
-            counters = r.counters()
-        wall = time.perf_counter() - t0
-        c = {k: v for step in counters for k, v in step.get("gpumr", {}).items()}
+        c, wall = run_job(MRBackproject, [plan_dir], os.path.join(work, "out"), "local",
+                          ["--projections", seq, "--geometry", gfile, "--device", "auto", "--cpu-threads", "1",
+                           "--gpu-slots", "2"])
         print(f"\njob {n}^3 x {angles}, local runner, {cores} map tasks, --device auto: {wall:.1f} s wall "
               f"(start-up, load, filter, backprojection, output); slabs on GPU {c.get('records on GPU', 0)}, "
               f"on CPU {c.get('records on CPU', 0)}; busy backprojecting: GPU "

@@ -15,7 +15,7 @@ import time
 
 from _common import table
 
-from gpumr.devices import DeviceChooser
+from gpumr.devices.chooser import DeviceChooser
 
 
 def per_choice(chooser, n):
@@ -33,8 +33,8 @@ def per_choice(chooser, n):
 def face_work(n=20):
     import cv2
     import numpy as np
-    from gpumr.faces import detect, load_cascade
-    from gpumr.sample import make_frames
+    from gpumr.faces.cpu import detect, load_cascade
+    from gpumr.faces.sample import make_frames
     cv2.setNumThreads(1)
     with tempfile.TemporaryDirectory() as d:
         blobs = [np.fromfile(p, np.uint8) for p in make_frames(d, count=8)]

@@ -21,12 +21,12 @@ import time
 
 from _common import frame_corpus, table
 
-from gpumr.nvml import discover
+from gpumr.devices.nvml import discover
 
 
 def _cpu_worker(paths):
     import cv2
-    from gpumr.faces import detect, load_cascade
+    from gpumr.faces.cpu import detect, load_cascade
     cv2.setNumThreads(1)
     clf = load_cascade()
     grays = [cv2.imread(p, cv2.IMREAD_GRAYSCALE) for p in paths]
@@ -43,10 +43,11 @@ def main():
     ap.add_argument("--skip-jobs", action="store_true")
     args = ap.parse_args()
     import cv2
-    from gpumr.demo import run_face_job
-    from gpumr.faces import cascade_path
-    from gpumr.faces_gpu import FaceGPU
-    from gpumr.packing import pack
+    from gpumr.engines.streaming import run_job
+    from gpumr.faces.cpu import cascade_path
+    from gpumr.faces.gpu import FaceGPU
+    from gpumr.io.packing import pack
+    from gpumr.jobs.face_detect import MRFaceDetect
     gpus = discover().gpus
     if not gpus:
         raise SystemExit("no NVIDIA GPU here")
@@ -75,7 +76,7 @@ def main():
             pack([src], seq, shards=cores, progress=False)
             fps = {}
             for dev in ("cpu", "gpu", "auto"):
-                _, t = run_face_job([seq], os.path.join(work, f"out-{dev}"), "local",
+                _, t = run_job(MRFaceDetect, [seq], os.path.join(work, f"out-{dev}"), "local",
                                     ["--device", dev, "--gpu-slots", "2"])
                 fps[dev] = n / t
                 rows.append([f"job --device {dev} (local runner, {cores} tasks)", f"{fps[dev]:.0f}"])

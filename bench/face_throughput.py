@@ -19,15 +19,17 @@ import time
 
 from _common import frame_corpus, table
 
-from gpumr.demo import run_face_job
-from gpumr.packing import pack
+from gpumr.core import BAD, ON_CPU, ON_GPU
+from gpumr.engines.streaming import run_job
+from gpumr.io.packing import pack
+from gpumr.jobs.face_detect import MRFaceDetect
 
 
 def _loop(args):
     paths, decode_first = args
     import cv2
     import numpy as np
-    from gpumr.faces import detect, load_cascade
+    from gpumr.faces.cpu import detect, load_cascade
     cv2.setNumThreads(1)
     clf = load_cascade()
     blobs = [np.fromfile(p, np.uint8) for p in paths]
@@ -62,8 +64,8 @@ def main():
 
         t_detect, faces_a, _ = baseline(paths, decode_first=True)
         t_both, faces_b, _ = baseline(paths, decode_first=False)
-        counters, t_job = run_face_job([seq], os.path.join(work, "out"), "local", ["--device", "cpu"])
-        done = sum(v for step in counters for v in step.get("gpumr", {}).values())
+        counters, t_job = run_job(MRFaceDetect, [seq], os.path.join(work, "out"), "local", ["--device", "cpu"])
+        done = counters.get(ON_CPU, 0) + counters.get(ON_GPU, 0) + counters.get(BAD, 0)
         assert done == args.frames, f"job processed {done} of {args.frames} records"
         n = args.frames
         table(f"face detection, {n} frames 640x480, 2 processes / 2 map tasks",

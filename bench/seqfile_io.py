@@ -23,7 +23,7 @@ import tempfile
 from _common import best_of, frame_corpus, table
 
 import seqfile
-from gpumr.packing import pack
+from gpumr.io.packing import pack
 
 
 def main():

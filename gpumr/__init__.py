@@ -1,3 +1,42 @@
-"""gpumr: image processing on Hadoop Streaming that uses a node's GPU whenever it is free."""
+"""gpumr: image processing on Hadoop Streaming and Spark that uses a node's GPU whenever it is free.
+
+Packages, along one record's path (``README.rst``, "Architecture"):
+``io`` (SequenceFiles in and out), ``core`` (the record flow), ``devices``
+(which device a record runs on), ``gpu`` (launching CUDA kernels), the
+workloads ``faces`` and ``ct``, ``engines`` (mrjob, Spark), ``cli``.
+"""
 
 __version__ = "0.1.0"
+
+
+def _source_checkout():
+    """In a source checkout, let ``gpumr.jobs``, ``gpumr.cuda`` and ``gpumr.conf`` be the top-level folders.
+
+    setup.cfg installs ``jobs/``, ``cuda/`` and ``conf/`` as these
+    subpackages (``package_dir``). In a checkout, where this folder can hide
+    the installed package (``python -m gpumr.jobs.face_detect`` run in the
+    repository root), a finder maps the same three names to the same files.
+    """
+    import importlib.util
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    folders = {f"{__name__}.{n}": os.path.join(root, n) for n in ("jobs", "cuda", "conf")}
+    if any(os.path.isdir(os.path.join(here, n)) for n in ("jobs", "cuda", "conf")) or not all(
+            os.path.isfile(os.path.join(f, "__init__.py")) for f in folders.values()):
+        return  # installed: the subpackages are here
+
+    class CheckoutFinder:
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            folder = folders.get(fullname)
+            if folder is None:
+                return None
+            return importlib.util.spec_from_file_location(fullname, os.path.join(folder, "__init__.py"),
+                                                          submodule_search_locations=[folder])
+
+    sys.meta_path.append(CheckoutFinder)
+
+
+_source_checkout()

@@ -1,1 +1,1 @@
-"""mrjob jobs of gpumr, installed as ``gpumr.jobs``: thin shells over the library."""
+"""mrjob jobs of gpumr, installed as ``gpumr.jobs``: options and steps only; the work is in :mod:`gpumr.engines.streaming` and the workloads."""

@@ -1,41 +1,61 @@
 """Face detection over SequenceFiles of images, on every CPU core and every free GPU.
 
-Run: ``python -m gpumr.jobs.face_detect -r local frames/ --output-dir out/``.
+Run: ``python -m gpumr.jobs.face_detect -r local frames.seq --output-dir out/``.
 Input: SequenceFiles (Text key = image name, BytesWritable value = image
-bytes), files or directories of them. Output: one line per record,
+bytes), files or folders of them. Output: one line per record,
 ``"key"<TAB>{"faces": [[x, y, w, h], ...], "device": "cpu"|"gpu:N",
 "width": W, "height": H}`` or ``{"error": "..."}``, sorted by key.
 """
 
-from mrjob.job import MRJob
-from mrjob.protocol import JSONProtocol
-
-from gpumr.jobs._common import GpumrJobMixin
+from gpumr.engines.streaming import GpumrJob, option_value, with_option
+from gpumr.errors import GpumrError
 
 
-class MRFaceDetect(GpumrJobMixin, MRJob):
+class MRFaceDetect(GpumrJob):
     """Haar-cascade face detection, device chosen per record."""
 
-    OUTPUT_PROTOCOL = JSONProtocol
+    @classmethod
+    def prepare_args(cls, args):
+        # A cascade opencv ships may be given by its file name; ship it by its path.
+        from gpumr.faces.cpu import cascade_path
+        name = option_value(args, "--cascade")
+        return with_option(args, "--cascade", cascade_path(name)) if name else args
 
     def configure_args(self):
+        from gpumr.faces.cpu import DEFAULT_CASCADE, DEFAULTS
+        from gpumr.faces.decode import MAX_PIXELS
         super().configure_args()
-        self.add_common_args()
-        self.add_file_arg("--cascade", default=None,
-                          help="cascade XML, shipped to the tasks (default: opencv's "
-                               "haarcascade_frontalface_default.xml)")
-        self.add_passthru_arg("--scale-factor", type=float, default=1.1)
-        self.add_passthru_arg("--min-neighbors", type=int, default=3)
-        self.add_passthru_arg("--min-size", type=int, default=24, help="smallest face, pixels")
-        self.add_passthru_arg("--max-size", type=int, default=None, help="largest face, pixels")
-        self.add_passthru_arg("--max-pixels", type=int, default=50_000_000,
-                              help="refuse larger images as bad records")
-        self.add_passthru_arg("--opencv-threads", type=int, default=1,
-                              help="OpenCV threads per map task (Hadoop runs one task per core)")
+        self.add_file_arg("--cascade", default=None, metavar="XML",
+                          help=f"cascade XML file, or the name of one opencv ships (default {DEFAULT_CASCADE}); "
+                               "shipped to the tasks")
+        self.add_passthru_arg("--scale-factor", type=float, default=DEFAULTS["scale_factor"],
+                              help=f"pyramid step between scales (default {DEFAULTS['scale_factor']})")
+        self.add_passthru_arg("--min-neighbors", type=int, default=DEFAULTS["min_neighbors"],
+                              help=f"overlapping detections a face needs (default {DEFAULTS['min_neighbors']})")
+        self.add_passthru_arg("--min-size", type=int, default=DEFAULTS["min_size"], metavar="PX",
+                              help=f"smallest face, pixels (default {DEFAULTS['min_size']})")
+        self.add_passthru_arg("--max-size", type=int, default=DEFAULTS["max_size"], metavar="PX",
+                              help="largest face, pixels (default: no limit)")
+        self.add_passthru_arg("--max-pixels", type=int, default=MAX_PIXELS, metavar="N",
+                              help=f"refuse larger images as bad records, from their header (default {MAX_PIXELS:,})")
+        self.add_passthru_arg("--opencv-threads", type=int, default=1, metavar="N",
+                              help="OpenCV threads per map task (default 1: Hadoop runs one task per core)")
+
+    def check_options(self):
+        from gpumr.faces.cpu import load_cascade
+        super().check_options()
+        o = self.options
+        load_cascade(o.cascade)
+        for name, value, least in (("--scale-factor", o.scale_factor, 1.0), ("--min-neighbors", o.min_neighbors, 0),
+                                   ("--min-size", o.min_size, 1), ("--max-pixels", o.max_pixels, 1),
+                                   ("--opencv-threads", o.opencv_threads, 1)):
+            if value < least or (name == "--scale-factor" and value == least):
+                raise GpumrError(f"{name} must be {'over' if name == '--scale-factor' else 'at least'} {least}, "
+                                 f"not {value}")
 
     def make_workload(self):
         import cv2
-        from gpumr.faces import FaceDetection
+        from gpumr.faces.workload import FaceDetection
         cv2.setNumThreads(self.options.opencv_threads)
         o = self.options
         return FaceDetection(o.cascade, o.scale_factor, o.min_neighbors, o.min_size, o.max_size, o.max_pixels)

@@ -9,9 +9,9 @@ block once its keys and values reach ``block_size`` bytes
 
 import os
 import struct
-import tempfile
 
 from . import codecs
+from .atomic import AtomicFile
 from .errors import SequenceFileError
 from .header import BLOCK, NONE, RECORD, SYNC_INTERVAL, Header
 from .writable import BYTES, TEXT, encode, encode_vlong
@@ -23,19 +23,13 @@ _ESCAPE = _INT32.pack(-1)
 BLOCK_SIZE = 1_000_000
 
 
-def umask():
-    """The process's file-creation mask (temporary files are created 0600)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 class Writer:
     """Write key/value records to a new SequenceFile, atomically.
 
     The file appears at ``path`` only when :meth:`close` succeeds; until then
     records go to a hidden temporary file beside it, removed by :meth:`abort`
-    or when the ``with`` block is left by an exception.
+    or when the ``with`` block is left by an exception
+    (:class:`seqfile.atomic.AtomicFile`).
 
     Parameters
     ----------
@@ -74,9 +68,11 @@ class Writer:
         self.sync_interval = sync_interval
         self.block_size = block_size
         self.records = 0
-        folder, name = os.path.split(os.path.abspath(self.path))
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-        self._f = os.fdopen(fd, "wb", buffering=1 << 20)
+        try:
+            self._out = AtomicFile(self.path)
+        except OSError as exc:
+            raise SequenceFileError(self.path, None, f"cannot write: {exc.strerror or exc}") from None
+        self._f = self._out.file
         head = self.header.to_bytes()
         self.header.size = len(head)
         self._f.write(head)
@@ -85,11 +81,6 @@ class Writer:
         self._block = [bytearray(), bytearray(), bytearray(), []]  # key lens, keys, value lens, values
         self._block_raw = 0
         self._block_count = 0
-
-    @property
-    def position(self):
-        """Bytes written so far (buffered block records not counted)."""
-        return self._pos
 
     def __enter__(self):
         return self
@@ -174,10 +165,8 @@ class Writer:
             return
         try:
             self._flush_block()
-            self._f.close()
             self._f = None
-            os.chmod(self._tmp, 0o666 & ~umask())
-            os.replace(self._tmp, self.path)
+            self._out.commit()
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
@@ -186,8 +175,5 @@ class Writer:
 
     def abort(self):
         """Drop the unfinished file."""
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-        if os.path.exists(self._tmp):
-            os.unlink(self._tmp)
+        self._f = None
+        self._out.abort()

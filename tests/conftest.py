@@ -43,7 +43,7 @@ def make_records(n, seed, max_size=40_000):
 @pytest.fixture(scope="session")
 def sample_frames(tmp_path_factory):
     """A few built-in sample frames (real photos, 640x480 JPEG)."""
-    from gpumr.sample import make_frames
+    from gpumr.faces.sample import make_frames
     d = tmp_path_factory.mktemp("frames")
     make_frames(str(d), count=12)
     return str(d)

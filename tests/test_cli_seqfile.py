@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import seqfile
-from gpumr import packing
+from gpumr.io import packing
 from gpumr.cli import main
 
 

@@ -3,8 +3,8 @@
 from collections import Counter
 
 from gpumr.core import BadRecord, Processor, Workload
-from gpumr.devices import CPU, Choice
-from gpumr.nvml import GPU
+from gpumr.devices.chooser import CPU, Choice
+from gpumr.devices.nvml import GPU
 
 
 class Square(Workload):
@@ -19,8 +19,8 @@ class Square(Workload):
     def run_cpu(self, x):
         return x * x
 
-    def output(self, key, item, result, device):
-        return {"y": result, "device": device}
+    def outputs(self, key, item, result, device):
+        return [(key, {"y": result, "device": device})]
 
 
 class Backend:

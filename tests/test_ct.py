@@ -25,8 +25,11 @@ def test_geometry_roundtrip_and_validation(tmp_path):
         ({k: v for k, v in base.items() if k != "DSD"}, r"missing field\(s\) DSD"),
         (dict(base, DSO=-5), "must be positive"),
         (dict(base, DSD=base["DSO"] / 2), "must exceed DSO"),
-        (dict(base, dDetector=[0.1, 0.1]), "detector too small"),
+        (dict(base, offDetector=[0, 300]), "misses the volume's shadow at every angle"),
+        (dict(base, DSO=float("nan")), "must be positive"),
+        (dict(base, dVoxel=[1, float("inf"), 1]), "finite numbers"),
         (dict(base, nVoxel=[32, 32]), "nVoxel must be a list of 3"),
+        (dict({k: v for k, v in base.items() if k != "angles"}, nAngles="ten"), "nAngles must be a positive whole"),
     ]
     for d, msg in cases:
         bad = tmp_path / "bad.json"
@@ -37,6 +40,44 @@ def test_geometry_roundtrip_and_validation(tmp_path):
     (tmp_path / "nojson.json").write_text("{")
     with pytest.raises(GpumrError, match="not JSON"):
         geometry.load(str(tmp_path / "nojson.json"))
+
+
+def test_volume_partly_outside_the_field_of_view_is_a_warning_not_an_error(tmp_path):
+    """A square volume whose corners leave the detector at some angles is normal cone-beam CT: warn, once."""
+    import warnings
+    g = geometry.simple(32, 36)
+    d = dict(g.to_dict(), dDetector=[g.dDetector[0], g.dDetector[1] * 0.75])  # sees the inscribed circle, not the corners
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        narrow = geometry.from_dict(d, "narrow.json")
+    assert len(caught) == 1 and issubclass(caught[0].category, geometry.FieldOfViewWarning)
+    text = str(caught[0].message)
+    assert "narrow.json" in text and "outside the field of view" in text and "of 36 angles" in text
+    assert narrow.nDetector == g.nDetector
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        geometry.from_dict(g.to_dict())  # the covering detector: no warning
+
+
+def test_geometry_command_sets_every_scanner_field(tmp_path, capsys):
+    from gpumr.cli import main
+    out = tmp_path / "g.json"
+    assert main(["ct", "geometry", "-o", str(out), "--voxels", "16", "20", "24", "--voxel-size", "0.5",
+                 "--dso", "300", "--dsd", "450", "--detector", "40", "60", "--pitch", "0.4", "0.5",
+                 "--off-detector", "1.5", "-2", "--off-origin", "0.5", "0", "-1", "--angles", "90",
+                 "--arc", "200", "--start", "10"]) == 0
+    g = geometry.load(str(out))
+    assert g.nVoxel == (16, 20, 24) and g.dVoxel == (0.5, 0.5, 0.5) and (g.DSO, g.DSD) == (300, 450)
+    assert g.nDetector == (40, 60) and g.dDetector == (0.4, 0.5) and g.offDetector == (1.5, -2)
+    assert g.offOrigin == (0.5, 0, -1) and g.n_angles == 90
+    assert np.isclose(g.angles[0], np.radians(10)) and np.isclose(g.angles[1] - g.angles[0], np.radians(200) / 90)
+    assert main(["ct", "geometry", "-o", str(out), "--voxels", "32", "--angles", "60", "--short-scan"]) == 0
+    short = geometry.load(str(out))
+    nu, du = short.nDetector[1], short.dDetector[1]
+    fan = 2 * np.arctan(nu * du / 2 / short.DSD)
+    span = (short.angles[1] - short.angles[0]) * short.n_angles
+    assert np.pi + fan <= span < np.pi + fan + 1e-4
+    filter_projections(np.zeros((60, *short.nDetector), np.float32), short)  # Parker accepts the arc
 
 
 def test_ramp_filter_is_a_ramp():

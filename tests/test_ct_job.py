@@ -11,7 +11,10 @@ from gpumr.ct import geometry
 from gpumr.ct.backproject import backproject
 from gpumr.ct.fdk import filter_projections
 from gpumr.ct.projections import read_set
+from gpumr.ct.slices import assemble
+from gpumr.engines.streaming import run_job
 from gpumr.errors import GpumrError
+from gpumr.io.joboutput import read_job_output
 
 
 @pytest.fixture(scope="module")
@@ -25,22 +28,17 @@ def phantom_files(tmp_path_factory):
     return d
 
 
-def _run_job(d, out, runner, extra=()):
-    import logging
+def _run_job(d, out, runner, extra=(), plan=None):
     from gpumr.jobs.backproject import MRBackproject
-    logging.getLogger("mrjob").setLevel(logging.ERROR)
-    job = MRBackproject(args=["-r", runner, "--no-conf", str(d / "plan"), "--projections", str(d / "proj.seq"),
-                              "--geometry", str(d / "proj.geometry.json"), "--output-dir", str(out), *extra])
-    with job.make_runner() as r:
-        r.run()
-        return r.counters()
+    return run_job(MRBackproject, [str(plan or d / "plan")], str(out), runner,
+                   ["--projections", str(d / "proj.seq"), "--geometry", str(d / "proj.geometry.json"), *extra])[0]
 
 
 @pytest.mark.parametrize("runner", ["inline", pytest.param("local", marks=pytest.mark.slow)])
 def test_job_volume_equals_direct_reconstruction(phantom_files, tmp_path, runner):
     d = phantom_files
     counters = _run_job(d, tmp_path / "out", runner)
-    assert sum(c.get("gpumr", {}).get("records on CPU", 0) for c in counters) == 6  # 32 slices / 6 per slab
+    assert counters["records on CPU"] == 6  # 32 slices / 6 per slab
     assert main(["ct", "assemble", str(tmp_path / "out"), "-o", str(tmp_path / "vol.npy"),
                  "--tiff", str(tmp_path / "vol.tif")]) == 0
     vol = np.load(tmp_path / "vol.npy")
@@ -60,8 +58,7 @@ def test_simulated_gpu_slabs(phantom_files, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
     monkeypatch.setenv("GPUMR_LEASE_DIR", str(tmp_path / "leases"))
     _run_job(phantom_files, tmp_path / "out", "inline")
-    from gpumr.ct.slices import read_records
-    values = [v for _, v in read_records([str(tmp_path / "out")])]
+    values = [v for _, v in read_job_output([str(tmp_path / "out")])]
     assert any(v["device"] == "gpu:0" and v.get("simulated") for v in values)
 
 
@@ -73,12 +70,11 @@ def test_assemble_names_missing_and_duplicate_slices(phantom_files, tmp_path):
     (tmp_path / "missing").mkdir()
     (tmp_path / "missing" / "part-00000").write_text("\n".join(l for l in lines if not l.startswith('"00007"')))
     with pytest.raises(GpumrError, match=r"missing 1 slice\(s\) of 32: 7"):
-        from gpumr.ct.slices import assemble, read_records
-        assemble(read_records([str(tmp_path / "missing")]))
+        assemble(read_job_output([str(tmp_path / "missing")]))
     (tmp_path / "dup").mkdir()
     (tmp_path / "dup" / "part-00000").write_text("\n".join(lines + lines[3:4]))
     with pytest.raises(GpumrError, match="duplicate slice 3"):
-        assemble(read_records([str(tmp_path / "dup")]))
+        assemble(read_job_output([str(tmp_path / "dup")]))
     assert main(["ct", "assemble", str(tmp_path / "dup"), "-o", str(tmp_path / "v.npy")]) == 1
     assert not (tmp_path / "v.npy").exists()
 
@@ -87,13 +83,5 @@ def test_bad_plan_lines_are_counted(phantom_files, tmp_path):
     plan = tmp_path / "plan"
     plan.mkdir()
     (plan / "p.txt").write_text("0 6\nnonsense\n30 40\n6 12\n")
-    d = phantom_files
-    import logging
-    from gpumr.jobs.backproject import MRBackproject
-    logging.getLogger("mrjob").setLevel(logging.ERROR)
-    job = MRBackproject(args=["-r", "inline", "--no-conf", str(plan), "--projections", str(d / "proj.seq"),
-                              "--geometry", str(d / "proj.geometry.json"), "--output-dir", str(tmp_path / "o")])
-    with job.make_runner() as r:
-        r.run()
-        c = r.counters()[0]["gpumr"]
+    c = _run_job(phantom_files, tmp_path / "o", "inline", plan=plan)
     assert c["bad records"] == 2 and c["records on CPU"] == 2

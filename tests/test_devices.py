@@ -5,8 +5,8 @@ import os
 import pytest
 
 from fake_nvml import FakeNVML, gpu
-from gpumr import nvml
-from gpumr.devices import CPU, DeviceChooser
+from gpumr.devices import nvml
+from gpumr.devices.chooser import CPU, DeviceChooser
 from gpumr.errors import GpumrError
 
 ENV = {}  # no GPUMR_SIMULATE_GPUS, no CUDA_VISIBLE_DEVICES
@@ -76,7 +76,9 @@ def test_memory_threshold(tmp_path):
     assert ch.device == "gpu:1"
     assert c.choose() is CPU  # gpu:0 lacks memory, gpu:1 leased
     ch.release()
-    assert "bytes free, task needs" in c.verdicts()[0].reason
+    assert c.verdicts()[0].reason == "busy: 1.1 GB free, a task needs 4.3 GB"
+    small = chooser(tmp_path / "small", [gpu(0, total=2 << 30, free=2 << 30)], memory=4 << 30)
+    assert small.verdicts()[0].reason == "too small: 2.1 GB in all, a task needs 4.3 GB"
 
 
 def test_exclusive_mode_uses_the_context_probe(tmp_path):
@@ -112,7 +114,7 @@ def test_gpu_mode_waits_then_times_out(tmp_path):
 def test_simulated_gpus_parse_and_flag():
     gpus = nvml.simulated_gpus("3:2GiB")
     assert len(gpus) == 3 and all(g.simulated and g.memory_total == 2 << 30 for g in gpus)
-    with pytest.raises(ValueError, match="GPUMR_SIMULATE_GPUS"):
+    with pytest.raises(GpumrError, match="GPUMR_SIMULATE_GPUS"):
         nvml.simulated_gpus("two")
     d = nvml.discover(env={"GPUMR_SIMULATE_GPUS": "2"})
     assert d.simulated and len(d.gpus) == 2

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import seqfile
-from gpumr.demo import run_face_job
-from gpumr.faces import detect, load_cascade
-from gpumr.packing import pack
+from gpumr.engines.streaming import run_job
+from gpumr.faces.cpu import detect, load_cascade
+from gpumr.io.packing import pack
 
 
 def direct_opencv(frames_dir, cascade=None, **params):
@@ -36,12 +36,9 @@ def parsed(lines):
     return {json.loads(k): json.loads(v) for k, v in (line.split("\t", 1) for line in lines)}
 
 
-def counters_of(counters):
-    total = {}
-    for step in counters:
-        for k, v in step.get("gpumr", {}).items():
-            total[k] = total.get(k, 0) + v
-    return total
+def run_face_job(inputs, output_dir, runner="inline", extra=()):
+    from gpumr.jobs.face_detect import MRFaceDetect
+    return run_job(MRFaceDetect, inputs, output_dir, runner, extra)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +61,7 @@ def test_output_equals_direct_opencv(packed, sample_frames, tmp_path, runner):
     for k, faces in expected.items():
         assert got[k] == {"faces": faces, "device": "cpu", "width": 640, "height": 480}
     assert sum(len(f) for f in expected.values()) > 5  # the sample frames do have faces
-    c = counters_of(counters)
+    c = counters
     assert c["records on CPU"] == len(expected) and c["CPU milliseconds"] > 10 * len(expected)
     assert set(c) == {"records on CPU", "CPU milliseconds"}
 
@@ -143,7 +140,7 @@ def test_bad_and_unusual_records(sample_frames, tmp_path):
     assert "exceeds" in got["g_bomb.png"]["error"] and "100000x100000" in got["g_bomb.png"]["error"]
     assert "error" in got["c_garbage.jpg"]
     assert "faces" in got["h_good_again.jpg"]
-    c = counters_of(counters)
+    c = counters
     assert c.get("records on CPU", 0) + c.get("bad records", 0) == len(records)
     assert c["bad records"] == sum(1 for v in got.values() if "error" in v) >= 3
 
@@ -161,7 +158,7 @@ def test_corrupt_sequencefile_stretch_is_counted_and_skipped(sample_frames, tmp_
     counters, _ = run_face_job([path], str(tmp_path / "out"), "inline")
     got = parsed(read_output(str(tmp_path / "out")))
     assert set(got) == set(frames) - {frames[3]}
-    assert counters_of(counters)["bad records"] == 1
+    assert counters["bad records"] == 1
 
 
 def test_a_file_that_is_not_a_sequencefile_is_counted_not_fatal(packed, tmp_path):
@@ -171,7 +168,7 @@ def test_a_file_that_is_not_a_sequencefile_is_counted_not_fatal(packed, tmp_path
     (mixed / "part-99999.seq").write_bytes(b"\xff\xd8\xff\xe0 not a SequenceFile")
     counters, _ = run_face_job([str(mixed)], str(tmp_path / "out"), "inline")
     assert len(read_output(str(tmp_path / "out"))) == 12
-    assert counters_of(counters)["bad records"] == 1
+    assert counters["bad records"] == 1
 
 
 def test_map_only_run(packed, tmp_path):
@@ -188,7 +185,7 @@ def test_simulated_gpus_run_the_lease_path_and_say_so(packed, tmp_path, monkeypa
     assert {k: v["faces"] for k, v in got.items()} == expected
     on_gpu = [v for v in got.values() if v["device"] == "gpu:0"]
     assert on_gpu and all(v["simulated"] is True for v in on_gpu)
-    assert counters_of(counters)["records on GPU"] == len(on_gpu)
+    assert counters["records on GPU"] == len(on_gpu)
 
 
 def test_render_draws_white_boxes_and_a_contact_sheet(packed, tmp_path, capsys):
@@ -206,7 +203,7 @@ def test_render_draws_white_boxes_and_a_contact_sheet(packed, tmp_path, capsys):
 
 
 def test_demo_end_to_end(tmp_path):
-    from gpumr.demo import demo
+    from gpumr.cli.demo import demo
     lines = []
     s = demo(str(tmp_path / "demo"), frames=8, shards=2, runner="inline", log=lines.append)
     assert s["counters"]["records on CPU"] == 8 and os.path.exists(s["sheet"])

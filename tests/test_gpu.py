@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from gpumr import kernels
+from gpumr.gpu import kernels
 
 needs_nvcc = pytest.mark.skipif(kernels.nvcc() is None, reason="nvcc (CUDA toolkit) not found")
 
@@ -28,7 +28,8 @@ def test_build_kernels_command(tmp_path, capsys, monkeypatch):
 
 
 def _real_gpu():
-    from gpumr import gpu, nvml
+    from gpumr.devices import nvml
+    from gpumr.gpu import launch as gpu
     ok, why = gpu.available()
     if not ok:
         pytest.skip(why)
@@ -75,8 +76,8 @@ def _iou(a, b):
 def test_gpu_faces_agree_with_opencv(sample_frames):
     import cv2
     from skimage import data
-    from gpumr.faces import detect, load_cascade
-    from gpumr.faces_gpu import FaceGPU
+    from gpumr.faces.cpu import detect, load_cascade
+    from gpumr.faces.gpu import FaceGPU
     gpu = _real_gpu()
     frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE) for n in sorted(os.listdir(sample_frames))]
     astro = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gpumr.errors import GpumrError
-from gpumr.haar import Cascade, detect_reference
+from gpumr.faces.cascade import Cascade
+from gpumr.faces.reference import detect_reference
 
 DATA = cv2.data.haarcascades
 
@@ -61,8 +62,8 @@ def test_unsupported_cascades_are_refused_clearly(tmp_path):
 
 def test_gpu_pyramid_table_matches_the_scan_grid(sample_frames):
     """The level table the GPU kernels walk covers exactly the reference's window grid."""
-    from gpumr.faces_gpu import FaceGPU
-    from gpumr.haar import scales
+    from gpumr.faces.gpu import FaceGPU
+    from gpumr.faces.reference import scales
     path = os.path.join(DATA, "haarcascade_frontalface_default.xml")
     grays = _photos(sample_frames)[:3]
     table, pixels, meta, n_int, n_win = FaceGPU(path).pyramid(grays)

@@ -13,9 +13,10 @@ from collections import Counter
 
 import pytest
 
-from gpumr.devices import DeviceChooser
-from gpumr.scheduler import Scheduler, SchedulerClient
-from gpumr import nvml
+from gpumr.devices.chooser import DeviceChooser
+from gpumr.devices.client import SchedulerClient
+from gpumr.devices.service import Scheduler
+from gpumr.devices import nvml
 
 SIM = {"GPUMR_SIMULATE_GPUS": "2:4GiB"}
 
@@ -210,7 +211,7 @@ def test_random_spreads():
 def test_memory_requirements_and_blocking_timeout():
     s = _sched("least-processes", n=1, slots=4)
     g, big = s.acquire(memory=6 << 30)
-    from gpumr.scheduler import RequestError
+    from gpumr.devices.protocol import RequestError
     with pytest.raises(RequestError, match="no GPU is free"):
         s.acquire(memory=4 << 30)
     t0 = time.time()

@@ -134,13 +134,21 @@ def _compile():
     return kernel
 
 
+def set_threads(n):
+    """Use ``n`` CPU threads in :func:`backproject` (at most numba's pool, the machine's cores); returns the number set."""
+    import numba
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    return n
+
+
 def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None):
     """Fast CPU backprojection of slices [z0, z1), float32 [z, y, x].
 
     Parameters
     ----------
-    filtered : ndarray [angle, row, col]
-        Output of :func:`gpumr.ct.fdk.filter_projections`.
+    filtered : ndarray [angle, row, col] or None
+        Output of :func:`gpumr.ct.fdk.filter_projections` (None when ``padded`` is given).
     padded : ndarray, optional
         ``pad(filtered)``, reused across slabs.
     """

@@ -9,11 +9,13 @@ disables the GPU path (slabs then fall back to the CPU, counted).
 
 import numpy as np
 
+from ..gpu.kernels import defines
 from .backproject import _axes, _scalars
 
-ZB = 8            # slices per thread (cuda/backproject.cu)
+#: Slices per thread and angles per launch (constant memory), as ``cuda/backproject.cu`` defines them.
+_CU = defines("backproject")
+ZB, MAX_ANGLES = _CU["ZB"], _CU["MAX_ANGLES"]
 BLOCK = (32, 8, 1)
-MAX_ANGLES = 2048
 
 
 class SlabBackprojector:
@@ -35,7 +37,7 @@ class SlabBackprojector:
     def _state(self, ordinal):
         st = self._devices.get(ordinal)
         if st is None:
-            from ..gpu import launcher
+            from ..gpu.launch import launcher
             lx = launcher(ordinal, self.prefer)
             with lx.active():
                 mod = lx.module("backproject")

@@ -10,10 +10,12 @@ Fields: ``DSO`` (source to rotation axis), ``DSD`` (source to detector),
 import json
 import math
 import os
-import tempfile
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from seqfile.atomic import write_bytes
 
 from ..errors import GpumrError
 
@@ -51,12 +53,7 @@ class Geometry:
 
     def save(self, path):
         """Write the geometry as JSON, atomically."""
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".geometry.", dir=folder)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_bytes(path, json.dumps(self.to_dict(), indent=1).encode())
 
 
 def _vec(d, name, n, source, kind=float, positive=True):
@@ -67,6 +64,8 @@ def _vec(d, name, n, source, kind=float, positive=True):
         v = tuple(kind(x) for x in v)
     except (TypeError, ValueError):
         raise GpumrError(f"{source}: {name} must hold numbers, got {d[name]!r}") from None
+    if not all(math.isfinite(x) for x in v):
+        raise GpumrError(f"{source}: {name} must hold finite numbers, got {list(v)}")
     if positive and any(x <= 0 for x in v):
         raise GpumrError(f"{source}: {name} must be positive, got {list(v)}")
     return v
@@ -78,8 +77,14 @@ def from_dict(d, source="geometry"):
     Raises
     ------
     GpumrError
-        Missing fields, non-positive sizes or distances, ``DSD <= DSO``, or a
-        detector too small to see the whole volume.
+        Missing fields, non-positive or non-finite sizes or distances,
+        ``DSD <= DSO``, a volume reaching the source, or a detector that
+        misses the volume entirely.
+
+    Warns
+    -----
+    FieldOfViewWarning
+        When part of the volume lies outside the field of view.
     """
     if not isinstance(d, dict):
         raise GpumrError(f"{source}: a geometry must be a JSON object")
@@ -90,7 +95,7 @@ def from_dict(d, source="geometry"):
         dso, dsd = float(d["DSO"]), float(d["DSD"])
     except (TypeError, ValueError):
         raise GpumrError(f"{source}: DSO and DSD must be numbers") from None
-    if dso <= 0 or dsd <= 0:
+    if not (math.isfinite(dso) and math.isfinite(dsd)) or dso <= 0 or dsd <= 0:
         raise GpumrError(f"{source}: DSO and DSD must be positive (DSO={dso}, DSD={dsd})")
     if dsd <= dso:
         raise GpumrError(f"{source}: DSD ({dsd}) must exceed DSO ({dso}): the detector lies beyond the axis")
@@ -105,9 +110,9 @@ def from_dict(d, source="geometry"):
         if angles.ndim != 1 or len(angles) == 0 or not np.all(np.isfinite(angles)):
             raise GpumrError(f"{source}: angles must be a non-empty list of finite numbers")
     elif "nAngles" in d:
-        n = int(d["nAngles"])
-        if n <= 0:
-            raise GpumrError(f"{source}: nAngles must be positive")
+        n = d["nAngles"]
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise GpumrError(f"{source}: nAngles must be a positive whole number, got {n!r}")
         angles = np.linspace(0, 2 * np.pi, n, endpoint=False)
     else:
         raise GpumrError(f"{source}: missing field angles (or nAngles)")
@@ -116,21 +121,64 @@ def from_dict(d, source="geometry"):
     return g
 
 
+class FieldOfViewWarning(UserWarning):
+    """Part of the volume lies outside the detector's field of view at some angles."""
+
+
+def _shadow(g):
+    """Detector coordinates (mm, from the detector's centre line) of the volume box's corners at every angle.
+
+    Returns ``(u, v)``, each [angle, corner]: ``u`` along the columns, ``v``
+    along the rows, by the cone-beam projection of :mod:`gpumr.ct`.
+    """
+    sz, sy, sx = g.volume_size
+    oz, oy, ox = g.offOrigin
+    corners = np.array([(ox + i * sx / 2, oy + j * sy / 2, oz + k * sz / 2)
+                        for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)])
+    b = np.asarray(g.angles, np.float64)[:, None]
+    x, y, z = corners[:, 0][None, :], corners[:, 1][None, :], corners[:, 2][None, :]
+    t = x * np.cos(b) + y * np.sin(b)
+    s = -x * np.sin(b) + y * np.cos(b)
+    mag = g.DSD / (g.DSO - t)
+    return s * mag, z * mag
+
+
 def _check_coverage(g):
-    """The detector must see the whole volume from every angle."""
+    """Refuse what cannot be reconstructed; warn once when part of the volume is not fully measured.
+
+    Cone-beam scanners commonly leave the corners of a square volume outside
+    the field of view at some angles (TIGRE, ASTRA and RTK reconstruct such
+    volumes; those voxels are simply not fully measured), so that is a
+    warning. A volume that reaches the source, or a detector (offsets
+    included) that misses the volume's shadow at every angle, is an error.
+    """
+    where = g.source or "geometry"
     sz, sy, sx = g.volume_size
     radius = math.hypot(sx / 2 + abs(g.offOrigin[2]), sy / 2 + abs(g.offOrigin[1]))
     if radius >= g.DSO:
-        raise GpumrError(f"{g.source or 'geometry'}: the volume (radius {radius:.1f} mm) reaches the source "
+        raise GpumrError(f"{where}: the volume (radius {radius:.1f} mm about the axis) reaches the source "
                          f"(DSO {g.DSO} mm)")
-    mag = g.DSD / (g.DSO - radius)  # largest magnification, at the voxel nearest the source
-    need_u = 2 * radius * mag
-    need_v = (sz + 2 * abs(g.offOrigin[0])) * mag
-    have_v, have_u = (n * d for n, d in zip(g.nDetector, g.dDetector))
-    if need_u > have_u * 1.0001 or need_v > have_v * 1.0001:
-        raise GpumrError(f"{g.source or 'geometry'}: detector too small for the volume: it spans "
-                         f"{have_u:.1f} x {have_v:.1f} mm (cols x rows), the volume's shadow needs up to "
-                         f"{need_u:.1f} x {need_v:.1f} mm")
+    u, v = _shadow(g)
+    (rows, cols), (dv, du), (ov, ou) = g.nDetector, g.dDetector, g.offDetector
+    u_lo, u_hi = ou - cols * du / 2, ou + cols * du / 2
+    v_lo, v_hi = ov - rows * dv / 2, ov + rows * dv / 2
+    seen = (u.max(1) > u_lo) & (u.min(1) < u_hi) & (v.max(1) > v_lo) & (v.min(1) < v_hi)
+    if not seen.any():
+        raise GpumrError(f"{where}: the detector ({cols * du:.1f} x {rows * dv:.1f} mm, offset {ou:g}, {ov:g} mm) "
+                         f"misses the volume's shadow at every angle")
+    inside = (u.min(1) >= u_lo - 1e-9) & (u.max(1) <= u_hi + 1e-9) & (v.min(1) >= v_lo - 1e-9) & (v.max(1) <= v_hi + 1e-9)
+    if not inside.all():
+        half = min(-u_lo, u_hi)
+        fov = g.DSO * half / math.hypot(g.DSD, half) if half > 0 else 0.0
+        warnings.warn(f"{where}: part of the volume lies outside the field of view at {np.count_nonzero(~inside)} "
+                      f"of {g.n_angles} angles (the detector sees a cylinder of radius {fov:.1f} mm about the axis; "
+                      f"the volume reaches {radius:.1f} mm): voxels there are not fully measured",
+                      FieldOfViewWarning, stacklevel=3)
+
+
+def beside(projections):
+    """Where the geometry of the projections file ``projections`` lives: ``<name>.geometry.json`` beside it."""
+    return os.path.splitext(projections)[0] + ".geometry.json"
 
 
 def load(path):
@@ -151,14 +199,57 @@ def load(path):
     return from_dict(d, path)
 
 
-def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=None):
-    """A cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm with a detector that covers it."""
-    size = n_voxel * voxel
+def _triple(v, n):
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    if len(v) == 1:
+        return v * n
+    if len(v) != n:
+        raise GpumrError(f"expected 1 or {n} values, got {len(v)}: {list(v)}")
+    return v
+
+
+def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=None, pitch=None,
+          off_detector=(0.0, 0.0), off_origin=(0.0, 0.0, 0.0), arc=2 * math.pi, start=0.0, short_scan=False):
+    """A scanner's geometry from its parameters, with defaults that make a detector covering the volume.
+
+    Parameters
+    ----------
+    n_voxel, voxel : int / float, or [z, y, x]
+        Voxels per side (or per axis) and their size in mm.
+    n_angles : int
+        Projections, equally spaced over ``arc`` from ``start`` (radians), the end excluded.
+    dso, dsd : float, optional
+        Source to axis and source to detector, mm (default 4 x the volume's largest side, and 1.5 x DSO).
+    n_detector, pitch : int / float, or [rows, cols], optional
+        Detector pixels and their pitch in mm (default: enough to see the whole volume, 15% more pixels
+        than voxels across).
+    off_detector : [row, col]
+        Detector centre shift, mm. ``off_origin`` [z, y, x]: volume centre shift, mm.
+    short_scan : bool
+        Make ``arc`` the shortest that Parker's weights allow: pi plus twice the half fan angle.
+    """
+    nz, ny, nx = (int(n) for n in _triple(n_voxel, 3))
+    dz, dy, dx = (float(d) for d in _triple(voxel, 3))
+    size = max(nz * dz, ny * dy, nx * dx)
     dso = dso or 4 * size
     dsd = dsd or 1.5 * dso
-    radius = size / math.sqrt(2)
-    mag = dsd / (dso - radius)
-    n_det = n_detector or int(math.ceil(n_voxel * 1.15))
-    pitch = max(2 * radius, size) * mag / n_det * 1.02
-    return from_dict(dict(DSO=dso, DSD=dsd, nDetector=[n_det, n_det], dDetector=[pitch, pitch],
-                          nVoxel=[n_voxel] * 3, dVoxel=[voxel] * 3, nAngles=n_angles))
+    radius = math.hypot(nx * dx / 2, ny * dy / 2)
+    mag = dsd / max(dso - radius, 1e-9)
+    if n_detector is None:
+        n_detector = int(math.ceil(max(nz, ny, nx) * 1.15))
+    rows, cols = (int(n) for n in _triple(n_detector, 2))
+    if pitch is None:  # square pixels, enough for the volume's shadow both ways
+        pitch = max(nz * dz / rows, 2 * radius / cols) * mag * 1.02
+    pv, pu = (float(p) for p in _triple(pitch, 2))
+    if short_scan:
+        half = max(abs(off_detector[1] - cols * pu / 2), abs(off_detector[1] + cols * pu / 2))
+        arc = math.pi + 2 * math.atan(half / dsd) + 1e-6
+    angles = start + np.arange(n_angles) * (arc / n_angles)
+    return from_dict(dict(DSO=dso, DSD=dsd, nDetector=[rows, cols], dDetector=[pv, pu], nVoxel=[nz, ny, nx],
+                          dVoxel=[dz, dy, dx], offOrigin=list(off_origin), offDetector=list(off_detector),
+                          angles=list(angles)))
+
+
+def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=None):
+    """A cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, a full turn, a square detector that covers it."""
+    return build(n_voxel, voxel, n_angles, dso, dsd, n_detector)

@@ -102,15 +102,33 @@ def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
     return out.astype(np.float32)
 
 
-def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """All projections, float32 [angle, row, col]; optional Poisson noise.
+def add_noise(projection, i0, mu_scale=0.01, rng=None):
+    """Poisson noise on line integrals: counts ``Poisson(I0 exp(-mu_scale p))`` back to ``-log(counts / I0) / mu_scale``.
 
-    With ``noise_i0``, counts are drawn as ``Poisson(I0 exp(-mu_scale p))`` and
-    turned back into line integrals ``-log(counts / I0) / mu_scale``.
+    Parameters
+    ----------
+    projection : ndarray
+        Line integrals in phantom units times mm.
+    i0 : float
+        Photons per detector pixel without the object.
+    mu_scale : float
+        Attenuation per phantom unit per mm.
+    rng : numpy.random.Generator
+        Draws the counts; one generator used over the angles in order gives the same noise
+        whether projections are made one at a time or all at once.
     """
-    out = np.stack([project(geometry, a, table) for a in geometry.angles])
-    if noise_i0:
-        rng = np.random.default_rng(seed)
-        counts = rng.poisson(noise_i0 * np.exp(-mu_scale * out.astype(np.float64)))
-        out = (-np.log(np.maximum(counts, 1) / noise_i0) / mu_scale).astype(np.float32)
-    return out
+    counts = rng.poisson(i0 * np.exp(-mu_scale * np.asarray(projection, np.float64)))
+    return (-np.log(np.maximum(counts, 1) / i0) / mu_scale).astype(np.float32)
+
+
+def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
+    """All projections, float32 [angle, row, col]; optional Poisson noise (:func:`add_noise`)."""
+    return np.stack(list(iter_projections(geometry, noise_i0, mu_scale, seed, table)))
+
+
+def iter_projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
+    """The projections one angle at a time, float32 [row, col] each; optional Poisson noise."""
+    rng = np.random.default_rng(seed) if noise_i0 else None
+    for angle in geometry.angles:
+        p = project(geometry, angle, table)
+        yield add_noise(p, noise_i0, mu_scale, rng) if noise_i0 else p

@@ -6,11 +6,11 @@ key makes the identity reducer's sort the slice order.
 """
 
 import base64
-import os
-import tempfile
 import zlib
 
 import numpy as np
+
+from seqfile.atomic import AtomicFile, write_bytes
 
 from ..errors import GpumrError
 
@@ -62,42 +62,14 @@ def assemble(results):
     return np.stack([seen[z] for z in range(nz)])
 
 
-def read_records(paths):
-    """``(key, value)`` pairs from job output files or directories, duplicates kept."""
-    import json
-    from ..packing import expand_inputs
-    for path in expand_inputs(paths):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        k, v = line.rstrip("\n").split("\t", 1)
-                        yield json.loads(k), json.loads(v)
-                    except ValueError:
-                        raise GpumrError(f"{path}: line {n} is not a job output line") from None
-
-
-def _atomic(path, write):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gpumr.", suffix=os.path.splitext(path)[1], dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_volume(volume, path, tiff=None):
     """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``), atomically."""
-    _atomic(path, lambda tmp: np.save(open(tmp, "wb"), volume.astype(np.float32)))
+    with AtomicFile(path) as f:
+        np.save(f, volume.astype(np.float32, copy=False))
     if tiff:
         import tifffile
-        _atomic(tiff, lambda tmp: tifffile.imwrite(tmp, volume.astype(np.float32)))
+        with AtomicFile(tiff) as f:
+            tifffile.imwrite(f, volume.astype(np.float32, copy=False))
 
 
 def preview(volume, path):
@@ -114,4 +86,4 @@ def preview(volume, path):
         img = cv2.resize((img * 255).astype(np.uint8), (size, size), interpolation=cv2.INTER_NEAREST)
         tiles.append(np.pad(img, 4, constant_values=40))
     ok, buf = cv2.imencode(".png", np.concatenate(tiles, axis=1))
-    _atomic(path, lambda tmp: open(tmp, "wb").write(buf.tobytes()))
+    write_bytes(path, buf.tobytes())

@@ -5,12 +5,10 @@ Each task loads the geometry and the projections once, filters them once
 the CPU or a GPU; every slice of a slab becomes an output record.
 """
 
-import time
-
 from ..core import BadRecord, Workload
 from . import geometry as geom
 from .backproject import backproject, pad
-from .fdk import filter_projections
+from .fdk import FILTERS, filter_projections
 from .projections import read_set
 from .slices import encode_slice, slice_key
 
@@ -49,16 +47,9 @@ class Backprojection(Workload):
     name = "backprojection"
     gpu_batch = 1
 
-    def __init__(self, projections, geometry, filter_name="ram-lak", i0=None):
-        t0 = time.perf_counter()
+    def __init__(self, projections, geometry, filter_name=FILTERS[0], i0=None):
         self.geometry = geom.load(geometry)
-        raw = read_set(projections, self.geometry, i0)
-        t1 = time.perf_counter()
-        self.filtered = filter_projections(raw, self.geometry, filter_name)
-        del raw
-        t2 = time.perf_counter()
-        self.padded = pad(self.filtered)
-        self.timings = {"load": t1 - t0, "filter": t2 - t1}
+        self.padded = pad(filter_projections(read_set(projections, self.geometry, i0), self.geometry, filter_name))
         nz, ny, nx = self.geometry.nVoxel
         self.gpu_memory = self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab
 
@@ -66,14 +57,14 @@ class Backprojection(Workload):
         return parse_slab(value, self.geometry.nVoxel[0])
 
     def run_cpu(self, slab):
-        return backproject(self.filtered, self.geometry, slab[0], slab[1], padded=self.padded)
+        return backproject(None, self.geometry, slab[0], slab[1], padded=self.padded)
 
     def outputs(self, key, slab, volume, device):
         nz = self.geometry.nVoxel[0]
         return [(slice_key(z), encode_slice(z, nz, volume[i], device)) for i, z in enumerate(range(*slab))]
 
     def gpu_backend(self):
-        from ..gpu import available
+        from ..gpu.launch import available
         ok, _ = available()
         if not ok:
             return None

@@ -9,7 +9,8 @@ for tests and dry runs.
 import os
 from dataclasses import dataclass, field
 
-from .sizes import parse_size
+from ..errors import GpumrError
+from ..sizes import parse_size
 
 SIMULATE_ENV = "GPUMR_SIMULATE_GPUS"
 DEFAULT, EXCLUSIVE_THREAD, PROHIBITED, EXCLUSIVE_PROCESS = "default", "exclusive_thread", "prohibited", "exclusive_process"
@@ -55,7 +56,7 @@ def simulated_gpus(spec):
 
     Raises
     ------
-    ValueError
+    GpumrError
         If the value is not ``N`` or ``N:SIZE``.
     """
     count, _, mem = str(spec).partition(":")
@@ -63,9 +64,9 @@ def simulated_gpus(spec):
         n = int(count)
         total = parse_size(mem) if mem else 16 * 1024**3
     except ValueError:
-        raise ValueError(f"{SIMULATE_ENV}={spec!r}: expected N or N:MEM, e.g. 2:16GiB") from None
+        raise GpumrError(f"{SIMULATE_ENV}={spec!r}: expected N or N:MEM, e.g. 2:16GiB") from None
     if n < 0:
-        raise ValueError(f"{SIMULATE_ENV}={spec!r}: the count must not be negative")
+        raise GpumrError(f"{SIMULATE_ENV}={spec!r}: the count must not be negative")
     return [GPU(i, "Simulated GPU", f"SIM-{i}", DEFAULT, total, total, 0, [], True, i) for i in range(n)]
 
 

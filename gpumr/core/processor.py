@@ -1,64 +1,10 @@
-"""The record-processing core that every gpumr job shares.
-
-One record flows: (key, bytes) -> decode -> choose device -> CPU or GPU
-implementation of the same function -> result or error -> output value.
-A workload supplies the pieces; the core supplies device choice, batching
-of GPU records, falling back to the CPU when the GPU fails, and counters.
-
-Counters (mrjob group ``gpumr``): ``records on CPU``, ``records on GPU``,
-``GPU fallbacks``, ``bad records``; and the time spent in each device's
-implementation, ``CPU milliseconds`` and ``GPU milliseconds``.
-"""
+"""Running a workload over records, choosing a device per record."""
 
 import sys
 import time
 
-GROUP = "gpumr"
-ON_CPU, ON_GPU, FALLBACKS, BAD = "records on CPU", "records on GPU", "GPU fallbacks", "bad records"
-CPU_MS, GPU_MS = "CPU milliseconds", "GPU milliseconds"
-
-
-class BadRecord(Exception):
-    """The record cannot be processed: the reason becomes its ``error`` output."""
-
-
-class Workload:
-    """One function with a CPU and (optionally) a GPU implementation.
-
-    Subclasses implement :meth:`decode`, :meth:`run_cpu` and :meth:`output`;
-    a GPU-capable one returns an object from :meth:`gpu_backend` whose
-    ``run(items, gpu)`` computes the same results for a batch.
-    """
-
-    name = "workload"
-    #: Device memory one GPU batch needs (bytes), told to device choice.
-    gpu_memory = 0
-    #: Records per GPU launch.
-    gpu_batch = 1
-
-    def decode(self, key, value):
-        """Turn a record into the implementation's input; raise BadRecord if it cannot be."""
-        raise NotImplementedError
-
-    def run_cpu(self, item):
-        """The CPU implementation: one input to one result."""
-        raise NotImplementedError
-
-    def output(self, key, item, result, device):
-        """The output value for a record's result."""
-        raise NotImplementedError
-
-    def outputs(self, key, item, result, device):
-        """The output records for a record's result: one ``(key, value)`` unless overridden."""
-        return [(key, self.output(key, item, result, device))]
-
-    def error_output(self, key, reason):
-        """The output value for a record that could not be processed."""
-        return {"error": reason}
-
-    def gpu_backend(self):
-        """An object with ``run(items, gpu) -> results``, or None (with a reason logged)."""
-        return None
+from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, ON_CPU, ON_GPU
+from .workload import BadRecord
 
 
 class SimulatedBackend:
@@ -74,10 +20,18 @@ class SimulatedBackend:
 class Processor:
     """Runs a workload over records, choosing a device per record.
 
+    Records are decoded as they arrive. Without a usable GPU path each runs
+    on the CPU at once. With one, decoded records wait in a batch of up to
+    ``workload.gpu_batch``; when it is full (or flushed) the device is
+    chosen: a free GPU takes the whole batch, its lease held only while the
+    batch runs; otherwise the first record runs on the CPU and the choice is
+    made again for the rest, so each record goes to whatever is free when
+    its turn comes.
+
     Parameters
     ----------
-    workload : Workload
-    chooser : gpumr.devices.DeviceChooser
+    workload : gpumr.core.Workload
+    chooser : gpumr.devices.chooser.DeviceChooser
     count : callable, optional
         ``count(name, amount)``, e.g. mrjob's ``increment_counter`` bound to the group.
     log : callable, optional
@@ -90,7 +44,7 @@ class Processor:
         self.count = count or (lambda name, n=1: None)
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.backend = None
-        self._batch, self._choice = [], None
+        self._pending = []
         if chooser.has_gpus:
             if chooser.simulated:
                 self.backend = SimulatedBackend(workload)
@@ -108,38 +62,34 @@ class Processor:
         yield from self.flush()
 
     def feed(self, key, value):
-        """Take one record; yield the outputs that are ready.
-
-        A record given a GPU joins the batch for that GPU, whose lease this
-        task then holds until the batch (``workload.gpu_batch`` records) runs;
-        a record given the CPU runs at once.
-        """
+        """Take one record; yield the outputs that are ready."""
         try:
             item = self.workload.decode(key, value)
         except BadRecord as exc:
             yield self.bad(key, str(exc))
             return
-        if self._choice is None and self.backend is not None:
-            choice = self.chooser.choose()
-            self._choice = choice if choice.on_gpu else None
-        if self._choice is None:
+        if self.backend is None:
             yield from self._cpu(key, item)
             return
-        self._batch.append((key, item))
-        if len(self._batch) >= self.workload.gpu_batch:
+        self._pending.append((key, item))
+        if len(self._pending) >= self.workload.gpu_batch:
             yield from self.flush()
 
     def flush(self):
-        """Run the pending GPU batch, if any; yield its outputs."""
-        if self._batch:
-            batch, choice = self._batch, self._choice
-            self._batch, self._choice = [], None
-            yield from self._gpu(batch, choice)
+        """Run every decoded record still waiting; yield their outputs."""
+        while self._pending:
+            choice = self.chooser.choose()
+            if choice.on_gpu:
+                batch, self._pending = self._pending, []
+                yield from self._gpu(batch, choice)
+            else:
+                key, item = self._pending.pop(0)
+                yield from self._cpu(key, item)
 
     def bad(self, key, reason):
         """Count a bad record and return its error output."""
         self.count(BAD, 1)
-        return key, self.workload.error_output(key, reason)
+        return key, {"error": reason}
 
     def _cpu(self, key, item):
         t0 = time.perf_counter()
@@ -171,8 +121,7 @@ class Processor:
         choice.release()
         self.count(GPU_MS, int(round((time.perf_counter() - t0) * 1000)))
         self.count(ON_GPU, len(batch))
+        simulated = choice.gpu.simulated
         for (key, item), result in zip(batch, results):
             for out_key, out in self.workload.outputs(key, item, result, choice.device):
-                if choice.gpu.simulated:
-                    out["simulated"] = True
-                yield out_key, out
+                yield out_key, (dict(out, simulated=True) if simulated else out)

@@ -15,50 +15,15 @@ touches CUDA), ``gpu`` (waits for a GPU; fails clearly without one).
 
 import os
 import time
-from dataclasses import dataclass
 
+from ..errors import GpumrError
 from . import nvml as _nvml
-from .errors import GpumrError
+from .free import Verdict, check
 from .leases import LockFileLeases, wait_for
 
 MODES = ("auto", "cpu", "gpu")
 #: After a failed exclusive-mode context probe, leave that GPU alone this long (a probe is costly).
 PROBE_BACKOFF = 1.0
-
-
-@dataclass
-class Verdict:
-    """Whether a task here would get ``gpu`` now, and why not."""
-
-    gpu: object
-    free: bool
-    reason: str = ""
-
-
-def check(gpu, memory=0, siblings=(), own_pid=None):
-    """The NVML part of the free check for one GPU (leases aside).
-
-    Parameters
-    ----------
-    gpu : gpumr.nvml.GPU
-    memory : int
-        Bytes of device memory the task needs.
-    siblings : set of int
-        Pids of gpumr processes on this node (their contexts are not foreign).
-    own_pid : int, optional
-        This process's pid (default: ``os.getpid()``).
-    """
-    own_pid = os.getpid() if own_pid is None else own_pid
-    if gpu.compute_mode == _nvml.PROHIBITED:
-        return Verdict(gpu, False, "compute mode is prohibited")
-    if gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
-        return Verdict(gpu, True, "exclusive mode: free if a context can be created")
-    foreign = sorted(p for p, _ in gpu.processes if p != own_pid and p not in siblings)
-    if foreign:
-        return Verdict(gpu, False, f"compute process(es) of another program: pid {', '.join(map(str, foreign))}")
-    if gpu.memory_free < memory:
-        return Verdict(gpu, False, f"{gpu.memory_free} bytes free, task needs {memory}")
-    return Verdict(gpu, True, "")
 
 
 class Choice:
@@ -68,7 +33,7 @@ class Choice:
     ----------
     device : str
         ``"cpu"`` or ``"gpu:N"`` (N the NVML index).
-    gpu : gpumr.nvml.GPU or None
+    gpu : gpumr.devices.nvml.GPU or None
     """
 
     def __init__(self, gpu=None, lease=None, release=None):
@@ -146,7 +111,8 @@ class DeviceChooser:
                 raise GpumrError(f"--device gpu: no GPU on this node ({first.reason})")
             return
         if scheduler is not False:
-            from .scheduler import SchedulerClient, default_socket
+            from .client import SchedulerClient
+            from .paths import default_socket
             path = scheduler or default_socket()
             if os.path.exists(path):
                 try:
@@ -202,8 +168,8 @@ class DeviceChooser:
             return self._probe(gpu)
         if gpu.simulated:
             return True
-        from . import cudactx
-        return cudactx.probe(gpu)
+        from ..gpu import context
+        return context.probe(gpu)
 
     def _try_gpu(self):
         if self._client is not None:

@@ -5,38 +5,17 @@ faces (as in the original CUDA-Hadoop work's figure), and the first frames
 are laid out as a contact sheet PNG.
 """
 
-import json
 import os
-import tempfile
 
 import numpy as np
 
 from seqfile import Reader
+from seqfile.atomic import write_bytes
 
-from .errors import GpumrError
-from .packing import expand_inputs, safe_target
-
-
-def read_job_output(paths):
-    """``{key: value}`` from job output files or directories (``"key"<TAB>{json}`` lines).
-
-    Raises
-    ------
-    GpumrError
-        For a line that is not the job's output format (file and line named).
-    """
-    results = {}
-    for path in expand_inputs(paths):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    k, v = line.rstrip("\n").split("\t", 1)
-                    results[json.loads(k)] = json.loads(v)
-                except ValueError:
-                    raise GpumrError(f"{path}: line {n} is not a job output line (\"key\"<TAB>{{json}})") from None
-    return results
+from ..errors import GpumrError
+from ..io.inputs import expand_inputs
+from ..io.joboutput import read_job_output
+from ..io.packing import safe_target
 
 
 def draw_boxes(image, faces, thickness=2):
@@ -46,15 +25,6 @@ def draw_boxes(image, faces, thickness=2):
     for x, y, w, h in faces:
         cv2.rectangle(out, (x, y), (x + w - 1, y + h - 1), (255, 255, 255), thickness)
     return out
-
-
-def _write_atomic(path, data):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".render.", dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def contact_sheet(tiles, columns=4, tile_size=(320, 240), labels=None):
@@ -91,7 +61,7 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
         ``frames`` drawn, ``faces`` drawn, ``errors`` (records with an error), ``sheet`` path.
     """
     import cv2
-    results = read_job_output(outputs)
+    results = dict(read_job_output(outputs))
     drawn = faces = 0
     tiles = []
     for path in expand_inputs(images):
@@ -106,7 +76,8 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
                 boxed = draw_boxes(img, res["faces"])
                 target = safe_target(directory, key)
                 ok, buf = cv2.imencode(".jpg", boxed, [cv2.IMWRITE_JPEG_QUALITY, 90])
-                _write_atomic(target if target.lower().endswith((".jpg", ".jpeg")) else target + ".jpg", buf.tobytes())
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                write_bytes(target if target.lower().endswith((".jpg", ".jpeg")) else target + ".jpg", buf.tobytes())
                 drawn += 1
                 faces += len(res["faces"])
                 tiles.append((key, boxed, len(res["faces"]), res.get("device", "?")))
@@ -118,6 +89,6 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
                           labels=[f"{t[0]}  {t[2]} face(s)  {t[3]}" for t in chosen])
     sheet_path = os.path.join(directory, "contact_sheet.png")
     ok, buf = cv2.imencode(".png", sheet)
-    _write_atomic(sheet_path, buf.tobytes())
+    write_bytes(sheet_path, buf.tobytes())
     errors = sum(1 for v in results.values() if "error" in v)
     return dict(frames=drawn, faces=faces, errors=errors, sheet=sheet_path)

@@ -1,10 +1,4 @@
-"""Haar cascades as flat arrays, and OpenCV's detection procedure restated.
-
-The cascade XML (OpenCV's current format: BOOST stages of HAAR trees or
-stumps) is read with OpenCV's own ``cv2.FileStorage`` into arrays a GPU
-kernel can take: per stage (first tree, tree count, threshold), per tree
-(first node, first leaf), per node (feature, children, threshold), per
-feature three rectangles and their weights.
+"""OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel.
 
 :func:`detect_reference` restates what ``CascadeClassifier.detectMultiScale``
 does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
@@ -30,107 +24,9 @@ does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
 
 import numpy as np
 
-from .errors import GpumrError
+from .cpu import DEFAULTS
 
-THRESHOLD_EPS = np.float32(1e-5)
 GROUP_EPS = 0.2
-
-
-class Cascade:
-    """A boosted Haar cascade of small trees (stumps included) as flat arrays.
-
-    A tree is walked from its first node: a node sends the window left when
-    the feature value is below its threshold, else right; a child index
-    above 0 is another node of the tree, 0 or below is leaf ``-index``.
-
-    Attributes
-    ----------
-    window : (int, int)
-        Width and height of the detection window.
-    stages : ndarray int32 [n_stages, 2]
-        First tree and tree count.
-    stage_thresholds : ndarray float32 [n_stages]
-        Stage thresholds, less OpenCV's 1e-5.
-    trees : ndarray int32 [n_trees, 2]
-        First node and first leaf of each tree.
-    nodes : ndarray int32 [n_nodes, 3]
-        Feature, left child, right child.
-    node_thresholds : ndarray float32 [n_nodes]
-    leaves : ndarray float32 [n_leaves]
-    rects : ndarray int32 [n_features, 3, 4]
-        x, y, w, h of up to three rectangles (unused ones are zero).
-    weights : ndarray float32 [n_features, 3]
-    """
-
-    def __init__(self, path):
-        import cv2
-        fs = cv2.FileStorage(path, cv2.FILE_STORAGE_READ)
-        try:
-            root = fs.getNode("cascade")
-            if root.empty():
-                raise GpumrError(f"{path}: not a cascade in OpenCV's current format (old-format "
-                                 "haarcascade XML is not supported by the GPU path)")
-            if root.getNode("stageType").string() != "BOOST" or root.getNode("featureType").string() != "HAAR":
-                raise GpumrError(f"{path}: only BOOST stages of HAAR features run on the GPU")
-            self.window = (int(root.getNode("width").real()), int(root.getNode("height").real()))
-            stages, thresholds, trees, nodes, node_thr, leaves = [], [], [], [], [], []
-            sn = root.getNode("stages")
-            for i in range(sn.size()):
-                st = sn.at(i)
-                weak = st.getNode("weakClassifiers")
-                stages.append((len(trees), weak.size()))
-                thresholds.append(np.float32(st.getNode("stageThreshold").real()) - THRESHOLD_EPS)
-                for j in range(weak.size()):
-                    w = weak.at(j)
-                    internal = _numbers(w.getNode("internalNodes"))
-                    tree_leaves = _numbers(w.getNode("leafValues"))
-                    if not internal or len(internal) % 4:
-                        raise GpumrError(f"{path}: stage {i}, tree {j}: categorical or malformed nodes "
-                                         "(only HAAR threshold nodes are supported)")
-                    trees.append((len(nodes), len(leaves)))
-                    for left, right, feature, thr in zip(*[iter(internal)] * 4):
-                        nodes.append((int(feature), int(left), int(right)))
-                        node_thr.append(thr)
-                    leaves += tree_leaves
-            fn = root.getNode("features")
-            rects = np.zeros((fn.size(), 3, 4), np.int32)
-            weights = np.zeros((fn.size(), 3), np.float32)
-            for i in range(fn.size()):
-                f = fn.at(i)
-                if not f.getNode("tilted").empty() and int(f.getNode("tilted").real()):
-                    raise GpumrError(f"{path}: feature {i} is tilted; tilted Haar features are not supported "
-                                     "on the GPU (the CPU path handles them)")
-                rn = f.getNode("rects")
-                if not 1 <= rn.size() <= 3:
-                    raise GpumrError(f"{path}: feature {i} has {rn.size()} rectangles")
-                for r in range(rn.size()):
-                    x, y, w_, h, wt = _numbers(rn.at(r))
-                    rects[i, r] = (x, y, w_, h)
-                    weights[i, r] = wt
-        finally:
-            fs.release()
-        self.stages = np.array(stages, np.int32)
-        self.stage_thresholds = np.array(thresholds, np.float32)
-        self.trees = np.array(trees, np.int32)
-        self.nodes = np.array(nodes, np.int32).reshape(-1, 3)
-        self.node_thresholds = np.array(node_thr, np.float32)
-        self.leaves = np.array(leaves, np.float32)
-        self.rects = rects
-        self.weights = weights
-        if len(self.nodes) and (self.nodes[:, 0].max() >= len(rects) or self.nodes[:, 0].min() < 0):
-            raise GpumrError(f"{path}: a node refers to a feature that does not exist")
-
-    def arrays(self):
-        """The arrays in the order the reference scan and the GPU kernel take them."""
-        return (self.stages, self.stage_thresholds, self.trees, self.nodes, self.node_thresholds, self.leaves,
-                self.rects, self.weights)
-
-
-def _numbers(node):
-    """The numbers of an XML sequence node, or of a text node of numbers."""
-    if node.isSeq():
-        return [node.at(i).real() for i in range(node.size())]
-    return [float(t) for t in node.string().split()]
 
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
@@ -223,7 +119,7 @@ def _compile():
     return scan
 
 
-def candidates(cascade, gray, scale_factor=1.1, min_size=None, max_size=None, interpolation=None):
+def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=None, max_size=None, interpolation=None):
     """All windows that pass the cascade, as boxes in image pixels (before grouping)."""
     import cv2
     interpolation = cv2.INTER_LINEAR_EXACT if interpolation is None else interpolation
@@ -249,7 +145,7 @@ def group(boxes, min_neighbors):
     return [[int(v) for v in b] for b in grouped]
 
 
-def detect_reference(cascade, gray, scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None,
-                     interpolation=None):
+def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
+                     min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], interpolation=None):
     """Faces as ``[[x, y, w, h], ...]`` by the restated OpenCV procedure (CPU reference)."""
     return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors)

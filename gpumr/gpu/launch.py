@@ -19,10 +19,10 @@ class PyCUDALauncher:
     name = "pycuda"
 
     def __init__(self, ordinal):
-        from . import cudactx
-        self.cuda = cudactx.driver()
+        from . import context
+        self.cuda = context.driver()
         self.ordinal = ordinal
-        self._ctx = cudactx
+        self._ctx = context
         with self.active():
             major, minor = self.cuda.Device(ordinal).compute_capability()
         self.arch = f"{major}{minor}"
@@ -61,9 +61,6 @@ class PyCUDALauncher:
 
     def synchronize(self):
         self.cuda.Context.synchronize()
-
-    def free_memory(self):
-        return self.cuda.mem_get_info()[0]
 
     @property
     def out_of_memory(self):
@@ -112,9 +109,6 @@ class CuPyLauncher:
 
     def synchronize(self):
         self.cp.cuda.Device(self.ordinal).synchronize()
-
-    def free_memory(self):
-        return self.cp.cuda.Device(self.ordinal).mem_info[0]
 
     @property
     def out_of_memory(self):

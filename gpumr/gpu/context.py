@@ -36,15 +36,6 @@ def driver():
     return _state["cuda"]
 
 
-def available():
-    """``(True, "")`` if PyCUDA and a driver are usable here, else ``(False, why)``."""
-    try:
-        driver()
-        return True, ""
-    except RuntimeError as exc:
-        return False, str(exc)
-
-
 def context(ordinal):
     """This process's context on device ``ordinal``, made current.
 

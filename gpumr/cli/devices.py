@@ -3,12 +3,13 @@
 import json
 import sys
 
-from .errors import GpumrError
-from .sizes import human, size_arg
+from ..errors import GpumrError
+from ..sizes import human, size_arg
+from .args import command, positive
 
 
 def cmd_probe(args):
-    from .devices import DeviceChooser
+    from ..devices.chooser import DeviceChooser
     chooser = DeviceChooser("auto", memory=args.memory, slots=args.gpu_slots, scheduler=False)
     if not chooser.has_gpus:
         if args.json:
@@ -30,13 +31,13 @@ def cmd_probe(args):
         print("simulated GPUs (GPUMR_SIMULATE_GPUS); no NVIDIA software involved")
     for v in verdicts:
         g = v.gpu
-        state = "free" if v.free else f"busy: {v.reason}"
+        state = "free" if v.free else f"not free, {v.reason}"
         print(f"gpu:{g.index} {g.name} mode={g.compute_mode} processes={len(g.processes)} "
               f"memory={human(g.memory_free)} free of {human(g.memory_total)} util={g.utilization}% -> {state}")
 
 
 def cmd_serve(args):
-    from .scheduler import make_server, node_scheduler
+    from ..devices.service import make_server, node_scheduler
     sched = node_scheduler(args.policy, args.slots_per_gpu, args.lease_dir)
     gpus = sched._snapshot()
     server = make_server(sched, args.socket, args.tcp, int(args.socket_mode, 8))
@@ -59,7 +60,8 @@ def cmd_serve(args):
 
 
 def cmd_status(args):
-    from .scheduler import SchedulerClient, default_socket
+    from ..devices.client import SchedulerClient
+    from ..devices.paths import default_socket
     path = args.socket or default_socket()
     try:
         client = SchedulerClient(path, args.tcp, timeout=5)
@@ -84,26 +86,28 @@ def cmd_status(args):
 
 def register(sub):
     """Add ``probe`` and ``scheduler`` to the ``gpumr`` parser."""
-    from .scheduler import POLICIES
-    s = sub.add_parser("probe", help="show each GPU and whether a task here would get it now")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--memory", type=size_arg, default=0, help="device memory a task needs (e.g. 2GiB)")
-    s.add_argument("--gpu-slots", type=int, default=1)
-    s.set_defaults(func=cmd_probe)
+    from ..devices.protocol import POLICIES
+    s = command(sub, "probe", "show each GPU and whether a task here would get it now", cmd_probe)
+    s.add_argument("--json", action="store_true", help="print the facts as JSON")
+    s.add_argument("--memory", type=size_arg, default=0, metavar="SIZE",
+                   help="device memory a task needs, e.g. 2GiB (default 0)")
+    s.add_argument("--gpu-slots", type=positive, default=1, metavar="N",
+                   help="tasks that may share one GPU (default 1)")
 
-    s = sub.add_parser("scheduler", help="the node-local GPU scheduler service")
+    s = sub.add_parser("scheduler", help="the node-local GPU scheduler service",
+                       description="The node-local GPU scheduler service and its status.")
     ssub = s.add_subparsers(dest="action", metavar="ACTION")
     ssub.required = True
-    a = ssub.add_parser("serve", help="serve GPU leases to this node's tasks")
-    a.add_argument("--socket", help="Unix socket path (default: $GPUMR_SCHEDULER_SOCKET or a per-user temp path)")
+    a = command(ssub, "serve", "serve GPU leases to this node's tasks", cmd_serve)
+    a.add_argument("--socket", metavar="PATH",
+                   help="Unix socket path (default: $GPUMR_SCHEDULER_SOCKET or scheduler.sock in a per-user temp folder)")
     a.add_argument("--tcp", type=int, metavar="PORT", help="serve on 127.0.0.1:PORT instead")
-    a.add_argument("--socket-mode", default="600", help="permissions of the socket (octal, default 600)")
-    a.add_argument("--policy", choices=POLICIES, default="least-processes")
-    a.add_argument("--slots-per-gpu", type=int, default=1)
-    a.add_argument("--lease-dir", help="lock directory shared with lock-file clients")
-    a.set_defaults(func=cmd_serve)
-    a = ssub.add_parser("status", help="print the service's GPUs and leases")
-    a.add_argument("--socket")
-    a.add_argument("--tcp", type=int, metavar="PORT")
-    a.add_argument("--json", action="store_true")
-    a.set_defaults(func=cmd_status)
+    a.add_argument("--socket-mode", default="600", metavar="OCTAL", help="permissions of the socket (default 600)")
+    a.add_argument("--policy", choices=POLICIES, default="least-processes",
+                   help="how a GPU is picked among the free ones (default least-processes)")
+    a.add_argument("--slots-per-gpu", type=positive, default=1, metavar="N", help="leases per GPU (default 1)")
+    a.add_argument("--lease-dir", metavar="DIR", help="lock folder shared with lock-file clients")
+    a = command(ssub, "status", "print the service's GPUs and leases", cmd_status)
+    a.add_argument("--socket", metavar="PATH", help="Unix socket path (default as for serve)")
+    a.add_argument("--tcp", type=int, metavar="PORT", help="ask 127.0.0.1:PORT instead")
+    a.add_argument("--json", action="store_true", help="print the service's reply as JSON")

@@ -1,4 +1,4 @@
-"""The node-local GPU scheduler service and its client.
+"""The node-local GPU scheduler service: lease bookkeeping, policies and the socket server.
 
 One process per node hands out GPU leases to the node's map tasks over a
 Unix-domain socket (TCP on loopback on request), one JSON object per line
@@ -24,28 +24,14 @@ import secrets
 import socket
 import socketserver
 import struct
-import tempfile
 import threading
 import time
 
 from . import nvml as _nvml
-from .devices import check
+from .free import check
 from .leases import LockFileLeases
-
-POLICIES = ("random", "round-robin", "least-processes")
-SOCKET_ENV = "GPUMR_SCHEDULER_SOCKET"
-MAX_REQUEST = 64 * 1024
-NO_GPU = "no GPU is free"
-
-
-def default_socket():
-    """``$GPUMR_SCHEDULER_SOCKET``, or ``scheduler.sock`` in the per-user temp folder."""
-    return os.environ.get(SOCKET_ENV) or os.path.join(tempfile.gettempdir(), f"gpumr-{os.getuid()}",
-                                                      "scheduler.sock")
-
-
-class RequestError(ValueError):
-    """A request the service cannot act on; its text goes back as the error."""
+from .paths import default_socket
+from .protocol import MAX_REQUEST, NO_GPU, POLICIES, RequestError
 
 
 class Scheduler:
@@ -54,7 +40,7 @@ class Scheduler:
     Parameters
     ----------
     discover : callable
-        Returns the current list of :class:`gpumr.nvml.GPU`.
+        Returns the current list of :class:`gpumr.devices.nvml.GPU`.
     policy : str
     slots : int
         Leases per GPU.
@@ -277,55 +263,3 @@ def node_scheduler(policy, slots, lease_dir=None):
     return Scheduler(lambda: _nvml.discover().gpus, policy, slots, siblings=leases.sibling_pids)
 
 
-class SchedulerClient:
-    """A connection to the scheduler service; its leases end when it closes.
-
-    Parameters
-    ----------
-    path : str, optional
-        Unix socket path (default :func:`default_socket`).
-    tcp_port : int, optional
-        Connect to 127.0.0.1:port instead.
-    """
-
-    def __init__(self, path=None, tcp_port=None, timeout=None):
-        if tcp_port is not None:
-            self._sock = socket.create_connection(("127.0.0.1", tcp_port), timeout=timeout)
-        else:
-            self._sock = socket.socket(socket.AF_UNIX)
-            self._sock.settimeout(timeout)
-            self._sock.connect(path or default_socket())
-        self._file = self._sock.makefile("rwb")
-
-    def request(self, obj):
-        """Send one request; return the reply object."""
-        self._file.write(json.dumps(obj).encode() + b"\n")
-        self._file.flush()
-        line = self._file.readline()
-        if not line:
-            raise ConnectionError("the scheduler closed the connection")
-        return json.loads(line)
-
-    def acquire(self, memory=0, block=False, timeout=None):
-        """``(gpu index, lease id)``, or None when no GPU is free."""
-        reply = self.request(dict(op="acquire", memory=int(memory), block=block, timeout=timeout))
-        if reply.get("ok"):
-            return reply["gpu"], reply["lease"]
-        if str(reply.get("error", "")).startswith(NO_GPU):
-            return None
-        raise RequestError(reply.get("error"))
-
-    def release(self, lease):
-        reply = self.request(dict(op="release", lease=lease))
-        if not reply.get("ok"):
-            raise RequestError(reply.get("error"))
-
-    def status(self):
-        return self.request(dict(op="status"))
-
-    def close(self):
-        try:
-            self._file.close()
-            self._sock.close()
-        except OSError:
-            pass

@@ -17,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .haar import Cascade, group, scales
+from .cascade import Cascade
+from .cpu import DEFAULTS
+from .reference import group, scales
 
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
@@ -31,7 +33,8 @@ def _grid(n):
 class FaceGPU:
     """``run(grey frames, gpu)`` -> faces per frame, as ``FaceDetection.run_cpu`` gives them."""
 
-    def __init__(self, cascade_file, scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None, prefer=None):
+    def __init__(self, cascade_file, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
+                 min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], prefer=None):
         self.cascade = Cascade(cascade_file)
         self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
                            max_size=max_size)
@@ -70,7 +73,7 @@ class FaceGPU:
     def _state(self, gpu):
         st = self._devices.get(gpu.ordinal)
         if st is None:
-            from .gpu import launcher
+            from ..gpu.launch import launcher
             lx = launcher(gpu.ordinal, self.prefer)
             c = self.cascade
             with lx.active():
@@ -92,7 +95,7 @@ class FaceGPU:
     def _self_check(self, gpu):
         import cv2
         from skimage import data
-        from .haar import detect_reference
+        from .reference import detect_reference
         photo = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
         self._devices[gpu.ordinal]["checked"] = True
         try:

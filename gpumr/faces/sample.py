@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from seqfile.atomic import write_bytes
+
 FRAME_SIZE = (640, 480)
 _BACKGROUNDS = ("coffee", "chelsea", "rocket", "hubble_deep_field", "astronaut",
                 "retina", "immunohistochemistry", "coffee")
@@ -87,9 +89,6 @@ def make_frames(dest, count=48, seed=0, quality=90):
         ok, buf = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, quality])
         if not ok:
             raise RuntimeError("JPEG encoding failed")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(buf.tobytes())
-        os.replace(tmp, path)
+        write_bytes(path, buf.tobytes())
         paths.append(path)
     return paths

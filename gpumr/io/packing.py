@@ -9,14 +9,14 @@ import fnmatch
 import heapq
 import os
 import shutil
-import tempfile
 import time
 
-from seqfile import Reader, SequenceFileError, Writer
-from seqfile.writer import umask
+from seqfile import Reader, Writer
+from seqfile.atomic import temp_dir_beside, write_bytes
 
-from .errors import GpumrError
-from .sizes import human
+from ..errors import GpumrError
+from ..sizes import human
+from .inputs import expand_inputs
 
 
 def collect(sources, include=(), exclude=()):
@@ -110,7 +110,7 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     groups = assign_shards(files, shards) if sharded else [files]
-    stage = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", dir=parent) if sharded else None
+    stage = temp_dir_beside(out) if sharded else None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=None if progress else True, leave=False)
     paths = []
     try:
@@ -127,7 +127,6 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
                     bar.update(size)
             paths.append(os.path.join(out, os.path.basename(target)) if sharded else out)
         if sharded:
-            os.chmod(stage, 0o777 & ~umask())
             if os.path.exists(out):
                 _remove(out)
             os.rename(stage, out)
@@ -145,28 +144,6 @@ def _remove(path):
         shutil.rmtree(path)
     else:
         os.unlink(path)
-
-
-def expand_inputs(paths):
-    """SequenceFiles named by ``paths``: files as given, directories' visible files sorted.
-
-    Raises
-    ------
-    GpumrError
-        If a path does not exist or nothing is found.
-    """
-    out = []
-    for p in paths:
-        if os.path.isdir(p):
-            out += sorted(os.path.join(p, n) for n in os.listdir(p)
-                          if not n.startswith((".", "_")) and os.path.isfile(os.path.join(p, n)))
-        elif os.path.exists(p):
-            out.append(p)
-        else:
-            raise GpumrError(f"{p}: no such file or directory")
-    if not out:
-        raise GpumrError(f"no SequenceFiles in {', '.join(paths)}")
-    return out
 
 
 def safe_target(directory, key):
@@ -199,11 +176,7 @@ def unpack(files, directory, progress=True):
             for rec in tqdm(reader, desc=os.path.basename(path), unit="rec", disable=None if progress else True, leave=False):
                 target = safe_target(directory, rec.key)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=".unpack.", dir=os.path.dirname(target))
-                with os.fdopen(fd, "wb") as f:
-                    f.write(rec.value if isinstance(rec.value, (bytes, bytearray)) else bytes(rec.value))
-                os.chmod(tmp, 0o666 & ~umask())
-                os.replace(tmp, target)
+                write_bytes(target, rec.value)
                 count += 1
                 nbytes += len(rec.value)
     return dict(records=count, bytes=nbytes)
@@ -236,5 +209,4 @@ def describe(stats):
             f"({human(rate)}/s)")
 
 
-__all__ = ["collect", "assign_shards", "pack", "unpack", "info", "expand_inputs", "safe_target",
-           "describe", "SequenceFileError"]
+__all__ = ["collect", "assign_shards", "pack", "unpack", "info", "safe_target", "describe"]

@@ -10,11 +10,12 @@ the device at hand and cached.
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
-from .errors import GpumrError
+from ..errors import GpumrError
 
 KERNELS = ("backproject", "haar")
 #: Real architectures in the fatbin (Turing to Blackwell), plus PTX of the newest for later GPUs.
@@ -31,6 +32,16 @@ def source_path(name):
     if not os.path.exists(path):
         raise GpumrError(f"no kernel source {name}.cu in {os.path.dirname(path)}")
     return path
+
+
+def defines(name):
+    """The integer ``#define`` constants of kernel ``name``'s source, e.g. ``{"ZB": 8}``.
+
+    The ``.cu`` file is the one place such constants are stated; the host
+    code that launches the kernel reads them from here.
+    """
+    with open(source_path(name), encoding="utf-8") as f:
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*#define\s+(\w+)\s+(\d+)\s*$", f.read(), re.M)}
 
 
 def _digest(name):

@@ -12,15 +12,9 @@ their siblings on the node from those of foreign programs.
 import errno
 import fcntl
 import os
-import tempfile
 import time
 
-LEASE_DIR_ENV = "GPUMR_LEASE_DIR"
-
-
-def default_lease_dir():
-    """``$GPUMR_LEASE_DIR``, or a per-user folder in the system temp dir."""
-    return os.environ.get(LEASE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"gpumr-{os.getuid()}")
+from .paths import default_lease_dir
 
 
 def _safe(uuid):
@@ -39,10 +33,6 @@ class FileLease:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-
-    @property
-    def held(self):
-        return self._fd is not None
 
     def __enter__(self):
         return self
@@ -72,7 +62,7 @@ class LockFileLeases:
         return os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CREAT, 0o600)
 
     def try_acquire(self, gpu):
-        """A lease on a free slot of ``gpu`` (a :class:`gpumr.nvml.GPU`), or None."""
+        """A lease on a free slot of ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), or None."""
         for slot in range(self.slots):
             name = f"gpu-{_safe(gpu.uuid)}-slot-{slot}.lock"
             fd = self._open(name)

@@ -1,0 +1,193 @@
+"""``gpumr ct``: geometry, phantom, plan, reconstruct, assemble.
+
+The flow carries one geometry file, ``<projections>.geometry.json`` beside
+the projections: ``phantom`` writes it there, and ``plan``, ``reconstruct``
+and the backprojection job find it there unless ``--geometry`` is given.
+"""
+
+import math
+import os
+import time
+
+from ..errors import GpumrError
+from .args import command, positive
+
+
+def _geometry_args(p, required=True):
+    """The options of a scanner's geometry (``gpumr ct geometry``, and ``phantom`` without ``--geometry``)."""
+    p.add_argument("--voxels", type=positive, nargs="+", default=[128], metavar="N",
+                   help="voxels per side, or Z Y X (default 128)")
+    p.add_argument("--voxel-size", type=float, nargs="+", default=[1.0], metavar="MM",
+                   help="voxel size in mm, or Z Y X (default 1)")
+    p.add_argument("--angles", type=positive, default=180, metavar="N",
+                   help="projections, equally spaced over the arc (default 180)")
+    p.add_argument("--arc", type=float, default=360.0, metavar="DEG",
+                   help="degrees the source turns through (default 360, a full turn)")
+    p.add_argument("--start", type=float, default=0.0, metavar="DEG", help="angle of the first projection (default 0)")
+    p.add_argument("--short-scan", action="store_true",
+                   help="the shortest arc Parker's weights allow: 180 degrees plus the fan angle")
+    p.add_argument("--dso", type=float, default=None, metavar="MM",
+                   help="source to rotation axis (default 4 x the volume's largest side)")
+    p.add_argument("--dsd", type=float, default=None, metavar="MM", help="source to detector (default 1.5 x DSO)")
+    p.add_argument("--detector", type=positive, nargs="+", default=None, metavar="N",
+                   help="detector pixels per side, or ROWS COLS (default: 15%% more than voxels across)")
+    p.add_argument("--pitch", type=float, nargs="+", default=None, metavar="MM",
+                   help="detector pixel pitch in mm, or ROW COL (default: enough to see the whole volume)")
+    p.add_argument("--off-detector", type=float, nargs=2, default=[0.0, 0.0], metavar=("ROW", "COL"),
+                   help="detector centre shift in mm (default 0 0)")
+    p.add_argument("--off-origin", type=float, nargs=3, default=[0.0, 0.0, 0.0], metavar=("Z", "Y", "X"),
+                   help="volume centre shift in mm (default 0 0 0)")
+
+
+def _geometry_from(args):
+    from ..ct.geometry import build
+    return build(args.voxels, args.voxel_size, args.angles, args.dso, args.dsd, args.detector, args.pitch,
+                 args.off_detector, args.off_origin, math.radians(args.arc), math.radians(args.start),
+                 args.short_scan)
+
+
+def _describe(g):
+    arc = math.degrees(float(g.angles[-1] - g.angles[0]) * len(g.angles) / max(len(g.angles) - 1, 1))
+    return (f"{'x'.join(map(str, g.nVoxel))} voxels of {'x'.join(f'{d:g}' for d in g.dVoxel)} mm, "
+            f"{g.n_angles} angles over {arc:.1f} degrees, detector {g.nDetector[0]}x{g.nDetector[1]} of "
+            f"{g.dDetector[0]:.3f}x{g.dDetector[1]:.3f} mm, DSO {g.DSO:g} mm, DSD {g.DSD:g} mm")
+
+
+def _find_geometry(args):
+    """``--geometry``, or the geometry file beside the (first) projections."""
+    from ..ct.geometry import beside
+    if args.geometry:
+        return args.geometry
+    projections = getattr(args, "projections", None)
+    first = projections[0] if isinstance(projections, list) else projections
+    if first and os.path.exists(beside(first)):
+        return beside(first)
+    raise GpumrError("--geometry is required" + (f": no {beside(first)} beside the projections" if first else ""))
+
+
+def cmd_geometry(args):
+    g = _geometry_from(args)
+    g.save(args.output)
+    print(f"wrote {args.output}: {_describe(g)}")
+
+
+def cmd_phantom(args):
+    from tqdm import tqdm
+
+    from seqfile import Writer
+
+    from ..ct import geometry, phantom
+    from ..ct.projections import encode_tiff
+    from ..ct.slices import save_volume
+    g = geometry.load(args.geometry) if args.geometry else _geometry_from(args)
+    t0 = time.perf_counter()
+    with Writer(args.output) as w:
+        stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
+        for i, p in enumerate(tqdm(stream, total=g.n_angles, desc="projections", unit="proj", disable=None,
+                                   leave=False)):
+            w.append(f"proj_{i:04d}.tif", encode_tiff(p))
+    geo_out = geometry.beside(args.output)
+    if not (args.geometry and os.path.exists(geo_out) and os.path.samefile(args.geometry, geo_out)):
+        g.save(geo_out)
+    if args.truth:
+        save_volume(phantom.volume(g), args.truth)
+    print(f"wrote {g.n_angles} projections {g.nDetector[0]}x{g.nDetector[1]} to {args.output} and the geometry "
+          f"to {geo_out}" + (f", ground truth to {args.truth}" if args.truth else "")
+          + f" in {time.perf_counter() - t0:.1f} s")
+
+
+def cmd_plan(args):
+    from seqfile.atomic import write_bytes
+
+    from ..ct import geometry
+    from ..ct.workload import plan
+    g = geometry.load(_find_geometry(args))
+    lines = plan(g.nVoxel[0], args.slab)
+    parts = max(1, min(args.parts, len(lines)))
+    if os.path.exists(args.output):
+        raise GpumrError(f"{args.output}: already exists")
+    os.makedirs(args.output)
+    for p in range(parts):
+        write_bytes(os.path.join(args.output, f"part-{p:05d}.txt"), "".join(ln + "\n" for ln in lines[p::parts]).encode())
+    print(f"wrote {len(lines)} slabs of {args.slab} slices in {parts} plan file(s) to {args.output}")
+
+
+def cmd_reconstruct(args):
+    from ..ct import geometry
+    from ..ct.backproject import backproject, set_threads
+    from ..ct.fdk import filter_projections
+    from ..ct.projections import read_set
+    from ..ct.slices import preview, save_volume
+    g = geometry.load(_find_geometry(args))
+    if args.threads:
+        set_threads(args.threads)
+    t0 = time.perf_counter()
+    vol = backproject(filter_projections(read_set(args.projections, g, args.i0), g, args.filter), g)
+    save_volume(vol, args.output)
+    if args.preview:
+        preview(vol, args.preview)
+    print(f"reconstructed {'x'.join(map(str, vol.shape))} on the CPU in {time.perf_counter() - t0:.1f} s "
+          f"-> {args.output}")
+
+
+def cmd_assemble(args):
+    from ..ct.slices import assemble, preview, save_volume
+    from ..io.joboutput import read_job_output
+    vol = assemble(read_job_output(args.outputs))
+    save_volume(vol, args.output, args.tiff)
+    prev = args.preview or os.path.splitext(args.output)[0] + ".png"
+    preview(vol, prev)
+    print(f"assembled {vol.shape[0]} slices of {vol.shape[1]}x{vol.shape[2]} into {args.output}; preview {prev}")
+
+
+def register(sub):
+    """Add ``ct`` to the ``gpumr`` parser."""
+    from ..ct.fdk import FILTERS
+    s = sub.add_parser("ct", help="cone-beam CT: geometry, phantom, plan, reconstruct, assemble",
+                       description="Cone-beam CT: geometry, phantom projections, the job's plan, "
+                                   "reconstruction on this machine, assembling the job's slices.")
+    cs = s.add_subparsers(dest="action", metavar="ACTION")
+    cs.required = True
+    a = command(cs, "geometry", "write a scanner's geometry as JSON (TIGRE-style fields)", cmd_geometry,
+                description="Write a circular cone-beam geometry as JSON: DSO, DSD, nDetector [rows, cols], "
+                            "dDetector [row, col] mm,\nnVoxel and dVoxel [z, y, x], offOrigin, offDetector, and "
+                            "angles in radians (a file may give nAngles\ninstead: that many over a full turn).")
+    a.add_argument("-o", "--output", required=True, metavar="JSON", help="where the geometry goes")
+    _geometry_args(a)
+
+    a = command(cs, "phantom", "exact projections of the 3D modified Shepp-Logan phantom", cmd_phantom,
+                description="Exact cone-beam projections of the 3D modified Shepp-Logan phantom, one float32 "
+                            "TIFF record per angle\n(proj_0000.tif ...), and the geometry beside them as "
+                            "<OUT>.geometry.json.")
+    a.add_argument("-o", "--output", required=True, metavar="SEQ", help="SequenceFile of projections")
+    a.add_argument("--geometry", metavar="JSON", help="a geometry file (else the geometry options below)")
+    a.add_argument("--truth", metavar="NPY", help="also write the phantom volume (.npy)")
+    a.add_argument("--noise-i0", type=float, default=None, metavar="PHOTONS",
+                   help="Poisson noise with this many photons per pixel (default: none)")
+    a.add_argument("--mu-scale", type=float, default=0.01,
+                   help="attenuation per phantom unit per mm, for the noise (default 0.01)")
+    a.add_argument("--seed", type=int, default=0, help="random seed of the noise (default 0)")
+    _geometry_args(a)
+
+    a = command(cs, "plan", "slab lines for the backprojection job, split into plan files", cmd_plan)
+    a.add_argument("projections", nargs="?", metavar="SEQ", help="the projections (their geometry is beside them)")
+    a.add_argument("--geometry", metavar="JSON", help="geometry file (default: beside the projections)")
+    a.add_argument("--slab", type=positive, default=16, metavar="N", help="slices per record (default 16)")
+    a.add_argument("--parts", type=positive, default=2, metavar="N", help="plan files, one per map task (default 2)")
+    a.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the plan files")
+
+    a = command(cs, "reconstruct", "FDK on this machine, without mrjob", cmd_reconstruct)
+    a.add_argument("projections", nargs="+", metavar="SEQ", help="SequenceFiles of projections")
+    a.add_argument("--geometry", metavar="JSON", help="geometry file (default: beside the projections)")
+    a.add_argument("--filter", choices=FILTERS, default=FILTERS[0], help=f"ramp filter window (default {FILTERS[0]})")
+    a.add_argument("--i0", type=float, default=None, help="projections are raw intensities: use -log(I/I0)")
+    a.add_argument("--threads", type=positive, default=None, metavar="N",
+                   help="CPU threads of the backprojector (default: all cores)")
+    a.add_argument("-o", "--output", required=True, metavar="NPY", help="the volume (.npy)")
+    a.add_argument("--preview", metavar="PNG", help="also a PNG of the three central slices")
+
+    a = command(cs, "assemble", "job output slices -> volume .npy (+ TIFF) and a PNG preview", cmd_assemble)
+    a.add_argument("outputs", nargs="+", metavar="OUTPUT", help="job output files or folders")
+    a.add_argument("-o", "--output", required=True, metavar="NPY", help="the volume (.npy)")
+    a.add_argument("--tiff", metavar="TIF", help="also write a float32 TIFF stack here")
+    a.add_argument("--preview", metavar="PNG", help="PNG path (default: beside the .npy)")

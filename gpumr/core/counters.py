@@ -1,0 +1,43 @@
+"""The gpumr counters: their names, and the one-line summary every engine prints.
+
+Counters (mrjob group ``gpumr``; Spark accumulators of the same names):
+``records on CPU``, ``records on GPU``, ``GPU fallbacks`` (records re-run on
+the CPU after a GPU failure, also counted on the CPU), ``bad records``
+(records that became an ``error`` output), and the time spent in each
+device's implementation, ``CPU milliseconds`` and ``GPU milliseconds``.
+"""
+
+GROUP = "gpumr"
+ON_CPU, ON_GPU, FALLBACKS, BAD = "records on CPU", "records on GPU", "GPU fallbacks", "bad records"
+CPU_MS, GPU_MS = "CPU milliseconds", "GPU milliseconds"
+
+
+def total(counters, group=GROUP):
+    """Sum the ``group`` counters over the steps of an mrjob runner's ``counters()`` list."""
+    out = {}
+    for step in counters:
+        for name, n in step.get(group, {}).items():
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def summary(counts, seconds=None):
+    """One line: how many records ran on which device, fell back, or were bad.
+
+    Parameters
+    ----------
+    counts : dict
+        Counter name -> value (group ``gpumr``), as :func:`total` gives.
+    seconds : float, optional
+        Wall time of the run, for a records/s figure.
+    """
+    cpu, gpu, bad, fb = (counts.get(k, 0) for k in (ON_CPU, ON_GPU, BAD, FALLBACKS))
+    records = cpu + gpu + bad
+    parts = [f"{records} record{'s' if records != 1 else ''}: {cpu} on CPU, {gpu} on GPU"]
+    if fb:
+        parts.append(f"{fb} GPU fallback{'s' if fb != 1 else ''}")
+    parts.append(f"{bad} bad")
+    line = ", ".join(parts)
+    if seconds is not None:
+        line += f" in {seconds:.1f} s ({records / max(seconds, 1e-9):.1f} records/s)"
+    return line

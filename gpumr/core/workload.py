@@ -1,0 +1,51 @@
+"""What a workload supplies to the record-processing core."""
+
+
+class BadRecord(Exception):
+    """The record cannot be processed: the reason becomes its ``error`` output."""
+
+
+class Workload:
+    """One function with a CPU and (optionally) a GPU implementation.
+
+    Subclasses implement :meth:`decode`, :meth:`run_cpu` and :meth:`outputs`;
+    a GPU-capable one returns an object from :meth:`gpu_backend` whose
+    ``run(items, gpu)`` computes the same results for a batch.
+
+    Attributes
+    ----------
+    name : str
+        For log lines.
+    gpu_memory : int
+        Device memory one GPU batch needs (bytes), told to device choice.
+    gpu_batch : int
+        Records per GPU launch.
+    """
+
+    name = "workload"
+    gpu_memory = 0
+    gpu_batch = 1
+
+    def decode(self, key, value):
+        """Turn a record into the implementation's input; raise BadRecord if it cannot be."""
+        raise NotImplementedError
+
+    def run_cpu(self, item):
+        """The CPU implementation: one input to one result."""
+        raise NotImplementedError
+
+    def outputs(self, key, item, result, device):
+        """The output records for one record's result.
+
+        Returns
+        -------
+        list of (str, dict)
+            ``(output key, value)``; a value is a JSON object (the core adds
+            ``"simulated": true`` on simulated GPUs). Errors are not made
+            here: the core turns a :class:`BadRecord` into ``{"error": ...}``.
+        """
+        raise NotImplementedError
+
+    def gpu_backend(self):
+        """An object with ``run(items, gpu) -> results``, or None when no GPU path is usable here."""
+        return None

@@ -1,0 +1,137 @@
+"""Progress of a running job on this machine: tasks report, the launcher shows.
+
+mrjob's inline and local runners say nothing between "Running step 1 of
+1..." and the end (Hadoop and Spark show their own progress). Here each task
+keeps one small file in a folder the launcher made (named by
+``$GPUMR_PROGRESS``), rewriting it at most twice a second with its counts so
+far; the launcher sums the files once a second and shows a bar on a
+terminal, or a line every :data:`LINE_EVERY` seconds otherwise.
+"""
+
+import os
+import sys
+import threading
+import time
+
+from ..core.counters import BAD, FALLBACKS, ON_CPU, ON_GPU
+
+PROGRESS_ENV = "GPUMR_PROGRESS"
+#: What a task's progress file holds, in this order.
+FIELDS = (ON_CPU, ON_GPU, BAD, FALLBACKS, "input bytes")
+#: Seconds between progress lines when stderr is not a terminal.
+LINE_EVERY = 30.0
+_WIDTH = 20
+
+
+class TaskProgress:
+    """A task's side: counts kept in memory and written to its progress file now and then.
+
+    Does nothing when ``$GPUMR_PROGRESS`` is not set (Hadoop, Spark, tests).
+    """
+
+    def __init__(self, env=None, every=0.5):
+        folder = (os.environ if env is None else env).get(PROGRESS_ENV)
+        self.counts = dict.fromkeys(FIELDS, 0)
+        self._fd = None
+        self._every, self._last = every, 0.0
+        if folder and os.path.isdir(folder):
+            path = os.path.join(folder, f"task-{os.getpid()}-{id(self):x}")
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+
+    def count(self, name, n=1):
+        """Add ``n`` to counter ``name`` (other names are ignored)."""
+        if name in self.counts:
+            self.counts[name] += n
+            self._maybe_write()
+
+    def set_bytes(self, n):
+        """How many input bytes this task has consumed so far."""
+        self.counts["input bytes"] = n
+        self._maybe_write()
+
+    def _maybe_write(self, force=False):
+        if self._fd is None:
+            return
+        now = time.monotonic()
+        if force or now - self._last >= self._every:
+            self._last = now
+            line = "".join(str(self.counts[f]).rjust(_WIDTH) for f in FIELDS) + "\n"
+            os.pwrite(self._fd, line.encode("ascii"), 0)
+
+    def close(self):
+        """Write the final counts and close the file."""
+        if self._fd is not None:
+            self._maybe_write(force=True)
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_totals(folder):
+    """The sum of every task's progress file in ``folder``."""
+    totals = dict.fromkeys(FIELDS, 0)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return totals
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                line = f.read(_WIDTH * len(FIELDS))
+            values = [int(line[i * _WIDTH:(i + 1) * _WIDTH]) for i in range(len(FIELDS))]
+        except (OSError, ValueError):
+            continue  # being written this instant: next time
+        for field, v in zip(FIELDS, values):
+            totals[field] += v
+    return totals
+
+
+class Display:
+    """The launcher's side: a thread that shows the tasks' summed progress until stopped.
+
+    Parameters
+    ----------
+    folder : str
+        The progress folder the tasks write to.
+    total_bytes : int or None
+        Input bytes of the whole job, for a percentage; None when unknown.
+    label : str
+    stream : file, optional
+        stderr by default; a bar on a terminal, plain lines otherwise.
+    """
+
+    def __init__(self, folder, total_bytes=None, label="gpumr", stream=None):
+        self.folder, self.total, self.label = folder, total_bytes, label
+        self.stream = stream or sys.stderr
+        self._stop = threading.Event()
+        self._bar = None
+        self._thread = threading.Thread(target=self._run, name="gpumr-progress", daemon=True)
+
+    def __enter__(self):
+        if self.stream.isatty():
+            from tqdm import tqdm
+            self._bar = tqdm(total=self.total, unit="B", unit_scale=True, desc=self.label, file=self.stream,
+                             leave=False, dynamic_ncols=True)
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self._bar is not None:
+            self._bar.close()
+
+    def _run(self):
+        last_line = time.monotonic()
+        while not self._stop.wait(1.0):
+            t = read_totals(self.folder)
+            records = t[ON_CPU] + t[ON_GPU] + t[BAD]
+            detail = f"{records} records: {t[ON_CPU]} CPU, {t[ON_GPU]} GPU, {t[BAD]} bad"
+            if self._bar is not None:
+                self._bar.n = t["input bytes"]
+                self._bar.set_postfix_str(detail, refresh=True)
+            elif time.monotonic() - last_line >= LINE_EVERY:
+                last_line = time.monotonic()
+                share = f" ({100 * t['input bytes'] / self.total:.0f}% of the input)" if self.total else ""
+                rate = records / max(time.monotonic() - self._t0, 1e-9)
+                print(f"{self.label}: {detail}{share}, {rate:.1f} records/s", file=self.stream, flush=True)

@@ -1,0 +1,384 @@
+"""The mrjob engine: what every gpumr job shares, and running one from Python.
+
+A job (``jobs/``) subclasses :class:`GpumrJob` and provides its options and
+``make_workload()``; this class wires that to the record-processing core.
+
+Input is read either by the map task itself (each task reads whole
+SequenceFiles with ``seqfile``; every runner) or, with ``--hadoop-splits`` on
+Hadoop/EMR, by Hadoop's ``SequenceFileAsTextInputFormat`` (``key<TAB>hex
+bytes`` lines; Hadoop splits at sync markers and places tasks near the
+data). Both give the same output. The reducer is the identity, so output is
+sorted by key.
+
+Before any task starts, the launching process checks the inputs and the
+required options and stops with a one-line error naming what is wrong; while
+the job runs on this machine (inline and local runners) it shows progress;
+at the end it prints one line summing up the gpumr counters.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from mrjob.job import MRJob
+from mrjob.protocol import JSONProtocol, RawValueProtocol
+from mrjob.step import MRStep
+
+from ..core import GROUP, Processor
+from ..core.counters import summary, total
+from ..devices.chooser import MODES
+from ..errors import GpumrError
+from ..io.inputs import describe_file, expand_inputs, looks_like_sequencefile
+from ..sizes import size_arg
+from . import progress
+
+TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
+#: The switches mrjob gives a job it runs as a task.
+_TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
+#: Runners whose tasks run on this machine, where the launcher can show their progress.
+LOCAL_RUNNERS = ("inline", "local")
+
+
+def option_value(args, option):
+    """The value of ``option`` in a command line (``--opt V`` or ``--opt=V``), or None."""
+    for i, a in enumerate(args):
+        if a == option and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(option + "="):
+            return a[len(option) + 1:]
+    return None
+
+
+def with_option(args, option, value):
+    """``args`` with ``option`` set to ``value`` (replaced where present, else appended)."""
+    out, i, done = [], 0, False
+    while i < len(args):
+        a = args[i]
+        if a == option and i + 1 < len(args):
+            out += [option, value]
+            i, done = i + 2, True
+            continue
+        if a.startswith(option + "="):
+            out.append(f"{option}={value}")
+            done = True
+        else:
+            out.append(a)
+        i += 1
+    return out if done else out + [option, value]
+
+
+class GpumrJob(MRJob):
+    """Mapper over records through :class:`gpumr.core.Processor`; identity reducer.
+
+    Subclasses set :attr:`INPUT_KIND`, add their options in
+    ``configure_args`` (after calling this class's), and implement
+    :meth:`make_workload`; they may extend :meth:`prepare_args` and
+    :meth:`check_options`.
+    """
+
+    INPUT_PROTOCOL = RawValueProtocol
+    OUTPUT_PROTOCOL = JSONProtocol
+    #: "seqfile": records are SequenceFile records; "lines": each input line is a record.
+    INPUT_KIND = "seqfile"
+
+    def __init__(self, args=None):
+        self._from_command_line = args is None
+        args = list(sys.argv[1:] if args is None else args)
+        if not _TASK_SWITCHES.intersection(a.partition("=")[0] for a in args):
+            try:
+                args = self.prepare_args(args)
+            except GpumrError:
+                pass  # reported by check_options, with the rest
+        super().__init__(args)
+
+    def load_args(self, args):
+        if self._from_command_line:
+            # mrjob makes a bad option raise ValueError when given a list of arguments; from the command
+            # line (the list is only the rewritten sys.argv), argparse's own message and exit status 2.
+            self.arg_parser.error = type(self.arg_parser).error.__get__(self.arg_parser)
+        super().load_args(args)
+
+    @classmethod
+    def prepare_args(cls, args):
+        """Rewrite the launcher's command line before it is parsed (e.g. resolve a bundled file's name).
+
+        Runs only where the job is launched, not in tasks: mrjob passes the
+        rewritten values on to the tasks (and ships files named by file options).
+        """
+        return args
+
+    def configure_args(self):
+        super().configure_args()
+        self.add_passthru_arg("--device", choices=MODES, default="auto",
+                              help="auto: per record, a GPU if one is free now, else the CPU (default); "
+                                   "cpu: never touch CUDA; gpu: wait for a GPU")
+        self.add_passthru_arg("--gpu-slots", type=int, default=1, metavar="N",
+                              help="map tasks that may share one GPU at once (default 1)")
+        self.add_passthru_arg("--gpu-memory", type=size_arg, default=None, metavar="SIZE",
+                              help="device memory a GPU batch needs, e.g. 2GiB (default: the workload's estimate)")
+        self.add_passthru_arg("--reducers", type=int, default=1, metavar="N",
+                              help="reduce tasks (default 1: one output file, sorted by key); "
+                                   "0: map-only, output not sorted")
+        if self.INPUT_KIND == "seqfile":
+            self.add_passthru_arg("--hadoop-splits", action="store_true",
+                                  help="let Hadoop read and split the SequenceFiles (hadoop/emr runners)")
+
+    def make_workload(self):
+        """The :class:`gpumr.core.Workload` each task runs."""
+        raise NotImplementedError
+
+    # -- the launcher's side ---------------------------------------------
+    def check_options(self):
+        """Stop before any task starts if an option or input cannot work.
+
+        Raises
+        ------
+        GpumrError
+            Naming the option or input and what is wrong with it.
+        """
+        if self.options.reducers < 0:
+            raise GpumrError(f"--reducers must be 0 or more, not {self.options.reducers}")
+        if self.options.gpu_slots < 1:
+            raise GpumrError(f"--gpu-slots must be 1 or more, not {self.options.gpu_slots}")
+        local = [p for p in self.options.args if "://" not in p]
+        if not self.options.args:
+            raise GpumrError("no input given")
+        files = expand_inputs(local) if local else []
+        # (With --hadoop-splits, Hadoop reads the files, and says so itself when one is not a SequenceFile.)
+        if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits and local and not any(
+                looks_like_sequencefile(f) for f in files):
+            shown = ", ".join(f"{f} ({describe_file(f)})" for f in files[:3]) + (" ..." if len(files) > 3 else "")
+            raise GpumrError(f"no SequenceFile among the inputs: {shown}; pack files first: "
+                             f"gpumr pack {local[0]} -o {local[0].rstrip('/')}.seq")
+
+    def _input_bytes(self):
+        try:
+            return sum(os.path.getsize(f) for f in expand_inputs([p for p in self.options.args if "://" not in p]))
+        except (GpumrError, OSError):
+            return None
+
+    def make_runner(self):
+        """mrjob's runner, after :meth:`check_options`; on this machine, ``--reducers`` is honoured."""
+        self.check_options()
+        runner = super().make_runner()
+        if self.options.runner in LOCAL_RUNNERS and self.options.reducers > 0:
+            _limit_sim_reducers(runner, self.options.reducers)
+        return runner
+
+    def _runner_kwargs(self):
+        kwargs = super()._runner_kwargs()
+        folder = getattr(self, "_progress_folder", None)
+        if folder:
+            kwargs["cmdenv"] = dict(kwargs.get("cmdenv") or {}, **{progress.PROGRESS_ENV: folder})
+        return kwargs
+
+    def run_job(self):
+        """``python -m gpumr.jobs.X ...``: check, run with progress, print the counters' summary.
+
+        As mrjob's own ``run_job`` (log set-up, a failed step exits 1, output
+        to stdout unless ``--output-dir``), plus the check before any task
+        starts (a one-line error, exit 2), the progress display on this
+        machine and the summary line at the end.
+        """
+        import codecs
+        import logging
+
+        from mrjob.step import StepFailedException
+        try:
+            self.check_options()
+        except GpumrError as exc:
+            print(f"{self.arg_parser.prog}: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        self.set_up_logging(quiet=self.options.quiet, verbose=self.options.verbose,
+                            stream=codecs.getwriter("utf_8")(self.stderr))
+        local = (self.options.runner or "inline") in LOCAL_RUNNERS
+        self._progress_folder = tempfile.mkdtemp(prefix="gpumr-progress-") if local else None
+        t0 = time.perf_counter()
+        try:
+            with self.make_runner() as runner:
+                try:
+                    if local:
+                        with progress.Display(self._progress_folder, self._input_bytes(), label=type(self).__name__):
+                            runner.run()
+                    else:
+                        runner.run()
+                except StepFailedException as exc:
+                    logging.getLogger("mrjob").error(str(exc))
+                    sys.exit(1)
+                if self._should_cat_output():
+                    for chunk in runner.cat_output():
+                        self.stdout.write(chunk)
+                    self.stdout.flush()
+                counts = total(runner.counters())
+        finally:
+            if self._progress_folder:
+                shutil.rmtree(self._progress_folder, ignore_errors=True)
+        print(f"gpumr: {summary(counts, time.perf_counter() - t0)}", file=sys.stderr)
+
+    # -- steps -----------------------------------------------------------
+    def steps(self):
+        mapper = dict(mapper_init=self.task_init, mapper_final=self.task_final)
+        if self.INPUT_KIND == "lines":
+            mapper["mapper"] = self.mapper_line
+        elif self.options.hadoop_splits:
+            mapper["mapper"] = self.mapper_text
+        else:
+            mapper["mapper_raw"] = self.mapper_raw
+        if self.options.reducers == 0:
+            return [MRStep(**mapper)]
+        return [MRStep(reducer=self.reducer, **mapper)]
+
+    def hadoop_input_format(self):
+        if self.INPUT_KIND == "seqfile" and self.options.hadoop_splits:
+            return TEXT_INPUT_FORMAT
+        return None
+
+    def jobconf(self):
+        conf = dict(super().jobconf())
+        conf["mapreduce.job.reduces"] = str(self.options.reducers)
+        return conf
+
+    def _non_option_kwargs(self):
+        # mrjob's sim runners give mapper_raw a local directory as one input;
+        # list its SequenceFiles so that each becomes a map task of its own.
+        kwargs = super()._non_option_kwargs()
+        if self.INPUT_KIND != "seqfile":
+            return kwargs
+        paths = []
+        for p in kwargs["input_paths"]:
+            paths += expand_inputs([p]) if "://" not in p and os.path.isdir(p) else [p]
+        kwargs["input_paths"] = paths
+        return kwargs
+
+    # -- tasks -----------------------------------------------------------
+    def task_init(self):
+        from ..devices.chooser import DeviceChooser, describe
+        workload = self.make_workload()
+        memory = self.options.gpu_memory if self.options.gpu_memory is not None else workload.gpu_memory
+        self.chooser = DeviceChooser(self.options.device, memory=memory, slots=self.options.gpu_slots)
+        self.log(f"gpumr: {describe(self.chooser)}")
+        self.progress = progress.TaskProgress()
+        self.processor = Processor(workload, self.chooser, log=self.log, count=self.count)
+
+    def count(self, name, n=1):
+        """Add to a gpumr counter (Hadoop's counters, and this machine's progress display)."""
+        self.increment_counter(GROUP, name, n)
+        self.progress.count(name, n)
+
+    def log(self, message):
+        """One line to the task's log (stderr; mrjob's stream is binary)."""
+        self.stderr.write((message + "\n").encode("utf-8", "replace"))
+        self.stderr.flush()
+
+    def task_final(self):
+        yield from self.processor.flush()
+        self.chooser.close()
+        self.progress.close()
+
+    def mapper_raw(self, path, uri):
+        """Read a whole SequenceFile here; a corrupt stretch (or file) is counted and skipped."""
+        from seqfile import Reader, SequenceFileError
+
+        from ..core import BAD
+
+        def corrupt(exc):
+            self.count(BAD, 1)
+            self.log(f"gpumr: skipping corrupt data in {uri}: {exc}")
+
+        try:
+            reader = Reader(path, on_error=corrupt)
+        except SequenceFileError as exc:
+            corrupt(exc)
+            return
+        done = self.progress.counts["input bytes"]
+        with reader:
+            for rec in reader:
+                self.progress.set_bytes(done + rec.offset)
+                yield from self.processor.feed(rec.key, rec.value)
+            self.progress.set_bytes(done + reader.file_size)
+
+    def mapper_text(self, _, line):
+        """One ``key<TAB>hex bytes`` line from SequenceFileAsTextInputFormat."""
+        key, _, hexed = line.partition("\t")
+        try:
+            value = bytes.fromhex(hexed)
+        except ValueError:
+            yield self.processor.bad(key, "value is not the hex text SequenceFileAsTextInputFormat gives")
+            return
+        yield from self.processor.feed(key, value)
+
+    def mapper_line(self, _, line):
+        """One text line is one record (its own key, for error reports)."""
+        yield from self.processor.feed(line, line)
+
+    def reducer(self, key, values):
+        for value in values:
+            yield key, value
+
+
+def _limit_sim_reducers(runner, n):
+    """Make an inline/local runner run at most ``n`` reduce tasks, as Hadoop would run exactly ``n``.
+
+    mrjob's simulated runners ignore ``mapreduce.job.reduces`` and cut the
+    sorted reducer input into about twice as many pieces as there are cores.
+    This replaces that cut, for this runner only, by one into at most ``n``
+    pieces of near-equal bytes that never part the records of one key.
+    """
+    def split_reducer_input(step_num):
+        path = runner._sorted_reducer_input_path(step_num)
+        budget = os.path.getsize(path) / n
+        files = runner._yield_split_fileobjs("reducer", step_num)
+        tasks, used, last_key, dest = 0, 0, None, None
+        with open(path, "rb") as src:
+            for line in src:
+                key = line.split(b"\t", 1)[0]
+                if dest is None or (used >= budget * tasks and key != last_key and tasks < n):
+                    if dest is not None:
+                        dest.close()
+                    dest = next(files)
+                    tasks += 1
+                dest.write(line)
+                used += len(line)
+                last_key = key
+        if dest is None:  # empty input: one empty task, as mrjob does
+            next(files).close()
+            return 1
+        dest.close()
+        return tasks
+
+    runner._split_reducer_input = split_reducer_input
+
+
+def run_job(job_class, inputs, output_dir, runner="local", extra=(), conf=None):
+    """Run a gpumr job through mrjob from Python.
+
+    Parameters
+    ----------
+    job_class : type
+        A :class:`GpumrJob` subclass, e.g. ``gpumr.jobs.face_detect.MRFaceDetect``.
+    inputs : list of str
+    output_dir : str
+    runner : str
+        mrjob runner alias: inline, local, hadoop, emr.
+    extra : list of str
+        More command-line options of the job.
+    conf : str, optional
+        An mrjob.conf to use (default: none).
+
+    Returns
+    -------
+    (dict, float)
+        The summed gpumr counters and the wall time in seconds.
+    """
+    import logging
+    logging.getLogger("mrjob").setLevel(logging.ERROR)  # no "No configs specified" chatter
+    args = ["-r", runner, *(["-c", conf] if conf else ["--no-conf"]), *inputs, "--output-dir", output_dir,
+            *extra]
+    job = job_class(args=args)
+    t0 = time.perf_counter()
+    with job.make_runner() as r:
+        r.run()
+        counters = r.counters()
+    return total(counters), time.perf_counter() - t0

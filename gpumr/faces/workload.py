@@ -1,0 +1,56 @@
+"""Face detection as a gpumr workload: one image record in, its faces out."""
+
+from ..core import BadRecord, Workload
+from ..errors import GpumrError
+from .cpu import DEFAULTS, cascade_path, detect, load_cascade
+from .decode import MAX_PIXELS, decode_gray
+
+
+class FaceDetection(Workload):
+    """Face detection over image records.
+
+    Parameters
+    ----------
+    cascade : str, optional
+        Cascade XML path (or a bundled cascade's file name).
+    scale_factor, min_neighbors, min_size, max_size
+        As ``detectMultiScale``.
+    max_pixels : int
+        Images above this many pixels are refused as bad records.
+    """
+
+    name = "face detection"
+    gpu_batch = 16
+    gpu_memory = 256 * 1024 * 1024
+
+    def __init__(self, cascade=None, scale_factor=DEFAULTS["scale_factor"],
+                 min_neighbors=DEFAULTS["min_neighbors"], min_size=DEFAULTS["min_size"],
+                 max_size=DEFAULTS["max_size"], max_pixels=MAX_PIXELS):
+        self.cascade_file = cascade_path(cascade)
+        self.classifier = load_cascade(self.cascade_file)
+        self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
+                           max_size=max_size)
+        self.max_pixels = max_pixels
+
+    def decode(self, key, value):
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise BadRecord(f"value is a {type(value).__name__}, not image bytes")
+        return decode_gray(value, self.max_pixels)
+
+    def run_cpu(self, gray):
+        return detect(self.classifier, gray, **self.params)
+
+    def outputs(self, key, gray, faces, device):
+        return [(key, {"faces": faces, "device": device, "width": int(gray.shape[1]),
+                       "height": int(gray.shape[0])})]
+
+    def gpu_backend(self):
+        from ..gpu.launch import available
+        ok, _ = available()
+        if not ok:
+            return None
+        from .gpu import FaceGPU
+        try:
+            return FaceGPU(self.cascade_file, **self.params)
+        except GpumrError:  # a cascade the GPU kernel does not take (tilted features, ...)
+            return None

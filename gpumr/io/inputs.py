@@ -1,0 +1,59 @@
+"""Input paths as users give them: files, or folders of files.
+
+A folder stands for its visible files (not those starting with ``.`` or
+``_``, which Hadoop also hides: ``_SUCCESS``, ``.crc`` files), sorted; files
+are taken as given. Every command and job expands its inputs here.
+"""
+
+import os
+
+from seqfile.header import MAGIC
+
+from ..errors import GpumrError
+
+
+def expand_inputs(paths):
+    """The files named by ``paths``: files as given, folders' visible files sorted.
+
+    Raises
+    ------
+    GpumrError
+        If a path does not exist or no file is found.
+    """
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, n) for n in os.listdir(p)
+                          if not n.startswith((".", "_")) and os.path.isfile(os.path.join(p, n)))
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise GpumrError(f"{p}: no such file or directory")
+    if not out:
+        raise GpumrError(f"no files in {', '.join(paths)}")
+    return out
+
+
+def looks_like_sequencefile(path):
+    """Whether ``path`` starts with a SequenceFile's magic bytes ``SEQ``."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def describe_file(path):
+    """A few words on what ``path`` holds, for errors about files that are not SequenceFiles."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if not head:
+        return "empty"
+    for magic, kind in ((b"\xff\xd8\xff", "a JPEG image"), (b"\x89PNG", "a PNG image"), (b"II*\x00", "a TIFF image"),
+                        (b"MM\x00*", "a TIFF image"), (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip file")):
+        if head.startswith(magic):
+            return kind
+    return f"not a SequenceFile (starts with {head[:4]!r})"

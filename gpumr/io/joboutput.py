@@ -1,0 +1,31 @@
+"""Reading job output: ``"key"<TAB>{json}`` lines, as every gpumr job writes them.
+
+mrjob's ``JSONProtocol`` writes each output record as the JSON-encoded key,
+a tab, and the JSON-encoded value; Hadoop and the local runners put them in
+``part-NNNNN`` files of the output folder.
+"""
+
+import json
+
+from ..errors import GpumrError
+from .inputs import expand_inputs
+
+
+def read_job_output(paths):
+    """Yield ``(key, value)`` from job output files or folders, in file order, duplicates kept.
+
+    Raises
+    ------
+    GpumrError
+        For a line that is not a job output line (file and line named).
+    """
+    for path in expand_inputs(paths):
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    k, v = line.rstrip("\n").split("\t", 1)
+                    yield json.loads(k), json.loads(v)
+                except ValueError:
+                    raise GpumrError(f"{path}: line {n} is not a job output line (\"key\"<TAB>{{json}})") from None
