@@ -1,11 +1,23 @@
 """Shared fixtures: Hadoop's own SequenceFile classes, sample frames, record sets."""
 
+import atexit
 import os
 import random
+import shutil
+import tempfile
 
 import pytest
 
 from hadoop import Hadoop, HadoopUnavailable
+
+# Tests never touch this machine's own node-local state: a scheduler service or GPU leases of a
+# real gpumr user here must neither serve the tests nor be disturbed by them. Every process the
+# tests start inherits these.
+_NODE_STATE = tempfile.mkdtemp(prefix="gpumr-tests-")
+atexit.register(shutil.rmtree, _NODE_STATE, True)
+os.environ["GPUMR_LEASE_DIR"] = os.path.join(_NODE_STATE, "leases")
+os.environ["GPUMR_SCHEDULER_SOCKET"] = os.path.join(_NODE_STATE, "scheduler.sock")
+os.environ.pop("GPUMR_SIMULATE_GPUS", None)
 
 C = "org.apache.hadoop.io.compress."
 NO_NATIVE_ZSTD = pytest.mark.skip(

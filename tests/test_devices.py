@@ -124,3 +124,10 @@ def test_cuda_visible_devices_restricts_and_orders():
     fake = FakeNVML([gpu(0), gpu(1), gpu(2)])
     d = nvml.discover(fake, env={"CUDA_VISIBLE_DEVICES": "2,0"})
     assert [g.index for g in d.gpus] == [2, 0] and [g.ordinal for g in d.gpus] == [0, 1]
+
+
+def test_tests_do_not_use_the_machines_default_node_state():
+    """A `gpumr scheduler serve` or leases of a real user on this machine must not meet the tests."""
+    from gpumr.devices import paths
+    assert paths.default_lease_dir() != paths.user_dir()
+    assert os.path.dirname(paths.default_socket()) != paths.user_dir()
