@@ -1,11 +1,12 @@
 # Two commands that work on a fresh machine, each doing its own set-up:
 #   make demo   - the face-detection job end to end on built-in sample data
 #   make test   - the whole test suite
+# Both install gpumr into .venv; `. .venv/bin/activate` puts the gpumr command on PATH.
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install gpu bench clean
 
 $(VENV)/.ready: setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +15,17 @@ $(VENV)/.ready: setup.cfg setup.py
 
 install: $(VENV)/.ready
 	$(PY) -m pip install -q --no-build-isolation '.[dev]'
+	@echo "gpumr is installed in $(VENV): run '. $(VENV)/bin/activate' to have the gpumr command on PATH"
+
+# PyCUDA builds against the CUDA toolkit: its build takes the toolkit to be the folder above the
+# first nvcc on PATH and looks for include/cuda.h there. nvcc is often a link from elsewhere
+# (/usr/local/bin/nvcc), so put the toolkit's own bin folder first (CUDA_ROOT overrides the guess).
+gpu: install
+	@nvcc=$$(command -v nvcc || echo /usr/local/cuda/bin/nvcc); \
+	root=$${CUDA_ROOT:-$$(dirname $$(dirname $$(readlink -f $$nvcc)))}; \
+	test -f $$root/include/cuda.h || { echo "no CUDA toolkit found (no $$root/include/cuda.h): set CUDA_ROOT=<toolkit folder>"; exit 1; }; \
+	echo "building PyCUDA against the CUDA toolkit in $$root"; \
+	PATH=$$root/bin:$$PATH $(PY) -m pip install -q --no-build-isolation '.[gpu]'
 
 demo: install
 	$(VENV)/bin/gpumr demo --output demo-out

@@ -13,7 +13,8 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
+
+from seqfile.atomic import atomic_path
 
 from ..errors import GpumrError
 
@@ -82,19 +83,11 @@ def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
         cmd.append(f"-gencode=arch=compute_{a},code=sm_{a}")
     if ptx and archs:
         cmd.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
-    folder = os.path.dirname(os.path.abspath(out_path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".fatbin", dir=folder)
-    os.close(fd)
-    try:
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with atomic_path(out_path) as tmp:
         proc = subprocess.run(cmd + ["-o", tmp, source_path(name)], capture_output=True, text=True)
         if proc.returncode:
             raise GpumrError(f"nvcc failed on {name}.cu: {proc.stderr.strip()[-2000:]}")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return out_path
 
 
