@@ -20,7 +20,7 @@ from gpumr.errors import GpumrError
 
 
 class MRBackproject(GpumrJob):
-    """Slab backprojection, device chosen per slab."""
+    """FDK cone-beam reconstruction; INPUT: plan files of slab lines "z0 z1" (gpumr ct plan); per slab a free GPU or the CPU."""
 
     INPUT_KIND = "lines"
 

@@ -12,7 +12,7 @@ from gpumr.errors import GpumrError
 
 
 class MRFaceDetect(GpumrJob):
-    """Haar-cascade face detection, device chosen per record."""
+    """Face detection (OpenCV's Haar cascades) over SequenceFiles of images; per record a free GPU or the CPU."""
 
     @classmethod
     def prepare_args(cls, args):

@@ -100,6 +100,10 @@ class GpumrJob(MRJob):
             self.arg_parser.error = type(self.arg_parser).error.__get__(self.arg_parser)
         super().load_args(args)
 
+    def _usage(self):
+        # mrjob's usage line, with what the job does (its class docstring's first line).
+        return f"%(prog)s [options] INPUT... [--output-dir OUT]\n\n{(type(self).__doc__ or '').strip().splitlines()[0]}"
+
     @classmethod
     def prepare_args(cls, args):
         """Rewrite the launcher's command line before it is parsed (e.g. resolve a bundled file's name).
