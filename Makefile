@@ -24,6 +24,7 @@ gpu: install
 	@nvcc=$$(command -v nvcc || echo /usr/local/cuda/bin/nvcc); \
 	root=$${CUDA_ROOT:-$$(dirname $$(dirname $$(readlink -f $$nvcc)))}; \
 	test -f $$root/include/cuda.h || { echo "no CUDA toolkit found (no $$root/include/cuda.h): set CUDA_ROOT=<toolkit folder>"; exit 1; }; \
+	test -f $$root/include/curand.h || { echo "$$root has no curand.h (a minimal toolkit): PyCUDA needs cuRAND's headers; install the full toolkit, or use CuPy: $(PY) -m pip install '.[cupy]'"; exit 1; }; \
 	echo "building PyCUDA against the CUDA toolkit in $$root"; \
 	PATH=$$root/bin:$$PATH $(PY) -m pip install -q --no-build-isolation '.[gpu]'
 
