@@ -19,10 +19,11 @@ install: $(VENV)/.ready
 
 # PyCUDA builds against the CUDA toolkit: its build takes the toolkit to be the folder above the
 # first nvcc on PATH and looks for include/cuda.h there. nvcc is often a link from elsewhere
-# (/usr/local/bin/nvcc), so put the toolkit's own bin folder first (CUDA_ROOT overrides the guess).
+# (/usr/local/bin/nvcc), so put the toolkit's own bin folder first: nvcc says where it lives
+# (its --dryrun TOP); CUDA_ROOT overrides.
 gpu: install
-	@nvcc=$$(command -v nvcc || echo /usr/local/cuda/bin/nvcc); \
-	root=$${CUDA_ROOT:-$$(dirname $$(dirname $$(readlink -f $$nvcc)))}; \
+	@top=$$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$$ TOP=//p'); \
+	root=$$(cd $${CUDA_ROOT:-$${top:-/usr/local/cuda}} 2>/dev/null && pwd -P); \
 	test -f $$root/include/cuda.h || { echo "no CUDA toolkit found (no $$root/include/cuda.h): set CUDA_ROOT=<toolkit folder>"; exit 1; }; \
 	test -f $$root/include/curand.h || { echo "$$root has no curand.h (a minimal toolkit): PyCUDA needs cuRAND's headers; install the full toolkit, or use CuPy: $(PY) -m pip install '.[cupy]'"; exit 1; }; \
 	echo "building PyCUDA against the CUDA toolkit in $$root"; \
