@@ -145,7 +145,7 @@ def test_bad_and_unusual_records(sample_frames, tmp_path):
     assert c["bad records"] == sum(1 for v in got.values() if "error" in v) >= 3
 
 
-def test_corrupt_sequencefile_stretch_is_counted_and_skipped(sample_frames, tmp_path):
+def test_corrupt_sequencefile_stretch_is_an_error_line(sample_frames, tmp_path):
     frames = sorted(os.listdir(sample_frames))
     path = str(tmp_path / "c.seq")
     with seqfile.Writer(path, sync_interval=1) as w:  # a sync before every record
@@ -157,7 +157,9 @@ def test_corrupt_sequencefile_stretch_is_counted_and_skipped(sample_frames, tmp_
     open(path, "wb").write(bytes(data))
     counters, _ = run_face_job([path], str(tmp_path / "out"), "inline")
     got = parsed(read_output(str(tmp_path / "out")))
-    assert set(got) == set(frames) - {frames[3]}
+    lost = {k: v for k, v in got.items() if k not in frames}
+    assert set(got) - set(lost) == set(frames) - {frames[3]}
+    assert list(lost) == [path] and lost[path]["lost"][0] == offsets[3]
     assert counters["bad records"] == 1
 
 
@@ -167,7 +169,10 @@ def test_a_file_that_is_not_a_sequencefile_is_counted_not_fatal(packed, tmp_path
     shutil.copytree(packed, mixed)
     (mixed / "part-99999.seq").write_bytes(b"\xff\xd8\xff\xe0 not a SequenceFile")
     counters, _ = run_face_job([str(mixed)], str(tmp_path / "out"), "inline")
-    assert len(read_output(str(tmp_path / "out"))) == 12
+    got = parsed(read_output(str(tmp_path / "out")))
+    assert len(got) == 13  # 12 records and one error line for the file
+    bad = [k for k in got if k.endswith("part-99999.seq")]
+    assert len(bad) == 1 and "error" in got[bad[0]]
     assert counters["bad records"] == 1
 
 

@@ -91,6 +91,12 @@ class Processor:
         self.count(BAD, 1)
         return key, {"error": reason}
 
+    def lost(self, lost):
+        """Count an unreadable stretch of input (a :class:`gpumr.io.records.Lost`); return its error output."""
+        self.count(BAD, 1)
+        where = f"bytes {lost.start}-{lost.end}" if lost.end is not None else f"from byte {lost.start}"
+        return lost.name, {"error": f"{where} could not be read: {lost.reason}", "lost": [lost.start, lost.end]}
+
     def _cpu(self, key, item):
         t0 = time.perf_counter()
         try:

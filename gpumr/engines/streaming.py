@@ -282,26 +282,17 @@ class GpumrJob(MRJob):
         self.progress.close()
 
     def mapper_raw(self, path, uri):
-        """Read a whole SequenceFile here; a corrupt stretch (or file) is counted and skipped."""
-        from seqfile import Reader, SequenceFileError
+        """Read a whole SequenceFile here; a stretch that cannot be read becomes an error line."""
+        from ..io.records import Lost, read_split
 
-        from ..core import BAD
-
-        def corrupt(exc):
-            self.count(BAD, 1)
-            self.log(f"gpumr: skipping corrupt data in {uri}: {exc}")
-
-        try:
-            reader = Reader(path, on_error=corrupt)
-        except SequenceFileError as exc:
-            corrupt(exc)
-            return
         done = self.progress.counts["input bytes"]
-        with reader:
-            for rec in reader:
-                self.progress.set_bytes(done + rec.offset)
-                yield from self.processor.feed(rec.key, rec.value)
-            self.progress.set_bytes(done + reader.file_size)
+        for item in read_split(path, name=uri):
+            if isinstance(item, Lost):
+                yield self.processor.lost(item)
+                continue
+            self.progress.set_bytes(done + item.offset)
+            yield from self.processor.feed(item.key, item.value)
+        self.progress.set_bytes(done + os.path.getsize(path))
 
     def mapper_text(self, _, line):
         """One ``key<TAB>hex bytes`` line from SequenceFileAsTextInputFormat."""
