@@ -5,7 +5,13 @@ the same class writes for it, and decompresses such a stream. Hadoop's
 Snappy and LZ4 codecs wrap raw blocks in ``BlockCompressorStream`` framing:
 ``<int32 raw length>`` followed by ``<int32 compressed length><bytes>``
 chunks until that many raw bytes are covered, repeated to the end.
-zstd, Snappy and LZ4 need the optional ``cramjam`` package.
+zstd, Snappy and LZ4 need the optional ``cramjam`` package; reading zstd
+also needs ``backports.zstd`` (built into Python 3.14 as ``compression.zstd``).
+
+Decompression never produces more than the caller's ``limit``: zlib, gzip,
+bzip2 and zstd are decompressed as streams with an output limit, and the raw
+sizes Snappy and LZ4 streams declare are checked against it before any
+buffer is allocated, so a small "bomb" costs at most ``limit`` bytes.
 """
 
 import bz2
@@ -45,6 +51,19 @@ def _cramjam(codec_class):
     return cramjam
 
 
+def _zstd():
+    """The streaming zstd module (``compression.zstd`` or its backport)."""
+    try:
+        from compression import zstd
+    except ImportError:
+        try:
+            from backports import zstd
+        except ImportError:
+            raise CodecError("ZStandardCodec needs the 'backports.zstd' package to read "
+                             "(pip install 'gpumr[codecs]')") from None
+    return zstd
+
+
 def resolve(name):
     """Map a short codec name or a Hadoop class name to the class name."""
     if name in SHORT_NAMES:
@@ -60,6 +79,8 @@ def check_available(codec_class):
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):
         _cramjam(codec_class)
+    if codec_class == ZSTD:
+        _zstd()
 
 
 def compress(codec_class, data):
@@ -104,11 +125,11 @@ def decompress(codec_class, data, limit):
             return _streams(lambda: zlib.decompressobj(31), data, limit, multi=True)
         if codec_class == BZIP2:
             return _streams(bz2.BZ2Decompressor, data, limit, multi=True)
-        cj = _cramjam(codec_class)
         if codec_class == ZSTD:
-            out = bytes(cj.zstd.decompress(bytes(data)))
-        elif codec_class == SNAPPY:
-            out = _unframe(data, limit, lambda b, n: bytes(cj.snappy.decompress_raw(b)))
+            return _streams(_zstd().ZstdDecompressor, data, limit, multi=True)
+        cj = _cramjam(codec_class)
+        if codec_class == SNAPPY:
+            out = _unframe(data, limit, lambda b, n: _snappy_block(cj, b, n))
         elif codec_class == LZ4:
             out = _unframe(data, limit, lambda b, n: _lz4_block(cj, b, n))
         else:
@@ -122,12 +143,34 @@ def decompress(codec_class, data, limit):
     return out
 
 
+#: LZ4 expands at most about 255-fold (each extra length byte adds 255).
+_LZ4_MAX_RATIO = 256
+
+
 def _lz4_block(cj, data, most):
     # Hadoop does not store each chunk's raw size; decompress into room for
-    # what is left of the block and keep what was actually produced.
+    # what is left of the block (no more than the chunk can expand to) and
+    # keep what was actually produced.
+    most = min(most, len(data) * _LZ4_MAX_RATIO + 64)
     out = bytearray(most)
     n = cj.lz4.decompress_block_into(data, out, output_len=most)
     return bytes(memoryview(out)[:n])
+
+
+def _snappy_block(cj, data, most):
+    # A raw Snappy block starts with its uncompressed length (a varint):
+    # check it before the library allocates that much.
+    declared, shift = 0, 0
+    for i, byte in enumerate(data[:5]):
+        declared |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    else:
+        raise CodecError("Snappy chunk has no valid length")
+    if declared > most:
+        raise CodecError(f"Snappy chunk declares {declared} bytes, more than the {most} its block has left")
+    return bytes(cj.snappy.decompress_raw(data))
 
 
 def _streams(new, data, limit, multi):
@@ -138,7 +181,7 @@ def _streams(new, data, limit, multi):
     """
     out = []
     total = 0
-    rest = bytes(data)
+    rest = data
     while True:
         d = new()
         piece = d.decompress(rest, limit - total + 1)
@@ -165,8 +208,10 @@ def _unframe(data, limit, raw_decompress):
         pos += 4
         if raw_len == 0:  # Hadoop's marker of an empty stream
             break
-        if raw_len < 0 or total + raw_len > limit:
-            raise CodecError(f"block raw length {raw_len} is out of range")
+        if raw_len < 0:
+            raise CodecError(f"block raw length {raw_len} is negative")
+        if total + raw_len > limit:
+            raise CodecError(f"block declares {raw_len} raw bytes: decompressed data exceeds {limit} bytes")
         got = 0
         while got < raw_len:
             if pos + 4 > len(view):
@@ -175,7 +220,7 @@ def _unframe(data, limit, raw_decompress):
             pos += 4
             if comp_len < 0 or pos + comp_len > len(view):
                 raise CodecError(f"chunk length {comp_len} runs past the stream")
-            piece = raw_decompress(bytes(view[pos:pos + comp_len]), raw_len - got)
+            piece = raw_decompress(view[pos:pos + comp_len], raw_len - got)
             pos += comp_len
             got += len(piece)
             if got > raw_len:

@@ -12,14 +12,21 @@ of that range:
   marker was read just before it; the first such record ends the split.
 
 Together these give every record to exactly one split, whatever the cuts.
+
+Memory is bounded on any input: no record, and no block of a block-compressed
+file, may take more than ``max_record_size`` bytes (256 MiB by default) once
+decompressed. Lengths are checked before anything is allocated and
+decompression stops at the cap, so a corrupt or hostile file costs at most
+about the cap, never what its length fields or a "decompression bomb" claim.
 """
 
 import os
+import stat
 import struct
 from collections import namedtuple
 
 from . import codecs
-from .errors import SequenceFileError
+from .errors import RecordError, SequenceFileError
 from .header import BLOCK, NONE, RECORD, SYNC_SIZE, read_header
 from .writable import BYTES, TEXT, decode, decode_vlong, vlong_size
 
@@ -28,6 +35,11 @@ Record.__doc__ = """One key/value pair and the byte offset where it (or its bloc
 
 #: Largest decompressed buffer or record accepted (Java arrays are int-indexed).
 MAX_BUFFER = (1 << 31) - 1
+#: Default cap on one record, and on one block's decompressed data: 256 MiB.
+DEFAULT_MAX_RECORD_SIZE = 256 << 20
+#: A block may hold at most ``max_record_size // _BYTES_PER_BLOCK_RECORD``
+#: records (4 Mi at the default cap): indexing each costs memory.
+_BYTES_PER_BLOCK_RECORD = 64
 _INT32 = struct.Struct(">i")
 _TWO_INT32 = struct.Struct(">ii")
 _ESCAPE = b"\xff\xff\xff\xff"
@@ -52,9 +64,25 @@ class Reader:
         ``LongWritable`` ``int``, ``NullWritable`` ``None`` and other classes
         their serialized bytes.
     on_error : callable, optional
-        Called with each :class:`SequenceFileError` met in a record; reading
-        then resumes at the next sync marker instead of raising. Header errors
+        Called with each error met after the header, instead of raising it;
+        nothing is skipped without a call. A :class:`RecordError` (a record
+        whose framing is intact but whose key or value cannot be read, or is
+        over the cap) affects that record only: reading goes on with the next
+        one. Any other :class:`SequenceFileError` means broken framing:
+        reading resumes at the next sync marker, and the error's ``lost``
+        attribute is the byte range ``[start, end)`` skipped. Header errors
         always raise.
+    max_record_size : int, optional
+        The size cap, in bytes: a record (key and value, decompressed) or a
+        block's decompressed data larger than this is refused (as a
+        :class:`RecordError` where framing is intact) before it is read or
+        while it is decompressed. 256 MiB by default.
+    values : bool
+        If False, values are not read or kept: each record's ``value`` is the
+        size in bytes of its value (a BytesWritable's payload, otherwise the
+        serialized field), found by seeking past uncompressed and
+        block-compressed values; record-compressed ones are still
+        decompressed (within the cap) to measure them. For listings.
 
     Attributes
     ----------
@@ -64,15 +92,25 @@ class Reader:
     Raises
     ------
     SequenceFileError
-        For a malformed header, or (without ``on_error``) a malformed record.
+        For a path that is not a regular file (a FIFO, a pipe, a device: they
+        are refused rather than read), an empty file, a malformed header, or
+        (without ``on_error``) a malformed or oversized record.
     """
 
-    def __init__(self, path, start=0, end=None, raw=False, on_error=None):
+    def __init__(self, path, start=0, end=None, raw=False, on_error=None,
+                 max_record_size=DEFAULT_MAX_RECORD_SIZE, values=True):
         self.path = os.fspath(path)
-        # A small buffer: large values are then read straight into their bytes objects.
-        self._f = open(self.path, "rb", buffering=8192)
+        if max_record_size is None:
+            max_record_size = DEFAULT_MAX_RECORD_SIZE
+        if not 0 < max_record_size <= MAX_BUFFER:
+            raise ValueError(f"max_record_size must be in 1..{MAX_BUFFER}, not {max_record_size}")
+        self.max_record_size = max_record_size
+        self.values = values
+        self._f = _open_regular(self.path)
         try:
             self.file_size = os.fstat(self._f.fileno()).st_size
+            if self.file_size == 0:
+                raise SequenceFileError(self.path, None, "empty file, not a SequenceFile")
             self.header = read_header(self._f, self.path)
         except BaseException:
             self._f.close()
@@ -146,10 +184,19 @@ class Reader:
         if marker != self._sync:
             self._fail(offset, "sync marker does not match the header's")
 
+    def _skip(self, exc, gave_up):
+        """After broken framing at ``gave_up``: report ``exc`` and return where reading resumes."""
+        if self.on_error is None:
+            raise exc
+        resume = self.sync_position(gave_up + 1)
+        exc.lost = (gave_up, resume)
+        self.on_error(exc)
+        return resume
+
     def _records(self, pos):
         """Records of a file without block compression, from ``pos``."""
         f, size, end, read = self._f, self.file_size, self.end, self._f.read
-        fast = self._bytes_values and self.header.key_class == TEXT
+        fast = self._bytes_values and self.header.key_class == TEXT and self.values
         fd, sync = f.fileno(), self._sync
         while pos < size:
             rec_pos = pos
@@ -181,13 +228,19 @@ class Reader:
                 if not 0 <= key_len <= length <= size - pos:
                     self._fail(rec_pos, f"record length {length} / key length {key_len} "
                                         f"do not fit the {size - pos} bytes left")
-                record = self._record_body(rec_pos, pos, length, key_len)
-                pos += length
             except SequenceFileError as exc:
+                pos = self._skip(exc, rec_pos)
+                continue
+            body, pos = pos, pos + length  # framing intact: the next record starts there
+            try:
+                record = self._record_body(rec_pos, body, length, key_len)
+            except RecordError as exc:
                 if self.on_error is None:
                     raise
                 self.on_error(exc)
-                pos = self.sync_position(rec_pos + 1)
+                continue
+            except SequenceFileError as exc:  # the file changed under us
+                pos = self._skip(exc, rec_pos)
                 continue
             yield record
 
@@ -215,7 +268,7 @@ class Reader:
             return None
         n = length - key_len - 4
         next_pos = pos + at + 8 + length
-        if n < 0 or _INT32.unpack_from(head, key_end)[0] != n or next_pos > size:
+        if n < 0 or length > self.max_record_size or _INT32.unpack_from(head, key_end)[0] != n or next_pos > size:
             return None
         value = os.pread(fd, n, pos + key_end + 4)
         if len(value) != n:
@@ -226,31 +279,48 @@ class Reader:
             return None
 
     def _record_body(self, rec_pos, pos, length, key_len):
-        """The key and value of the record whose lengths were just read."""
-        read, hdr = self._f.read, self.header
-        if self._bytes_values:
-            # Text key and BytesWritable value, uncompressed: one read for the key
-            # and the value's length, one read straight into the value.
-            if length - key_len < 4:
-                self._fail(rec_pos, f"value of {length - key_len} bytes cannot hold a BytesWritable")
-            kv = read(key_len + 4)
-            if len(kv) != key_len + 4:
-                self._fail(pos, "file ends inside a key")
-            (n,) = _INT32.unpack_from(kv, key_len)
-            if n != length - key_len - 4:
-                self._fail(rec_pos, f"BytesWritable length {n} does not match the record's "
-                                    f"{length - key_len - 4} value bytes")
-            value = read(n)
-            if len(value) != n:
-                self._fail(pos + key_len + 4, f"file ends inside a value ({len(value)} of {n} bytes)")
-            return Record(self._decode(hdr.key_class, memoryview(kv)[:key_len], rec_pos), value, rec_pos)
-        data = read(length)
-        if len(data) != length:
-            self._fail(pos, f"file ends inside a record ({len(data)} of {length} bytes)")
-        field = memoryview(data)[key_len:]
+        """The record whose lengths were just read; the file is at its key.
+
+        Raises :class:`RecordError` for anything wrong inside the record,
+        whose framing is intact: the caller goes on with the next record.
+        """
+        read, hdr, cap = self._f.read, self.header, self.max_record_size
+        if key_len > cap:
+            raise RecordError(self.path, rec_pos, f"key of {key_len} bytes is over the size cap of {cap} bytes")
+        raw_key = read(key_len)
+        if len(raw_key) != key_len:
+            self._fail(pos, "file ends inside a key")
+        key = self._key(raw_key, rec_pos)
+        n = length - key_len
+        if self._bytes_values or (hdr.value_class == BYTES and not self.values and hdr.compression == NONE):
+            # BytesWritable, uncompressed: its length, then its bytes read straight into one object.
+            if n < 4:
+                self._bad(rec_pos, raw_key, f"value of {n} bytes cannot hold a BytesWritable")
+            (size,) = _INT32.unpack(self._read(4, pos + key_len, "a BytesWritable length"))
+            if size != n - 4:
+                self._bad(rec_pos, raw_key, f"BytesWritable length {size} does not match the record's "
+                                            f"{n - 4} value bytes")
+            if not self.values:
+                return Record(key, size, rec_pos)
+            if length > cap:
+                self._bad(rec_pos, raw_key, f"record of {length} bytes is over the size cap of {cap} bytes")
+            value = read(size)
+            if len(value) != size:
+                self._fail(pos + key_len + 4, f"file ends inside a value ({len(value)} of {size} bytes)")
+            return Record(key, value, rec_pos)
+        if hdr.compression == NONE and not self.values:
+            return Record(key, n, rec_pos)
+        if length > cap:
+            self._bad(rec_pos, raw_key, f"record of {length} bytes is over the size cap of {cap} bytes")
+        field = read(n)
+        if len(field) != n:
+            self._fail(pos + key_len, f"file ends inside a value ({len(field)} of {n} bytes)")
         if hdr.compression == RECORD:
-            field = self._inflate(field, rec_pos, "value")
-        return self._record(memoryview(data)[:key_len], field, rec_pos)
+            try:
+                field = self._inflate(field, rec_pos, "value", cap - key_len)
+            except SequenceFileError as exc:
+                raise RecordError(self.path, rec_pos, exc.message, self._key_bytes(raw_key)) from None
+        return Record(key, self._value(field, rec_pos, raw_key), rec_pos)
 
     def _blocks(self, pos):
         """Records of a block-compressed file, block by block, from ``pos``."""
@@ -268,13 +338,16 @@ class Reader:
                     return
                 records, pos = self._block_body(block_pos, pos)
             except SequenceFileError as exc:
-                if self.on_error is None:
-                    raise
-                self.on_error(exc)
-                pos = self.sync_position(block_pos + 1)
+                pos = self._skip(exc, block_pos)
                 f.seek(pos)
                 continue
-            yield from records
+            for record in records:
+                if isinstance(record, RecordError):
+                    if self.on_error is None:
+                        raise record
+                    self.on_error(record)
+                else:
+                    yield record
 
     def _read_vint(self, pos, what):
         first = self._read(1, pos, what)
@@ -282,28 +355,64 @@ class Reader:
         return decode_vlong(first + rest, 0)[0], pos + len(first) + len(rest)
 
     def _block_body(self, block_pos, pos):
+        """Read one block after its sync entry: its records (lazily) and the position after it.
+
+        Raises :class:`SequenceFileError` for a block that cannot be read as
+        a whole (its records are lost); the records it yields are
+        :class:`Record` or, for a record that alone cannot be decoded,
+        :class:`RecordError`.
+        """
+        cap = self.max_record_size
         count, pos = self._read_vint(pos, "a block's record count")
         if count <= 0:
             self._fail(block_pos, f"block record count {count} is not positive")
-        buffers = []
+        if count > cap // _BYTES_PER_BLOCK_RECORD:
+            self._fail(block_pos, f"block claims {count} records, more than the "
+                                  f"{cap // _BYTES_PER_BLOCK_RECORD} a block may hold under the "
+                                  f"size cap of {cap} bytes")
+        buffers, used = [], 0
         for what in ("key lengths", "keys", "value lengths", "values"):
             at = pos
             n, pos = self._read_vint(pos, f"the size of a block's {what}")
             if not 0 <= n <= self.file_size - pos:
                 self._fail(at, f"block {what} size {n} runs past the end of the file")
-            buffers.append(self._inflate(self._read(n, pos, f"a block's {what}"), at, f"block {what}"))
+            if what == "values" and not self.values:
+                self._f.seek(n, os.SEEK_CUR)
+                buffers.append(None)
+            else:
+                if n > cap - used:
+                    self._fail(at, f"block {what} of {n} bytes: the block is over the size cap of {cap} bytes")
+                buf = self._inflate(self._read(n, pos, f"a block's {what}"), at, f"block {what}", cap - used)
+                used += len(buf)
+                buffers.append(buf)
+                if what.endswith("lengths") and count > len(buf):
+                    self._fail(block_pos, f"block claims {count} records but its {what} hold {len(buf)} bytes")
             pos += n
         key_lens = self._lengths(buffers[0], count, block_pos, "key")
         val_lens = self._lengths(buffers[2], count, block_pos, "value")
-        keys, vals = memoryview(buffers[1]), memoryview(buffers[3])
-        if sum(key_lens) != len(keys) or sum(val_lens) != len(vals):
+        keys = memoryview(buffers[1])
+        if sum(key_lens) != len(keys) or (self.values and sum(val_lens) != len(buffers[3])):
             self._fail(block_pos, "block lengths do not add up to its key/value data")
-        out, ko, vo = [], 0, 0
+        return self._block_records(keys, buffers[3], key_lens, val_lens, block_pos), pos
+
+    def _block_records(self, keys, vals, key_lens, val_lens, block_pos):
+        """Yield each record of a block (or its :class:`RecordError`)."""
+        vals = memoryview(vals) if vals is not None else None
+        bytes_values = self.header.value_class == BYTES
+        ko = vo = 0
         for kl, vl in zip(key_lens, val_lens):
-            out.append(self._record(keys[ko:ko + kl], vals[vo:vo + vl], block_pos))
+            raw_key = keys[ko:ko + kl]
+            try:
+                key = self._key(raw_key, block_pos)
+                if vals is None:
+                    value = vl - 4 if bytes_values and vl >= 4 else vl
+                else:
+                    value = self._value(vals[vo:vo + vl], block_pos, raw_key)
+                yield Record(key, value, block_pos)
+            except RecordError as exc:
+                yield exc
             ko += kl
             vo += vl
-        return out, pos
 
     def _lengths(self, buf, count, block_pos, what):
         lens, p = [], 0
@@ -319,23 +428,65 @@ class Reader:
             self._fail(block_pos, f"block {what} lengths hold more than {count} entries")
         return lens
 
-    def _inflate(self, data, offset, what):
+    def _inflate(self, data, offset, what, limit):
         try:
-            return codecs.decompress(self._codec, data, MAX_BUFFER)
+            return codecs.decompress(self._codec, data, limit)
         except codecs.CodecError as exc:
             self._fail(offset, f"{what}: {exc}")
 
-    def _decode(self, class_name, field, offset):
+    @staticmethod
+    def _key_bytes(raw_key):
+        """A key's stored bytes, without a Text key's length prefix where it has one."""
+        try:
+            n, p = decode_vlong(raw_key, 0)
+            if 0 <= n and p + n == len(raw_key):
+                return bytes(raw_key[p:])
+        except ValueError:
+            pass
+        return bytes(raw_key)
+
+    def _bad(self, offset, raw_key, message):
+        raise RecordError(self.path, offset, message, self._key_bytes(raw_key))
+
+    def _key(self, raw_key, offset):
+        """Decode a key; a :class:`RecordError` carrying its bytes if it cannot be."""
+        if self.raw:
+            return bytes(raw_key)
+        cls = self.header.key_class
+        try:
+            return decode(cls, raw_key)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._bad(offset, raw_key, f"key ({cls.rsplit('.', 1)[-1]}): {exc}")
+
+    def _value(self, field, offset, raw_key):
+        """Decode a value; a :class:`RecordError` naming the record's key if it cannot be."""
         if self.raw:
             return bytes(field)
+        cls = self.header.value_class
         try:
-            return decode(class_name, field)
+            value = decode(cls, field)
         except (ValueError, UnicodeDecodeError) as exc:
-            self._fail(offset, f"{class_name.rsplit('.', 1)[-1]}: {exc}")
+            self._bad(offset, raw_key, f"value ({cls.rsplit('.', 1)[-1]}): {exc}")
+        return len(value) if not self.values and isinstance(value, (bytes, str)) else value
 
-    def _record(self, key, field, offset):
-        return Record(self._decode(self.header.key_class, key, offset),
-                      self._decode(self.header.value_class, field, offset), offset)
+
+def _open_regular(path):
+    """Open ``path`` for reading if it is a regular file; refuse FIFOs, pipes and devices without blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO or pipe" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise SequenceFileError(path, None, f"{kind}: SequenceFiles are read from regular files only "
+                                                "(copy a stream to a file first)")
+        os.set_blocking(fd, True)
+        # A small buffer: large values are then read straight into their bytes objects.
+        return os.fdopen(fd, "rb", buffering=8192)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_records(path, **kwargs):
