@@ -460,14 +460,15 @@ class Reader:
 
     def _value(self, field, offset, raw_key):
         """Decode a value; a :class:`RecordError` naming the record's key if it cannot be."""
+        cls = self.header.value_class
+        if not self.values:
+            return len(field) - 4 if cls == BYTES and len(field) >= 4 else len(field)
         if self.raw:
             return bytes(field)
-        cls = self.header.value_class
         try:
-            value = decode(cls, field)
+            return decode(cls, field)
         except (ValueError, UnicodeDecodeError) as exc:
             self._bad(offset, raw_key, f"value ({cls.rsplit('.', 1)[-1]}): {exc}")
-        return len(value) if not self.values and isinstance(value, (bytes, str)) else value
 
 
 def _open_regular(path):

@@ -29,10 +29,10 @@ def cmd_ls(args):
     from ..io.inputs import expand_inputs
     out = sys.stdout
     for path in expand_inputs(args.files):
-        with Reader(path) as reader:
+        with Reader(path, values=False, max_record_size=args.max_record_size) as reader:
             for rec in reader:
                 key = rec.key if isinstance(rec.key, str) else rec.key.hex()
-                size = len(rec.value) if rec.value is not None else 0
+                size = rec.value
                 if args.long:
                     out.write(f"{path}\t{rec.offset}\t{key}\t{size}\n")
                 else:
@@ -42,7 +42,7 @@ def cmd_ls(args):
 def cmd_info(args):
     from ..io.inputs import expand_inputs
     from ..io.packing import info
-    facts = [info(p) for p in expand_inputs(args.files)]
+    facts = [info(p, max_record_size=args.max_record_size) for p in expand_inputs(args.files)]
     if args.json:
         json.dump(facts if len(facts) > 1 else facts[0], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -61,7 +61,7 @@ def cmd_info(args):
 def cmd_cat(args):
     from ..io.inputs import expand_inputs
     for path in expand_inputs([args.file]):
-        with Reader(path) as reader:
+        with Reader(path, max_record_size=args.max_record_size) as reader:
             for rec in reader:
                 if rec.key == args.key:
                     value = rec.value
@@ -73,7 +73,7 @@ def cmd_cat(args):
 
 def cmd_unpack(args):
     from ..io.packing import unpack
-    stats = unpack(args.files, args.directory, progress=not args.quiet)
+    stats = unpack(args.files, args.directory, progress=not args.quiet, max_record_size=args.max_record_size)
     print(f"unpacked {stats['records']} records ({human(stats['bytes'])}) into {args.directory}")
 
 
@@ -82,6 +82,13 @@ def cmd_sample(args):
     paths = make_frames(args.directory, count=args.count, seed=args.seed)
     total = sum(os.path.getsize(p) for p in paths)
     print(f"wrote {len(paths)} sample frames ({human(total / len(paths))} each on average) to {args.directory}")
+
+
+def _cap_option(parser):
+    from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
+    parser.add_argument("--max-record-size", type=max_record_size_arg, default=DEFAULT_MAX_RECORD_SIZE,
+                        metavar="SIZE", help="refuse a record (or block) larger than SIZE once decompressed, "
+                                             "with an error naming file and offset (default 256MiB)")
 
 
 def register(sub):
@@ -110,18 +117,22 @@ def register(sub):
     s = command(sub, "ls", "list records: key and value size", cmd_ls)
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("-l", "--long", action="store_true", help="also the file and byte offset of each record")
+    _cap_option(s)
 
     s = command(sub, "info", "header, compression, metadata, record count and bytes of SequenceFiles", cmd_info)
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
+    _cap_option(s)
 
     s = command(sub, "cat", "write one record's value to stdout", cmd_cat)
     s.add_argument("file", metavar="FILE", help="a SequenceFile, or a folder of them")
     s.add_argument("key", metavar="KEY", help="the record's key")
+    _cap_option(s)
 
     s = command(sub, "unpack", "write every record to DIR/<key>", cmd_unpack)
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("-d", "--directory", required=True, metavar="DIR", help="where the files go")
+    _cap_option(s)
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     s = command(sub, "sample", "make the built-in sample frames (real photos, 640x480 JPEG)", cmd_sample)

@@ -5,11 +5,16 @@ Counters (mrjob group ``gpumr``; Spark accumulators of the same names):
 the CPU after a GPU failure, also counted on the CPU), ``bad records``
 (records that became an ``error`` output), and the time spent in each
 device's implementation, ``CPU milliseconds`` and ``GPU milliseconds``.
+``lost stretches`` and ``lost bytes`` count the stretches of input that broken
+framing made unreadable, and their bytes; each stretch is one ``error`` output
+line naming the file and byte range, counted among the ``bad records`` too, so
+output lines = records on CPU + on GPU + bad records.
 """
 
 GROUP = "gpumr"
 ON_CPU, ON_GPU, FALLBACKS, BAD = "records on CPU", "records on GPU", "GPU fallbacks", "bad records"
 CPU_MS, GPU_MS = "CPU milliseconds", "GPU milliseconds"
+LOST, LOST_BYTES = "lost stretches", "lost bytes"
 
 
 def total(counters, group=GROUP):
@@ -22,7 +27,7 @@ def total(counters, group=GROUP):
 
 
 def summary(counts, seconds=None):
-    """One line: how many records ran on which device, fell back, or were bad.
+    """One line: how many records ran on which device, fell back, or were bad; what input was lost.
 
     Parameters
     ----------
@@ -37,6 +42,10 @@ def summary(counts, seconds=None):
     if fb:
         parts.append(f"{fb} GPU fallback{'s' if fb != 1 else ''}")
     parts.append(f"{bad} bad")
+    lost = counts.get(LOST, 0)
+    if lost:
+        parts.append(f"{lost} lost stretch{'es' if lost != 1 else ''} of input "
+                     f"({counts.get(LOST_BYTES, 0)} bytes unreadable)")
     line = ", ".join(parts)
     if seconds is not None:
         line += f" in {seconds:.1f} s ({records / max(seconds, 1e-9):.1f} records/s)"

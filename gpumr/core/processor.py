@@ -3,7 +3,7 @@
 import sys
 import time
 
-from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, ON_CPU, ON_GPU
+from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .workload import BadRecord
 
 
@@ -91,9 +91,25 @@ class Processor:
         self.count(BAD, 1)
         return key, {"error": reason}
 
+    def unreadable(self, item):
+        """Count a record that could not be read (a :class:`gpumr.io.records.Unreadable`); return its error output.
+
+        The output is keyed by the record's key bytes, undecodable bytes
+        escaped, and says where the record is.
+        """
+        return self.bad(item.label, f"unreadable record at byte {item.offset} of {item.name}: {item.reason}")
+
     def lost(self, lost):
-        """Count an unreadable stretch of input (a :class:`gpumr.io.records.Lost`); return its error output."""
+        """Count an unreadable stretch of input (a :class:`gpumr.io.records.Lost`); return its error output.
+
+        Keyed by the file's name; the value gives the byte range ``[start, end)``
+        (``end`` None where unknown). Counted as ``lost stretches`` and ``lost bytes``, and, as every
+        ``error`` output line is, as one of the ``bad records`` (so output lines = CPU + GPU + bad).
+        """
         self.count(BAD, 1)
+        self.count(LOST, 1)
+        if lost.end is not None:
+            self.count(LOST_BYTES, lost.end - lost.start)
         where = f"bytes {lost.start}-{lost.end}" if lost.end is not None else f"from byte {lost.start}"
         return lost.name, {"error": f"{where} could not be read: {lost.reason}", "lost": [lost.start, lost.end]}
 

@@ -31,6 +31,7 @@ from ..core.counters import summary, total
 from ..devices.chooser import MODES
 from ..errors import GpumrError
 from ..io.inputs import describe_file, expand_inputs, looks_like_sequencefile
+from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
 from ..sizes import size_arg
 from . import progress
 
@@ -128,6 +129,12 @@ class GpumrJob(MRJob):
         if self.INPUT_KIND == "seqfile":
             self.add_passthru_arg("--hadoop-splits", action="store_true",
                                   help="let Hadoop read and split the SequenceFiles (hadoop/emr runners)")
+            self.add_passthru_arg("--max-record-size", type=max_record_size_arg,
+                                  default=DEFAULT_MAX_RECORD_SIZE,
+                                  metavar="SIZE",
+                                  help="refuse a record, or a block of a block-compressed file, larger than "
+                                       "SIZE once decompressed: an error line, not the task's memory "
+                                       "(default 256MiB)")
 
     def make_workload(self):
         """The :class:`gpumr.core.Workload` each task runs."""
@@ -283,12 +290,16 @@ class GpumrJob(MRJob):
 
     def mapper_raw(self, path, uri):
         """Read a whole SequenceFile here; a stretch that cannot be read becomes an error line."""
-        from ..io.records import Lost, read_split
+        from ..io.records import Lost, Unreadable, read_split
 
         done = self.progress.counts["input bytes"]
-        for item in read_split(path, name=uri):
+        cap = getattr(self.options, "max_record_size", None) or DEFAULT_MAX_RECORD_SIZE
+        for item in read_split(path, name=uri, max_record_size=cap):
             if isinstance(item, Lost):
                 yield self.processor.lost(item)
+                continue
+            if isinstance(item, Unreadable):
+                yield self.processor.unreadable(item)
                 continue
             self.progress.set_bytes(done + item.offset)
             yield from self.processor.feed(item.key, item.value)

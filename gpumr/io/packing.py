@@ -160,8 +160,10 @@ def safe_target(directory, key):
     return os.path.join(directory, *parts)
 
 
-def unpack(files, directory, progress=True):
+def unpack(files, directory, progress=True, max_record_size=None):
     """Write every record of ``files`` as ``directory/<key>``, each file atomically.
+
+    ``max_record_size`` is the reader's size cap (256 MiB by default).
 
     Returns
     -------
@@ -171,7 +173,7 @@ def unpack(files, directory, progress=True):
     from tqdm import tqdm
     count = nbytes = 0
     for path in expand_inputs(files):
-        with Reader(path) as reader:
+        with Reader(path, max_record_size=max_record_size) as reader:
             _require_text_keys(reader, path)
             for rec in tqdm(reader, desc=os.path.basename(path), unit="rec", disable=None if progress else True, leave=False):
                 target = safe_target(directory, rec.key)
@@ -187,14 +189,14 @@ def _require_text_keys(reader, path):
         raise GpumrError(f"{path}: keys are {reader.header.key_class}, not Text file names")
 
 
-def info(path):
-    """Header facts, record count and byte totals of one SequenceFile."""
-    with Reader(path) as reader:
+def info(path, max_record_size=None):
+    """Header facts, record count and byte totals of one SequenceFile (values are measured, not read)."""
+    with Reader(path, values=False, max_record_size=max_record_size) as reader:
         h = reader.header
         count = value_bytes = 0
         for rec in reader:
             count += 1
-            value_bytes += len(rec.value) if isinstance(rec.value, (bytes, str)) else 0
+            value_bytes += rec.value
     return dict(path=path, version=6, key_class=h.key_class, value_class=h.value_class,
                 compression=h.compression, codec=h.codec, metadata=h.metadata,
                 sync=h.sync.hex(), header_bytes=h.size, records=count,

@@ -1,23 +1,59 @@
-"""Records of one input split, for every engine: each record, or a note of what was lost.
+"""Records of one input split, for every engine: each record, or a note of what could not be read.
 
 The engines (mrjob's tasks, Spark's Python workers) read SequenceFiles with
 :func:`read_split` and hand each item to the core: a
-:class:`seqfile.reader.Record` is processed, a :class:`Lost` becomes one
-``error`` output line naming the file and the byte range, so nothing is
-skipped silently.
+:class:`seqfile.reader.Record` is processed, an :class:`Unreadable` record
+becomes one ``error`` output line keyed by its key's bytes, and a
+:class:`Lost` stretch one ``error`` line naming the file and the byte range,
+so nothing is skipped silently.
 """
 
+import os
 from collections import namedtuple
 
 from seqfile import Reader, SequenceFileError
+from seqfile.errors import RecordError
+from seqfile.reader import DEFAULT_MAX_RECORD_SIZE, MAX_BUFFER
+
+from ..sizes import parse_size
 
 Lost = namedtuple("Lost", "name start end reason")
-Lost.__doc__ = """A stretch of an input that could not be read: ``[start, end)`` bytes of ``name``
-(``end`` None when unknown), and why."""
+Lost.__doc__ = """A stretch of an input that could not be read: bytes ``[start, end)`` of ``name``
+(``end`` None when unknown), and why. Only broken framing (or a file that is not a readable
+SequenceFile) loses a stretch; the records in it cannot be named."""
 
 
-def read_split(path, start=0, end=None, name=None):
-    """Yield the records of split ``[start, end)`` of a SequenceFile, and :class:`Lost` stretches.
+class Unreadable(namedtuple("Unreadable", "name key offset reason")):
+    """One record whose framing is intact but whose key or value cannot be read (or is over the size cap).
+
+    ``key`` is the key's stored bytes (None if even they could not be read),
+    ``offset`` the record's (or its block's) byte offset in ``name``.
+    """
+
+    __slots__ = ()
+
+    @property
+    def label(self):
+        """The key for an error line: its bytes as UTF-8, undecodable bytes escaped (``\\xff``)."""
+        if self.key is None:
+            return f"{self.name}@{self.offset}"
+        return self.key.decode("utf-8", "backslashreplace")
+
+
+def max_record_size_arg(text):
+    """``argparse`` type of ``--max-record-size``: a size (``256MiB``) from 1 byte to 2 GiB - 1."""
+    import argparse
+    try:
+        n = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0 < n <= MAX_BUFFER:
+        raise argparse.ArgumentTypeError(f"{text}: the size cap must be from 1 byte to {MAX_BUFFER} bytes")
+    return int(n)
+
+
+def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_RECORD_SIZE):
+    """Yield the records of split ``[start, end)`` of a SequenceFile, and what could not be read.
 
     Parameters
     ----------
@@ -27,22 +63,39 @@ def read_split(path, start=0, end=None, name=None):
         The split, with Hadoop's semantics (see :class:`seqfile.Reader`); the whole file by default.
     name : str, optional
         How errors name the file (its URI); ``path`` by default.
+    max_record_size : int, optional
+        The reader's size cap on a record and a block (256 MiB by default).
 
     Yields
     ------
-    seqfile.reader.Record or Lost
+    seqfile.reader.Record, Unreadable or Lost
+        In file order. A file that cannot be opened or has no valid header
+        gives one :class:`Lost` covering the whole file, from the split that
+        starts at byte 0 only (so it is reported once over all splits).
     """
     name = name or path
-    lost = []
+    problems = []
+
+    def on_error(exc):
+        if isinstance(exc, RecordError):
+            problems.append(Unreadable(name, exc.key, exc.offset, exc.message))
+        else:
+            lo, hi = exc.lost if exc.lost else (exc.offset, None)
+            problems.append(Lost(name, lo, hi, exc.message))
+
     try:
-        reader = Reader(path, start=start, end=end,
-                        on_error=lambda exc: lost.append(Lost(name, exc.offset, None, exc.message)))
+        reader = Reader(path, start=start, end=end, on_error=on_error, max_record_size=max_record_size)
     except (OSError, SequenceFileError) as exc:
-        yield Lost(name, 0, None, getattr(exc, "message", None) or str(exc))
+        if start == 0:
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = None
+            yield Lost(name, 0, size, getattr(exc, "message", None) or getattr(exc, "strerror", None) or str(exc))
         return
     with reader:
         for record in reader:
-            while lost:
-                yield lost.pop(0)
+            while problems:
+                yield problems.pop(0)
             yield record
-    yield from lost
+    yield from problems
