@@ -13,6 +13,7 @@ with a traceback and a non-zero status, which the tests report.
 import json
 import resource
 import sys
+import time
 
 
 def main():
@@ -26,6 +27,7 @@ def main():
         errors = []
         out = {"records": 0, "errors": errors}
         on_error = kwargs.pop("on_error", True)
+        t0 = time.perf_counter()
 
         def note(exc):
             errors.append([type(exc).__name__, str(exc), exc.lost])
@@ -37,7 +39,9 @@ def main():
                     out.setdefault("sizes", []).append(rec.value if isinstance(rec.value, int) else len(rec.value or b""))
         except SequenceFileError as exc:
             out["raised"] = [type(exc).__name__, str(exc)]
-        out.pop("sizes", None) if len(out.get("sizes", [])) > 50 else None
+        if len(out.get("sizes", [])) > 50:
+            del out["sizes"]
+        out["secs"] = round(time.perf_counter() - t0, 4)
         print(json.dumps(out), flush=True)
     print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
 
