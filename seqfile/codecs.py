@@ -110,8 +110,13 @@ def compress(codec_class, data):
     return b"".join(out)
 
 
-def decompress(codec_class, data, limit):
+def decompress(codec_class, data, limit, head=0):
     """Decompress one stream of ``codec_class`` into at most ``limit`` bytes.
+
+    With ``head`` > 0, returns ``(first head bytes, the rest)`` as two
+    objects, so that a caller stripping a length prefix (a BytesWritable's)
+    need not copy a large value to do it; zlib, gzip, bzip2 and zstd produce
+    the two directly, Snappy and LZ4 by slicing.
 
     Raises
     ------
@@ -120,13 +125,13 @@ def decompress(codec_class, data, limit):
     """
     try:
         if codec_class in (DEFAULT, DEFLATE):
-            return _streams(zlib.decompressobj, data, limit, multi=False)
+            return _streams(zlib.decompressobj, data, limit, False, head)
         if codec_class == GZIP:
-            return _streams(lambda: zlib.decompressobj(31), data, limit, multi=True)
+            return _streams(lambda: zlib.decompressobj(31), data, limit, True, head)
         if codec_class == BZIP2:
-            return _streams(bz2.BZ2Decompressor, data, limit, multi=True)
+            return _streams(bz2.BZ2Decompressor, data, limit, True, head)
         if codec_class == ZSTD:
-            return _streams(_zstd().ZstdDecompressor, data, limit, multi=True)
+            return _streams(_zstd().ZstdDecompressor, data, limit, True, head)
         cj = _cramjam(codec_class)
         if codec_class == SNAPPY:
             out = _unframe(data, limit, lambda b, n: _snappy_block(cj, b, n))
@@ -140,7 +145,7 @@ def decompress(codec_class, data, limit):
         raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
     if len(out) > limit:
         raise CodecError(f"decompressed data exceeds {limit} bytes")
-    return out
+    return (out[:head], out[head:]) if head else out
 
 
 #: LZ4 expands at most about 255-fold (each extra length byte adds 255).
@@ -173,17 +178,34 @@ def _snappy_block(cj, data, most):
     return bytes(cj.snappy.decompress_raw(data))
 
 
-def _streams(new, data, limit, multi):
+def _streams(new, data, limit, multi, head=0):
     """Decompress one stream (or, with ``multi``, concatenated streams) into at most ``limit`` bytes.
 
     ``new()`` makes a decompressor with ``decompress(data, max_length)``,
-    ``eof`` and ``unused_data`` (zlib's and bz2's both have them).
+    ``eof`` and ``unused_data`` (zlib's, bz2's and zstd's all have them);
+    zlib's keeps input it did not use in ``unconsumed_tail``, the others
+    inside. With ``head``, the first ``head`` bytes come back separately.
     """
     out = []
     total = 0
     rest = data
+    first = None
     while True:
         d = new()
+        if head and first is None:
+            first = d.decompress(rest, head)
+            total = len(first)
+            rest = getattr(d, "unconsumed_tail", b"")
+            if d.eof or len(first) < head:  # a stream shorter than the head: no fast path
+                out.append(first)
+                first = b""
+                rest = d.unused_data if d.eof else rest
+                if not d.eof:
+                    raise CodecError("compressed stream is truncated")
+                if not (multi and rest):
+                    joined = b"".join(out)
+                    return joined[:head], joined[head:]
+                continue
         piece = d.decompress(rest, limit - total + 1)
         total += len(piece)
         out.append(piece)
@@ -193,7 +215,13 @@ def _streams(new, data, limit, multi):
             raise CodecError("compressed stream is truncated")
         rest = d.unused_data
         if not (multi and rest):
-            return b"".join(out)
+            break
+    if first is None:
+        return b"".join(out)
+    if first:  # the usual case: the head came whole from the first stream
+        return first, b"".join(out)
+    joined = b"".join(out)
+    return joined[:head], joined[head:]
 
 
 def _unframe(data, limit, raw_decompress):

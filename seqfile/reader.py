@@ -316,10 +316,17 @@ class Reader:
         if len(field) != n:
             self._fail(pos + key_len, f"file ends inside a value ({len(field)} of {n} bytes)")
         if hdr.compression == RECORD:
+            split = hdr.value_class == BYTES and self.values and not self.raw
             try:
-                field = self._inflate(field, rec_pos, "value", cap - key_len)
+                field = self._inflate(field, rec_pos, "value", cap - key_len, 4 if split else 0)
             except SequenceFileError as exc:
                 raise RecordError(self.path, rec_pos, exc.message, self._key_bytes(raw_key)) from None
+            if split:  # BytesWritable: the length prefix came apart from the value, which is not copied
+                prefix, value = field
+                if len(prefix) != 4 or _INT32.unpack(prefix)[0] != len(value):
+                    self._bad(rec_pos, raw_key, f"value ({BYTES.rsplit('.', 1)[-1]}): length prefix "
+                                                f"does not match its {len(prefix) + len(value) - 4} bytes")
+                return Record(key, value, rec_pos)
         return Record(key, self._value(field, rec_pos, raw_key), rec_pos)
 
     def _blocks(self, pos):
@@ -428,9 +435,9 @@ class Reader:
             self._fail(block_pos, f"block {what} lengths hold more than {count} entries")
         return lens
 
-    def _inflate(self, data, offset, what, limit):
+    def _inflate(self, data, offset, what, limit, head=0):
         try:
-            return codecs.decompress(self._codec, data, limit)
+            return codecs.decompress(self._codec, data, limit, head)
         except codecs.CodecError as exc:
             self._fail(offset, f"{what}: {exc}")
 

@@ -46,6 +46,8 @@ def read_in_child(jobs, limit=GiB, timeout=60):
                        input=json.dumps(jobs), capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"child failed ({p.returncode}):\n{p.stderr[-3000:]}"
     lines = [json.loads(line) for line in p.stdout.splitlines()]
+    for line in lines[:-1]:
+        line.pop("secs")
     return lines[:-1], lines[-1]["maxrss_kb"], time.monotonic() - t0
 
 
