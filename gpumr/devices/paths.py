@@ -16,7 +16,8 @@ Two rules, checked before anything is created or trusted there:
   and owned by another user, but it must be a folder and must not be
   writable by everyone unless the sticky bit is set (like ``/tmp``), so
   that nobody outside may swap the files in it. Missing, it is created
-  mode 0700.
+  mode 0770 less the umask (under the bootstrap's umask 007 the group
+  shares it; a setgid parent passes its group on).
 """
 
 import os
@@ -85,13 +86,13 @@ def check_dir(path):
 
 
 def ensure_dir(path):
-    """Create ``path`` (mode 0700) if missing, then :func:`check_dir` it; returns ``path``."""
+    """Create ``path`` if missing (0700; 0770 less the umask for a chosen folder), :func:`check_dir` it."""
     if not os.path.lexists(path):
         parent = os.path.dirname(os.path.abspath(path))
         if not _is_user_dir(path):
             os.makedirs(parent, exist_ok=True)
         try:
-            os.mkdir(path, 0o700)
+            os.mkdir(path, 0o700 if _is_user_dir(path) else 0o770)
         except FileExistsError:
             pass  # someone made it meanwhile: the check decides
         else:
