@@ -154,3 +154,20 @@ def test_group_shared_socket_folder_lets_group_members_connect(tmp_path):
     finally:
         import shutil
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_task_refuses_a_socket_in_a_folder_anyone_may_write(tmp_path, monkeypatch):
+    """A fake scheduler.sock planted in an open folder is never asked for leases."""
+    from gpumr.devices.chooser import DeviceChooser
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    fake = socket.socket(socket.AF_UNIX)
+    fake.bind(str(open_dir / "scheduler.sock"))
+    fake.listen()
+    try:
+        with pytest.raises(GpumrError, match="lets anyone write in it"):
+            DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=str(open_dir / "scheduler.sock"))
+    finally:
+        fake.close()

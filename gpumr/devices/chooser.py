@@ -128,8 +128,11 @@ class DeviceChooser:
             return
         self._leases = LockFileLeases(lease_dir, slots)
         if scheduler is not False:
-            from .paths import default_socket
+            from .paths import check_dir, default_socket
             self._socket = scheduler or default_socket()
+            folder = os.path.dirname(os.path.abspath(self._socket))
+            if os.path.lexists(folder):
+                check_dir(folder)  # a socket in a folder others may write to could be anyone's
 
     @property
     def has_gpus(self):

@@ -107,7 +107,9 @@ class Scheduler:
             taken = self._files.held_slots(gpu) if self._files is not None else len(held)
             if taken >= self.slots:
                 continue
-            ours = {lease["pid"] for lease in held} | self._siblings(gpu)
+            ours = {lease["pid"] for lease in held}
+            if gpu.processes:  # only then does it matter which are gpumr's (a folder listing)
+                ours |= self._siblings(gpu)
             if not check(gpu, 0, ours, own_pid=-1).free:
                 continue
             foreign_used = sum(used for pid, used in gpu.processes if pid not in ours)
