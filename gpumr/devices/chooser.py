@@ -220,9 +220,10 @@ class DeviceChooser:
             return None  # this record on the CPU
         if client is not None:
             from .client import SchedulerUnavailable
+            from .protocol import RequestError
             try:
                 got = self._from_scheduler(client)
-            except SchedulerUnavailable as exc:
+            except (SchedulerUnavailable, RequestError) as exc:  # a service we cannot use: as if down
                 self._service_failed(exc)
                 return None
             self._outage, self._backoff = False, SERVICE_BACKOFF[0]

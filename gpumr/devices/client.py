@@ -16,6 +16,8 @@ from .protocol import RequestError
 TIMEOUT_ENV = "GPUMR_SCHEDULER_TIMEOUT"
 #: Seconds to wait for a connection or a reply unless ``$GPUMR_SCHEDULER_TIMEOUT`` says otherwise.
 DEFAULT_TIMEOUT = 10.0
+#: Longest reply line read (a status reply lists every lease).
+MAX_REPLY = 16 << 20
 
 
 class SchedulerUnavailable(ConnectionError):
@@ -95,7 +97,7 @@ class SchedulerClient:
                 self._sock.settimeout(self.timeout + wait)
                 self._file.write(json.dumps(obj).encode() + b"\n")
                 self._file.flush()
-                line = self._file.readline(P.MAX_REQUEST)
+                line = self._file.readline(MAX_REPLY)
                 if not line:
                     raise ConnectionResetError(0, "the scheduler closed the connection")
                 reply = json.loads(line)

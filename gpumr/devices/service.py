@@ -56,7 +56,7 @@ WBUF_LIMIT = 1 << 20
 
 
 class Scheduler:
-    """Lease bookkeeping and policies, independent of sockets.
+    """Lease bookkeeping and policies, independent of sockets (one thread: the server's loop).
 
     Parameters
     ----------
@@ -313,6 +313,8 @@ class Server:
                     self._read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     self._flush(conn)
+                    if not conn.closed and not conn.wbuf and conn.rbuf:
+                        self._process(conn)  # requests held back while replies were backed up
             now = time.monotonic()
             if self._accept_paused_until is not None and now >= self._accept_paused_until:
                 self._accept_paused_until = None
@@ -535,10 +537,8 @@ class Server:
         except OSError:
             self._close(conn)
             return
-        if conn.wbuf or conn.events & selectors.EVENT_WRITE:
+        if bool(conn.wbuf) != bool(conn.events & selectors.EVENT_WRITE):
             self._interest(conn)
-            if not conn.wbuf and len(conn.rbuf):
-                self._process(conn)
 
     # -- the end ---------------------------------------------------------
     def server_close(self):
