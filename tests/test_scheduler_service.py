@@ -111,6 +111,34 @@ def test_idle_connections_are_closed_but_lease_holders_are_not(tmp_path, started
     c.close()
 
 
+def test_a_client_that_never_reads_is_bounded_and_dropped(tmp_path, started):
+    proc, path, _ = serve(tmp_path, "--idle-timeout", "1")
+    started.append(proc)
+    stuck, stuck_f = raw(path)
+    assert ask(stuck, stuck_f, dict(op="acquire"))["ok"]  # holding a lease does not protect a stuck reader
+    stuck.settimeout(0.5)
+    sent = 0
+    try:
+        while sent < 50 << 20:
+            sent += stuck.send(b'{"op": "status"}\n' * 4096)
+    except (socket.timeout, BlockingIOError):
+        pass  # the service stopped reading from it
+    assert sent < 8 << 20
+    c = SchedulerClient(path, timeout=5)
+    assert c.status()["ok"]  # others are served meanwhile
+    rss = int(next(x for x in open(f"/proc/{proc.pid}/status") if x.startswith("VmRSS:")).split()[1])
+    assert rss < 200_000  # kB: replies to the stuck client are not piling up
+    time.sleep(3)
+    stuck.settimeout(10)
+    try:
+        while stuck.recv(1 << 20):
+            pass  # what was sent, then the end: the service closed it
+    except ConnectionResetError:
+        pass  # (closed with our requests unread)
+    assert c.acquire() is not None and c.acquire() is not None  # its lease ended with it
+    c.close()
+
+
 def test_connection_cap_replies_then_closes(tmp_path, started):
     proc, path, banner = serve(tmp_path, "--max-connections", "3")
     started.append(proc)

@@ -19,8 +19,9 @@ current leases asked for.
 The server is one thread around :mod:`selectors`: no thread per connection,
 a listen backlog of :data:`BACKLOG`, a cap on connections (over it, a
 ``too-many-connections`` reply, then close), an idle timeout for
-connections that hold no lease, and blocking acquires kept as waiters with
-deadlines. Near the file-descriptor limit it refuses with a reply instead of
+connections that hold no lease (and for any that stops reading its
+replies), bounded buffers per connection, and blocking acquires kept as
+waiters with deadlines. Near the file-descriptor limit it refuses with a reply instead of
 spinning.
 """
 
@@ -51,8 +52,8 @@ MAX_CONNECTIONS = 4096
 IDLE_TIMEOUT = 60.0
 #: How often waiters are retried without a release (lock files and NVML change on their own).
 POLL = 0.25
-#: Unsent reply bytes after which a connection's further requests wait.
-WBUF_LIMIT = 1 << 20
+#: Unsent reply bytes after which a connection's further requests wait (memory stays bounded).
+WBUF_LIMIT = 64 * 1024
 
 
 class Scheduler:
@@ -518,8 +519,11 @@ class Server:
     def _sweep(self, now):
         self._next_sweep = now + max(0.05, min(1.0, self.idle_timeout / 4))
         for conn in list(self._conns):
-            if (conn.waiter is None and not conn.wbuf and now - conn.last > self.idle_timeout
-                    and not self.scheduler.holds(conn)):
+            if now - conn.last <= self.idle_timeout or conn.waiter is not None:
+                continue
+            if conn.wbuf:  # has not read its replies for that long, lease or not: it is stuck
+                self._close(conn)
+            elif not self.scheduler.holds(conn):
                 self._reply(conn, RequestError(f"idle for {self.idle_timeout:g} s; closing", P.IDLE).reply())
                 self._close(conn)
 
@@ -532,6 +536,7 @@ class Server:
             while conn.wbuf:
                 sent = conn.sock.send(conn.wbuf)
                 del conn.wbuf[:sent]
+                conn.last = time.monotonic()
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:
