@@ -54,7 +54,9 @@ def main():
         t, got = per_choice(c, 5000)
         rows.append(["lock files, 2 simulated GPUs", t, got == 5000])
         sock = os.path.join(d, "s.sock")
-        proc = subprocess.Popen([sys.executable, "-m", "gpumr", "scheduler", "serve", "--socket", sock],
+        # The service takes the slots' lock files in the folder the tasks share (one system).
+        proc = subprocess.Popen([sys.executable, "-m", "gpumr", "scheduler", "serve", "--socket", sock,
+                                 "--lease-dir", os.path.join(d, "l2")],
                                 stdout=subprocess.PIPE, text=True, env=dict(os.environ))
         proc.stdout.readline()
         try:

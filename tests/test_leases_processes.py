@@ -103,7 +103,8 @@ def service(tmp_path):
                             env=env, stdout=subprocess.PIPE, text=True)
     banner = proc.stdout.readline()
     assert "2 GPU(s) (simulated)" in banner
-    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    umask = int(next(x for x in open("/proc/self/status") if x.startswith("Umask:")).split()[1], 8)
+    assert os.stat(path).st_mode & 0o777 == 0o777 & ~umask
     yield path
     proc.terminate()
     proc.wait(10)
@@ -129,6 +130,8 @@ def test_malformed_requests_get_errors_and_service_keeps_serving(service):
                          b"{\"op\": \"release\"}\n" + b"x" * 70000 + b"\n{\"op\": \"status\"}\n")
     replies = [json.loads(f.readline()) for _ in range(7)]
     assert [r["ok"] for r in replies] == [False] * 6 + [True]
+    assert [r["code"] for r in replies[:6]] == ["bad-json", "bad-request", "unknown-op", "bad-request",
+                                                 "bad-request", "request-too-long"]
     errors = " | ".join(r["error"] for r in replies[:6])
     for text in ("malformed JSON", "JSON object", "unknown op", "memory must be", "lease id", "longer than"):
         assert text in errors

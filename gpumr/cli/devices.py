@@ -36,52 +36,91 @@ def cmd_probe(args):
               f"memory={human(g.memory_free)} free of {human(g.memory_total)} util={g.utilization}% -> {state}")
 
 
+def _raise_nofile_limit():
+    """Let the service hold as many connections as the hard limit allows (soft limit up to it)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def cmd_serve(args):
+    import signal
     from ..devices.service import make_server, node_scheduler
+    mode = None
+    if args.socket_mode is not None:
+        try:
+            mode = int(args.socket_mode, 8)
+            if not 0 <= mode <= 0o777:
+                raise ValueError
+        except ValueError:
+            raise GpumrError(f"--socket-mode {args.socket_mode!r}: expected octal permissions such as 660") from None
+    limit = _raise_nofile_limit()
+    cap = max(1, min(args.max_connections, limit - 64))
     sched = node_scheduler(args.policy, args.slots_per_gpu, args.lease_dir)
     gpus = sched._snapshot()
-    server = make_server(sched, args.socket, args.tcp, int(args.socket_mode, 8))
-    where = f"127.0.0.1:{args.tcp}" if args.tcp is not None else server.server_address
+    server = make_server(sched, args.socket, args.tcp, mode, max_connections=cap, idle_timeout=args.idle_timeout)
+    where = f"127.0.0.1:{server.address[1]}" if args.tcp is not None else server.address
     sim = " (simulated)" if any(g.simulated for g in gpus) else ""
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt  # the same clean end as Ctrl-C: leases end, the socket file goes
+
+    signal.signal(signal.SIGTERM, stop)
     print(f"gpumr scheduler: {len(gpus)} GPU(s){sim}, policy {args.policy}, "
-          f"{args.slots_per_gpu} slot(s) each, serving on {where}", flush=True)
+          f"{args.slots_per_gpu} slot(s) each, serving on {where} "
+          f"(at most {cap} connections, idle timeout {args.idle_timeout:g} s)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
-        if args.tcp is None:
-            import os
-            try:
-                os.unlink(server.server_address)
-            except OSError:
-                pass
 
 
 def cmd_status(args):
     from ..devices.client import SchedulerClient
     from ..devices.paths import default_socket
-    path = args.socket or default_socket()
+    client = SchedulerClient(args.socket or default_socket(), args.tcp)  # errors name the socket
     try:
-        client = SchedulerClient(path, args.tcp, timeout=5)
-    except OSError as exc:
-        raise GpumrError(f"{path}: no scheduler service answers ({exc.strerror or exc})") from None
-    st = client.status()
-    client.close()
+        st = client.status()
+    finally:
+        client.close()
+    if not st.get("ok"):
+        raise GpumrError(f"scheduler at {client.where}: {st.get('error')}")
     if args.json:
         json.dump(st, sys.stdout, indent=2)
         print()
         return
     print(f"policy {st['policy']}")
     for g in st["gpus"]:
+        others = g.get("lock_file_leases", 0)
         print(f"gpu:{g['index']} {g['name']}{' (simulated)' if g['simulated'] else ''}: "
-              f"{g['leases']}/{g['slots']} slot(s) leased, {human(g['memory_leased'])} of "
+              f"{g['leases']}/{g['slots']} slot(s) leased"
+              f"{f' (+{others} by lock-file tasks)' if others else ''}, {human(g['memory_leased'])} of "
               f"{human(g['memory_total'])} promised")
     for lease in st["leases"]:
         print(f"  lease {lease['lease']} gpu:{lease['gpu']} pid {lease['pid']} memory {human(lease['memory'])}")
     if not st["leases"]:
         print("  no leases")
+
+
+def _seconds(text):
+    import argparse
+    import math
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 86400):
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 86400, not {text!r}")
+    return value
 
 
 def register(sub):
@@ -101,8 +140,16 @@ def register(sub):
     a = command(ssub, "serve", "serve GPU leases to this node's tasks", cmd_serve)
     a.add_argument("--socket", metavar="PATH",
                    help="Unix socket path (default: $GPUMR_SCHEDULER_SOCKET or scheduler.sock in a per-user temp folder)")
-    a.add_argument("--tcp", type=int, metavar="PORT", help="serve on 127.0.0.1:PORT instead")
-    a.add_argument("--socket-mode", default="600", metavar="OCTAL", help="permissions of the socket (default 600)")
+    a.add_argument("--tcp", type=int, metavar="PORT", help="serve on 127.0.0.1:PORT instead (0: any free port, "
+                                                          "printed)")
+    a.add_argument("--socket-mode", metavar="OCTAL",
+                   help="permissions of the socket file (default: 777 less the umask; the folder decides who "
+                        "reaches it: the per-user folder is 0700, a shared one e.g. setgid 2770 with umask 007)")
+    a.add_argument("--max-connections", type=positive, default=4096, metavar="N",
+                   help="connections served at once; more get a too-many-connections reply (default 4096, "
+                        "lowered to fit the open-file limit)")
+    a.add_argument("--idle-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="close a connection that holds no lease after this long without a request (default 60)")
     a.add_argument("--policy", choices=POLICIES, default="least-processes",
                    help="how a GPU is picked among the free ones (default least-processes)")
     a.add_argument("--slots-per-gpu", type=positive, default=1, metavar="N", help="leases per GPU (default 1)")

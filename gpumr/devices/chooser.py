@@ -9,7 +9,11 @@
   and this process holds a node-local lease on one of the GPU's slots.
 
 Leases come from the node's scheduler service when its socket exists, else
-from lock files. Modes: ``auto`` (per record, never waits), ``cpu`` (never
+from lock files (the service honours those too: a slot is never held twice).
+When the service does not answer in time (``$GPUMR_SCHEDULER_TIMEOUT``,
+10 s) or hangs up, that record runs on the CPU, the task's log says so once,
+and lock files serve for a while (5 s, doubling to 60 s) before the service
+is asked again. Modes: ``auto`` (per record, never waits), ``cpu`` (never
 touches CUDA), ``gpu`` (waits for a GPU; fails clearly without one).
 """
 
@@ -24,6 +28,10 @@ from .leases import LockFileLeases, wait_for
 MODES = ("auto", "cpu", "gpu")
 #: After a failed exclusive-mode context probe, leave that GPU alone this long (a probe is costly).
 PROBE_BACKOFF = 1.0
+#: After the scheduler service failed to answer: first and longest pause before asking it again (s).
+SERVICE_BACKOFF = (5.0, 60.0)
+#: A blocking (``--device gpu``) request to the service waits at most this long per round.
+SERVICE_WAIT = 5.0
 
 
 class Choice:
@@ -63,6 +71,7 @@ class Choice:
 
 
 CPU = Choice()
+_FAILED = object()  # the service just failed to answer
 
 
 class DeviceChooser:
@@ -83,10 +92,12 @@ class DeviceChooser:
         Stand-ins for ``pynvml``, the CUDA context probe and the environment (tests).
     wait_timeout : float, optional
         In ``gpu`` mode, give up after this many seconds.
+    log : callable, optional
+        ``log(line)`` for the task's log (the scheduler service failing, once per outage).
     """
 
     def __init__(self, mode="auto", memory=0, slots=1, lease_dir=None, scheduler=None,
-                 nvml=None, probe=None, env=None, wait_timeout=None):
+                 nvml=None, probe=None, env=None, wait_timeout=None, log=None):
         if mode not in MODES:
             raise GpumrError(f"device mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
@@ -97,6 +108,11 @@ class DeviceChooser:
         self._probe = probe
         self._leases = None
         self._client = None
+        self._socket = None  # the service's socket path, when one may be used
+        self._retry_at = 0.0  # monotonic time before which the service is not asked again
+        self._backoff = SERVICE_BACKOFF[0]
+        self._outage = False
+        self._log = log or (lambda line: None)
         self._rotate = 0
         self._probe_failed = {}  # uuid -> monotonic time of the last failed exclusive probe
         self._absent = None  # reason there will never be a GPU (no driver, no GPU)
@@ -110,16 +126,13 @@ class DeviceChooser:
             if mode == "gpu":
                 raise GpumrError(f"--device gpu: no GPU on this node ({first.reason})")
             return
-        if scheduler is not False:
-            from .client import SchedulerClient
-            from .paths import default_socket
-            path = scheduler or default_socket()
-            if os.path.exists(path):
-                try:
-                    self._client = SchedulerClient(path)
-                except OSError:
-                    self._client = None
         self._leases = LockFileLeases(lease_dir, slots)
+        if scheduler is not False:
+            from .paths import check_dir, default_socket
+            self._socket = scheduler or default_socket()
+            folder = os.path.dirname(os.path.abspath(self._socket))
+            if os.path.lexists(folder):
+                check_dir(folder)  # a socket in a folder others may write to could be anyone's
 
     @property
     def has_gpus(self):
@@ -171,12 +184,50 @@ class DeviceChooser:
         from ..gpu import context
         return context.probe(gpu)
 
-    def _try_gpu(self):
+    def _service(self):
+        """A connection to the service, or None (none there, or in backoff after a failure)."""
+        if self._client is not None or self._socket is None:
+            return self._client
+        now = time.monotonic()
+        if now < self._retry_at:
+            return None
+        if not os.path.exists(self._socket):
+            self._retry_at = now + SERVICE_BACKOFF[0]  # no service (yet): lock files; look again later
+            return None
+        from .client import SchedulerClient, SchedulerUnavailable, default_timeout
+        try:
+            self._client = SchedulerClient(self._socket, timeout=default_timeout(self._env))
+        except SchedulerUnavailable as exc:
+            self._service_failed(exc)
+            return _FAILED
+        return self._client
+
+    def _service_failed(self, exc):
+        """The service did not answer: CPU for this record, lock files for a while, one log line."""
         if self._client is not None:
+            self._client.close()  # its leases end with the connection
+            self._client = None
+        if not self._outage:
+            self._log(f"gpumr: {exc}; this record runs on the CPU, and lock-file leases are used "
+                      f"for {self._backoff:g} s (then longer) before the service is asked again")
+        self._outage = True
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, SERVICE_BACKOFF[1])
+
+    def _try_gpu(self):
+        client = self._service()
+        if client is _FAILED:
+            return None  # this record on the CPU
+        if client is not None:
+            from .client import SchedulerUnavailable
+            from .protocol import RequestError
             try:
-                return self._from_scheduler()
-            except OSError:
-                self._client = None  # the service went away: lock files from now on
+                got = self._from_scheduler(client)
+            except (SchedulerUnavailable, RequestError) as exc:  # a service we cannot use: as if down
+                self._service_failed(exc)
+                return None
+            self._outage, self._backoff = False, SERVICE_BACKOFF[0]
+            return got
         gpus = self.gpus()
         if not gpus:
             return None
@@ -200,19 +251,28 @@ class DeviceChooser:
                 return Choice(gpu, lease, lease.release)
         return None
 
-    def _from_scheduler(self):
+    def _from_scheduler(self, client):
         block = self.mode == "gpu"
-        got = self._client.acquire(self.memory, block=block, timeout=self.wait_timeout if block else 0)
+        wait = SERVICE_WAIT if self.wait_timeout is None else min(SERVICE_WAIT, self.wait_timeout)
+        got = client.acquire(self.memory, block=block, timeout=wait if block else 0)
         if got is None:
             return None
         index, lease_id = got
         gpu = next((g for g in self.gpus() if g.index == index), None)
         if gpu is None:
-            self._client.release(lease_id)
+            client.release(lease_id)
             return None
         if not gpu.simulated:
             self._leases.register_context(gpu)
-        return Choice(gpu, lease_id, lambda: self._client.release(lease_id))
+        return Choice(gpu, lease_id, lambda: self._release_service(client, lease_id))
+
+    def _release_service(self, client, lease_id):
+        from .client import SchedulerUnavailable
+        try:
+            client.release(lease_id)
+        except SchedulerUnavailable as exc:
+            if client is self._client:
+                self._service_failed(exc)  # closing the connection ends the lease anyway
 
     def close(self):
         """Close the connection to the scheduler service (its leases end)."""

@@ -7,6 +7,13 @@ exits, however it exits, so a killed map task never keeps a GPU.
 Processes that hold a CUDA context also hold a lock on a ``ctx-`` file that
 names their pid, so that other gpumr tasks can tell the compute processes of
 their siblings on the node from those of foreign programs.
+
+The scheduler service takes the same lock files for the leases it grants, so
+lock-file leases and service leases are one system: a slot is never held
+twice. The folder is checked before use (:func:`gpumr.devices.paths.check_dir`)
+and lock files are opened without following symlinks (``O_NOFOLLOW``), read
+only (``flock`` needs no write access, so a group-shared folder works with
+files of any group member) and close-on-exec.
 """
 
 import errno
@@ -14,7 +21,11 @@ import fcntl
 import os
 import time
 
-from .paths import default_lease_dir
+from ..errors import GpumrError
+from .paths import lease_dir
+
+#: How lock and context files are opened: never through a symlink, never inherited by children.
+OPEN_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _safe(uuid):
@@ -53,34 +64,51 @@ class LockFileLeases:
     """
 
     def __init__(self, directory=None, slots=1):
-        self.directory = directory or default_lease_dir()
+        self.directory = lease_dir(directory)
         self.slots = max(1, int(slots))
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
         self._ctx_fd = {}
 
     def _open(self, name):
-        return os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CREAT, 0o600)
+        path = os.path.join(self.directory, name)
+        try:
+            # 0o660 less the umask: a group-shared folder's members can open each other's files.
+            return os.open(path, OPEN_FLAGS, 0o660)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise GpumrError(f"{path}: refusing a lock file that is a symlink") from None
+            raise
+
+    @staticmethod
+    def slot_name(gpu, slot):
+        """The lock file's name for ``slot`` of ``gpu``."""
+        return f"gpu-{_safe(gpu.uuid)}-slot-{slot}.lock"
+
+    def try_slot(self, gpu, slot):
+        """A lease on ``slot`` of ``gpu`` if nobody holds it, else None."""
+        name = self.slot_name(gpu, slot)
+        fd = self._open(name)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            raise
+        return FileLease(gpu.index, slot, fd, os.path.join(self.directory, name))
 
     def try_acquire(self, gpu):
         """A lease on a free slot of ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), or None."""
         for slot in range(self.slots):
-            name = f"gpu-{_safe(gpu.uuid)}-slot-{slot}.lock"
-            fd = self._open(name)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    continue
-                raise
-            return FileLease(gpu.index, slot, fd, os.path.join(self.directory, name))
+            got = self.try_slot(gpu, slot)
+            if got is not None:
+                return got
         return None
 
     def held_slots(self, gpu):
-        """How many of ``gpu``'s slots are leased by any process now."""
+        """How many of ``gpu``'s slots are leased by any process now (this one included)."""
         busy = 0
         for slot in range(self.slots):
-            fd = self._open(f"gpu-{_safe(gpu.uuid)}-slot-{slot}.lock")
+            fd = self._open(self.slot_name(gpu, slot))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -103,11 +131,11 @@ class LockFileLeases:
         prefix = f"ctx-{_safe(gpu.uuid)}-"
         pids = set()
         for name in os.listdir(self.directory):
-            if not name.startswith(prefix):
+            if not name.startswith(prefix) or not name[len(prefix):].isdigit():
                 continue
             path = os.path.join(self.directory, name)
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue
             try:

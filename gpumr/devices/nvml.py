@@ -13,6 +13,8 @@ from ..errors import GpumrError
 from ..sizes import parse_size
 
 SIMULATE_ENV = "GPUMR_SIMULATE_GPUS"
+#: Most simulated GPUs (a real node has at most a few dozen).
+MAX_SIMULATED = 64
 DEFAULT, EXCLUSIVE_THREAD, PROHIBITED, EXCLUSIVE_PROCESS = "default", "exclusive_thread", "prohibited", "exclusive_process"
 _initialised = set()
 _MODES = {0: DEFAULT, 1: EXCLUSIVE_THREAD, 2: PROHIBITED, 3: EXCLUSIVE_PROCESS}
@@ -65,8 +67,8 @@ def simulated_gpus(spec):
         total = parse_size(mem) if mem else 16 * 1024**3
     except ValueError:
         raise GpumrError(f"{SIMULATE_ENV}={spec!r}: expected N or N:MEM, e.g. 2:16GiB") from None
-    if n < 0:
-        raise GpumrError(f"{SIMULATE_ENV}={spec!r}: the count must not be negative")
+    if not 0 <= n <= MAX_SIMULATED:
+        raise GpumrError(f"{SIMULATE_ENV}={spec!r}: the count must be from 0 to {MAX_SIMULATED}")
     return [GPU(i, "Simulated GPU", f"SIM-{i}", DEFAULT, total, total, 0, [], True, i) for i in range(n)]
 
 

@@ -2,40 +2,62 @@
 
 One process per node hands out GPU leases to the node's map tasks over a
 Unix-domain socket (TCP on loopback on request), one JSON object per line
-each way, as ``shared/DESIGN.md`` fixes:
-
-* ``{"op": "acquire", "memory": BYTES, "block": bool, "timeout": SECONDS}``
-  -> ``{"ok": true, "gpu": INDEX, "lease": "ID"}`` or ``{"ok": false, "error": ...}``
-* ``{"op": "release", "lease": "ID"}`` -> ``{"ok": true}``
-* ``{"op": "status"}`` -> ``{"ok": true, "policy": ..., "gpus": [...], "leases": [...]}``
+each way (:mod:`gpumr.devices.protocol`).
 
 A lease ends on release or when its connection closes, so a killed task
-never keeps a GPU. Policies follow the Spark GPU-scheduler paper: ``random``
-among the eligible GPUs, ``round-robin`` over them, ``least-processes``
-(fewest leases held; ties to the lowest index). A GPU is eligible when it
-has a free slot, no compute process of another program, and enough memory
-left after what its current leases asked for.
+never keeps a GPU. Each lease the service grants is also the lock-file lease
+of one slot (:mod:`gpumr.devices.leases`), and slots whose lock files are
+held by tasks that fell back to lock files are not granted: the two kinds
+of lease are one system and a slot is never held twice.
+
+Policies follow the Spark GPU-scheduler paper: ``random`` among the eligible
+GPUs, ``round-robin`` over them, ``least-processes`` (fewest slots held;
+ties to the lowest index). A GPU is eligible when it has a free slot, no
+compute process of another program, and enough memory left after what its
+current leases asked for.
+
+The server is one thread around :mod:`selectors`: no thread per connection,
+a listen backlog of :data:`BACKLOG`, a cap on connections (over it, a
+``too-many-connections`` reply, then close), an idle timeout for
+connections that hold no lease (and for any that stops reading its
+replies), bounded buffers per connection, and blocking acquires kept as
+waiters with deadlines. Near the file-descriptor limit it refuses with a reply instead of
+spinning.
 """
 
+import errno
 import json
 import os
 import random
 import secrets
+import selectors
 import socket
-import socketserver
+import stat
 import struct
-import threading
 import time
 
+from ..errors import GpumrError
 from . import nvml as _nvml
+from . import protocol as P
 from .free import check
 from .leases import LockFileLeases
-from .paths import default_socket
-from .protocol import MAX_REQUEST, NO_GPU, POLICIES, RequestError
+from .paths import socket_path
+from .protocol import POLICIES, RequestError
+
+#: listen() backlog: a node's tasks may all ask at once.
+BACKLOG = 1024
+#: Default cap on open connections (lowered to fit the file-descriptor limit).
+MAX_CONNECTIONS = 4096
+#: Default seconds a connection holding no lease may stay silent.
+IDLE_TIMEOUT = 60.0
+#: How often waiters are retried without a release (lock files and NVML change on their own).
+POLL = 0.25
+#: Unsent reply bytes after which a connection's further requests wait (memory stays bounded).
+WBUF_LIMIT = 64 * 1024
 
 
 class Scheduler:
-    """Lease bookkeeping and policies, independent of sockets.
+    """Lease bookkeeping and policies, independent of sockets (one thread: the server's loop).
 
     Parameters
     ----------
@@ -47,9 +69,16 @@ class Scheduler:
     siblings : callable, optional
         ``siblings(gpu)`` -> pids of gpumr processes (not foreign).
     rng : random.Random, optional
+    refresh : float
+        Seconds a ``discover()`` answer is reused.
+    leases : gpumr.devices.leases.LockFileLeases, optional
+        The node's lock-file leases: each granted lease holds a slot's lock
+        file, and slots held by others are not granted. Without it (tests of
+        the policies) slots are counted in memory only.
     """
 
-    def __init__(self, discover, policy="least-processes", slots=1, siblings=None, rng=None, refresh=0.2):
+    def __init__(self, discover, policy="least-processes", slots=1, siblings=None, rng=None, refresh=0.2,
+                 leases=None):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}")
         self.policy = policy
@@ -57,14 +86,15 @@ class Scheduler:
         self._discover = discover
         self._siblings = siblings or (lambda gpu: set())
         self._rng = rng or random.Random()
-        self._cond = threading.Condition()
-        self._leases = {}  # id -> dict(gpu, memory, owner, pid, since)
+        self._files = leases
+        self._leases = {}  # id -> dict(gpu, memory, owner, pid, since, file)
+        self._by_owner = {}  # owner -> set of lease ids
         self._last = -1
-        self._gpus, self._gpus_at, self._refresh = [], 0.0, refresh
+        self._gpus, self._gpus_at, self._refresh = [], None, refresh
 
     def _snapshot(self):
         now = time.monotonic()
-        if now - self._gpus_at >= self._refresh:
+        if self._gpus_at is None or now - self._gpus_at >= self._refresh:
             self._gpus, self._gpus_at = self._discover(), now
         return self._gpus
 
@@ -75,16 +105,18 @@ class Scheduler:
         out = []
         for gpu in self._snapshot():
             held = by_gpu.get(gpu.index, [])
-            if len(held) >= self.slots:
+            taken = self._files.held_slots(gpu) if self._files is not None else len(held)
+            if taken >= self.slots:
                 continue
-            ours = {lease["pid"] for lease in held} | self._siblings(gpu)
-            verdict = check(gpu, 0, ours, own_pid=-1)
-            if not verdict.free:
+            ours = {lease["pid"] for lease in held}
+            if gpu.processes:  # only then does it matter which are gpumr's (a folder listing)
+                ours |= self._siblings(gpu)
+            if not check(gpu, 0, ours, own_pid=-1).free:
                 continue
             foreign_used = sum(used for pid, used in gpu.processes if pid not in ours)
             available = gpu.memory_total - foreign_used - sum(lease["memory"] for lease in held)
             if available >= memory:
-                out.append((gpu, len(held)))
+                out.append((gpu, taken))
         return out
 
     def _pick(self, eligible):
@@ -98,121 +130,438 @@ class Scheduler:
             return gpu
         return min(eligible, key=lambda e: (e[1], e[0].index))[0]
 
-    def acquire(self, memory=0, block=False, timeout=None, owner=None, pid=None):
-        """Grant a lease: ``(gpu index, lease id)``.
+    def try_acquire(self, memory=0, owner=None, pid=None):
+        """Grant a lease now: ``(gpu index, lease id)``.
 
         Raises
         ------
         RequestError
-            ``"no GPU is free"`` when none is eligible (after ``timeout`` when blocking).
+            Code ``no-gpu`` when the node has no GPU, ``no-gpu-free`` when none is eligible.
+        """
+        if not self._snapshot():
+            raise RequestError("this node has no GPU", P.NO_GPU)
+        eligible = self._eligible(memory)
+        while eligible:
+            gpu = self._pick(eligible)
+            held = None
+            if self._files is not None:
+                held = self._files.try_acquire(gpu)
+                if held is None:  # a lock-file holder took it meanwhile
+                    eligible = [e for e in eligible if e[0] is not gpu]
+                    continue
+            lease = secrets.token_hex(8)
+            self._leases[lease] = dict(gpu=gpu.index, memory=memory, owner=owner, pid=pid, since=time.time(),
+                                       file=held)
+            self._by_owner.setdefault(owner, set()).add(lease)
+            return gpu.index, lease
+        raise RequestError("no GPU is free", P.NO_GPU_FREE)
+
+    def acquire(self, memory=0, block=False, timeout=None, owner=None, pid=None, poll=0.05):
+        """:meth:`try_acquire`, waiting up to ``timeout`` seconds (None: forever) when ``block``.
+
+        For callers in one thread outside the server (the server keeps
+        blocking requests as waiters instead).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                eligible = self._eligible(memory)
-                if eligible:
-                    gpu = self._pick(eligible)
-                    lease = secrets.token_hex(8)
-                    self._leases[lease] = dict(gpu=gpu.index, memory=memory, owner=owner, pid=pid,
-                                               since=time.time())
-                    return gpu.index, lease
-                if not block:
-                    raise RequestError(NO_GPU)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise RequestError(f"{NO_GPU} (waited {timeout} s)")
-                # Wake on a release, or re-read NVML now and then.
-                self._cond.wait(0.5 if left is None else min(left, 0.5))
+        while True:
+            try:
+                return self.try_acquire(memory, owner, pid)
+            except RequestError as exc:
+                if not block or exc.code != P.NO_GPU_FREE:
+                    raise
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RequestError(f"no GPU is free (waited {timeout:g} s)", P.NO_GPU_FREE) from None
+            time.sleep(poll)
 
     def release(self, lease, owner=None):
         """End ``lease``; only its owner may, when an owner is given."""
-        with self._cond:
-            held = self._leases.get(lease)
-            if held is None or (owner is not None and held["owner"] is not owner):
-                raise RequestError(f"unknown lease {lease!r}")
-            del self._leases[lease]
-            self._cond.notify_all()
+        held = self._leases.get(lease)
+        if held is None or (owner is not None and held["owner"] is not owner):
+            raise RequestError(f"unknown lease {lease[:64]!r}", P.UNKNOWN_LEASE)
+        self._drop(lease)
+
+    def _drop(self, lease):
+        held = self._leases.pop(lease)
+        if held["file"] is not None:
+            held["file"].release()
+        mine = self._by_owner.get(held["owner"])
+        if mine is not None:
+            mine.discard(lease)
+            if not mine:
+                del self._by_owner[held["owner"]]
 
     def release_owner(self, owner):
-        """End every lease of a closed connection."""
-        with self._cond:
-            for lease in [k for k, v in self._leases.items() if v["owner"] is owner]:
-                del self._leases[lease]
-            self._cond.notify_all()
+        """End every lease of a closed connection; how many there were."""
+        mine = list(self._by_owner.get(owner, ()))
+        for lease in mine:
+            self._drop(lease)
+        return len(mine)
+
+    def holds(self, owner):
+        """Whether ``owner`` holds a lease."""
+        return bool(self._by_owner.get(owner))
 
     def status(self):
         """The service's view: policy, GPUs with their leases, and all leases."""
-        with self._cond:
-            gpus = []
-            for gpu in self._snapshot():
-                held = [lease for lease in self._leases.values() if lease["gpu"] == gpu.index]
-                gpus.append(dict(index=gpu.index, name=gpu.name, uuid=gpu.uuid, simulated=gpu.simulated,
-                                 compute_mode=gpu.compute_mode, slots=self.slots, leases=len(held),
-                                 memory_total=gpu.memory_total, memory_leased=sum(x["memory"] for x in held)))
-            leases = [dict(lease=k, gpu=v["gpu"], memory=v["memory"], pid=v["pid"], since=v["since"])
-                      for k, v in self._leases.items()]
+        gpus = []
+        for gpu in self._snapshot():
+            held = [lease for lease in self._leases.values() if lease["gpu"] == gpu.index]
+            taken = self._files.held_slots(gpu) if self._files is not None else len(held)
+            gpus.append(dict(index=gpu.index, name=gpu.name, uuid=gpu.uuid, simulated=gpu.simulated,
+                             compute_mode=gpu.compute_mode, slots=self.slots, leases=len(held),
+                             lock_file_leases=taken - len(held),
+                             memory_total=gpu.memory_total, memory_leased=sum(x["memory"] for x in held)))
+        leases = [dict(lease=k, gpu=v["gpu"], memory=v["memory"], pid=v["pid"], since=v["since"])
+                  for k, v in self._leases.items()]
         return dict(ok=True, policy=self.policy, gpus=gpus, leases=leases)
 
-    def handle(self, line, owner=None, pid=None):
-        """Answer one request line with one reply object."""
-        try:
-            req = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return dict(ok=False, error=f"malformed JSON: {exc}")
-        if not isinstance(req, dict):
-            return dict(ok=False, error="a request must be a JSON object")
-        op = req.get("op")
-        try:
-            if op == "acquire":
-                memory = req.get("memory", 0)
-                block = req.get("block", False)
-                timeout = req.get("timeout")
-                if not isinstance(memory, int) or isinstance(memory, bool) or memory < 0:
-                    raise RequestError("memory must be a non-negative integer (bytes)")
-                if not isinstance(block, bool):
-                    raise RequestError("block must be true or false")
-                if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
-                                            or timeout < 0):
-                    raise RequestError("timeout must be a non-negative number of seconds or null")
-                gpu, lease = self.acquire(memory, block, timeout, owner, pid)
-                return dict(ok=True, gpu=gpu, lease=lease)
-            if op == "release":
-                lease = req.get("lease")
-                if not isinstance(lease, str):
-                    raise RequestError("release needs a lease id")
-                self.release(lease, owner)
-                return dict(ok=True)
-            if op == "status":
-                return self.status()
-            raise RequestError(f"unknown op {op!r} (acquire, release, status)")
-        except RequestError as exc:
-            return dict(ok=False, error=str(exc))
+
+def parse(line):
+    """One request line -> a checked request dict.
+
+    Raises
+    ------
+    RequestError
+        With the code saying what is wrong (``bad-json``, ``bad-request``, ``unknown-op``).
+    """
+    try:
+        req = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise RequestError(f"malformed JSON: {str(exc)[:100]}", P.BAD_JSON) from None
+    if not isinstance(req, dict):
+        raise RequestError("a request must be a JSON object")
+    op = req.get("op")
+    if op == "acquire":
+        block = req.get("block", False)
+        if not isinstance(block, bool):
+            raise RequestError("block must be true or false")
+        return dict(op=op, block=block,
+                    memory=P.number(req, "memory", 0, 0, P.MAX_MEMORY, integer=True),
+                    timeout=P.number(req, "timeout", None, 0, P.MAX_TIMEOUT))
+    if op == "release":
+        lease = req.get("lease")
+        if not isinstance(lease, str) or not lease or len(lease) > 64:
+            raise RequestError("release needs a lease id (a string)")
+        return dict(op=op, lease=lease)
+    if op == "status":
+        return dict(op=op)
+    shown = repr(op) if len(repr(op)) <= 40 else repr(op)[:40] + "..."
+    raise RequestError(f"unknown op {shown} (acquire, release, status)", P.UNKNOWN_OP)
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self):
-        sched = self.server.scheduler
-        owner = object()
-        pid = _peer_pid(self.connection)
-        try:
-            while True:
-                line = self.rfile.readline(MAX_REQUEST + 1)
-                if not line:
-                    break
-                if len(line) > MAX_REQUEST and not line.endswith(b"\n"):
-                    while line and not line.endswith(b"\n"):  # skip the rest of it
-                        line = self.rfile.readline(MAX_REQUEST)
-                    reply = dict(ok=False, error=f"request longer than {MAX_REQUEST} bytes")
-                elif not line.strip():
+class _Conn:
+    __slots__ = ("sock", "pid", "rbuf", "wbuf", "last", "waiter", "discarding", "events", "closed")
+
+    def __init__(self, sock, pid):
+        self.sock, self.pid = sock, pid
+        self.rbuf, self.wbuf = bytearray(), bytearray()
+        self.last = time.monotonic()
+        self.waiter = None  # (memory, deadline or None, timeout) of a blocking acquire
+        self.discarding = False  # skipping the rest of an over-long line
+        self.events = 0
+        self.closed = False
+
+
+class Server:
+    """The service's single-threaded event loop over a listening socket.
+
+    Parameters
+    ----------
+    scheduler : Scheduler
+    listener : socket.socket
+        Bound and listening.
+    address : str or tuple
+        The socket path, or ``(host, port)`` actually bound.
+    max_connections : int
+    idle_timeout : float
+        Seconds a connection holding no lease and waiting for nothing may stay silent.
+    """
+
+    def __init__(self, scheduler, listener, address, max_connections=MAX_CONNECTIONS, idle_timeout=IDLE_TIMEOUT,
+                 identity=None):
+        self.scheduler = scheduler
+        self.address = address
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self._listener = listener
+        self._identity = identity  # (st_dev, st_ino) of our socket file
+        self._unix = listener.family == socket.AF_UNIX
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(listener, selectors.EVENT_READ, None)
+        self._conns = set()
+        self._waiters = []
+        self._changed = False  # a lease ended: retry waiters now
+        self._accept_paused_until = None
+        self._spare = self._open_spare()
+        self._next_poll = self._next_sweep = time.monotonic()
+        self._stop = False
+
+    @property
+    def connections(self):
+        """How many clients are connected."""
+        return len(self._conns)
+
+    # -- the loop ---------------------------------------------------------
+    def serve_forever(self):
+        """Serve until :meth:`shutdown` (or an exception, e.g. KeyboardInterrupt from a signal)."""
+        while not self._stop:
+            for key, mask in self._sel.select(self._timeout()):
+                if key.data is None:
+                    self._accept()
                     continue
-                else:
-                    reply = sched.handle(line, owner, pid)
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
-                self.wfile.flush()
-        except (ConnectionError, OSError):
+                conn = key.data
+                if mask & selectors.EVENT_READ and not conn.closed:
+                    self._read(conn)
+                if mask & selectors.EVENT_WRITE and not conn.closed:
+                    self._flush(conn)
+                    if not conn.closed and not conn.wbuf and conn.rbuf:
+                        self._process(conn)  # requests held back while replies were backed up
+            now = time.monotonic()
+            if self._accept_paused_until is not None and now >= self._accept_paused_until:
+                self._accept_paused_until = None
+                self._sel.register(self._listener, selectors.EVENT_READ, None)
+            if self._waiters and (self._changed or now >= self._next_poll):
+                self._serve_waiters()
+            if now >= self._next_sweep:
+                self._sweep(now)
+
+    def shutdown(self):
+        """Make :meth:`serve_forever` return after its current round."""
+        self._stop = True
+
+    def _timeout(self):
+        now = time.monotonic()
+        wake = [self._next_sweep]
+        if self._waiters:
+            if self._changed:
+                return 0
+            wake.append(self._next_poll)
+            wake += [c.waiter[1] for c in self._waiters if c.waiter[1] is not None]
+        if self._accept_paused_until is not None:
+            wake.append(self._accept_paused_until)
+        return max(0.0, min(wake) - now)
+
+    # -- connections -----------------------------------------------------
+    @staticmethod
+    def _open_spare():
+        try:
+            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    def _accept(self):
+        for _ in range(64):
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._out_of_descriptors()
+                    return
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue
+                raise
+            if len(self._conns) >= self.max_connections:
+                self._refuse(sock, f"the scheduler serves at most {self.max_connections} connections; "
+                                   "try again later")
+                continue
+            sock.setblocking(False)
+            conn = _Conn(sock, _peer_pid(sock) if self._unix else None)
+            self._conns.add(conn)
+            self._interest(conn)
+
+    def _out_of_descriptors(self):
+        """No descriptor for a new client: answer one with the spare, then pause accepting briefly."""
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+            try:
+                sock, _ = self._listener.accept()
+                self._refuse(sock, "the scheduler is out of file descriptors; try again later")
+            except OSError:
+                pass
+            self._spare = self._open_spare()
+        # Without this the listening socket stays readable and the loop would spin.
+        self._sel.unregister(self._listener)
+        self._accept_paused_until = time.monotonic() + 0.1
+
+    @staticmethod
+    def _refuse(sock, message):
+        try:
+            sock.setblocking(False)
+            sock.send(json.dumps(RequestError(message, P.TOO_MANY).reply()).encode() + b"\n")
+        except OSError:
             pass
-        finally:
-            sched.release_owner(owner)
+        sock.close()
+
+    def _interest(self, conn):
+        events = 0
+        # Read unless a request is waiting (or replies are backed up) and another is already buffered.
+        if len(conn.rbuf) <= P.MAX_REQUEST:
+            events |= selectors.EVENT_READ
+        if conn.wbuf:
+            events |= selectors.EVENT_WRITE
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self._sel.register(conn.sock, events, conn)
+        elif events == 0:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _close(self, conn):
+        if conn.closed:
+            return
+        conn.closed = True
+        if conn.events:
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+        self._conns.discard(conn)
+        if conn.waiter is not None:
+            conn.waiter = None
+            self._waiters.remove(conn)
+        if self.scheduler.release_owner(conn):
+            self._changed = True
+
+    def _read(self, conn):
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        conn.last = time.monotonic()
+        conn.rbuf += data
+        self._process(conn)
+
+    def _process(self, conn):
+        start = 0
+        while conn.waiter is None and not conn.closed and len(conn.wbuf) < WBUF_LIMIT:
+            if conn.discarding:
+                i = conn.rbuf.find(b"\n")
+                if i < 0:
+                    conn.rbuf.clear()
+                    break
+                del conn.rbuf[:i + 1]
+                conn.discarding = False
+                continue
+            i = conn.rbuf.find(b"\n", start)
+            if i < 0:
+                if len(conn.rbuf) > P.MAX_REQUEST:
+                    conn.rbuf.clear()
+                    conn.discarding = True
+                    self._reply(conn, RequestError(f"request longer than {P.MAX_REQUEST} bytes", P.TOO_LONG).reply())
+                break
+            line = bytes(conn.rbuf[:i])
+            del conn.rbuf[:i + 1]
+            if len(line) > P.MAX_REQUEST:
+                self._reply(conn, RequestError(f"request longer than {P.MAX_REQUEST} bytes", P.TOO_LONG).reply())
+            elif line.strip():
+                self._request(conn, line)
+        if not conn.closed:
+            self._interest(conn)
+
+    def _request(self, conn, line):
+        sched = self.scheduler
+        try:
+            req = parse(line)
+            op = req["op"]
+            if op == "acquire":
+                try:
+                    gpu, lease = sched.try_acquire(req["memory"], conn, conn.pid)
+                except RequestError as exc:
+                    timeout = req["timeout"]
+                    if exc.code != P.NO_GPU_FREE or not req["block"] or timeout == 0:
+                        raise
+                    deadline = None if timeout is None else time.monotonic() + timeout
+                    conn.waiter = (req["memory"], deadline, timeout)
+                    self._waiters.append(conn)
+                    return
+                reply = dict(ok=True, gpu=gpu, lease=lease)
+            elif op == "release":
+                sched.release(req["lease"], conn)
+                self._changed = True
+                reply = dict(ok=True)
+            else:
+                reply = sched.status()
+        except RequestError as exc:
+            reply = exc.reply()
+        self._reply(conn, reply)
+
+    def _serve_waiters(self):
+        self._changed = False
+        now = time.monotonic()
+        self._next_poll = now + POLL
+        for conn in list(self._waiters):  # first come, first served
+            memory, deadline, timeout = conn.waiter
+            try:
+                gpu, lease = self.scheduler.try_acquire(memory, conn, conn.pid)
+                reply = dict(ok=True, gpu=gpu, lease=lease)
+            except RequestError as exc:
+                if exc.code == P.NO_GPU_FREE and (deadline is None or now < deadline):
+                    continue
+                if exc.code == P.NO_GPU_FREE:
+                    exc = RequestError(f"no GPU is free (waited {timeout:g} s)", P.NO_GPU_FREE)
+                reply = exc.reply()
+            conn.waiter = None
+            self._waiters.remove(conn)
+            conn.last = now
+            self._reply(conn, reply)
+            if not conn.closed:
+                self._process(conn)  # requests that came in behind the blocking one
+
+    def _sweep(self, now):
+        self._next_sweep = now + max(0.05, min(1.0, self.idle_timeout / 4))
+        for conn in list(self._conns):
+            if now - conn.last <= self.idle_timeout or conn.waiter is not None:
+                continue
+            if conn.wbuf:  # has not read its replies for that long, lease or not: it is stuck
+                self._close(conn)
+            elif not self.scheduler.holds(conn):
+                self._reply(conn, RequestError(f"idle for {self.idle_timeout:g} s; closing", P.IDLE).reply())
+                self._close(conn)
+
+    def _reply(self, conn, obj):
+        conn.wbuf += json.dumps(obj).encode() + b"\n"
+        self._flush(conn)
+
+    def _flush(self, conn):
+        try:
+            while conn.wbuf:
+                sent = conn.sock.send(conn.wbuf)
+                del conn.wbuf[:sent]
+                conn.last = time.monotonic()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close(conn)
+            return
+        if bool(conn.wbuf) != bool(conn.events & selectors.EVENT_WRITE):
+            self._interest(conn)
+
+    # -- the end ---------------------------------------------------------
+    def server_close(self):
+        """Close every connection (their leases end) and the socket; remove our socket file."""
+        for conn in list(self._conns):
+            self._close(conn)
+        self._sel.close()
+        self._listener.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+        if self._identity is not None:
+            try:
+                st = os.lstat(self.address)
+                if (st.st_dev, st.st_ino) == self._identity:
+                    os.unlink(self.address)
+            except OSError:
+                pass
 
 
 def _peer_pid(conn):
@@ -223,43 +572,66 @@ def _peer_pid(conn):
         return None
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+def clear_stale_socket(path):
+    """Remove ``path`` if it is a socket that no server answers on; refuse anything else.
+
+    Raises
+    ------
+    GpumrError
+        When ``path`` is not a socket (a user's file is never removed), or a
+        server answers there (or might: it does not refuse the connection).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise GpumrError(f"{path}: exists and is not a socket; not removing it (choose another --socket)")
+    probe = socket.socket(socket.AF_UNIX)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)  # a socket file whose server is gone
+        return
+    except OSError as exc:
+        raise GpumrError(f"{path}: a socket that cannot be checked ({exc.strerror or exc}); "
+                         "not removing it") from None
+    finally:
+        probe.close()
+    raise GpumrError(f"{path}: a scheduler is already serving there")
 
 
-class _TCPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def make_server(scheduler, path=None, tcp_port=None, mode=None, backlog=BACKLOG, max_connections=MAX_CONNECTIONS,
+                idle_timeout=IDLE_TIMEOUT):
+    """A :class:`Server` for ``scheduler`` on a Unix socket at ``path`` (or TCP 127.0.0.1:``tcp_port``).
 
-
-def make_server(scheduler, path=None, tcp_port=None, mode=0o600):
-    """A server for ``scheduler`` on a Unix socket at ``path`` (or TCP 127.0.0.1:``tcp_port``)."""
+    Parameters
+    ----------
+    mode : int, optional
+        Permissions of the socket file; by default they follow the umask
+        (``0777 & ~umask``) and the folder decides who may reach it.
+    """
     if tcp_port is not None:
-        server = _TCPServer(("127.0.0.1", tcp_port), _Handler)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", tcp_port))
+        address, identity = sock.getsockname(), None
     else:
-        path = path or default_socket()
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if os.path.exists(path):
-            try:  # a live service there? then refuse; a stale socket file: remove
-                probe = socket.socket(socket.AF_UNIX)
-                probe.connect(path)
-                probe.close()
-                raise OSError(f"{path}: a scheduler is already serving there")
-            except ConnectionRefusedError:
-                os.unlink(path)
-        old = os.umask(0o177)
-        try:
-            server = _UnixServer(path, _Handler)
-        finally:
-            os.umask(old)
-        os.chmod(path, mode)
-    server.scheduler = scheduler
-    return server
+        path = socket_path(path)
+        clear_stale_socket(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        if mode is not None:
+            os.chmod(path, mode)  # before listen(): nobody can connect yet
+        st = os.lstat(path)
+        address, identity = path, (st.st_dev, st.st_ino)
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return Server(scheduler, sock, address, max_connections, idle_timeout, identity)
 
 
 def node_scheduler(policy, slots, lease_dir=None):
-    """A :class:`Scheduler` over this node's GPUs (NVML or simulated)."""
+    """A :class:`Scheduler` over this node's GPUs (NVML or simulated) and its lock-file leases."""
     leases = LockFileLeases(lease_dir, slots)
-    return Scheduler(lambda: _nvml.discover().gpus, policy, slots, siblings=leases.sibling_pids)
-
-
+    return Scheduler(lambda: _nvml.discover().gpus, policy, slots, siblings=leases.sibling_pids, leases=leases)

@@ -268,7 +268,7 @@ class GpumrJob(MRJob):
         from ..devices.chooser import DeviceChooser, describe
         workload = self.make_workload()
         memory = self.options.gpu_memory if self.options.gpu_memory is not None else workload.gpu_memory
-        self.chooser = DeviceChooser(self.options.device, memory=memory, slots=self.options.gpu_slots)
+        self.chooser = DeviceChooser(self.options.device, memory=memory, slots=self.options.gpu_slots, log=self.log)
         self.log(f"gpumr: {describe(self.chooser)}")
         self.progress = progress.TaskProgress()
         self.processor = Processor(workload, self.chooser, log=self.log, count=self.count)

@@ -1,0 +1,394 @@
+"""The scheduler service on a busy or hostile node, with real processes and sockets (issue 11, items 4, 12-16)."""
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gpumr.devices.chooser import DeviceChooser
+from gpumr.devices.client import SchedulerClient, SchedulerUnavailable
+
+GPUMR = [sys.executable, "-m", "gpumr"]
+
+
+def serve(tmp_path, *extra, gpus="2:4GiB", name="s.sock", **popen):
+    """Start `gpumr scheduler serve` on a socket in ``tmp_path``; return (process, socket path, banner)."""
+    path = str(tmp_path / name)
+    env = dict(os.environ, GPUMR_SIMULATE_GPUS=gpus)
+    proc = subprocess.Popen(GPUMR + ["scheduler", "serve", "--socket", path, "--lease-dir", str(tmp_path / "leases"),
+                                     *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)
+    banner = proc.stdout.readline()
+    return proc, path, banner
+
+
+@pytest.fixture
+def started():
+    """Ends every service a test started (SIGCONT first, in case the test stopped it)."""
+    procs = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+        p.wait(10)
+        p.stdout.close()
+        p.stderr.close()
+
+
+def raw(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(path)
+    return s, s.makefile("rb")
+
+
+def ask(sock, f, obj):
+    sock.sendall((obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n")
+    return json.loads(f.readline())
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- item 4: never delete what is not a stale socket ---------------------------------------------
+
+def test_serve_refuses_a_regular_file_and_keeps_it(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my thesis notes\n")
+    r = subprocess.run(GPUMR + ["scheduler", "serve", "--socket", "notes.txt", "--lease-dir", "leases"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, GPUMR_SIMULATE_GPUS="1"))
+    assert r.returncode != 0
+    assert notes.read_text() == "my thesis notes\n"
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and "notes.txt" in err and "not a socket" in err and "Traceback" not in err
+
+
+def test_serve_replaces_a_stale_socket_but_not_a_live_one(tmp_path, started):
+    path = str(tmp_path / "s.sock")
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # a socket file nobody serves on, as a killed service leaves it
+    proc, path, banner = serve(tmp_path)
+    started.append(proc)
+    assert "serving on" in banner
+    c = SchedulerClient(path)
+    assert c.status()["ok"]
+    second = subprocess.run(GPUMR + ["scheduler", "serve", "--socket", path], capture_output=True, text=True,
+                            timeout=60, env=dict(os.environ, GPUMR_SIMULATE_GPUS="1"))
+    assert second.returncode != 0 and "already serving" in second.stderr
+    assert c.status()["ok"]  # the live service and its socket are untouched
+    c.close()
+
+
+# -- item 12: backlog, idle timeout, connection cap, no busy loop --------------------------------
+
+def test_idle_connections_are_closed_but_lease_holders_are_not(tmp_path, started):
+    proc, path, _ = serve(tmp_path, "--idle-timeout", "0.5")
+    started.append(proc)
+    idle, idle_f = raw(path)
+    holder, holder_f = raw(path)
+    assert ask(holder, holder_f, dict(op="acquire"))["ok"]
+    time.sleep(1.6)
+    notice = json.loads(idle_f.readline())
+    assert notice["ok"] is False and notice["code"] == "idle-timeout"
+    assert idle_f.readline() == b""  # then closed
+    assert ask(holder, holder_f, dict(op="status"))["ok"]  # a lease holder is never dropped for idling
+    # The client library opens a connection the service closed for idling again by itself.
+    c = SchedulerClient(path)
+    time.sleep(1.6)
+    assert c.status()["ok"] and c.acquire() is not None
+    c.close()
+
+
+def test_a_client_that_never_reads_is_bounded_and_dropped(tmp_path, started):
+    proc, path, _ = serve(tmp_path, "--idle-timeout", "1")
+    started.append(proc)
+    stuck, stuck_f = raw(path)
+    assert ask(stuck, stuck_f, dict(op="acquire"))["ok"]  # holding a lease does not protect a stuck reader
+    stuck.settimeout(0.5)
+    sent = 0
+    try:
+        while sent < 50 << 20:
+            sent += stuck.send(b'{"op": "status"}\n' * 4096)
+    except (socket.timeout, BlockingIOError):
+        pass  # the service stopped reading from it
+    assert sent < 8 << 20
+    c = SchedulerClient(path, timeout=5)
+    assert c.status()["ok"]  # others are served meanwhile
+    rss = int(next(x for x in open(f"/proc/{proc.pid}/status") if x.startswith("VmRSS:")).split()[1])
+    assert rss < 200_000  # kB: replies to the stuck client are not piling up
+    time.sleep(3)
+    stuck.settimeout(10)
+    try:
+        while stuck.recv(1 << 20):
+            pass  # what was sent, then the end: the service closed it
+    except ConnectionResetError:
+        pass  # (closed with our requests unread)
+    assert c.acquire() is not None and c.acquire() is not None  # its lease ended with it
+    c.close()
+
+
+def test_connection_cap_replies_then_closes(tmp_path, started):
+    proc, path, banner = serve(tmp_path, "--max-connections", "3")
+    started.append(proc)
+    assert "at most 3 connections" in banner
+    held = [raw(path) for _ in range(3)]
+    for s, f in held:
+        assert ask(s, f, dict(op="status"))["ok"]
+    s, f = raw(path)
+    reply = json.loads(f.readline())
+    assert reply["ok"] is False and reply["code"] == "too-many-connections" and "3" in reply["error"]
+    assert f.readline() == b""
+    s.close()
+    held.pop()[0].close()
+    time.sleep(0.2)
+    s, f = raw(path)
+    assert ask(s, f, dict(op="status"))["ok"]
+
+
+def test_waiting_and_idle_clients_cost_no_cpu(tmp_path, started):
+    proc, path, _ = serve(tmp_path, gpus="1")
+    started.append(proc)
+    conns = [raw(path) for _ in range(100)]
+    holder, hf = conns[0]
+    assert ask(holder, hf, dict(op="acquire"))["ok"]
+    for s, _ in conns[1:20]:  # 19 blocking acquires queue as waiters
+        s.sendall(b'{"op": "acquire", "block": true, "timeout": 30}\n')
+    time.sleep(0.3)
+    before = cpu_seconds(proc.pid)
+    time.sleep(2)
+    assert cpu_seconds(proc.pid) - before < 0.4  # polls 4 times a second, never spins
+    hf_reply = ask(holder, hf, dict(op="status"))
+    assert len(hf_reply["leases"]) == 1
+    hf.close()
+    holder.close()  # its lease ends: the first waiter gets the GPU
+    s, f = conns[1]
+    assert json.loads(f.readline())["ok"]
+
+
+SPIN_SCRIPT = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+    from gpumr.devices import nvml
+    from gpumr.devices.service import Scheduler, make_server
+    gpus = nvml.simulated_gpus("1")
+    server = make_server(Scheduler(lambda: gpus), sys.argv[1], max_connections=10000, idle_timeout=60)
+    print("ready", flush=True)
+    server.serve_forever()
+""")
+
+
+def test_out_of_file_descriptors_refuses_with_a_reply_and_does_not_spin(tmp_path):
+    """With a cap above the fd limit, clients past the limit get a reply, not a spinning service."""
+    path = str(tmp_path / "s.sock")
+    proc = subprocess.Popen([sys.executable, "-c", SPIN_SCRIPT, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        conns, refused = [], 0
+        for _ in range(70):
+            s, f = raw(path)
+            conns.append((s, f))
+        time.sleep(0.5)
+        for s, f in conns:
+            try:
+                s.sendall(b'{"op": "status"}\n')
+            except BrokenPipeError:
+                pass  # refused: its reply is already waiting to be read
+        for s, f in conns:
+            reply = json.loads(f.readline())
+            if not reply["ok"]:
+                assert reply["code"] == "too-many-connections" and "file descriptors" in reply["error"]
+                refused += 1
+        assert 0 < refused < 70
+        before = cpu_seconds(proc.pid)
+        time.sleep(1.5)
+        assert cpu_seconds(proc.pid) - before < 0.4
+        for s, f in conns:
+            f.close()
+            s.close()
+        time.sleep(0.3)
+        s, f = raw(path)
+        assert ask(s, f, dict(op="status"))["ok"]  # served again once descriptors are free
+        s.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+# -- item 13: checked requests ---------------------------------------------------------------------
+
+def test_bad_numbers_types_and_lines_get_coded_errors(tmp_path, started):
+    proc, path, _ = serve(tmp_path)
+    started.append(proc)
+    s, f = raw(path)
+    bad = [
+        (b'{"op": "acquire", "block": true, "timeout": NaN}', "bad-request", "timeout"),
+        (b'{"op": "acquire", "block": true, "timeout": Infinity}', "bad-request", "timeout"),
+        (b'{"op": "acquire", "block": true, "timeout": 1e400}', "bad-request", "timeout"),
+        (b'{"op": "acquire", "block": true, "timeout": ' + b"9" * 400 + b"}", "bad-request", "timeout"),
+        (b'{"op": "acquire", "timeout": -1}', "bad-request", "timeout"),
+        (b'{"op": "acquire", "timeout": "5"}', "bad-request", "timeout"),
+        (b'{"op": "acquire", "memory": 1.5}', "bad-request", "memory"),
+        (b'{"op": "acquire", "memory": ' + str(1 << 60).encode() + b"}", "bad-request", "memory"),
+        (b'{"op": "acquire", "memory": true}', "bad-request", "memory"),
+        (b'{"op": "acquire", "block": "yes"}', "bad-request", "block"),
+        (b'{"op": 5}', "unknown-op", "unknown op"),
+        (b'{"op": "release", "lease": 123}', "bad-request", "lease"),
+        (b'{"op": "release", "lease": "nope"}', "unknown-lease", "unknown lease"),
+        (b"[" * 60000, "bad-json", "malformed JSON"),
+        (b'{"op": "acquire", "timeout": ' + b"1" * 5000 + b"}", "bad-json", "malformed JSON"),
+        (b"\xff\xfe", "bad-json", "malformed JSON"),
+        (b"x" * 200000, "request-too-long", "longer than"),
+    ]
+    for line, code, text in bad:
+        reply = ask(s, f, line)
+        assert reply["ok"] is False and reply["code"] == code and text in reply["error"], (line[:60], reply)
+    before = cpu_seconds(proc.pid)
+    time.sleep(1)
+    assert cpu_seconds(proc.pid) - before < 0.3  # the NaN request left no spinning waiter
+    assert ask(s, f, dict(op="status"))["leases"] == []
+    assert ask(s, f, dict(op="acquire", memory=1 << 30, block=True, timeout=0.5))["ok"]
+
+
+# -- item 14: lock-file leases and service leases are one system ----------------------------------
+
+def _hold_lock_file(lease_dir, ready, release):
+    os.environ["GPUMR_SIMULATE_GPUS"] = "1"
+    c = DeviceChooser("auto", lease_dir=lease_dir, scheduler=False)
+    ch = c.choose()
+    ready.set() if ch.on_gpu else None
+    release.wait(60)
+    ch.release()
+
+
+def test_service_honours_a_task_holding_the_lock_file_and_takes_it_itself(tmp_path, started, monkeypatch):
+    proc, path, _ = serve(tmp_path, gpus="1")
+    started.append(proc)
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    task = ctx.Process(target=_hold_lock_file, args=(str(tmp_path / "leases"), ready, release))
+    task.start()
+    try:
+        assert ready.wait(30)  # a task that fell back to lock files holds gpu:0's only slot
+        c = SchedulerClient(path)
+        assert c.acquire() is None
+        st = c.status()
+        assert st["gpus"][0]["lock_file_leases"] == 1 and st["leases"] == []
+        t0 = time.monotonic()
+        release.set()  # the service learns of it by polling the lock file: the waiter gets it
+        got = c.acquire(block=True, timeout=10)
+        assert got is not None and time.monotonic() - t0 < 3
+    finally:
+        release.set()
+        task.join(30)
+    # Now the service holds the slot's lock file: a lock-file task does not get the slot.
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
+    fallback = DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=False)
+    assert not fallback.choose().on_gpu
+    c.release(got[1])
+    ch = fallback.choose()
+    assert ch.on_gpu
+    ch.release()
+    c.close()
+
+
+# -- item 15: a stopped service never hangs a task ------------------------------------------------
+
+def test_stopped_service_sends_the_record_to_the_cpu_and_says_so_once(tmp_path, started, monkeypatch):
+    proc, path, _ = serve(tmp_path)
+    started.append(proc)
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "2:4GiB")
+    monkeypatch.setenv("GPUMR_SCHEDULER_TIMEOUT", "1")
+    log = []
+    c = DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=path, log=log.append)
+    first = c.choose()
+    assert first.on_gpu and isinstance(first.lease, str)
+    first.release()
+    os.kill(proc.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    assert not c.choose().on_gpu  # timed out: this record on the CPU
+    assert 0.9 < time.monotonic() - t0 < 5
+    assert len(log) == 1 and path in log[0] and "no answer within 1 s" in log[0] and "CPU" in log[0]
+    t0 = time.monotonic()
+    later = [c.choose() for _ in range(5)]  # backoff: lock files, the service is not asked
+    assert time.monotonic() - t0 < 0.5 and all(ch.on_gpu and not isinstance(ch.lease, str) for ch in later[:2])
+    for ch in later:
+        ch.release()
+    assert len(log) == 1
+    c.close()
+
+
+def test_client_errors_name_the_socket(tmp_path):
+    missing = str(tmp_path / "none.sock")
+    with pytest.raises(SchedulerUnavailable, match=f"scheduler at {missing}: cannot connect"):
+        SchedulerClient(missing, timeout=1)
+    r = subprocess.run(GPUMR + ["scheduler", "status", "--socket", missing], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and missing in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# -- item 16 ---------------------------------------------------------------------------------------
+
+def test_sigterm_removes_the_socket_file(tmp_path, started):
+    proc, path, _ = serve(tmp_path)
+    started.append(proc)
+    c = SchedulerClient(path)
+    assert c.acquire() is not None
+    proc.terminate()
+    assert proc.wait(10) == 0
+    assert not os.path.exists(path)
+    c.close()
+
+
+def test_tcp_zero_prints_the_port_bound(tmp_path):
+    env = dict(os.environ, GPUMR_SIMULATE_GPUS="1")
+    proc = subprocess.Popen(GPUMR + ["scheduler", "serve", "--tcp", "0", "--lease-dir", str(tmp_path / "l")],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        banner = proc.stdout.readline()
+        port = int(banner.split("127.0.0.1:")[1].split()[0])
+        assert port > 0
+        c = SchedulerClient(tcp_port=port, timeout=5)
+        assert c.acquire() is not None and c.status()["ok"]
+        c.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        proc.stdout.close()
+
+
+def test_no_gpu_and_no_gpu_free_are_told_apart_by_code(tmp_path, started):
+    proc, path, banner = serve(tmp_path, gpus="0", name="none.sock")
+    started.append(proc)
+    assert "0 GPU(s)" in banner
+    s, f = raw(path)
+    reply = ask(s, f, dict(op="acquire", block=True, timeout=5))
+    assert reply == dict(ok=False, error="this node has no GPU", code="no-gpu")
+    proc2, path2, _ = serve(tmp_path, gpus="1", name="one.sock")
+    started.append(proc2)
+    s2, f2 = raw(path2)
+    assert ask(s2, f2, dict(op="acquire"))["ok"]
+    busy = ask(s2, f2, dict(op="acquire"))
+    assert busy["code"] == "no-gpu-free" and busy["error"] == "no GPU is free"
+    waited = ask(s2, f2, dict(op="acquire", block=True, timeout=0.3))
+    assert waited["code"] == "no-gpu-free" and "waited 0.3 s" in waited["error"]
+    assert SchedulerClient(path).acquire() is None  # the client decides by code
+
+
+def test_simulated_gpu_count_is_capped():
+    t0 = time.monotonic()
+    r = subprocess.run(GPUMR + ["probe"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, GPUMR_SIMULATE_GPUS="100000"))
+    assert r.returncode != 0 and time.monotonic() - t0 < 30
+    assert "GPUMR_SIMULATE_GPUS" in r.stderr and "64" in r.stderr and len(r.stderr.strip().splitlines()) == 1
