@@ -70,7 +70,7 @@ class KeyFiles:
         self.close()
 
     def _refuse(self, key, why):
-        return KeyRefused(f"refusing key {printable(key)!r}: {why}")
+        return KeyRefused(f"refusing key '{printable(key)}': {why}")
 
     def check(self, key):
         """The key's names (folders, then the file's), or :class:`KeyRefused` saying what is wrong."""
@@ -127,12 +127,12 @@ class KeyFiles:
                     except OSError:
                         mode = 0
                     what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
-                    raise self._refuse(key, f"{printable('/'.join(where))!r} in {printable(self.directory)} is {what} "
+                    raise self._refuse(key, f"'{printable('/'.join(where))}' in {printable(self.directory)} is {what} "
                                             "(unpack never writes through links, nor makes a file and a folder "
                                             "of one name)") from None
-                raise self._refuse(key, f"cannot open folder {printable('/'.join(where))!r}: {exc.strerror}") from None
+                raise self._refuse(key, f"cannot open folder '{printable('/'.join(where))}': {exc.strerror}") from None
         except OSError as exc:
-            raise self._refuse(key, f"cannot make folder {printable('/'.join(where))!r}: {exc.strerror}") from None
+            raise self._refuse(key, f"cannot make folder '{printable('/'.join(where))}': {exc.strerror}") from None
 
     def _write_file(self, folder, name, data, key):
         try:
@@ -143,19 +143,19 @@ class KeyFiles:
             raise self._refuse(key, f"cannot look at the existing file: {exc.strerror}") from None
         if existing is not None:
             if not stat.S_ISREG(existing):
-                raise self._refuse(key, f"{printable(key)!r} exists in {printable(self.directory)} as "
+                raise self._refuse(key, f"it exists in {printable(self.directory)} as "
                                         f"{kind(existing)}; unpack replaces only regular files")
             if not self.force:
-                raise self._refuse(key, f"{printable(key)!r} exists in {printable(self.directory)} "
+                raise self._refuse(key, f"it exists in {printable(self.directory)} "
                                         "(use --force to replace existing files)")
         try:
             with AtomicFile(name, dir_fd=folder, replace=self.force) as f:
                 f.write(data)
         except FileExistsError:
-            raise self._refuse(key, f"{printable(key)!r} appeared in {printable(self.directory)} meanwhile; "
+            raise self._refuse(key, f"it appeared in {printable(self.directory)} meanwhile; "
                                     "not replaced") from None
         except IsADirectoryError:
-            raise self._refuse(key, f"{printable(key)!r} is a folder in {printable(self.directory)}") from None
+            raise self._refuse(key, f"it is a folder in {printable(self.directory)}") from None
         except OSError as exc:
             raise self._refuse(key, f"cannot write it: {exc.strerror}") from None
 

@@ -91,7 +91,7 @@ def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=N
             raise GpumrError(f"{printable(shown_path)}: the file name is not valid UTF-8, and SequenceFile keys are "
                              "UTF-8 text; rename the file or leave it out with --exclude") from None
         if key in found:
-            raise GpumrError(f"duplicate key {printable(key)!r}: {printable(found[key][2])} and {printable(shown_path)}")
+            raise GpumrError(f"duplicate key '{printable(key)}': {printable(found[key][2])} and {printable(shown_path)}")
         found[key] = (path, size, shown_path)
 
     def walk(top):
@@ -319,7 +319,7 @@ def safe_target(directory, key):
     """
     parts = key.split("/")
     if not key or key.startswith("/") or os.path.isabs(key) or any(p in ("", ".", "..") for p in parts):
-        raise GpumrError(f"refusing key {printable(key)!r}: it is empty, absolute or climbs out of "
+        raise GpumrError(f"refusing key '{printable(key)}': it is empty, absolute or climbs out of "
                          f"{printable(directory)} with '..'")
     return os.path.join(directory, *parts)
 
