@@ -78,6 +78,8 @@ def test_shards_balance_by_bytes(tmp_path, capsys):
     code, _, _ = run(capsys, "pack", str(src), "-o", str(out), "--shards", "4", "-q")
     assert code == 0
     parts = sorted(os.listdir(out))
+    assert parts[0] == packing.MARKER
+    parts = parts[1:]
     assert parts == [f"part-{i:05d}.seq" for i in range(4)]
     loads = [sum(len(v) for _, v, _ in seqfile.Reader(str(out / p))) for p in parts]
     assert sum(loads) == sum(sizes)
@@ -85,14 +87,15 @@ def test_shards_balance_by_bytes(tmp_path, capsys):
     keys = [k for p in parts for k, _, _ in seqfile.Reader(str(out / p))]
     assert sorted(keys) == sorted(f"f{i:02d}.bin" for i in range(40))
     code, _, _ = run(capsys, "pack", str(src), "-o", str(tmp_path / "s2"), "--shard-size", "50KB", "-q")
-    assert len(os.listdir(tmp_path / "s2")) == -(-sum(sizes) // 50_000)
+    assert len(os.listdir(tmp_path / "s2")) == 1 + -(-sum(sizes) // 50_000)
 
 
 @pytest.mark.parametrize("setup, message", [
     ("duplicate", "duplicate key 'x.jpg'"),
     ("empty", "no input files"),
     ("missing", "no such file or directory"),
-    ("unreadable", "cannot read"),
+    ("broken link", "a broken symbolic link"),
+    ("fifo", "a FIFO (named pipe), not a regular file or folder"),
     ("exists", "already exists"),
 ])
 def test_pack_errors_are_one_line(tree, tmp_path, capsys, setup, message):
@@ -109,8 +112,12 @@ def test_pack_errors_are_one_line(tree, tmp_path, capsys, setup, message):
         args = [str(tmp_path / "void")]
     elif setup == "missing":
         args = [str(tmp_path / "nope")]
-    elif setup == "unreadable":
+    elif setup == "broken link":
         os.symlink(str(tmp_path / "gone"), str(src / "broken.jpg"))
+        args = [str(src / "broken.jpg")]
+    elif setup == "fifo":
+        os.mkfifo(str(tmp_path / "pipe"))
+        args = [str(tmp_path / "pipe")]
     elif setup == "exists":
         out.write_bytes(b"keep")
     code, stdout, err = run(capsys, "pack", *args, "-o", str(out), "-q")

@@ -7,9 +7,12 @@ import sys
 from seqfile import Reader
 from seqfile.codecs import SHORT_NAMES
 
-from ..errors import GpumrError
+from ..errors import GpumrError, printable
 from ..sizes import human, size_arg
 from .args import command, positive
+
+#: How many skipped inputs ``pack`` names one by one (then only how many more).
+SHOWN_SKIPS = 20
 
 
 def cmd_pack(args):
@@ -22,7 +25,19 @@ def cmd_pack(args):
     stats = pack(args.sources, args.output, shards=args.shards, shard_size=args.shard_size,
                  include=args.include, exclude=args.exclude, compression=compression,
                  codec=args.codec, force=args.force, progress=not args.quiet)
-    print(describe(stats) + f" -> {args.output}")
+    skipped = stats["skipped"]
+    for path, reason in skipped[:SHOWN_SKIPS]:
+        print(f"gpumr: warning: skipped {printable(path)}: {reason}", file=sys.stderr)
+    if len(skipped) > SHOWN_SKIPS:
+        print(f"gpumr: warning: skipped {len(skipped) - SHOWN_SKIPS} more entries that are not regular files "
+              "or not followed", file=sys.stderr)
+    if stats["kept"]:
+        print(f"gpumr: warning: the old output was set aside as {printable(stats['kept'])}, not removed: "
+              "it holds files gpumr did not make", file=sys.stderr)
+    links = f"; followed {stats['linked']} symbolic link{'s' if stats['linked'] != 1 else ''} to files inside " \
+            "the packed folders" if stats["linked"] else ""
+    skips = f"; skipped {len(skipped)} (see warnings)" if skipped else ""
+    print(describe(stats) + f" -> {printable(args.output)}{links}{skips}")
 
 
 def cmd_ls(args):
@@ -31,10 +46,10 @@ def cmd_ls(args):
     for path in expand_inputs(args.files):
         with Reader(path, values=False, max_record_size=args.max_record_size) as reader:
             for rec in reader:
-                key = rec.key if isinstance(rec.key, str) else rec.key.hex()
+                key = printable(rec.key) if isinstance(rec.key, str) else rec.key.hex()
                 size = rec.value
                 if args.long:
-                    out.write(f"{path}\t{rec.offset}\t{key}\t{size}\n")
+                    out.write(f"{printable(path)}\t{rec.offset}\t{key}\t{size}\n")
                 else:
                     out.write(f"{key}\t{size}\n")
 
@@ -73,8 +88,17 @@ def cmd_cat(args):
 
 def cmd_unpack(args):
     from ..io.packing import unpack
-    stats = unpack(args.files, args.directory, progress=not args.quiet, max_record_size=args.max_record_size)
-    print(f"unpacked {stats['records']} records ({human(stats['bytes'])}) into {args.directory}")
+
+    def refused(message):
+        print(f"gpumr: error: {message}", file=sys.stderr)
+    stats = unpack(args.files, args.directory, progress=not args.quiet, force=args.force, on_refused=refused,
+                   max_record_size=args.max_record_size)
+    where = printable(args.directory)
+    print(f"unpacked {stats['records']} records ({human(stats['bytes'])}) into {where}"
+          + (f"; refused {stats['refused']}" if stats["refused"] else ""))
+    if stats["refused"]:
+        raise GpumrError(f"refused {stats['refused']} of {stats['records'] + stats['refused']} records "
+                         f"(named above); {stats['records']} written into {where}")
 
 
 def cmd_sample(args):
@@ -96,7 +120,10 @@ def register(sub):
     s = command(sub, "pack", "pack files into SequenceFiles (key: relative path, value: the file's bytes)", cmd_pack,
                 description="Pack files into a SequenceFile, or a folder of part-NNNNN.seq shards balanced by bytes.\n"
                             "Folders are walked in sorted order; keys are paths relative to the folder given.\n"
-                            "The output appears only once it is complete.")
+                            "The output appears only once it is complete.\n"
+                            "Only regular files are packed. Inside a folder, a symbolic link to a file is followed\n"
+                            "only if its target is a regular file inside that folder; other links, folder links,\n"
+                            "FIFOs, sockets and devices are skipped, each named in a warning.")
     s.add_argument("sources", nargs="+", metavar="SRC", help="files or folders")
     s.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="output file, or folder with --shards/--shard-size")
@@ -111,7 +138,10 @@ def register(sub):
     s.add_argument("--codec", choices=sorted(SHORT_NAMES), default=None,
                    help="compression codec (default: 'default', zlib, when compressing); snappy, lz4 and zstd "
                         "need pip install 'gpumr[codecs]'")
-    s.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    s.add_argument("--force", action="store_true",
+                   help="replace OUT if it is an earlier gpumr pack output (a SequenceFile; with shards, a folder "
+                        "holding only part-NNNNN.seq files and .gpumr-pack), never anything else; the old output "
+                        "is removed once the new one is complete")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     s = command(sub, "ls", "list records: key and value size", cmd_ls)
@@ -129,10 +159,15 @@ def register(sub):
     s.add_argument("key", metavar="KEY", help="the record's key")
     _cap_option(s)
 
-    s = command(sub, "unpack", "write every record to DIR/<key>", cmd_unpack)
+    s = command(sub, "unpack", "write every record to DIR/<key>", cmd_unpack,
+                description="Write every record to DIR/<key>, each file atomically. Keys that would land outside\n"
+                            "DIR, pass through a symbolic link, repeat an earlier key, or are not valid file names\n"
+                            "are refused, one error line each; the exit status is then 1.")
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("-d", "--directory", required=True, metavar="DIR", help="where the files go")
     _cap_option(s)
+    s.add_argument("--force", action="store_true", help="replace existing regular files in DIR (never links, "
+                                                         "folders or anything else)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     s = command(sub, "sample", "make the built-in sample frames (real photos, 640x480 JPEG)", cmd_sample)

@@ -10,8 +10,24 @@ from ..core import BadRecord
 MAX_PIXELS = 50_000_000
 
 
+_PNG = b"\x89PNG\r\n\x1a\n"
+#: JPEG start-of-frame markers (SOF0-SOF15 less DHT 0xC4, JPG 0xC8 and DAC 0xCC): they carry the size.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
 def image_size(data):
-    """``(width, height)`` from an image header without decoding pixels, or None if unknown."""
+    """``(width, height)`` from an image header without decoding pixels, or None if it cannot be read.
+
+    PNG (the IHDR chunk, CRCs not checked) and JPEG (the first SOFn
+    segment) are read here; other formats OpenCV decodes (BMP, TIFF, WebP,
+    PNM, GIF, ...) through Pillow's header parsers, which read no pixels.
+    """
+    if data[:8] == _PNG:
+        if len(data) >= 24 and data[12:16] == b"IHDR":
+            return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        return None
+    if data[:2] == b"\xff\xd8":
+        return _jpeg_size(data)
     from PIL import Image
     Image.MAX_IMAGE_PIXELS = None  # only the header is read; our own limit applies
     try:
@@ -21,20 +37,56 @@ def image_size(data):
         return None
 
 
+def _jpeg_size(data):
+    """The size in a JPEG's first start-of-frame segment, walking the segments from SOI; None if there is none."""
+    pos, end = 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):  # EOI, SOS before any frame header
+            return None
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if length < 2:
+            return None
+        if marker in _SOF:
+            if pos + 9 > end:
+                return None
+            height = int.from_bytes(data[pos + 5:pos + 7], "big")
+            width = int.from_bytes(data[pos + 7:pos + 9], "big")
+            return width, height
+        pos += 2 + length
+    return None
+
+
 def decode_gray(data, max_pixels=MAX_PIXELS):
     """Decode image bytes to an 8-bit grey array.
 
     Raises
     ------
     BadRecord
-        Empty, undecodable, or larger than ``max_pixels`` (checked from the header first).
+        Empty, undecodable, larger than ``max_pixels``, or of a size that
+        cannot be read from its header (the size is checked before decoding,
+        so a small file that would decode to gigabytes is never decoded).
     """
     import cv2
     if len(data) == 0:
         raise BadRecord("empty value (zero bytes)")
     size = image_size(data)
-    if size is not None and size[0] * size[1] > max_pixels:
+    if size is None:
+        # Decoding it would be the only way to learn its size: a decompression bomb gets through that way.
+        raise BadRecord("not a usable image: its size cannot be read from its header (PNG, JPEG, BMP, TIFF, "
+                        "WebP, PNM and GIF are read)")
+    if size[0] * size[1] > max_pixels:
         raise BadRecord(f"image of {size[0]}x{size[1]} pixels exceeds the limit of {max_pixels}")
+    if size[0] <= 0 or size[1] <= 0:
+        raise BadRecord(f"not a usable image: its header gives a size of {size[0]}x{size[1]} pixels")
     buf = np.frombuffer(data, np.uint8)
     try:
         img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)

@@ -6,6 +6,7 @@ are taken as given. Every command and job expands its inputs here.
 """
 
 import os
+import stat
 
 from seqfile.header import MAGIC
 
@@ -32,6 +33,16 @@ def expand_inputs(paths):
     if not out:
         raise GpumrError(f"no files in {', '.join(paths)}")
     return out
+
+
+def kind(mode):
+    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO", "a folder", ...)."""
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "not a regular file"
 
 
 def looks_like_sequencefile(path):
