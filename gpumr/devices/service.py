@@ -105,6 +105,8 @@ class Scheduler:
         out = []
         for gpu in self._snapshot():
             held = by_gpu.get(gpu.index, [])
+            if len(held) >= self.slots:  # all ours: no need to look at the lock files
+                continue
             taken = self._files.held_slots(gpu) if self._files is not None else len(held)
             if taken >= self.slots:
                 continue
