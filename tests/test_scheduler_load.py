@@ -1,10 +1,8 @@
 """The scheduler service under load: many clients at once, many idle ones, lock files beside it (issue 11)."""
 
-import json
 import multiprocessing as mp
 import os
 import resource
-import signal
 import socket
 import subprocess
 import sys

@@ -303,6 +303,19 @@ def test_service_honours_a_task_holding_the_lock_file_and_takes_it_itself(tmp_pa
     c.close()
 
 
+def test_lease_folder_failure_is_a_coded_reply_not_a_crash(tmp_path, started):
+    import shutil
+    proc, path, _ = serve(tmp_path)
+    started.append(proc)
+    s, f = raw(path)
+    shutil.rmtree(tmp_path / "leases")  # someone removed it under the service
+    reply = ask(s, f, dict(op="acquire"))
+    assert reply["code"] == "server-error" and "lease folder" in reply["error"]
+    assert proc.poll() is None
+    (tmp_path / "leases").mkdir(mode=0o700)
+    assert ask(s, f, dict(op="acquire"))["ok"]
+
+
 # -- item 15: a stopped service never hangs a task ------------------------------------------------
 
 def test_stopped_service_sends_the_record_to_the_cpu_and_says_so_once(tmp_path, started, monkeypatch):

@@ -33,6 +33,7 @@ UNKNOWN_LEASE = "unknown-lease"         #: not a lease of this connection
 TOO_LONG = "request-too-long"           #: a line longer than MAX_REQUEST
 TOO_MANY = "too-many-connections"       #: the connection cap is reached; the service closes
 IDLE = "idle-timeout"                   #: idle too long; the service closes
+SERVER_ERROR = "server-error"           #: the service could not do it (e.g. its lock folder failed)
 #: Codes meaning "no GPU for you now": a client runs the record on the CPU.
 NO_GPU_CODES = (NO_GPU, NO_GPU_FREE)
 

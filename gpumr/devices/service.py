@@ -105,6 +105,8 @@ class Scheduler:
         out = []
         for gpu in self._snapshot():
             held = by_gpu.get(gpu.index, [])
+            if len(held) >= self.slots:  # all ours: no need to look at the lock files
+                continue
             taken = self._files.held_slots(gpu) if self._files is not None else len(held)
             if taken >= self.slots:
                 continue
@@ -492,6 +494,8 @@ class Server:
                 reply = sched.status()
         except RequestError as exc:
             reply = exc.reply()
+        except (OSError, GpumrError) as exc:  # lock files out of reach (no descriptors, folder gone)
+            reply = _server_error(exc)
         self._reply(conn, reply)
 
     def _serve_waiters(self):
@@ -509,6 +513,8 @@ class Server:
                 if exc.code == P.NO_GPU_FREE:
                     exc = RequestError(f"no GPU is free (waited {timeout:g} s)", P.NO_GPU_FREE)
                 reply = exc.reply()
+            except (OSError, GpumrError) as exc:
+                reply = _server_error(exc)
             conn.waiter = None
             self._waiters.remove(conn)
             conn.last = now
@@ -562,6 +568,10 @@ class Server:
                     os.unlink(self.address)
             except OSError:
                 pass
+
+
+def _server_error(exc):
+    return dict(ok=False, error=f"the scheduler could not check the lease folder: {exc}", code=P.SERVER_ERROR)
 
 
 def _peer_pid(conn):
