@@ -6,6 +6,7 @@ process, or as a child process where a hang is the failure being tested.
 
 import os
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import zlib
 
 import pytest
 
+import gpumr
 import seqfile
 from gpumr.cli import main
 from gpumr.io import packing
@@ -98,13 +100,15 @@ def test_force_never_replaces_a_users_folder(src, tmp_path, capsys):
     (thesis / "part-00000.seq").write_bytes(b"SEQ not really")
     before = tree_listing(thesis)
     code, _, err = run(capsys, "pack", src, "-o", thesis, "--shards", "2", "--force", "-q")
-    assert code == 1 and "not an earlier gpumr pack output (no .gpumr-pack in it)" in err and err.count("\n") == 1
+    assert code == 1 and "holds chapter1.tex, which gpumr pack did not make" in err and err.count("\n") == 1
     assert tree_listing(thesis) == before
-    # gpumr's marker beside a file gpumr does not make: still not replaced
-    (thesis / ".gpumr-pack").write_bytes(b"")
+    # only part files, but one that gpumr pack did not write (a SequenceFile from elsewhere): not replaced
+    (thesis / "chapter1.tex").unlink()
+    (thesis / "part-00000.seq").unlink()
+    write_seq(thesis / "part-00000.seq", [("k", b"from Hadoop")])
     before = tree_listing(thesis)
     code, _, err = run(capsys, "pack", src, "-o", thesis, "--shards", "2", "--force", "-q")
-    assert code == 1 and "holds chapter1.tex, which gpumr pack did not make" in err
+    assert code == 1 and "part-00000.seq was not written by gpumr pack" in err
     assert tree_listing(thesis) == before
     assert sorted(os.listdir(tmp_path)) == ["src", "thesis"]
 
@@ -125,7 +129,8 @@ def test_force_never_replaces_the_current_folder_or_the_inputs(src, tmp_path, ca
 def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(src, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert run(capsys, "pack", src, "-o", out, "--shards", "3", "-q")[0] == 0
-    assert sorted(os.listdir(out)) == [".gpumr-pack", "part-00000.seq", "part-00001.seq", "part-00002.seq"]
+    assert sorted(os.listdir(out)) == ["part-00000.seq", "part-00001.seq", "part-00002.seq"]
+    assert seqfile.Reader(str(out / "part-00000.seq")).header.metadata == {"gpumr.pack": gpumr.__version__}
     old = tree_listing(out)
     # an interrupted pack leaves the old output whole and no temporary folder
     real, calls = seqfile.Writer.append, []
@@ -142,7 +147,7 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(src,
     (src / "new.jpg").write_bytes(b"n")
     code, stdout, _ = run(capsys, "pack", src, "-o", out, "--shards", "2", "--force", "-q")
     assert code == 0 and "packed 4 files" in stdout
-    assert sorted(os.listdir(out)) == [".gpumr-pack", "part-00000.seq", "part-00001.seq"]
+    assert sorted(os.listdir(out)) == ["part-00000.seq", "part-00001.seq"]
     assert keys_of(str(out)) == ["a/y.jpg", "a/z.jpg", "new.jpg", "x.jpg"]
     assert sorted(os.listdir(tmp_path)) == ["out", "src"]
 
@@ -206,15 +211,21 @@ def test_pack_skips_fifos_sockets_and_device_links_and_names_them(src, tmp_path)
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(src / "a" / "sock"))
     os.symlink("/dev/zero", str(src / "zero.jpg"))
+    expected = [("pipe", "a FIFO"), ("a/sock", "a socket"), ("zero.jpg", "a symbolic link to a character device")]
+    try:
+        os.mknod(str(src / "null"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # where this process may (root)
+        expected.append(("null", "a character device"))
+    except OSError:
+        pass
     try:
         proc = subprocess.run([sys.executable, "-m", "gpumr", "pack", str(src), "-o", str(tmp_path / "o.seq"), "-q"],
                               capture_output=True, text=True, timeout=60)
     finally:
         sock.close()
     assert proc.returncode == 0, proc.stderr
-    for name, words in (("pipe", "a FIFO"), ("a/sock", "a socket"), ("zero.jpg", "a symbolic link to a character device")):
+    for name, words in expected:
         assert f"gpumr: warning: skipped {src / name}: {words}" in proc.stderr
-    assert "skipped 3 (see warnings)" in proc.stdout
+    assert f"skipped {len(expected)} (see warnings)" in proc.stdout
     assert keys_of(str(tmp_path / "o.seq")) == ["a/y.jpg", "a/z.jpg", "x.jpg"]
     assert temp_leftovers(tmp_path) == []
 

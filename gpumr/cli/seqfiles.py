@@ -140,7 +140,7 @@ def register(sub):
                         "need pip install 'gpumr[codecs]'")
     s.add_argument("--force", action="store_true",
                    help="replace OUT if it is an earlier gpumr pack output (a SequenceFile; with shards, a folder "
-                        "holding only part-NNNNN.seq files and .gpumr-pack), never anything else; the old output "
+                        "holding only part-NNNNN.seq files that gpumr pack wrote), never anything else; the old output "
                         "is removed once the new one is complete")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 

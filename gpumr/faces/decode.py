@@ -41,8 +41,11 @@ def _jpeg_size(data):
     """The size in a JPEG's first start-of-frame segment, walking the segments from SOI; None if there is none."""
     pos, end = 2, len(data)
     while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return None
+        if data[pos] != 0xFF:  # stray bytes between segments: libjpeg skips them to the next marker too
+            pos = data.find(b"\xff", pos)
+            if pos < 0:
+                return None
+            continue
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1

@@ -13,19 +13,21 @@ import shutil
 import stat
 import time
 
-from seqfile import Reader, Writer
-from seqfile.atomic import swap_into_place, temp_dir_beside, write_bytes
+from seqfile import Reader, SequenceFileError, Writer
+from seqfile.atomic import swap_into_place, temp_dir_beside
 from seqfile.header import MAGIC
 
+from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
 from .inputs import expand_inputs, kind
 from .keyfiles import KeyFiles, KeyRefused
 
-#: The hidden file that marks a folder of shards as ``gpumr pack``'s own output: only such a
-#: folder is replaced by ``--force``, and it is never packed again as an input. (Like Hadoop,
-#: jobs and ``expand_inputs`` pass over files whose names start with ``.``.)
-MARKER = ".gpumr-pack"
+#: The SequenceFile header metadata key that marks a file as written by :func:`pack` (its value:
+#: gpumr's version). Only such files, and folders of them, are replaced by ``--force``, and a
+#: folder of them inside a packed folder is not packed again. A header entry, not a marker file,
+#: so that an output folder holds nothing but its shards.
+OWN = "gpumr.pack"
 #: The names of the shards in a folder written by :func:`pack`.
 PART = re.compile(r"part-[0-9]{5}\.seq\Z")
 
@@ -58,7 +60,7 @@ def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=N
         Receives the path of every symbolic link followed inside a folder.
     output : str, optional
         The pack's own output: never taken as an input, nor its temporary twins.
-        Folders holding :data:`MARKER` (earlier pack outputs) are passed over too.
+        Folders of shards written by :func:`pack` (earlier outputs) are passed over too.
 
     Returns
     -------
@@ -104,8 +106,8 @@ def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=N
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as exc:
                 raise GpumrError(f"{printable(folder)}: cannot list: {exc.strerror}") from None
-            if prefix and any(e.name == MARKER for e in entries):
-                skipped.append((folder, "an earlier gpumr pack output (it holds " + MARKER + ")"))
+            if prefix and entries and all(PART.match(e.name) for e in entries) and written_by_pack(entries[0].path):
+                skipped.append((folder, "an earlier gpumr pack output"))
                 continue
             beside_output = out_parent is not None and os.path.realpath(folder) == out_parent
             subfolders = []
@@ -181,7 +183,7 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
     """Pack files into one SequenceFile, or a directory of ``part-NNNNN.seq`` shards.
 
     Output appears only when complete: a single file is written to a temporary
-    name and renamed; shards (and :data:`MARKER`) are written into a temporary
+    name and renamed; shards are written into a temporary
     folder beside ``out`` that is then renamed to ``out``. With ``force``, an
     existing ``out`` is replaced only if it is an earlier output of this
     function (see :func:`check_replaceable`), and it is removed only once the
@@ -216,13 +218,12 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
     try:
         for i, group in enumerate(groups):
             target = os.path.join(stage, f"part-{i:05d}.seq") if sharded else out
-            with Writer(target, compression=compression, codec=codec) as w:
+            with Writer(target, compression=compression, codec=codec, metadata={OWN: __version__}) as w:
                 for key, path, size in group:
                     w.append(key, _read_regular(path))
                     bar.update(size)
             paths.append(os.path.join(out, os.path.basename(target)) if sharded else out)
         if sharded:
-            write_bytes(os.path.join(stage, MARKER), b"made by gpumr pack; gpumr pack --force may replace this folder\n")
             old = swap_into_place(stage, out)
             stage = None
             if old is not None:
@@ -254,9 +255,9 @@ def _read_regular(path):
 def check_replaceable(out, sharded, sources):
     """Refuse to replace ``out`` unless it is an earlier output of :func:`pack` that holds no input.
 
-    Replaceable are: for shards, a real folder holding :data:`MARKER` and
-    nothing but ``part-NNNNN.seq`` regular files; for one file, a regular
-    file that is a SequenceFile. Never the current folder or one holding it,
+    Replaceable are: for shards, a real folder holding nothing but
+    ``part-NNNNN.seq`` regular files written by :func:`pack` (their headers
+    carry :data:`OWN`); for one file, a regular file that is a SequenceFile. Never the current folder or one holding it,
     and never a path that is, or holds, one of ``sources``.
 
     Raises
@@ -278,14 +279,16 @@ def check_replaceable(out, sharded, sources):
         if not stat.S_ISDIR(st.st_mode):
             raise GpumrError(f"{shown}: is {kind(st.st_mode)}, not an earlier gpumr pack output folder; "
                              "--force replaces only those")
-        names = os.listdir(out)
-        if MARKER not in names:
-            raise GpumrError(f"{shown}: not an earlier gpumr pack output (no {MARKER} in it); --force replaces only "
-                             "those: remove it yourself or choose another folder")
-        for name in names:
-            if name != MARKER and not (PART.match(name) and stat.S_ISREG(os.lstat(os.path.join(out, name)).st_mode)):
+        for name in sorted(os.listdir(out)):
+            path = os.path.join(out, name)
+            if not (PART.match(name) and stat.S_ISREG(os.lstat(path).st_mode)):
                 raise GpumrError(f"{shown}: holds {printable(name)}, which gpumr pack did not make; --force replaces "
-                                 "only a folder of part-NNNNN.seq files: remove it yourself or choose another folder")
+                                 "only a folder of part-NNNNN.seq files written by gpumr pack: remove it yourself "
+                                 "or choose another folder")
+            if not written_by_pack(path):
+                raise GpumrError(f"{shown}: {printable(name)} was not written by gpumr pack (its header has no "
+                                 f"{OWN} entry); --force replaces only gpumr pack's own output: remove it yourself "
+                                 "or choose another folder")
     else:
         if not stat.S_ISREG(st.st_mode):
             raise GpumrError(f"{shown}: is {kind(st.st_mode)}, not a SequenceFile; --force replaces only SequenceFiles")
@@ -294,13 +297,22 @@ def check_replaceable(out, sharded, sources):
                 raise GpumrError(f"{shown}: not a SequenceFile; --force replaces only SequenceFiles")
 
 
+def written_by_pack(path):
+    """Whether ``path`` is a SequenceFile whose header says :func:`pack` wrote it."""
+    try:
+        with Reader(path) as reader:
+            return OWN in reader.header.metadata
+    except (OSError, SequenceFileError):
+        return False
+
+
 def _remove_output(old):
     """Remove an old pack output folder set aside by the swap: only the files pack makes.
 
     Returns ``old`` if something else appeared in it meanwhile (it is then kept), else None.
     """
     for name in os.listdir(old):
-        if name == MARKER or PART.match(name):
+        if PART.match(name):
             os.unlink(os.path.join(old, name))
     try:
         os.rmdir(old)
