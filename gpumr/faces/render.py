@@ -15,7 +15,7 @@ from seqfile.atomic import write_bytes
 from ..errors import GpumrError
 from ..io.inputs import expand_inputs
 from ..io.joboutput import read_job_output
-from ..io.packing import safe_target
+from ..io.keyfiles import KeyFiles
 
 
 def draw_boxes(image, faces, thickness=2):
@@ -64,23 +64,23 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     results = dict(read_job_output(outputs))
     drawn = faces = 0
     tiles = []
-    for path in expand_inputs(images):
-        with Reader(path) as reader:
-            for key, value, _ in reader:
-                res = results.get(key)
-                if not res or "faces" not in res:
-                    continue
-                img = cv2.imdecode(np.frombuffer(value, np.uint8), cv2.IMREAD_COLOR)
-                if img is None:
-                    continue
-                boxed = draw_boxes(img, res["faces"])
-                target = safe_target(directory, key)
-                ok, buf = cv2.imencode(".jpg", boxed, [cv2.IMWRITE_JPEG_QUALITY, 90])
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                write_bytes(target if target.lower().endswith((".jpg", ".jpeg")) else target + ".jpg", buf.tobytes())
-                drawn += 1
-                faces += len(res["faces"])
-                tiles.append((key, boxed, len(res["faces"]), res.get("device", "?")))
+    # Pictures go where unpack would put the frames: never through a link, never outside ``directory``.
+    with KeyFiles(directory, force=True) as out:
+        for path in expand_inputs(images):
+            with Reader(path) as reader:
+                for key, value, _ in reader:
+                    res = results.get(key)
+                    if not res or "faces" not in res:
+                        continue
+                    img = cv2.imdecode(np.frombuffer(value, np.uint8), cv2.IMREAD_COLOR)
+                    if img is None:
+                        continue
+                    boxed = draw_boxes(img, res["faces"])
+                    ok, buf = cv2.imencode(".jpg", boxed, [cv2.IMWRITE_JPEG_QUALITY, 90])
+                    out.write(key if key.lower().endswith((".jpg", ".jpeg")) else key + ".jpg", buf.tobytes())
+                    drawn += 1
+                    faces += len(res["faces"])
+                    tiles.append((key, boxed, len(res["faces"]), res.get("device", "?")))
     if not drawn:
         raise GpumrError("no record of the job output matches an image in the given SequenceFiles")
     tiles.sort(key=lambda t: t[0])

@@ -321,21 +321,6 @@ def _remove_output(old):
     return None
 
 
-def safe_target(directory, key):
-    """Where record ``key`` unpacks under ``directory`` (the key checked as :class:`KeyFiles` does).
-
-    Raises
-    ------
-    GpumrError
-        If the key is empty, absolute, climbs out of ``directory`` or is otherwise not a file name there.
-    """
-    parts = key.split("/")
-    if not key or key.startswith("/") or os.path.isabs(key) or any(p in ("", ".", "..") for p in parts):
-        raise GpumrError(f"refusing key '{printable(key)}': it is empty, absolute or climbs out of "
-                         f"{printable(directory)} with '..'")
-    return os.path.join(directory, *parts)
-
-
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):
     """Write every record of ``files`` as ``directory/<key>``, each file atomically.
 
@@ -405,4 +390,4 @@ def describe(stats):
             f"({human(rate)}/s)")
 
 
-__all__ = ["collect", "assign_shards", "pack", "unpack", "info", "safe_target", "describe"]
+__all__ = ["collect", "assign_shards", "pack", "unpack", "info", "describe"]
