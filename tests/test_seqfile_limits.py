@@ -274,3 +274,19 @@ def test_non_regular_and_empty_inputs_are_refused_in_one_line(tmp_path):
     p = subprocess.run(["bash", "-c", f'"$0" -m gpumr ls <(cat {good})', sys.executable],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 1 and "FIFO or pipe" in p.stderr and p.stdout == "", p.stderr
+
+
+@pytest.mark.slow
+def test_listing_measures_record_compressed_values_without_keeping_them(tmp_path):
+    # 192 MiB value, bzip2 RECORD-compressed to a few hundred bytes: listing it holds ~1 MiB at a
+    # time; reading it gives the whole value (and the cap still refuses it when set lower).
+    n = 192 * MiB - 4
+    stream = bz2.compress(struct.pack(">i", n) + bytes(32 * MiB - 4), 9) + bz2_bomb(160 * MiB)
+    path = str(tmp_path / "big.seq")
+    record_file(path, "bzip2", stream, key="big.bin")
+    (listed,), rss, secs = read_in_child([[path, {"values": False}]])
+    assert listed == {"records": 3, "errors": [], "sizes": [3, n, 3]}
+    assert rss < 120 * 1024, rss
+    (read, capped), rss, secs = read_in_child([[path, {}], [path, {"max_record_size": 64 * MiB}]])
+    assert read == {"records": 3, "errors": [], "sizes": [3, n, 3]}
+    assert capped["records"] == 2 and "exceeds" in capped["errors"][0][1]
