@@ -11,10 +11,10 @@ markers at Hadoop's interval, and reading by split with
 ...     ...
 """
 
-from .errors import SequenceFileError
+from .errors import RecordError, SequenceFileError
 from .header import BLOCK, NONE, RECORD, SYNC_INTERVAL, Header
-from .reader import Reader, Record, read_records
+from .reader import DEFAULT_MAX_RECORD_SIZE, Reader, Record, read_records
 from .writer import Writer
 
-__all__ = ["SequenceFileError", "Header", "Reader", "Record", "Writer", "read_records",
-           "NONE", "RECORD", "BLOCK", "SYNC_INTERVAL"]
+__all__ = ["SequenceFileError", "RecordError", "Header", "Reader", "Record", "Writer", "read_records",
+           "NONE", "RECORD", "BLOCK", "SYNC_INTERVAL", "DEFAULT_MAX_RECORD_SIZE"]

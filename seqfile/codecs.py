@@ -148,6 +148,67 @@ def decompress(codec_class, data, limit, head=0):
     return (out[:head], out[head:]) if head else out
 
 
+#: Output piece size when measuring a stream without keeping it.
+_MEASURE_PIECE = 1 << 20
+
+
+def measure(codec_class, data, limit):
+    """The decompressed size of one stream of ``codec_class``, without keeping the output.
+
+    The stream is decompressed piece by piece (at most about 1 MiB held at
+    once for zlib, gzip, bzip2 and zstd; one framed chunk for Snappy and
+    LZ4), checked as :func:`decompress` checks it.
+
+    Raises
+    ------
+    CodecError
+        As :func:`decompress`.
+    """
+    try:
+        if codec_class in (DEFAULT, DEFLATE):
+            return _count(zlib.decompressobj, data, limit, multi=False)
+        if codec_class == GZIP:
+            return _count(lambda: zlib.decompressobj(31), data, limit, multi=True)
+        if codec_class == BZIP2:
+            return _count(bz2.BZ2Decompressor, data, limit, multi=True)
+        if codec_class == ZSTD:
+            return _count(_zstd().ZstdDecompressor, data, limit, multi=True)
+        cj = _cramjam(codec_class)
+        if codec_class == SNAPPY:
+            return _unframe(data, limit, lambda b, n: _snappy_block(cj, b, n), keep=False)
+        if codec_class == LZ4:
+            return _unframe(data, limit, lambda b, n: _lz4_block(cj, b, n), keep=False)
+        raise CodecError(f"unsupported codec class {codec_class}")
+    except CodecError:
+        raise
+    except Exception as exc:  # zlib.error, OSError, cramjam's DecompressionError ...
+        raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
+
+
+def _count(new, data, limit, multi):
+    """Bytes that :func:`_streams` would produce, decompressed a piece at a time."""
+    total = 0
+    rest = data
+    while True:
+        d = new()
+        zlib_like = hasattr(d, "unconsumed_tail")
+        idle = 0
+        while True:
+            piece = d.decompress(rest, _MEASURE_PIECE)
+            total += len(piece)
+            if total > limit:
+                raise CodecError(f"decompressed data exceeds {limit} bytes")
+            rest = d.unconsumed_tail if zlib_like else b""
+            idle = 0 if piece else idle + 1
+            if d.eof or idle > 8 or (not piece and (not rest if zlib_like else d.needs_input)):
+                break
+        if not d.eof:
+            raise CodecError("compressed stream is truncated")
+        rest = d.unused_data
+        if not (multi and rest):
+            return total
+
+
 #: LZ4 expands at most about 255-fold (each extra length byte adds 255).
 _LZ4_MAX_RATIO = 256
 
@@ -224,7 +285,7 @@ def _streams(new, data, limit, multi, head=0):
     return joined[:head], joined[head:]
 
 
-def _unframe(data, limit, raw_decompress):
+def _unframe(data, limit, raw_decompress, keep=True):
     view = memoryview(data)
     out = []
     total = 0
@@ -253,6 +314,7 @@ def _unframe(data, limit, raw_decompress):
             got += len(piece)
             if got > raw_len:
                 raise CodecError("chunk decompresses past its block's raw length")
-            out.append(piece)
+            if keep:
+                out.append(piece)
         total += raw_len
-    return b"".join(out)
+    return b"".join(out) if keep else total

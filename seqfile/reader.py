@@ -81,8 +81,9 @@ class Reader:
         If False, values are not read or kept: each record's ``value`` is the
         size in bytes of its value (a BytesWritable's payload, otherwise the
         serialized field), found by seeking past uncompressed and
-        block-compressed values; record-compressed ones are still
-        decompressed (within the cap) to measure them. For listings.
+        block-compressed values; record-compressed ones are decompressed a
+        piece at a time (within the cap) to measure them, never kept whole.
+        For listings.
 
     Attributes
     ----------
@@ -315,6 +316,12 @@ class Reader:
         field = read(n)
         if len(field) != n:
             self._fail(pos + key_len, f"file ends inside a value ({len(field)} of {n} bytes)")
+        if hdr.compression == RECORD and not self.values:
+            try:
+                n = codecs.measure(self._codec, field, cap - key_len)
+            except codecs.CodecError as exc:
+                self._bad(rec_pos, raw_key, f"value: {exc}")
+            return Record(key, n - 4 if hdr.value_class == BYTES and n >= 4 else n, rec_pos)
         if hdr.compression == RECORD:
             split = hdr.value_class == BYTES and self.values and not self.raw
             try:

@@ -6,8 +6,9 @@ every file with :class:`seqfile.Reader` and prints one JSON line per file:
 ``{"records": N, "errors": [[type, message, lost], ...]}`` (errors passed to
 ``on_error``), plus ``"raised": [type, message]`` when a
 :class:`SequenceFileError` ended the reading, and finally
-``{"maxrss_kb": ...}``. Any other exception is not caught: it ends the child
-with a traceback and a non-zero status, which the tests report.
+``{"maxrss_kb": ...}``, the child's own peak resident memory. Any other
+exception is not caught: it ends the child with a traceback and a non-zero
+status, which the tests report.
 """
 
 import json
@@ -43,7 +44,20 @@ def main():
             del out["sizes"]
         out["secs"] = round(time.perf_counter() - t0, 4)
         print(json.dumps(out), flush=True)
-    print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+    print(json.dumps({"maxrss_kb": peak_rss_kb()}), flush=True)
+
+
+def peak_rss_kb():
+    """This process's peak resident memory in KiB: ``VmHWM``, which (unlike ``ru_maxrss``) does not
+    carry over the parent's peak across ``exec``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 if __name__ == "__main__":

@@ -101,3 +101,25 @@ def test_summary_counts_bad_records_and_lost_bytes(job_run):
     assert f"2 bad, 1 lost stretch of input ({nbytes} bytes unreadable)" in summary[-1], summary[-1]
     kept = 400 + 200 - len(job_run["lost_names"])
     assert summary[-1].startswith(f"gpumr: {kept + 2} records: {kept} on CPU"), summary[-1]
+
+
+def test_max_record_size_reaches_the_tasks(tmp_path):
+    from gpumr.engines.streaming import run_job
+    from gpumr.jobs.face_detect import MRFaceDetect
+    path = str(tmp_path / "sizes.seq")
+    big = cv2.imencode(".png", np.random.default_rng(0).integers(0, 255, (64, 64), np.uint8))[1].tobytes()
+    with seqfile.Writer(path, compression="RECORD", codec="default") as w:
+        w.append("small.jpg", tiny_jpeg(1))
+        w.append("big.png", big)
+    assert len(tiny_jpeg(1)) < 1000 < len(big)
+    out = str(tmp_path / "out")
+    counters, _ = run_job(MRFaceDetect, [path], out, "inline", ["--device", "cpu", "--max-record-size", "1000"])
+    got = {}
+    for name in os.listdir(out):
+        if name.startswith("part-"):
+            for line in open(os.path.join(out, name), encoding="utf-8"):
+                k, v = line.split("\t", 1)
+                got[json.loads(k)] = json.loads(v)
+    assert "faces" in got["small.jpg"]
+    assert "over the size cap of 1000 bytes" in got["big.png"]["error"] and "sizes.seq" in got["big.png"]["error"]
+    assert counters["bad records"] == 1 and counters["records on CPU"] == 1

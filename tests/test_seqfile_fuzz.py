@@ -84,7 +84,7 @@ def mutate(data, rng, hsize):
     return bytes(data), f"{kind}: {what}"
 
 
-def run_child(jobs, timeout=120):
+def run_child(jobs, timeout=300):
     p = subprocess.run([sys.executable, os.path.join(HERE, "seqfile_child.py"), str(1 << 30)],
                        input=json.dumps(jobs), capture_output=True, text=True, timeout=timeout)
     results = [json.loads(line) for line in p.stdout.splitlines()]

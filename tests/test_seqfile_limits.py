@@ -39,7 +39,7 @@ except codecs.CodecError:
     HAVE_CRAMJAM = False
 
 
-def read_in_child(jobs, limit=GiB, timeout=60):
+def read_in_child(jobs, limit=GiB, timeout=240):
     """Read ``jobs`` ([path, kwargs]) in one child under RLIMIT_AS ``limit``; its results and peak RSS (KiB)."""
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, os.path.join(HERE, "seqfile_child.py"), str(limit)],
@@ -139,7 +139,7 @@ def test_record_bomb_is_one_record_error(tmp_path, codec):
     [(kind, msg, lost)] = res["errors"]
     assert kind == "RecordError" and lost is None
     assert path in msg and "at byte " in msg and f"exceeds {CAP - 9} bytes" in msg, msg
-    assert rss < 700 * 1024 and secs < 30, (rss, secs)
+    assert rss < 700 * 1024 and secs < 90, (rss, secs)
 
 
 @pytest.mark.slow
@@ -161,7 +161,7 @@ def test_block_bomb_loses_that_block_only(tmp_path, codec):
     start, end = lost
     data = open(path, "rb").read()
     assert data[end:end + 4] == b"\xff\xff\xff\xff" and end - start > len(bomb[0])  # the bad block, exactly
-    assert rss < 700 * 1024 and secs < 30, (rss, secs)
+    assert rss < 700 * 1024 and secs < 90, (rss, secs)
 
 
 @pytest.mark.skipif(not HAVE_CRAMJAM, reason="LZ4 and Snappy need cramjam (pip install 'gpumr[codecs]')")
@@ -187,7 +187,7 @@ def test_framed_codecs_declaring_huge_sizes_are_refused_before_allocating(tmp_pa
         [(kind, msg, lost)] = res["errors"]
         assert kind == "RecordError" and path in msg, msg
     assert "2147483647 raw bytes" in results[0]["errors"][0][1]
-    assert rss < 400 * 1024 and secs < 20, (rss, secs)
+    assert rss < 400 * 1024 and secs < 60, (rss, secs)
 
 
 def test_block_count_claims_are_bounded_by_the_block(tmp_path):
@@ -203,7 +203,7 @@ def test_block_count_claims_are_bounded_by_the_block(tmp_path):
         assert res["records"] == 2 and len(res["errors"]) == 1 and res["errors"][0][2] is not None
     assert "claims 100000000 records, more than the 4194304" in huge["errors"][0][1]
     assert "claims 3000000 records but its key lengths hold 1 bytes" in big["errors"][0][1]
-    assert rss < 200 * 1024 and secs < 10, (rss, secs)
+    assert rss < 200 * 1024 and secs < 60, (rss, secs)
 
 
 def test_uncompressed_record_over_the_cap_is_skipped_unread(tmp_path):
@@ -225,7 +225,7 @@ def test_uncompressed_record_over_the_cap_is_skipped_unread(tmp_path):
     assert read["records"] == 2 and read["errors"][0][0] == "RecordError"
     assert f"record of {len(kf) + 4 + n} bytes is over the size cap of {CAP} bytes" in read["errors"][0][1]
     assert small_cap["records"] == 0 and len(small_cap["errors"]) == 3  # every record over a 16-byte cap
-    assert rss < 200 * 1024 and secs < 10, (rss, secs)
+    assert rss < 200 * 1024 and secs < 60, (rss, secs)
 
 
 def test_cap_is_configurable_and_raises_without_on_error(tmp_path):
@@ -266,11 +266,27 @@ def test_non_regular_and_empty_inputs_are_refused_in_one_line(tmp_path):
         w.append("a", b"1")
     gpumr = [sys.executable, "-m", "gpumr"]
     for cmd in (["ls", fifo], ["info", fifo], ["cat", fifo, "a"], ["ls", str(empty)], ["info", str(empty)]):
-        p = subprocess.run(gpumr + cmd, capture_output=True, text=True, timeout=30)
+        p = subprocess.run(gpumr + cmd, capture_output=True, text=True, timeout=120)
         assert p.returncode == 1 and p.stdout == "" and p.stderr.count("\n") == 1, (cmd, p.stderr)
         assert cmd[1] in p.stderr
         assert ("FIFO or pipe" if cmd[1] == fifo else "empty file") in p.stderr
     # a process substitution, as `gpumr ls <(cat g.seq)` gives it
     p = subprocess.run(["bash", "-c", f'"$0" -m gpumr ls <(cat {good})', sys.executable],
-                       capture_output=True, text=True, timeout=30)
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "FIFO or pipe" in p.stderr and p.stdout == "", p.stderr
+
+
+@pytest.mark.slow
+def test_listing_measures_record_compressed_values_without_keeping_them(tmp_path):
+    # 192 MiB value, bzip2 RECORD-compressed to a few hundred bytes: listing it holds ~1 MiB at a
+    # time; reading it gives the whole value (and the cap still refuses it when set lower).
+    n = 192 * MiB - 4
+    stream = bz2.compress(struct.pack(">i", n) + bytes(32 * MiB - 4), 9) + bz2_bomb(160 * MiB)
+    path = str(tmp_path / "big.seq")
+    record_file(path, "bzip2", stream, key="big.bin")
+    (listed,), rss, secs = read_in_child([[path, {"values": False}]])
+    assert listed == {"records": 3, "errors": [], "sizes": [3, n, 3]}
+    assert rss < 120 * 1024, rss
+    (read, capped), rss, secs = read_in_child([[path, {}], [path, {"max_record_size": 64 * MiB}]])
+    assert read == {"records": 3, "errors": [], "sizes": [3, n, 3]}
+    assert capped["records"] == 2 and "exceeds" in capped["errors"][0][1]
