@@ -10,28 +10,41 @@ import stat
 
 from seqfile.header import MAGIC
 
-from ..errors import GpumrError
+from ..errors import GpumrError, printable
 
 
 def expand_inputs(paths):
     """The files named by ``paths``: files as given, folders' visible files sorted.
 
+    Only regular files are read (a FIFO or a device could block or never
+    end); anything else, given or found in a folder, is refused by name
+    rather than skipped. Sub-folders of a folder are not entered.
+
     Raises
     ------
     GpumrError
-        If a path does not exist or no file is found.
+        If a path does not exist, is not a regular file, or no file is found.
     """
     out = []
     for p in paths:
         if os.path.isdir(p):
-            out += sorted(os.path.join(p, n) for n in os.listdir(p)
-                          if not n.startswith((".", "_")) and os.path.isfile(os.path.join(p, n)))
-        elif os.path.exists(p):
-            out.append(p)
+            names = sorted(n for n in os.listdir(p) if not n.startswith((".", "_")))
+            found = [os.path.join(p, n) for n in names if not os.path.isdir(os.path.join(p, n))]
+        elif os.path.lexists(p):
+            found = [p]
         else:
-            raise GpumrError(f"{p}: no such file or directory")
+            raise GpumrError(f"{printable(p)}: no such file or directory")
+        for f in found:
+            try:
+                mode = os.stat(f).st_mode
+            except OSError as exc:
+                raise GpumrError(f"{printable(f)}: {exc.strerror}") from None
+            if not stat.S_ISREG(mode):
+                raise GpumrError(f"{printable(f)}: {kind(mode)}, not a regular file; only files are read "
+                                 "(copy a stream to a file first)")
+        out += found
     if not out:
-        raise GpumrError(f"no files in {', '.join(paths)}")
+        raise GpumrError(f"no files in {', '.join(printable(p) for p in paths)}")
     return out
 
 
