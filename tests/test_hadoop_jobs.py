@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import struct
+import subprocess
 
 import cv2
 import numpy as np
@@ -147,3 +148,49 @@ def test_ct_job_ships_projections_and_geometry(tmp_path):
     vol, direct = np.load(d / "vol.npy"), np.load(d / "direct.npy")
     assert vol.shape == (32, 32, 32)
     assert np.allclose(vol, direct, rtol=1e-6, atol=1e-6)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _bare_python():
+    """The version ("3.11") of a system Python without numpy, OpenCV or gpumr, or None."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        return None
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); "
+                            "import numpy"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    version = probe.stdout.strip()
+    if probe.returncode == 0 or "No module named 'numpy'" not in probe.stderr or \
+            tuple(map(int, version.split("."))) < (3, 9):
+        return None
+    for mod in ("cv2", "gpumr"):
+        if subprocess.run([SYSTEM_PYTHON, "-c", f"import {mod}"], capture_output=True, env={"PATH": "/usr/bin:/bin"},
+                          cwd="/").returncode == 0:
+            return None
+    return version
+
+
+def test_bundle_runs_the_job_on_a_python_with_nothing_installed(frames_seq, tmp_path):
+    """`gpumr bundle` ships gpumr, its libraries and fatbins; a bare system Python runs the tasks from it."""
+    from gpumr.engines.bundle import ARCHIVE, NAME
+    from gpumr.jobs.face_detect import MRFaceDetect
+    version = _bare_python()
+    if not version:
+        pytest.skip(f"needs {SYSTEM_PYTHON} (3.9+) without numpy, cv2 or gpumr, to show the bundle alone suffices")
+    kdir = tmp_path / "fatbins"
+    kdir.mkdir()
+    for name in kernels.KERNELS:  # stand-ins under the right names: this test is about where tasks find them
+        (kdir / f"{name}-{kernels._digest(name)}.fatbin").write_bytes(b"stand-in")
+    # Built in this test's own folder (never reused across runs: CI builds it afresh).
+    assert main(["bundle", "-o", str(tmp_path / "bundle"), "--python-version", version, "--kernels", str(kdir)]) == 0
+    archive = tmp_path / "bundle" / ARCHIVE
+    job = cluster.run(MRFaceDetect, [str(frames_seq), "--archives", f"{archive}#{NAME}",
+                                     "--cmdenv", f"PYTHONPATH={NAME}"],
+                      str(tmp_path), "bundle", python_bin=SYSTEM_PYTHON)
+    _, ref = inline(MRFaceDetect, [str(frames_seq)], tmp_path / "inline", [])
+    assert job.output == ref and len(ref) == 14
+    assert job.counters["records on CPU"] == 12 and job.counters["bad records"] == 2
+    assert re.search(rf"--mapper", job.log) and SYSTEM_PYTHON in job.log
+    # gpumr itself came from the unpacked bundle: its kernels were found beside its sources there.
+    found = re.findall(r"haar from beside the sources \((\S+)\)", job.log)
+    assert found and all(f"/{NAME}/gpumr/cuda/haar-" in p for p in found)
