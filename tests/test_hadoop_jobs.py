@@ -182,7 +182,8 @@ def test_bundle_runs_the_job_on_a_python_with_nothing_installed(frames_seq, tmp_
     for name in kernels.KERNELS:  # stand-ins under the right names: this test is about where tasks find them
         (kdir / f"{name}-{kernels._digest(name)}.fatbin").write_bytes(b"stand-in")
     # Built in this test's own folder (never reused across runs: CI builds it afresh).
-    assert main(["bundle", "-o", str(tmp_path / "bundle"), "--python-version", version, "--kernels", str(kdir)]) == 0
+    assert main(["bundle", "-o", str(tmp_path / "bundle"), "--python-version", version, "--kernels", str(kdir),
+                 "--faces-only"]) == 0
     archive = tmp_path / "bundle" / ARCHIVE
     job = cluster.run(MRFaceDetect, [str(frames_seq), "--archives", f"{archive}#{NAME}",
                                      "--cmdenv", f"PYTHONPATH={NAME}"],

@@ -5,7 +5,7 @@ from .args import command
 
 def cmd_bundle(args):
     from ..engines.bundle import build, mrjob_options
-    path, what = build(args.output, args.python_version, kernel_dir=args.kernels)
+    path, what = build(args.output, args.python_version, kernel_dir=args.kernels, ct=not args.faces_only)
     print(f"wrote {path} ({what['bytes'] / 2**20:.1f} MiB) for Python {what['python']}: gpumr, "
           + ", ".join(what["requirements"]) + (f"; fatbins {', '.join(what['fatbins'])}" if what["fatbins"] else ""))
     print("ship it with the job's options: " + " ".join(mrjob_options(path)))
@@ -23,3 +23,5 @@ def register(sub):
     s.add_argument("--python-version", metavar="X.Y",
                    help="the nodes' Python (default: this interpreter's); wheels are fetched for it")
     s.add_argument("--kernels", metavar="DIR", help="fatbins from 'gpumr build-kernels -o DIR' to include")
+    s.add_argument("--faces-only", action="store_true",
+                   help="only what the face job needs (leaves out numba, which the CT job uses: a third of the size)")

@@ -37,8 +37,9 @@ ARCHIVE = "gpumr-python.zip"
 NAME = "gpumr-python"
 #: Distributions the map tasks import (both workloads, CPU path), pinned to the versions installed here.
 #: scikit-image (built-in sample frames, the GPU self-check) and tqdm (the launcher's display) stay out.
-RUNTIME = ("numpy", "opencv-python-headless", "Pillow", "nvidia-ml-py", "numba", "llvmlite", "tifffile", "mrjob",
-           "PyYAML")
+RUNTIME = ("numpy", "opencv-python-headless", "Pillow", "nvidia-ml-py", "mrjob", "PyYAML")
+#: What the CT job's tasks add (numba's CPU backprojector; llvmlite alone is ~170 MB unpacked).
+CT_RUNTIME = ("numba", "llvmlite", "tifffile")
 #: manylinux tags accepted for the nodes (glibc 2.17 and later, which every supported distribution has).
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 #: The packages of gpumr copied from this installation (jobs, cuda and conf live inside gpumr).
@@ -81,7 +82,7 @@ def _copy_gpumr(target):
         shutil.copytree(src, os.path.join(target, mod.__name__), ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
-def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None):
+def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None, ct=True):
     """Write ``out_dir/gpumr-python.zip`` (atomically) for tasks on the nodes' Python.
 
     Parameters
@@ -95,6 +96,9 @@ def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None):
     kernel_dir : str, optional
         A folder of fatbins (``gpumr build-kernels -o DIR``) put beside the
         kernel sources in the bundle, where tasks look for them.
+    ct : bool
+        Include what the CT job needs (numba); False makes a bundle for the
+        face job alone, a third of the size.
 
     Returns
     -------
@@ -105,7 +109,7 @@ def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None):
     major, _, minor = python_version.partition(".")
     if not (major.isdigit() and minor.isdigit()) or (int(major), int(minor)) < (3, 9):
         raise GpumrError(f"--python-version {python_version}: gpumr needs Python 3.9 or later, given as e.g. 3.11")
-    reqs = requirements()
+    reqs = requirements(RUNTIME + (CT_RUNTIME if ct else ()))
     if (int(major), int(minor)) >= (3, 12):
         # mrjob 0.7.4 imports distutils, which Python 3.12 dropped; setuptools brings it back.
         reqs.append(f"setuptools=={importlib.metadata.version('setuptools')}")
