@@ -25,8 +25,7 @@ def test_pack_to_a_uri_then_read_it_back_through_hadoop_fs(sample_frames, tmp_pa
     src = tmp_path / "src"
     shutil.copytree(sample_frames, src)
     (src / "notes.txt").write_text("frames from the built-in sample\n")
-    remote = tmp_path / "cluster"
-    remote.mkdir()
+    remote = tmp_path / "cluster"  # made by the upload (its parent folder does not exist yet)
     uri = f"file://{remote}/frames"
     assert main(["pack", str(src), "-o", uri, "--shards", "2", "-q"]) == 0
     assert f"uploaded to {uri}" in capsys.readouterr().out

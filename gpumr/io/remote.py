@@ -136,6 +136,7 @@ def upload(local, uri):
     try:
         if fs.invoke_hadoop(["fs", "-test", "-e", uri], ok_returncodes=[0, 1]) == 0:
             raise GpumrError(f"{uri}: already exists (gpumr does not replace it; remove it first)")
+        fs.invoke_hadoop(["fs", "-mkdir", "-p", posixpath.dirname(uri)])  # put needs the parent folder
         fs.invoke_hadoop(["fs", "-put", local, tmp])
         fs.invoke_hadoop(["fs", "-mv", tmp, uri])
     except CalledProcessError as exc:
