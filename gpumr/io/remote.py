@@ -52,10 +52,6 @@ def _s3_uri(uri):
     return "s3://" + uri.split("://", 1)[1]
 
 
-def _fail(uri, exc):
-    return GpumrError(f"{uri}: {exc}")
-
-
 def download(uris, folder):
     """Copy files or folders at ``uris`` into ``folder``; returns the local path of each, in order."""
     local = []
