@@ -15,10 +15,10 @@ from seqfile.codecs import CodecError
 
 from .. import __version__
 from ..errors import GpumrError
-from . import ct, devices, faces, kernels, seqfiles
+from . import bundle, ct, devices, faces, kernels, seqfiles
 
 #: The modules that add subcommands, in the order ``gpumr --help`` lists them.
-GROUPS = (seqfiles, devices, faces, ct, kernels)
+GROUPS = (seqfiles, devices, faces, ct, kernels, bundle)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

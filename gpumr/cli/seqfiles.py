@@ -8,6 +8,7 @@ from seqfile import Reader
 from seqfile.codecs import SHORT_NAMES
 
 from ..errors import GpumrError, printable
+from ..io.remote import remote_command
 from ..sizes import human, size_arg
 from .args import command, positive
 
@@ -117,7 +118,8 @@ def _cap_option(parser):
 
 def register(sub):
     """Add the SequenceFile commands to the ``gpumr`` parser."""
-    s = command(sub, "pack", "pack files into SequenceFiles (key: relative path, value: the file's bytes)", cmd_pack,
+    s = command(sub, "pack", "pack files into SequenceFiles (key: relative path, value: the file's bytes)",
+                remote_command(cmd_pack, output="output"),
                 description="Pack files into a SequenceFile, or a folder of part-NNNNN.seq shards balanced by bytes.\n"
                             "Folders are walked in sorted order; keys are paths relative to the folder given.\n"
                             "The output appears only once it is complete.\n"
@@ -144,22 +146,23 @@ def register(sub):
                         "is removed once the new one is complete")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
-    s = command(sub, "ls", "list records: key and value size", cmd_ls)
+    s = command(sub, "ls", "list records: key and value size", remote_command(cmd_ls, "files"))
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("-l", "--long", action="store_true", help="also the file and byte offset of each record")
     _cap_option(s)
 
-    s = command(sub, "info", "header, compression, metadata, record count and bytes of SequenceFiles", cmd_info)
+    s = command(sub, "info", "header, compression, metadata, record count and bytes of SequenceFiles",
+                remote_command(cmd_info, "files"))
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
     _cap_option(s)
 
-    s = command(sub, "cat", "write one record's value to stdout", cmd_cat)
+    s = command(sub, "cat", "write one record's value to stdout", remote_command(cmd_cat, "file"))
     s.add_argument("file", metavar="FILE", help="a SequenceFile, or a folder of them")
     s.add_argument("key", metavar="KEY", help="the record's key")
     _cap_option(s)
 
-    s = command(sub, "unpack", "write every record to DIR/<key>", cmd_unpack,
+    s = command(sub, "unpack", "write every record to DIR/<key>", remote_command(cmd_unpack, "files"),
                 description="Write every record to DIR/<key>, each file atomically. Keys that would land outside\n"
                             "DIR, pass through a symbolic link, repeat an earlier key, or are not valid file names\n"
                             "are refused, one error line each; the exit status is then 1.")

@@ -270,6 +270,8 @@ class GpumrJob(MRJob):
         memory = self.options.gpu_memory if self.options.gpu_memory is not None else workload.gpu_memory
         self.chooser = DeviceChooser(self.options.device, memory=memory, slots=self.options.gpu_slots, log=self.log)
         self.log(f"gpumr: {describe(self.chooser)}")
+        from ..gpu.kernels import describe as kernels
+        self.log(f"gpumr: {kernels()}")
         self.progress = progress.TaskProgress()
         self.processor = Processor(workload, self.chooser, log=self.log, count=self.count)
 

@@ -1,4 +1,4 @@
 """Launching gpumr's CUDA kernels: contexts, one launcher interface (PyCUDA or CuPy), fatbins.
 
-Nothing here is imported on the CPU path.
+Nothing here that needs CUDA is imported on the CPU path (tasks log :func:`kernels.describe`).
 """

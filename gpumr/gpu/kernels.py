@@ -97,10 +97,50 @@ def build(out_dir=None, archs=ARCHS, names=KERNELS):
     return [compile_fatbin(n, os.path.join(out_dir, f"{n}-{_digest(n)}.fatbin"), archs) for n in names]
 
 
+def _places(name):
+    """Where a fatbin of ``name`` is looked for, in order: (what the place is, folder)."""
+    shipped = os.environ.get(KERNEL_DIR_ENV)
+    return [(f"${KERNEL_DIR_ENV}", os.path.abspath(shipped) if shipped else None),
+            ("beside the sources", os.path.dirname(source_path(name))),
+            ("the per-user cache", cache_dir())]
+
+
+def locate(name):
+    """The fatbin of kernel ``name`` that :func:`fatbin` would use now, without compiling.
+
+    Returns
+    -------
+    (str or None, str)
+        Its absolute path (None when no place holds one) and where it was
+        found: ``$GPUMR_KERNEL_DIR`` (e.g. a folder shipped through Hadoop's
+        distributed cache), ``beside the sources`` or ``the per-user cache``.
+    """
+    file = f"{name}-{_digest(name)}.fatbin"
+    for place, folder in _places(name):
+        if folder and os.path.exists(os.path.join(folder, file)):
+            return os.path.join(folder, file), place
+    return None, "nowhere"
+
+
+def describe(names=KERNELS):
+    """One line saying where each kernel's fatbin comes from, for a task's log.
+
+    A task logs it at start, so that a job's log shows whether the kernels
+    shipped with it (``$GPUMR_KERNEL_DIR``) were found on the node, before
+    any GPU is used.
+    """
+    parts = []
+    for name in names:
+        path, place = locate(name)
+        parts.append(f"{name} from {place} ({path})" if path else
+                     f"{name}: no fatbin for this source (compiled with nvcc on first GPU use)")
+    return "kernels: " + "; ".join(parts)
+
+
 def fatbin(name, arch=None):
     """Path of a fatbin for kernel ``name``, compiling for ``arch`` (e.g. "90") if none exists."""
+    path, _ = locate(name)
+    if path:
+        return path
     file = f"{name}-{_digest(name)}.fatbin"
-    for folder in (os.environ.get(KERNEL_DIR_ENV), os.path.dirname(source_path(name)), cache_dir()):
-        if folder and os.path.exists(os.path.join(folder, file)):
-            return os.path.join(folder, file)
     return compile_fatbin(name, os.path.join(cache_dir(), file), (arch,) if arch else ARCHS)

@@ -1,0 +1,197 @@
+"""Both jobs under a real Hadoop (``-r hadoop``, local mode): same output as the inline runner.
+
+Every Hadoop job costs ~15-30 s of JVM start-up here, so each test runs one
+job and checks many things about it: exactly-once output equal to the inline
+runner's, error lines, gpumr's counters as Hadoop reports them, and files
+shipped through the distributed cache (cascade, kernel fatbins, CT
+projections and geometry) being found by the tasks.
+"""
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+
+import cv2
+import numpy as np
+import pytest
+
+import seqfile
+from gpumr.cli import main
+from gpumr.engines.streaming import run_job
+from gpumr.gpu import kernels
+from gpumr.io.packing import pack
+from hadoop import cluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hadoop_present():
+    why = cluster.unavailable()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"the Hadoop job tests must run in CI: {why}")
+        pytest.skip(why)
+
+
+def parsed(lines):
+    return {json.loads(k): json.loads(v) for k, v in (line.split("\t", 1) for line in lines)}
+
+
+def inline(job_class, inputs, out, extra):
+    """The same job through mrjob's inline runner: (counters, output lines)."""
+    counters, _ = run_job(job_class, inputs, str(out), "inline", extra)
+    return counters, cluster.JobRun(counters, "", str(out)).output
+
+
+@pytest.fixture(scope="module")
+def frames_seq(sample_frames, tmp_path_factory):
+    """Two packed shards of the 12 sample frames, plus a file with two records that are not images."""
+    d = tmp_path_factory.mktemp("frames") / "seq"
+    pack([sample_frames], str(d), shards=2, progress=False)
+    with seqfile.Writer(str(d / "part-00002.seq")) as w:
+        w.append("zz_garbage.jpg", bytes(range(256)) * 40)
+        w.append("zz_empty.jpg", b"")
+    return d
+
+
+def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_frames, tmp_path):
+    """Hadoop reads and splits the files; the cascade and a kernel folder travel in the distributed cache."""
+    from gpumr.jobs.face_detect import MRFaceDetect
+    cascade = tmp_path / "shipped" / "my_cascade.xml"
+    cascade.parent.mkdir()
+    shutil.copy(os.path.join(cv2.data.haarcascades, "haarcascade_frontalface_alt2.xml"), cascade)
+    kdir = tmp_path / "shipped" / "fatbins"
+    if kernels.nvcc():
+        kernels.build(str(kdir), archs=("75",))  # real fatbins (one architecture: quick)
+    else:  # no CUDA toolkit: a stand-in under the right name shows the same shipping and lookup
+        kdir.mkdir()
+        for name in kernels.KERNELS:
+            (kdir / f"{name}-{kernels._digest(name)}.fatbin").write_bytes(b"stand-in: no nvcc here")
+    options = ["--cascade", str(cascade), "--min-neighbors", "4"]
+    job = cluster.run(MRFaceDetect, [str(frames_seq), "--hadoop-splits", "--jobconf", "fs.local.block.size=65536",
+                                     "--dirs", f"{kdir}#kernels", "--cmdenv", "GPUMR_KERNEL_DIR=kernels", *options],
+                      str(tmp_path), "splits")
+    ref_counters, ref = inline(MRFaceDetect, [str(frames_seq)], tmp_path / "inline", options)
+
+    # Hadoop cut the three files into many splits, and every record came out exactly once.
+    splits = int(re.search(r"number of splits:(\d+)", job.log).group(1))
+    assert splits >= 6
+    keys = [json.loads(line.split("\t", 1)[0]) for line in job.output]
+    assert keys == sorted(keys) and len(keys) == len(set(keys)) == 14
+    assert job.output == ref  # identical to the inline runner (which reads whole files itself)
+    got = parsed(job.output)
+    assert sum(len(v.get("faces", [])) for v in got.values()) > 5
+    assert "error" in got["zz_garbage.jpg"] and "empty" in got["zz_empty.jpg"]["error"]
+    # gpumr's counters, as Hadoop totals them over the tasks.
+    assert job.counters["records on CPU"] == ref_counters["records on CPU"] == 12
+    assert job.counters["bad records"] == ref_counters["bad records"] == 2
+    assert job.counters["CPU milliseconds"] > 12 * 10
+    # The tasks were given the cascade by its name in the distributed cache, not by its path here.
+    assert re.search(r"--mapper .*--cascade \S*my_cascade\.xml", job.log)
+    assert str(cascade) not in re.search(r"--mapper .*", job.log).group(0)
+    # ... and found the shipped kernels there (they log where each fatbin comes from).
+    for name in kernels.KERNELS:
+        found = re.findall(rf"{name} from \$GPUMR_KERNEL_DIR \((\S+)\)", job.log)
+        assert found, "no task found the shipped %s fatbin; kernel lines:\n%s" % (name, "\n".join(l for l in job.log.splitlines() if "kernels" in l))
+        assert all(p.endswith(f"/kernels/{name}-{kernels._digest(name)}.fatbin") and not p.startswith(str(kdir))
+                   for p in found)
+
+
+def test_face_job_whole_files_through_the_manifest(frames_seq, sample_frames, tmp_path):
+    """Without --hadoop-splits each task reads whole SequenceFiles; broken framing is an error line."""
+    from gpumr.jobs.face_detect import MRFaceDetect
+    frames = sorted(os.listdir(sample_frames))
+    inputs = tmp_path / "inputs"
+    shutil.copytree(frames_seq, inputs)
+    with seqfile.Writer(str(inputs / "part-00003.seq"), sync_interval=1) as w:  # a sync before every record
+        for name in frames[:4]:
+            w.append("broken/" + name, open(os.path.join(sample_frames, name), "rb").read())
+    offsets = [r.offset for r in seqfile.Reader(str(inputs / "part-00003.seq"))]
+    with open(inputs / "part-00003.seq", "r+b") as f:
+        f.seek(offsets[2] + 20)
+        f.write(struct.pack(">i", -5))  # break record 2's length: that stretch is lost, named by an error line
+    job = cluster.run(MRFaceDetect, [str(inputs)], str(tmp_path), "manifest")
+    ref_counters, ref = inline(MRFaceDetect, [str(inputs)], tmp_path / "inline", [])
+
+    got, want = parsed(job.output), parsed(ref)
+    lost = [k for k in got if k.endswith("part-00003.seq")]
+    assert len(lost) == 1 and got[lost[0]]["lost"][0] == offsets[2]
+    want_lost = [k for k in want if k.endswith("part-00003.seq")]
+    assert got.pop(lost[0]) == want.pop(want_lost[0])  # same stretch; the key is the file's URI there
+    assert got == want
+    assert len(got) == 12 + 2 + 3  # frames, the two non-images, the broken file's readable records
+    assert job.counters["records on CPU"] == ref_counters["records on CPU"] == 15
+    assert job.counters["bad records"] == ref_counters["bad records"] == 3
+    assert "manifest" in job.log  # mrjob fed the tasks a manifest of input URIs
+
+
+def test_ct_job_ships_projections_and_geometry(tmp_path):
+    from gpumr.jobs.backproject import MRBackproject
+    d = tmp_path
+    assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
+    assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
+    assert main(["ct", "plan", "--geometry", str(d / "g.json"), "--slab", "6", "--parts", "2",
+                 "-o", str(d / "plan")]) == 0
+    assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
+    job = cluster.run(MRBackproject, [str(d / "plan"), "--projections", str(d / "proj.seq"),
+                                      "--cpu-threads", "1"], str(tmp_path), "ct")
+    assert job.counters["records on CPU"] == 6 and "bad records" not in job.counters
+    # The tasks opened the shipped copies (by their names in the cache), not the files here.
+    mapper = re.search(r"--mapper .*", job.log).group(0)
+    assert "--projections proj.seq" in mapper or re.search(r"--projections \S*/proj\.seq", mapper)
+    assert str(d) not in mapper
+    assert main(["ct", "assemble", job.output_dir, "-o", str(d / "vol.npy")]) == 0
+    vol, direct = np.load(d / "vol.npy"), np.load(d / "direct.npy")
+    assert vol.shape == (32, 32, 32)
+    assert np.allclose(vol, direct, rtol=1e-6, atol=1e-6)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _bare_python():
+    """The version ("3.11") of a system Python without numpy, OpenCV or gpumr, or None."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        return None
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); "
+                            "import numpy"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    version = probe.stdout.strip()
+    if probe.returncode == 0 or "No module named 'numpy'" not in probe.stderr or \
+            tuple(map(int, version.split("."))) < (3, 9):
+        return None
+    for mod in ("cv2", "gpumr"):
+        if subprocess.run([SYSTEM_PYTHON, "-c", f"import {mod}"], capture_output=True, env={"PATH": "/usr/bin:/bin"},
+                          cwd="/").returncode == 0:
+            return None
+    return version
+
+
+def test_bundle_runs_the_job_on_a_python_with_nothing_installed(frames_seq, tmp_path):
+    """`gpumr bundle` ships gpumr, its libraries and fatbins; a bare system Python runs the tasks from it."""
+    from gpumr.engines.bundle import ARCHIVE, NAME
+    from gpumr.jobs.face_detect import MRFaceDetect
+    version = _bare_python()
+    if not version:
+        pytest.skip(f"needs {SYSTEM_PYTHON} (3.9+) without numpy, cv2 or gpumr, to show the bundle alone suffices")
+    kdir = tmp_path / "fatbins"
+    kdir.mkdir()
+    for name in kernels.KERNELS:  # stand-ins under the right names: this test is about where tasks find them
+        (kdir / f"{name}-{kernels._digest(name)}.fatbin").write_bytes(b"stand-in")
+    # Built in this test's own folder (never reused across runs: CI builds it afresh).
+    assert main(["bundle", "-o", str(tmp_path / "bundle"), "--python-version", version, "--kernels", str(kdir),
+                 "--faces-only"]) == 0
+    archive = tmp_path / "bundle" / ARCHIVE
+    job = cluster.run(MRFaceDetect, [str(frames_seq), "--archives", f"{archive}#{NAME}",
+                                     "--cmdenv", f"PYTHONPATH={NAME}"],
+                      str(tmp_path), "bundle", python_bin=SYSTEM_PYTHON)
+    _, ref = inline(MRFaceDetect, [str(frames_seq)], tmp_path / "inline", [])
+    assert job.output == ref and len(ref) == 14
+    assert job.counters["records on CPU"] == 12 and job.counters["bad records"] == 2
+    assert re.search(rf"--mapper", job.log) and SYSTEM_PYTHON in job.log
+    # gpumr itself came from the unpacked bundle: its kernels were found beside its sources there.
+    found = re.findall(r"haar from beside the sources \((\S+)\)", job.log)
+    assert found and all(f"/{NAME}/gpumr/cuda/haar-" in p for p in found)
