@@ -40,7 +40,11 @@ import os
 import sys
 import time
 
-from ..errors import GpumrError
+if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the package's
+    from gpumr.engines.spark import main as _main  # module, whose functions the executors can import
+    sys.exit(_main())
+
+from ..errors import GpumrError  # noqa: E402
 
 #: Workload name -> (module, job class name): the mrjob jobs whose options and workload Spark runs.
 JOBS = {"faces": ("gpumr.jobs.face_detect", "MRFaceDetect"),
@@ -344,7 +348,7 @@ def run(kind, argv, sc=None):
 
 
 def main(argv=None):
-    """``spark-submit gpumr/engines/spark.py KIND ...`` / ``python -m gpumr.engines.spark KIND ...``."""
+    """``spark-submit .../gpumr/engines/spark.py KIND ...`` or ``python -m gpumr.engines.spark KIND ...``."""
     from ..core.counters import summary
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in JOBS:
