@@ -71,6 +71,7 @@ def spark_times(seq, workers, repeat, work):
 def hadoop_times(seq, workers, repeat, work):
     from gpumr.jobs.face_detect import MRFaceDetect
     os.environ["PATH"] = os.path.join(HADOOP, "bin") + os.pathsep + os.environ["PATH"]
+    os.environ.setdefault("PYTHON", sys.executable)  # where the launcher finds pyspark's Hadoop jars
     extra = ["--hadoop-streaming-jar", os.path.join(HADOOP, "lib", "hadoop-streaming-2.7.5.jar"),
              "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
              "--jobconf", f"mapreduce.local.map.tasks.maximum={workers}", "--device", "cpu"]

@@ -261,7 +261,10 @@ def parse(kind, argv):
         # The mrjob job's inputs are plan files; here the driver makes the slabs, so the
         # job's input check (existence, for a "lines" job) is given the projections file.
         from .streaming import option_value
-        job = make_job(kind, [option_value(rest, "--projections") or "--projections", *rest])
+        projections = option_value(rest, "--projections")
+        if not projections:
+            raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
+        job = make_job(kind, [projections, *rest])
     job.check_options()
     opts.job_args = rest
     return opts, job
