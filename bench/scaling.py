@@ -74,7 +74,8 @@ def hadoop_times(seq, workers, repeat, work):
     os.environ.setdefault("PYTHON", sys.executable)  # where the launcher finds pyspark's Hadoop jars
     extra = ["--hadoop-streaming-jar", os.path.join(HADOOP, "lib", "hadoop-streaming-2.7.5.jar"),
              "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
-             "--jobconf", f"mapreduce.local.map.tasks.maximum={workers}", "--device", "cpu"]
+             "--jobconf", f"mapreduce.local.map.tasks.maximum={workers}", "--python-bin", sys.executable,
+             "--device", "cpu"]
     n = [0]
 
     def once():
