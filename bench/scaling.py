@@ -23,7 +23,8 @@ frames packed into shards of equal estimated cost (pixels, read from the
 image headers with :func:`gpumr.faces.decode.image_size`, greedy longest
 first), and the new ratio.
 
-Usage: python bench/scaling.py [--workers 1 2] [--frames 48] [--repeat 3] [--skip-hadoop] [--skip-balance]
+Usage: python bench/scaling.py [--workers 1 2] [--frames 48] [--repeat 3] [--engines spark hadoop]
+       [--modes strong weak] [--skip-scaling] [--skip-balance]
 """
 
 import argparse
@@ -76,16 +77,13 @@ def hadoop_times(seq, workers, repeat, work):
              "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
              "--jobconf", f"mapreduce.local.map.tasks.maximum={workers}", "--python-bin", sys.executable,
              "--device", "cpu"]
-    n = [0]
 
     def once():
-        n[0] += 1
         cwd = tempfile.mkdtemp(dir=work)  # local mode makes the distributed cache's links in the cwd
         old = os.getcwd()
         os.chdir(cwd)
         try:
-            return run_job(MRFaceDetect, [seq], "file://" + os.path.join(work, f"hadoop-out-{workers}-{n[0]}"),
-                           "hadoop", extra)[0]
+            return run_job(MRFaceDetect, [seq], "file://" + os.path.join(cwd, "out"), "hadoop", extra)[0]
         finally:
             os.chdir(old)
     return best_of(once, repeat)
@@ -93,8 +91,8 @@ def hadoop_times(seq, workers, repeat, work):
 
 def scaling(a, work, frames):
     rows = []
-    engines = [("spark", spark_times)] + ([] if a.skip_hadoop else [("hadoop", hadoop_times)])
-    for mode in ("strong", "weak"):
+    engines = [(e, t) for e, t in (("spark", spark_times), ("hadoop", hadoop_times)) if e in a.engines]
+    for mode in a.modes:
         for engine, timer in engines:
             t1 = None
             for n in a.workers:
@@ -202,7 +200,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--balance-frames", type=int, default=60)
     ap.add_argument("--balance-tasks", type=int, default=6)
-    ap.add_argument("--skip-hadoop", action="store_true")
+    ap.add_argument("--engines", nargs="+", choices=["spark", "hadoop"], default=["spark", "hadoop"])
+    ap.add_argument("--modes", nargs="+", choices=["strong", "weak"], default=["strong", "weak"])
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-balance", action="store_true")
     a = ap.parse_args()
