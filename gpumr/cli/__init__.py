@@ -15,10 +15,10 @@ from seqfile.codecs import CodecError
 
 from .. import __version__
 from ..errors import GpumrError
-from . import bundle, ct, devices, faces, kernels, seqfiles
+from . import bundle, ct, devices, faces, kernels, seqfiles, spark
 
 #: The modules that add subcommands, in the order ``gpumr --help`` lists them.
-GROUPS = (seqfiles, devices, faces, ct, kernels, bundle)
+GROUPS = (seqfiles, devices, faces, ct, kernels, spark, bundle)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -48,7 +48,10 @@ def main(argv=None):
     import warnings
     warnings.showwarning = _show_warning
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "pass_through", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.rest = extra  # a command that parses its own options (gpumr spark ...) gets them
     try:
         args.func(args)
     except (GpumrError, SequenceFileError, CodecError) as exc:

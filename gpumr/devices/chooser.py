@@ -94,10 +94,12 @@ class DeviceChooser:
         In ``gpu`` mode, give up after this many seconds.
     log : callable, optional
         ``log(line)`` for the task's log (the scheduler service failing, once per outage).
+    only : iterable of int, optional
+        Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default.
     """
 
     def __init__(self, mode="auto", memory=0, slots=1, lease_dir=None, scheduler=None,
-                 nvml=None, probe=None, env=None, wait_timeout=None, log=None):
+                 nvml=None, probe=None, env=None, wait_timeout=None, log=None, only=None):
         if mode not in MODES:
             raise GpumrError(f"device mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
@@ -116,15 +118,17 @@ class DeviceChooser:
         self._rotate = 0
         self._probe_failed = {}  # uuid -> monotonic time of the last failed exclusive probe
         self._absent = None  # reason there will never be a GPU (no driver, no GPU)
+        self._only = None if only is None else frozenset(int(i) for i in only)
         self.simulated = False
         if mode == "cpu":
             return
         first = _nvml.discover(self._nvml, self._env)
         self.simulated = first.simulated
-        if not first.gpus:
-            self._absent = first.reason
+        if not first.gpus or not self.gpus():
+            self._absent = first.reason if not first.gpus else \
+                f"none of the GPUs assigned to this task ({sorted(self._only)}) is on this node"
             if mode == "gpu":
-                raise GpumrError(f"--device gpu: no GPU on this node ({first.reason})")
+                raise GpumrError(f"--device gpu: no GPU on this node ({self._absent})")
             return
         self._leases = LockFileLeases(lease_dir, slots)
         if scheduler is not False:
@@ -147,8 +151,9 @@ class DeviceChooser:
         return self._absent or ""
 
     def gpus(self):
-        """The GPUs as NVML (or the simulation) reports them now."""
-        return _nvml.discover(self._nvml, self._env).gpus
+        """The GPUs as NVML (or the simulation) reports them now (only those in ``only``, if given)."""
+        gpus = _nvml.discover(self._nvml, self._env).gpus
+        return gpus if self._only is None else [g for g in gpus if g.index in self._only]
 
     def verdicts(self):
         """For ``gpumr probe``: each GPU and whether a task would get it now."""

@@ -1,0 +1,370 @@
+"""The Spark engine: the gpumr jobs as a Spark application, a thin shell over the same core.
+
+Run::
+
+    gpumr spark faces frames.seq/ -o out/ --master local-cluster[2,1,1024] [face job options]
+    gpumr spark backproject --projections proj.seq --slab 16 -o out/ --master ...
+    spark-submit --master yarn -m gpumr.engines.spark faces ...   (see README, "Spark")
+
+The options of each workload are the mrjob job's own: the driver builds the
+job class (:mod:`gpumr.jobs.face_detect`, :mod:`gpumr.jobs.backproject`)
+from the command line, runs its ``check_options``, and sends the plain
+argument list to the executors, where each Python worker builds the same job
+once and asks it for its workload (``make_workload``; for CT that loads and
+filters the projections once per Python worker, not per task). Per partition
+a :class:`gpumr.devices.chooser.DeviceChooser` and a
+:class:`gpumr.core.Processor` run exactly as in an mrjob map task; when Spark
+gave the task GPU addresses (``spark.task.resource.gpu.amount``), the chooser
+uses only those.
+
+Input: the driver cuts the SequenceFiles into byte ranges (``--split-size``)
+and every partition reads its ranges with :func:`gpumr.io.records.read_split`
+(Hadoop's split semantics; a corrupt stretch is an ``error`` line, as in the
+mrjob jobs). Hadoop's input format (``sc.newAPIHadoopFile``) was measured
+as the alternative (``bench/spark_input.py``); it fails the task on a
+corrupt stretch, which the safety contract forbids. Files named by the job's
+file options (cascade, projections, geometry) are shipped once per executor
+with ``SparkContext.addFile``.
+
+Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
+sorted, in ``OUT/part-*`` through ``saveAsTextFile`` (Hadoop's output
+committer: part files appear only when the job succeeds). Counters: one
+Spark accumulator holding each partition's gpumr counters by partition id,
+so a partition that Spark re-runs (a lost executor) replaces its counts
+instead of adding them twice; their totals feed the same summary line as
+the mrjob engine.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the package's
+    from gpumr.engines.spark import main as _main  # module, whose functions the executors can import
+    sys.exit(_main())
+
+from ..errors import GpumrError  # noqa: E402
+
+#: Workload name -> (module, job class name): the mrjob jobs whose options and workload Spark runs.
+JOBS = {"faces": ("gpumr.jobs.face_detect", "MRFaceDetect"),
+        "backproject": ("gpumr.jobs.backproject", "MRBackproject")}
+DEFAULT_SPLIT = 32 * 1024 * 1024
+#: Job options that only make sense for mrjob runners.
+_MRJOB_ONLY = ("--hadoop-splits", "-r", "--runner", "-c", "--conf-path", "--output-dir")
+
+# One job and its workload per Python worker (Spark reuses workers across tasks), keyed by the arguments.
+_WORKERS = {}
+
+
+def job_class(kind):
+    """The mrjob job class of workload ``kind`` ("faces" or "backproject")."""
+    import importlib
+    module, name = JOBS[kind]
+    return getattr(importlib.import_module(module), name)
+
+
+def make_job(kind, args):
+    """The mrjob job of ``kind`` built from ``args``; GpumrError for an option it refuses."""
+    try:
+        return job_class(kind)(list(args))
+    except ValueError as exc:  # mrjob's way of refusing an option given as a list
+        raise GpumrError(str(exc)) from None
+
+
+def _file_options(job):
+    """``(option string, local path)`` of the job's file options (mrjob ``add_file_arg``) that are set."""
+    out = []
+    for dest in sorted(job._file_arg_dests):
+        value = getattr(job.options, dest, None)
+        if value and "://" not in value:
+            out.append(("--" + dest.replace("_", "-"), value))
+    return out
+
+
+# -- in the executors -------------------------------------------------------------------------------
+def _worker(kind, args, shipped):
+    """The (job, workload) of this Python worker for these arguments; built (and filtered) once."""
+    key = (kind, tuple(args), tuple(shipped))
+    got = _WORKERS.get(key)
+    if got is None:
+        from pyspark import SparkFiles
+
+        from .streaming import with_option
+        args = list(args)
+        for option, name in shipped:  # the executor's copy of each shipped file
+            args = with_option(args, option, SparkFiles.get(name))
+        job = make_job(kind, args)
+        got = _WORKERS[key] = (job, job.make_workload())
+    return got
+
+
+def _task_gpus():
+    """GPU indices Spark assigned to this task (``spark.task.resource.gpu.amount``), or None."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    info = ctx.resources().get("gpu") if ctx is not None else None
+    if info is None:
+        return None
+    return [int(a) for a in info.addresses]
+
+
+def run_partition(kind, args, shipped, counters, items):
+    """Process one partition's items; yield output lines; add its counters to the accumulator.
+
+    ``items`` are ``(path, start, end, name)`` SequenceFile splits (faces)
+    or slab lines (backproject). The device choice and record processing
+    are the mrjob task's (:meth:`GpumrJob.task_init`, ``mapper_raw``).
+    """
+    from mrjob.protocol import JSONProtocol
+    from pyspark import TaskContext
+
+    from ..core import Processor
+    from ..devices.chooser import DeviceChooser, describe
+    from ..io.records import Lost, read_split
+
+    job, workload = _worker(kind, args, shipped)
+    o = job.options
+    memory = o.gpu_memory if o.gpu_memory is not None else workload.gpu_memory
+    counts = {}
+
+    def count(name, n=1):
+        counts[name] = counts.get(name, 0) + n
+
+    def log(message):
+        print(message, file=sys.stderr, flush=True)
+
+    chooser = DeviceChooser(o.device, memory=memory, slots=o.gpu_slots, only=_task_gpus())
+    log(f"gpumr: {describe(chooser)}")
+    processor = Processor(workload, chooser, count=count, log=log)
+    protocol = JSONProtocol()
+
+    def lines(outputs):
+        for k, v in outputs:
+            yield protocol.write(k, v).decode("utf-8")
+
+    try:
+        for item in items:
+            if job.INPUT_KIND == "lines":
+                yield from lines(processor.feed(item, item))
+                continue
+            path, start, end, name = item
+            for record in read_split(path, start, end, name):
+                if isinstance(record, Lost):
+                    yield from lines([processor.lost(record)])
+                else:
+                    yield from lines(processor.feed(record.key, record.value))
+        yield from lines(processor.flush())
+    finally:
+        chooser.close()
+    counters.add({TaskContext.get().partitionId(): counts})
+
+
+# -- in the driver ----------------------------------------------------------------------------------
+def splits(files, split_size):
+    """``(path, start, end, name)`` byte ranges of at most ``split_size`` covering each file."""
+    out = []
+    for path in files:
+        size = os.path.getsize(path)
+        for start in range(0, max(size, 1), split_size):
+            out.append((path, start, min(start + split_size, size), path))
+    return out
+
+
+def _is_gpumr_output(folder):
+    """Whether ``folder`` holds only what an earlier gpumr (Spark or mrjob) run wrote there."""
+    from ..io.joboutput import read_job_output
+    names = os.listdir(folder)
+    for n in names:
+        p = os.path.join(folder, n)
+        base = n[1:-4] if n.startswith(".") and n.endswith(".crc") else n
+        if os.path.islink(p) or not os.path.isfile(p) or not (base == "_SUCCESS" or base.startswith("part-")):
+            return False
+    try:
+        for n in names:
+            if n.startswith("part-"):
+                next(iter(read_job_output([os.path.join(folder, n)])), None)
+    except (GpumrError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def prepare_output(out):
+    """Make way for output folder ``out``: refuse what gpumr did not make, remove an earlier gpumr output."""
+    if "://" in out:
+        return out  # Spark refuses an existing remote folder itself
+    out = os.path.abspath(out)
+    if os.path.islink(out) or (os.path.exists(out) and not os.path.isdir(out)):
+        raise GpumrError(f"-o {out}: exists and is not a folder")
+    if os.path.isdir(out):
+        if not _is_gpumr_output(out):
+            raise GpumrError(f"-o {out}: exists and holds files gpumr did not write; choose a new folder")
+        for n in os.listdir(out):
+            os.unlink(os.path.join(out, n))
+        os.rmdir(out)
+    return out
+
+
+class _CountsParam:
+    """Accumulator of ``{partition id: {counter: n}}``: a re-run partition replaces its counts."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        a.update(b)
+        return a
+
+
+def parser(kind):
+    """The Spark engine's own options; everything else goes to the job (see its ``--help``)."""
+    p = argparse.ArgumentParser(prog=f"gpumr spark {kind}", add_help=False,
+                                description=f"Run the {kind} job as a Spark application. Options not listed "
+                                            f"here are the mrjob job's (python -m {JOBS[kind][0]} --help).")
+    p.add_argument("-h", "--help", action="store_true")
+    p.add_argument("-o", "--output", required=False, metavar="OUT", help="output folder (part-* files)")
+    p.add_argument("--master", default=None, metavar="URL",
+                   help="Spark master (default: spark-submit's, else local[*]), e.g. local-cluster[2,1,1024], yarn")
+    if kind == "faces":
+        p.add_argument("--split-size", default=str(DEFAULT_SPLIT), metavar="SIZE",
+                       help="bytes of SequenceFile per task (default 32MiB)")
+    else:
+        p.add_argument("--slab", type=int, default=None, metavar="N", help="slices per task (required)")
+    return p
+
+
+def parse(kind, argv):
+    """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong."""
+    from ..sizes import parse_size
+    p = parser(kind)
+    opts, rest = p.parse_known_args(argv)
+    if opts.help:
+        p.print_help()
+        raise SystemExit(0)
+    if not opts.output:
+        raise GpumrError("-o OUT is required: the output folder")
+    for a in rest:
+        if a.partition("=")[0] in _MRJOB_ONLY:
+            raise GpumrError(f"{a}: an mrjob runner option; the Spark engine does not take it")
+    if kind == "faces":
+        try:
+            opts.split_size = parse_size(opts.split_size)
+        except ValueError as exc:
+            raise GpumrError(f"--split-size: {exc}") from None
+        if any("://" in a and not a.startswith("file://") for a in rest if not a.startswith("-")):
+            raise GpumrError("the Spark engine reads SequenceFiles from paths every executor sees "
+                             "(local or a shared file system), not URLs")
+        job = make_job(kind, rest)
+    else:
+        if opts.slab is None or opts.slab < 1:
+            raise GpumrError("--slab N is required: slices per task, at least 1")
+        # The mrjob job's inputs are plan files; here the driver makes the slabs, so the
+        # job's input check (existence, for a "lines" job) is given the projections file.
+        from .streaming import option_value
+        projections = option_value(rest, "--projections")
+        if not projections:
+            raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
+        job = make_job(kind, [projections, *rest])
+    job.check_options()
+    opts.job_args = rest
+    return opts, job
+
+
+def spark_context(master=None, app_name="gpumr"):
+    """A SparkContext (the running one if any) whose Python workers run this interpreter."""
+    from pyspark import SparkConf, SparkContext
+    conf = SparkConf().setAppName(app_name)
+    if master:
+        conf.setMaster(master)
+    elif not conf.contains("spark.master"):
+        conf.setMaster("local[*]")
+    if not conf.contains("spark.pyspark.python"):
+        # (PySpark takes the workers' interpreter from this variable when it starts the JVM itself.)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return SparkContext.getOrCreate(conf)
+
+
+def run(kind, argv, sc=None):
+    """Run workload ``kind`` on Spark with the command line ``argv``.
+
+    Parameters
+    ----------
+    kind : {"faces", "backproject"}
+    argv : list of str
+        Engine options (``-o``, ``--master``, ``--split-size`` or ``--slab``) and the job's.
+    sc : pyspark.SparkContext, optional
+        Run there (tests share one cluster); by default one is made (and stopped) from ``--master``.
+
+    Returns
+    -------
+    (dict, float)
+        The summed gpumr counters and the wall time in seconds.
+    """
+    opts, job = parse(kind, argv)
+    out = prepare_output(opts.output)
+    if job.INPUT_KIND == "seqfile":
+        from ..io.inputs import expand_inputs
+        files = [os.path.abspath(f) for f in expand_inputs([a[len("file://"):] if a.startswith("file://") else a
+                                                            for a in job.options.args])]
+        items = splits(files, opts.split_size)
+    else:
+        from ..ct import geometry
+        from ..ct.workload import plan
+        items = plan(geometry.load(job.options.geometry).nVoxel[0], opts.slab)
+    own = sc is None
+    if own:
+        sc = spark_context(opts.master, f"gpumr {kind}")
+    t0 = time.perf_counter()
+    try:
+        shipped, names = [], set()
+        for option, path in _file_options(job):
+            name = os.path.basename(path)
+            if name in names:
+                raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
+            names.add(name)
+            sc.addFile(os.path.abspath(path))
+            shipped.append((option, name))
+        counters = sc.accumulator({}, _CountsParam())
+        args, ship = list(opts.job_args), tuple(shipped)
+        processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
+            lambda it: run_partition(kind, args, ship, counters, it))
+        reducers = job.options.reducers
+        if reducers == 0:
+            result = processed
+        else:
+            pairs = processed.map(lambda line: (line, None))
+            if reducers == 1:  # no sampling pass: one shuffle into one sorted partition
+                pairs = pairs.partitionBy(1)
+            else:
+                from pyspark import StorageLevel
+                pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey samples it first
+            result = pairs.sortByKey(numPartitions=reducers).keys()
+        result.saveAsTextFile(out if "://" in out else "file://" + out)
+        counts = {}
+        for part in counters.value.values():
+            for name, n in part.items():
+                counts[name] = counts.get(name, 0) + n
+        return counts, time.perf_counter() - t0
+    finally:
+        if own:
+            sc.stop()
+
+
+def main(argv=None):
+    """``spark-submit .../gpumr/engines/spark.py KIND ...`` or ``python -m gpumr.engines.spark KIND ...``."""
+    from ..core.counters import summary
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in JOBS:
+        print(f"usage: spark.py {{{','.join(JOBS)}}} [options]", file=sys.stderr)
+        return 2
+    try:
+        counts, seconds = run(argv[0], argv[1:])
+    except GpumrError as exc:
+        print(f"gpumr: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"gpumr: {summary(counts, seconds)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The Spark engine on a real multi-process cluster (``local-cluster[2,1,1024]``: two executor JVMs).
+
+One cluster serves the whole module. Its two workers discover one simulated
+GPU each through a discovery script (addresses 1 and 3 of four simulated
+GPUs), and every task asks for one, so the GPU test can check that gpumr
+uses only the GPUs Spark gave each task; the other tests run ``--device cpu``.
+"""
+
+import json
+import os
+import shutil
+import signal
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import seqfile
+from gpumr.cli import main
+from gpumr.devices.chooser import DeviceChooser
+from gpumr.engines.spark import prepare_output, run
+from gpumr.engines.streaming import run_job
+from gpumr.errors import GpumrError
+from gpumr.io.packing import pack
+
+pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
+pytestmark = pytest.mark.slow
+if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+    pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="Spark needs Java 17 (java on PATH or JAVA_HOME)")]
+
+#: The simulated GPU addresses the two workers' discovery script hands out.
+ASSIGNED = ("1", "3")
+
+
+@pytest.fixture(scope="session")
+def sc(tmp_path_factory):
+    """One Spark local-cluster (master + two executor JVMs, one core and one simulated GPU each)."""
+    from pyspark import SparkConf, SparkContext
+    d = tmp_path_factory.mktemp("spark")
+    script = d / "gpus.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"if mkdir '{d}/claim' 2>/dev/null; then a={ASSIGNED[0]}; else a={ASSIGNED[1]}; fi\n"
+                      'echo "{\\"name\\": \\"gpu\\", \\"addresses\\": [\\"$a\\"]}"\n')
+    script.chmod(0o755)
+    os.environ.setdefault("PYSPARK_PYTHON", __import__("sys").executable)
+    conf = (SparkConf().setMaster("local-cluster[2,1,1024]").setAppName("gpumr tests")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.worker.resource.gpu.amount", "1")
+            .set("spark.worker.resource.gpu.discoveryScript", str(script))
+            .set("spark.executor.resource.gpu.amount", "1")
+            .set("spark.task.resource.gpu.amount", "1")
+            .set("spark.executorEnv.GPUMR_SIMULATE_GPUS", "4"))
+    context = SparkContext(conf=conf)
+    context.setLogLevel("ERROR")
+    yield context
+    context.stop()
+
+
+def lines_of(out_dir):
+    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
+            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
+
+
+def keys_of(lines):
+    return [json.loads(line.split("\t", 1)[0]) for line in lines]
+
+
+def no_ms(counts):
+    """The record counters (times differ run to run)."""
+    return {k: v for k, v in counts.items() if "milliseconds" not in k}
+
+
+def inline(inputs, out, extra=()):
+    from gpumr.jobs.face_detect import MRFaceDetect
+    counters, _ = run_job(MRFaceDetect, inputs, str(out), "inline", list(extra))
+    return counters, lines_of(str(out))
+
+
+@pytest.fixture(scope="module")
+def packed(sample_frames, tmp_path_factory):
+    seq = str(tmp_path_factory.mktemp("packed") / "frames")
+    pack([sample_frames], seq, shards=2, progress=False)
+    return seq
+
+
+def test_faces_equal_the_mrjob_job_every_record_once(sc, packed, tmp_path):
+    want_counts, want = inline([packed], tmp_path / "inline", ["--device", "cpu"])
+    # Splits much smaller than the files: most split boundaries fall inside records.
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "20KiB", "--device", "cpu"], sc=sc)
+    got = lines_of(str(tmp_path / "out"))
+    assert got == want  # the same lines, in the same (sorted) order
+    keys = keys_of(got)
+    assert len(keys) == len(set(keys)) == 12 and keys == sorted(keys)
+    assert counts["records on CPU"] == want_counts["records on CPU"] == 12
+    assert set(counts) == set(want_counts)
+    assert sorted(os.listdir(tmp_path / "out")) == ["._SUCCESS.crc", ".part-00000.crc", "_SUCCESS", "part-00000"]
+    # An earlier gpumr output is replaced; a folder gpumr did not write is refused, untouched.
+    counts2, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "cpu",
+                               "--reducers", "2"], sc=sc)
+    assert sorted(lines_of(str(tmp_path / "out"))) == sorted(want) and counts2["records on CPU"] == 12
+    assert keys_of(lines_of(str(tmp_path / "out"))) == sorted(keys)  # sorted across part files too
+
+
+def test_output_folder_safety(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(GpumrError, match="gpumr did not write"):
+        prepare_output(str(mine))
+    assert (mine / "notes.txt").read_text() == "keep me"
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    with pytest.raises(GpumrError, match="not a folder"):
+        prepare_output(str(tmp_path / "link"))
+    with pytest.raises(GpumrError, match="-o OUT is required"):
+        run("faces", ["in.seq"])
+    with pytest.raises(GpumrError, match="--projections is required"):
+        run("backproject", ["--slab", "4", "-o", str(tmp_path / "x")])
+    with pytest.raises(GpumrError, match="--hadoop-splits"):
+        run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
+
+
+def test_corrupt_stretch_gives_the_same_error_line_and_counts(sc, sample_frames, tmp_path):
+    frames = sorted(os.listdir(sample_frames))
+    path = str(tmp_path / "c.seq")
+    with seqfile.Writer(path, sync_interval=1) as w:  # a sync before every record
+        for name in frames:
+            w.append(name, open(os.path.join(sample_frames, name), "rb").read())
+    offsets = [r.offset for r in seqfile.Reader(path)]
+    data = bytearray(open(path, "rb").read())
+    data[offsets[3] + 20:offsets[3] + 24] = struct.pack(">i", -5)  # break record 3's length
+    open(path, "wb").write(bytes(data))
+    want_counts, want = inline([path], tmp_path / "inline", ["--device", "cpu"])
+    counts, _ = run("faces", [path, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"], sc=sc)
+    got = lines_of(str(tmp_path / "out"))
+    assert got == want
+    lost = [json.loads(v) for k, v in (line.split("\t", 1) for line in got) if json.loads(k) == path]
+    assert len(lost) == 1 and lost[0]["lost"][0] == offsets[3]
+    assert no_ms(counts) == no_ms(want_counts) and counts["bad records"] == 1 and counts["records on CPU"] == len(frames) - 1
+
+
+def test_ct_equals_reconstruct_and_assembles(sc, tmp_path):
+    d = tmp_path
+    assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
+    assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
+    assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
+    counts, _ = run("backproject", ["--projections", str(d / "proj.seq"), "--slab", "6", "-o", str(d / "out"),
+                                    "--device", "cpu"], sc=sc)
+    assert counts["records on CPU"] == 6 and not counts.get("bad records")  # 32 slices, 6 per slab
+    keys = keys_of(lines_of(str(d / "out")))
+    assert keys == sorted(keys) and len(keys) == 32 and keys[0] == "00000"
+    assert main(["ct", "assemble", str(d / "out"), "-o", str(d / "vol.npy")]) == 0
+    vol, direct = np.load(d / "vol.npy"), np.load(d / "direct.npy")
+    assert vol.shape == (32, 32, 32) and np.allclose(vol, direct, rtol=1e-6, atol=1e-6)
+
+
+def test_chooser_only_uses_the_given_gpus():
+    env = {"GPUMR_SIMULATE_GPUS": "4"}
+    assert [g.index for g in DeviceChooser(env=env, only=[1, 3]).gpus()] == [1, 3]
+    none = DeviceChooser(env=env, only=[7])
+    assert not none.has_gpus and "assigned to this task" in none.why_cpu_only
+    with pytest.raises(GpumrError, match="assigned to this task"):
+        DeviceChooser("gpu", env=env, only=[7])
+
+
+def test_gpumr_uses_only_the_gpus_spark_assigned(sc, packed, tmp_path):
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "40KiB"], sc=sc)
+    values = [json.loads(line.split("\t", 1)[1]) for line in lines_of(str(tmp_path / "out"))]
+    devices = {v["device"] for v in values}
+    assert devices <= {"cpu", *(f"gpu:{a}" for a in ASSIGNED)}  # never gpu:0 or gpu:2
+    assert devices & {f"gpu:{a}" for a in ASSIGNED} and counts["records on GPU"] > 0
+    assert all(v["simulated"] for v in values if v["device"] != "cpu")
+    assert counts.get("records on CPU", 0) + counts["records on GPU"] == len(values) == 12
+
+
+def _executor_pids(app_id):
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and app_id.encode() in cmd:
+            pids.append(int(pid))
+    return sorted(pids)
+
+
+def test_killing_an_executor_mid_job_still_gives_every_record_once(sc, sample_frames, tmp_path):
+    """SIGKILL one executor JVM after the first tasks finish; Spark re-runs what it lost."""
+    from gpumr.faces.sample import make_frames
+    frames = tmp_path / "frames"
+    make_frames(str(frames), count=30)
+    seq = str(tmp_path / "frames.seq")
+    pack([str(frames)], seq, shards=1, progress=False)
+    want_counts, want = inline([seq], tmp_path / "inline", ["--device", "cpu"])
+    killed = {}
+
+    def kill_one_after_some_tasks():
+        tracker = sc.statusTracker()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for stage in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage)
+                if info and info.numTasks > 10 and 3 <= info.numCompletedTasks < info.numTasks - 5:
+                    pid = _executor_pids(sc.applicationId)[0]
+                    os.kill(pid, signal.SIGKILL)
+                    killed.update(pid=pid, done=info.numCompletedTasks, of=info.numTasks)
+                    return
+            time.sleep(0.05)
+
+    before = _executor_pids(sc.applicationId)
+    assert len(before) == 2
+    t = threading.Thread(target=kill_one_after_some_tasks)
+    t.start()
+    counts, _ = run("faces", [seq, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"], sc=sc)
+    t.join()
+    assert killed, "the executor was not killed while the job ran"
+    assert killed["pid"] in before
+    got = lines_of(str(tmp_path / "out"))
+    assert got == want
+    keys = keys_of(got)
+    assert len(keys) == len(set(keys)) == 30
+    assert counts["records on CPU"] == want_counts["records on CPU"] == 30  # re-run partitions not counted twice
