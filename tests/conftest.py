@@ -59,3 +59,26 @@ def sample_frames(tmp_path_factory):
     d = tmp_path_factory.mktemp("frames")
     make_frames(str(d), count=12)
     return str(d)
+
+
+@pytest.fixture
+def corrupt_stretch(sample_frames, tmp_path):
+    """``(path, frames, offsets)``: the sample frames in one SequenceFile, record 3's length broken.
+
+    A sync marker precedes every record, so the reader loses exactly record 3's
+    stretch (from ``offsets[3]`` to the next sync) and reads on after it.
+    """
+    import struct
+
+    import seqfile
+    frames = sorted(os.listdir(sample_frames))
+    path = str(tmp_path / "c.seq")
+    with seqfile.Writer(path, sync_interval=1) as w:
+        for name in frames:
+            with open(os.path.join(sample_frames, name), "rb") as f:
+                w.append(name, f.read())
+    offsets = [r.offset for r in seqfile.Reader(path)]
+    with open(path, "r+b") as f:
+        f.seek(offsets[3] + 20)
+        f.write(struct.pack(">i", -5))
+    return path, frames, offsets

@@ -145,16 +145,8 @@ def test_bad_and_unusual_records(sample_frames, tmp_path):
     assert c["bad records"] == sum(1 for v in got.values() if "error" in v) >= 3
 
 
-def test_corrupt_sequencefile_stretch_is_an_error_line(sample_frames, tmp_path):
-    frames = sorted(os.listdir(sample_frames))
-    path = str(tmp_path / "c.seq")
-    with seqfile.Writer(path, sync_interval=1) as w:  # a sync before every record
-        for name in frames:
-            w.append(name, open(os.path.join(sample_frames, name), "rb").read())
-    offsets = [r.offset for r in seqfile.Reader(path)]
-    data = bytearray(open(path, "rb").read())
-    data[offsets[3] + 20:offsets[3] + 24] = struct.pack(">i", -5)  # break record 3's length
-    open(path, "wb").write(bytes(data))
+def test_corrupt_sequencefile_stretch_is_an_error_line(corrupt_stretch, tmp_path):
+    path, frames, offsets = corrupt_stretch
     counters, _ = run_face_job([path], str(tmp_path / "out"), "inline")
     got = parsed(read_output(str(tmp_path / "out")))
     lost = {k: v for k, v in got.items() if k not in frames}

@@ -17,7 +17,6 @@ import pytest
 import gpumr
 import seqfile
 from gpumr.cli import main
-from gpumr.io import packing
 from seqfile.atomic import AtomicFile, swap_into_place, temp_dir_beside
 
 

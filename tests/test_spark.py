@@ -10,14 +10,12 @@ import json
 import os
 import shutil
 import signal
-import struct
 import threading
 import time
 
 import numpy as np
 import pytest
 
-import seqfile
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
 from gpumr.engines.spark import prepare_output, run
@@ -122,16 +120,8 @@ def test_output_folder_safety(tmp_path):
         run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
 
 
-def test_corrupt_stretch_gives_the_same_error_line_and_counts(sc, sample_frames, tmp_path):
-    frames = sorted(os.listdir(sample_frames))
-    path = str(tmp_path / "c.seq")
-    with seqfile.Writer(path, sync_interval=1) as w:  # a sync before every record
-        for name in frames:
-            w.append(name, open(os.path.join(sample_frames, name), "rb").read())
-    offsets = [r.offset for r in seqfile.Reader(path)]
-    data = bytearray(open(path, "rb").read())
-    data[offsets[3] + 20:offsets[3] + 24] = struct.pack(">i", -5)  # break record 3's length
-    open(path, "wb").write(bytes(data))
+def test_corrupt_stretch_gives_the_same_error_line_and_counts(sc, corrupt_stretch, tmp_path):
+    path, frames, offsets = corrupt_stretch
     want_counts, want = inline([path], tmp_path / "inline", ["--device", "cpu"])
     counts, _ = run("faces", [path, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"], sc=sc)
     got = lines_of(str(tmp_path / "out"))
