@@ -51,7 +51,7 @@ def packed(work, name, frames, shards):
     src = os.path.join(work, name + "-src")
     os.makedirs(src)
     for f in frames:
-        os.symlink(f, os.path.join(src, os.path.basename(f)))
+        os.link(f, os.path.join(src, os.path.basename(f)))  # pack follows no link out of its folder
     out = os.path.join(work, name)
     pack([src], out, shards=shards, progress=False)
     return out
