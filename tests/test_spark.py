@@ -120,15 +120,23 @@ def test_output_folder_safety(tmp_path):
         run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
 
 
-def test_corrupt_stretch_gives_the_same_error_line_and_counts(sc, corrupt_stretch, tmp_path):
+def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts(sc, corrupt_stretch, tmp_path):
+    import seqfile
     path, frames, offsets = corrupt_stretch
-    want_counts, want = inline([path], tmp_path / "inline", ["--device", "cpu"])
-    counts, _ = run("faces", [path, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"], sc=sc)
+    keys = str(tmp_path / "keys.seq")  # a Text key that is not UTF-8, between two good records
+    with seqfile.Writer(keys) as w:
+        for key in (b"k/a.jpg", b"k/bad-\xff.jpg", b"k/c.jpg"):
+            w.append(key, b"not an image")
+    want_counts, want = inline([path, keys], tmp_path / "inline", ["--device", "cpu"])
+    counts, _ = run("faces", [path, keys, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"],
+                    sc=sc)
     got = lines_of(str(tmp_path / "out"))
     assert got == want
-    lost = [json.loads(v) for k, v in (line.split("\t", 1) for line in got) if json.loads(k) == path]
-    assert len(lost) == 1 and lost[0]["lost"][0] == offsets[3]
-    assert no_ms(counts) == no_ms(want_counts) and counts["bad records"] == 1 and counts["records on CPU"] == len(frames) - 1
+    out = {json.loads(k): json.loads(v) for k, v in (line.split("\t", 1) for line in got)}
+    assert out[path]["lost"][0] == offsets[3]
+    assert "error" in out["k/bad-\\xff.jpg"] and "error" in out["k/a.jpg"] and "error" in out["k/c.jpg"]
+    assert no_ms(counts) == no_ms(want_counts) and counts["bad records"] == 1 + 3
+    assert counts["records on CPU"] == len(frames) - 1
 
 
 def test_ct_equals_reconstruct_and_assembles(sc, tmp_path):

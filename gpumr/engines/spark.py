@@ -121,7 +121,7 @@ def run_partition(kind, args, shipped, counters, items):
 
     from ..core import Processor
     from ..devices.chooser import DeviceChooser, describe
-    from ..io.records import Lost, read_split
+    from ..io.records import DEFAULT_MAX_RECORD_SIZE, process, read_split
 
     job, workload = _worker(kind, args, shipped)
     o = job.options
@@ -149,11 +149,8 @@ def run_partition(kind, args, shipped, counters, items):
                 yield from lines(processor.feed(item, item))
                 continue
             path, start, end, name = item
-            for record in read_split(path, start, end, name):
-                if isinstance(record, Lost):
-                    yield from lines([processor.lost(record)])
-                else:
-                    yield from lines(processor.feed(record.key, record.value))
+            cap = getattr(o, "max_record_size", None) or DEFAULT_MAX_RECORD_SIZE
+            yield from lines(process(processor, read_split(path, start, end, name, max_record_size=cap)))
         yield from lines(processor.flush())
     finally:
         chooser.close()

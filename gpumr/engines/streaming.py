@@ -292,19 +292,12 @@ class GpumrJob(MRJob):
 
     def mapper_raw(self, path, uri):
         """Read a whole SequenceFile here; a stretch that cannot be read becomes an error line."""
-        from ..io.records import Lost, Unreadable, read_split
+        from ..io.records import process, read_split
 
         done = self.progress.counts["input bytes"]
         cap = getattr(self.options, "max_record_size", None) or DEFAULT_MAX_RECORD_SIZE
-        for item in read_split(path, name=uri, max_record_size=cap):
-            if isinstance(item, Lost):
-                yield self.processor.lost(item)
-                continue
-            if isinstance(item, Unreadable):
-                yield self.processor.unreadable(item)
-                continue
-            self.progress.set_bytes(done + item.offset)
-            yield from self.processor.feed(item.key, item.value)
+        yield from process(self.processor, read_split(path, name=uri, max_record_size=cap),
+                           at=lambda offset: self.progress.set_bytes(done + offset))
         self.progress.set_bytes(done + os.path.getsize(path))
 
     def mapper_text(self, _, line):

@@ -99,3 +99,29 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
                 yield problems.pop(0)
             yield record
     yield from problems
+
+
+def process(processor, items, at=None):
+    """Hand every item :func:`read_split` yields to ``processor``; yield the outputs ready.
+
+    The one place an engine turns a split's items into output: a record is
+    fed to the core, an :class:`Unreadable` record and a :class:`Lost`
+    stretch each become their error line.
+
+    Parameters
+    ----------
+    processor : gpumr.core.Processor
+    items : iterable
+        What :func:`read_split` yields.
+    at : callable, optional
+        ``at(offset)`` before each record (progress).
+    """
+    for item in items:
+        if isinstance(item, Lost):
+            yield processor.lost(item)
+        elif isinstance(item, Unreadable):
+            yield processor.unreadable(item)
+        else:
+            if at is not None:
+                at(item.offset)
+            yield from processor.feed(item.key, item.value)
