@@ -99,6 +99,7 @@ def test_faces_equal_the_mrjob_job_every_record_once(sc, packed, tmp_path):
                                "--reducers", "2"], sc=sc)
     assert sorted(lines_of(str(tmp_path / "out"))) == sorted(want) and counts2["records on CPU"] == 12
     assert keys_of(lines_of(str(tmp_path / "out"))) == sorted(keys)  # sorted across part files too
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # staged beside it, swapped in, no leftovers
 
 
 def test_output_folder_safety(tmp_path):

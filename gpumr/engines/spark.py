@@ -37,6 +37,7 @@ the mrjob engine.
 
 import argparse
 import os
+import shutil
 import sys
 import time
 
@@ -187,19 +188,39 @@ def _is_gpumr_output(folder):
 
 
 def prepare_output(out):
-    """Make way for output folder ``out``: refuse what gpumr did not make, remove an earlier gpumr output."""
+    """Check output folder ``out`` before the job: refuse what gpumr did not make; return its path.
+
+    An earlier gpumr output is allowed: the new output is written beside it
+    and swapped in when complete (:func:`_save`), and only then is the old
+    one removed, so a failed job leaves the old output whole.
+    """
     if "://" in out:
         return out  # Spark refuses an existing remote folder itself
     out = os.path.abspath(out)
     if os.path.islink(out) or (os.path.exists(out) and not os.path.isdir(out)):
         raise GpumrError(f"-o {out}: exists and is not a folder")
-    if os.path.isdir(out):
-        if not _is_gpumr_output(out):
-            raise GpumrError(f"-o {out}: exists and holds files gpumr did not write; choose a new folder")
-        for n in os.listdir(out):
-            os.unlink(os.path.join(out, n))
-        os.rmdir(out)
+    if os.path.isdir(out) and not _is_gpumr_output(out):
+        raise GpumrError(f"-o {out}: exists and holds files gpumr did not write; choose a new folder")
     return out
+
+
+def _save(rdd, out):
+    """``rdd.saveAsTextFile`` to ``out``; a local ``out`` is staged beside it and swapped in complete."""
+    if "://" in out:
+        rdd.saveAsTextFile(out)
+        return
+    from seqfile.atomic import swap_into_place, temp_dir_beside
+    holder = temp_dir_beside(out)  # gpumr's own, removed below whatever happens
+    try:
+        stage = os.path.join(holder, "out")
+        rdd.saveAsTextFile("file://" + stage)
+        old = swap_into_place(stage, out)
+        if old is not None:  # an earlier gpumr output (checked by prepare_output): only its files go
+            for n in os.listdir(old):
+                os.unlink(os.path.join(old, n))
+            os.rmdir(old)
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
 
 
 class _CountsParam:
@@ -336,7 +357,7 @@ def run(kind, argv, sc=None):
                 from pyspark import StorageLevel
                 pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey samples it first
             result = pairs.sortByKey(numPartitions=reducers).keys()
-        result.saveAsTextFile(out if "://" in out else "file://" + out)
+        _save(result, out)
         counts = {}
         for part in counters.value.values():
             for name, n in part.items():
