@@ -20,7 +20,7 @@ import secrets
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
-def _temp_name(name):
+def temp_name(name):
     """A fresh hidden name for a temporary twin of ``name``, short enough for any file system.
 
     At most 40 bytes of ``name`` are kept, so that a name near the 255-byte
@@ -41,7 +41,7 @@ def _temp_beside(path, mode=0o666, dir_fd=None):
     else:
         folder, name = "", os.fspath(path)
     while True:
-        tmp = os.path.join(folder, _temp_name(name))
+        tmp = os.path.join(folder, temp_name(name))
         try:
             return os.open(tmp, _FLAGS, mode, dir_fd=dir_fd), tmp
         except FileExistsError:
@@ -55,7 +55,7 @@ def temp_dir_beside(path):
     """
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
     while True:
-        tmp = os.path.join(folder, _temp_name(name))
+        tmp = os.path.join(folder, temp_name(name))
         try:
             os.mkdir(tmp, 0o777)
             return tmp
@@ -77,7 +77,7 @@ def swap_into_place(stage, path):
     if os.path.lexists(path):
         folder, name = os.path.split(os.path.abspath(path))
         while True:
-            old = os.path.join(folder, _temp_name(name)[:-4] + ".old")
+            old = os.path.join(folder, temp_name(name)[:-4] + ".old")
             if not os.path.lexists(old):
                 break
         os.rename(path, old)
