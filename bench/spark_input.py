@@ -22,7 +22,7 @@ import tempfile
 
 from _common import best_of, frame_corpus, table
 
-from gpumr.engines.spark import spark_context, splits
+from gpumr.engines.spark import input_splits, spark_context
 from gpumr.io.packing import pack
 from gpumr.sizes import parse_size
 
@@ -36,8 +36,7 @@ def via_hadoop(sc, folder, split_size):
 
 
 def via_read_split(sc, folder, split_size):
-    from gpumr.io.inputs import expand_inputs
-    items = splits(expand_inputs([folder]), split_size)
+    items = input_splits([folder], split_size)
 
     def read(part):
         from gpumr.io.records import Lost, read_split

@@ -35,6 +35,7 @@ whole files copied to a local temporary file (:func:`open_input`,
 """
 
 import contextlib
+import functools
 import io
 import os
 import posixpath
@@ -176,8 +177,8 @@ def _uri(uri, fs, inner):
 
 def stat(uri):
     """``("file", size)``, ``("folder", None)`` or ``(None, None)`` (nothing there) for ``uri``."""
-    from pyarrow.fs import FileType
     fs, inner = filesystem(uri)
+    from pyarrow.fs import FileType
     with _errors(uri):
         info = fs.get_file_info(inner)
     if info.type == FileType.File:
@@ -415,7 +416,9 @@ def _discard(fs, inner, kind):
 
 
 # -- the fallback: the `hadoop fs` command ------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _hadoop_fs():
+    """mrjob's ``hadoop fs`` wrapper (one per process: it remembers the Hadoop version it asked for)."""
     from mrjob.fs.hadoop import HadoopFilesystem
     return HadoopFilesystem()
 
