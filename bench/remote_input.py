@@ -24,9 +24,9 @@ import sys
 import tempfile
 import time
 
-from _common import best_of, frame_corpus, table
+from _common import best_of, frame_corpus, read_in_workers, table
 
-from gpumr.engines.spark import input_splits, spark_context
+from gpumr.engines.spark import spark_context
 from gpumr.io.packing import pack
 from gpumr.sizes import parse_size
 
@@ -35,29 +35,14 @@ READ = ("import sys; from gpumr.io.records import Lost, read_split; "
         "n = sum(1 for r in read_split(sys.argv[1]) if not isinstance(r, Lost)); assert n > 0")
 
 
-def read_all(sc, paths, split_size):
-    """Every record of ``paths`` read in the Python workers; ((records, bytes), tasks)."""
-    items = input_splits(paths, split_size)
-
-    def read(part):
-        from gpumr.io.records import Lost, read_split
-        n = size = 0
-        for path, start, end, name in part:
-            for r in read_split(path, start, end, name):
-                if not isinstance(r, Lost):
-                    n, size = n + 1, size + len(r.value)
-        yield n, size
-    rdd = sc.parallelize(items, len(items)).mapPartitions(read)
-    return rdd.reduce(lambda a, b: (a[0] + b[0], a[1] + b[1])), len(items)
-
-
 def spark_rows(seq, uri, a):
     sc = spark_context(a.master, "gpumr bench remote_input")
     rows, results = [], {}
     try:
         for name, where in (("local disk", seq), ("S3 server (moto, loopback)", uri)):
-            read_all(sc, [where], parse_size(a.split_size))  # warm-up: page cache, workers, pyarrow imported
-            best, median, (counts, tasks) = best_of(lambda: read_all(sc, [where], parse_size(a.split_size)), a.repeat)
+            split = parse_size(a.split_size)
+            read_in_workers(sc, [where], split)  # warm-up: page cache, workers started, pyarrow imported
+            best, median, (counts, tasks) = best_of(lambda: read_in_workers(sc, [where], split), a.repeat)
             results[name] = (best, counts)
             rows.append([name, tasks, counts[0], f"{counts[1] / 1e6:.0f}", f"{best:.2f}", f"{median:.2f}",
                          f"{counts[1] / 1e6 / best:.0f}"])

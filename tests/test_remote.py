@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from s3server import BUCKET, GatedProxy
 
-import seqfile
 from gpumr.cli import main
 from gpumr.engines.spark import MAX_SPLITS, run, splits
 from gpumr.engines.streaming import run_job
@@ -258,3 +257,14 @@ def test_the_mrjob_job_reads_s3_inputs_through_the_layer(s3, corrupt_stretch, sa
         got = by_key(lines_of(tmp_path / runner))
         assert got.pop(uris[-1])["lost"][0] == offsets[3], runner
         assert got == want and no_ms(counts) == no_ms(want_counts), runner
+
+
+def test_a_missing_uri_is_one_line_before_any_task(s3, tmp_path):
+    from gpumr.jobs.face_detect import MRFaceDetect
+    missing = f"s3://{BUCKET}/nothing/here"
+    with pytest.raises(GpumrError, match=f"^{missing}: no such file or directory$"):
+        run("faces", [missing, "-o", str(tmp_path / "o")])  # before a Spark context is made
+    with pytest.raises(GpumrError, match=f"^{missing}: no such file or directory$"):
+        MRFaceDetect(["-r", "local", missing]).check_options()
+    with pytest.raises(GpumrError, match="^gs://b/x: .*pyarrow has no filesystem for gs://$"):
+        run("faces", ["gs://b/x", "-o", str(tmp_path / "o")])

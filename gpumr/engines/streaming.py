@@ -170,6 +170,9 @@ class GpumrJob(MRJob):
         if not self.options.args:
             raise GpumrError("no input given")
         files = expand_inputs(local) if local else []
+        uris = [p for p in self.options.args if "://" in p]
+        if uris and (self.options.runner or "inline") in LOCAL_RUNNERS:
+            expand_inputs(uris)  # listed through gpumr.io.remote (for Hadoop, mrjob lists them with hadoop fs)
         # (With --hadoop-splits, Hadoop reads the files, and says so itself when one is not a SequenceFile.)
         if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits and local and not any(
                 looks_like_sequencefile(f) for f in files):

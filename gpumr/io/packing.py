@@ -311,7 +311,7 @@ def written_by_pack(path):
 
 
 def check_replaceable_uri(uri, kind, names, sharded):
-    """Refuse to replace what is at ``uri`` unless it is an earlier output of :func:`pack` (for ``pack -o URI --force``).
+    """Refuse to replace what is at ``uri`` unless it is an earlier :func:`pack` output (``pack -o URI --force``).
 
     Replaceable are: for shards, a folder holding nothing but ``part-NNNNN.seq``
     files; for one file, a file; either way every file's SequenceFile header
@@ -401,7 +401,7 @@ def _require_text_keys(reader, path):
 
 
 def info(path, max_record_size=None):
-    """Header facts, record count and byte totals of one SequenceFile at a path or URI (values are measured, not read)."""
+    """Header facts, record count and byte totals of one SequenceFile, path or URI (values measured, not read)."""
     with open_reader(path, values=False, max_record_size=max_record_size) as reader:
         h = reader.header
         count = value_bytes = 0

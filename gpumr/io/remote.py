@@ -19,11 +19,12 @@ mrjob jobs' map tasks. The talking is done by pyarrow's filesystems:
 * ``file://`` (``file:///path``): :class:`pyarrow.fs.LocalFileSystem`.
 
 What the layer does: list a file or a folder's visible files with their
-sizes (:func:`list_files`), open a file for byte-range reads
+sizes (:func:`list_files`, :func:`stat`), open a file for byte-range reads
 (:func:`open_input`: a buffered random-access file, each refill one ranged
-read), read a SequenceFile header (:func:`read_header`), write a file or a
-folder complete under a hidden name and only then make it visible
-(:func:`put`), delete (:func:`delete`).
+read), read a SequenceFile header (:func:`read_header`), copy a file here
+(:func:`fetch`), write a file or a folder complete under a hidden name and
+only then make it visible, replacing what was there only with the caller's
+proof that gpumr made it (:func:`check_put`, :func:`put`).
 
 Where pyarrow cannot serve a URI here (:func:`unavailable` says why: no
 pyarrow, as in ``gpumr bundle``'s archive; no ``libhdfs`` on this node; a
@@ -252,17 +253,6 @@ def fetch(uri, path):
         shutil.copyfileobj(src, dst, READ_BUFFER)
 
 
-def delete(uri):
-    """Delete the file or folder (everything under the prefix, on S3) at ``uri``."""
-    kind, _ = stat(uri)
-    fs, inner = filesystem(uri)
-    with _errors(uri):
-        if kind == "file":
-            fs.delete_file(inner)
-        elif kind == "folder":
-            fs.delete_dir(inner)
-
-
 def _tree(fs, inner):
     """Every file under folder ``inner`` (hidden ones too), as paths relative to it."""
     from pyarrow.fs import FileSelector, FileType
@@ -440,13 +430,12 @@ def _hadoop_list(uri):
     except (IOError, OSError) as exc:
         raise GpumrError(f"{printable(uri)}: hadoop fs cannot list it ({_first_line(exc)}), and {unavailable(uri)}") \
             from None
-    if found == [base]:
-        return found
-    direct = [u for u in found if u.startswith(base + "/") and "/" not in u[len(base) + 1:]]
-    out = sorted(u for u in direct if not _hidden(posixpath.basename(u)))
     if not found:
         raise GpumrError(f"{printable(uri)}: no such file or directory")
-    return out
+    if found == [base]:  # a file
+        return found
+    direct = [u for u in found if u.startswith(base + "/") and "/" not in u[len(base) + 1:]]
+    return sorted(u for u in direct if not _hidden(posixpath.basename(u)))
 
 
 def _hadoop_put(local, uri, replace):
