@@ -1,7 +1,8 @@
 """Records of one input split, for every engine: each record, or a note of what could not be read.
 
-The engines (mrjob's tasks, Spark's Python workers) read SequenceFiles with
-:func:`read_split` and hand each item to the core: a
+The engines (mrjob's tasks, Spark's Python workers) read SequenceFiles, at
+local paths or URIs (through :mod:`gpumr.io.remote`, only the byte ranges a
+split needs), with :func:`read_split` and hand each item to the core: a
 :class:`seqfile.reader.Record` is processed, an :class:`Unreadable` record
 becomes one ``error`` output line keyed by its key's bytes, and a
 :class:`Lost` stretch one ``error`` line naming the file and the byte range,
