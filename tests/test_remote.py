@@ -106,8 +106,11 @@ def test_pack_to_the_bucket_then_ls_info_cat_unpack(s3, sample_frames, tmp_path,
 
     name = sorted(os.listdir(sample_frames))[5]
     want = open(os.path.join(sample_frames, name), "rb").read()
-    out = subprocess.run([sys.executable, "-m", "gpumr", "cat", uri, name], capture_output=True)
-    assert out.returncode == 0 and out.stdout == want  # a separate process: the credentials came from its environment
+    # A separate process: the credentials come from its environment; the endpoint from the S3-only variable.
+    env = dict(os.environ, AWS_ENDPOINT_URL_S3=os.environ["AWS_ENDPOINT_URL"])
+    del env["AWS_ENDPOINT_URL"]
+    out = subprocess.run([sys.executable, "-m", "gpumr", "cat", uri, name], capture_output=True, env=env)
+    assert out.returncode == 0 and out.stdout == want
 
     monkeypatch.chdir(tmp_path)  # unpack -d file:///... is the local folder, never a folder named "file:"
     assert main(["unpack", uri, "-d", f"file://{tmp_path}/back", "-q"]) == 0
