@@ -523,3 +523,16 @@ def test_expect_pid_checks_who_serves_by_peer_credentials(tmp_path, started):
     err = wrong.stderr.strip().splitlines()
     assert wrong.returncode != 0 and err == [f"gpumr: error: scheduler at {path}: served by pid {proc.pid} "
                                              f"(uid {os.getuid()}), not by pid 1"]
+
+
+def test_pid_file_replaces_a_planted_link_and_goes_with_the_service(tmp_path, started):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    pid_file = tmp_path / "scheduler.pid"
+    pid_file.symlink_to(victim)
+    proc, path, _ = serve(tmp_path, "--pid-file", str(pid_file))
+    started.append(proc)
+    assert victim.read_text() == "precious\n"  # not written through
+    assert not pid_file.is_symlink() and pid_file.read_text() == f"{proc.pid}\n"
+    proc.terminate()
+    assert proc.wait(10) == 0 and not pid_file.exists() and victim.exists()
