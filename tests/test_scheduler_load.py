@@ -116,6 +116,17 @@ def _worker(lease_dir, socket_path, log, rounds):
     c.close()
 
 
+def tracked(log):
+    """From the + / - lines of every task: the most holders each GPU had at once, and GPU uses of each kind."""
+    live, peak, used = Counter(), Counter(), Counter()
+    for line in open(log).read().splitlines():
+        sign, dev, kind = line.split()
+        live[dev] += 1 if sign == "+" else -1
+        peak[dev] = max(peak[dev], live[dev])
+        used[kind] += sign == "+"
+    return peak, used
+
+
 def test_no_slot_is_ever_held_twice_by_lock_files_and_service_together(tmp_path, service):
     path, _ = service
     log = str(tmp_path / "events.log")
@@ -128,12 +139,7 @@ def test_no_slot_is_ever_held_twice_by_lock_files_and_service_together(tmp_path,
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
-    live, peak, used = Counter(), Counter(), Counter()
-    for line in open(log).read().splitlines():
-        sign, dev, kind = line.split()
-        live[dev] += 1 if sign == "+" else -1
-        peak[dev] = max(peak[dev], live[dev])
-        used[kind] += sign == "+"
+    peak, used = tracked(log)
     assert set(peak) == {"gpu:0", "gpu:1"} and max(peak.values()) == 1  # never two holders of one slot
     assert used["service"] > 10 and used["lockfile"] > 10, used  # both kinds really competed
 
@@ -208,12 +214,7 @@ def test_no_slot_is_held_twice_while_the_service_is_killed_and_restarted(tmp_pat
         proc.wait(10)
         proc.stdout.close()
     assert kills == 2 and [t.exitcode for t in tasks] == [0] * 6  # no task crashed on a release
-    live, peak, used = Counter(), Counter(), Counter()
-    for line in open(log).read().splitlines():
-        sign, dev, kind = line.split()
-        live[dev] += 1 if sign == "+" else -1
-        peak[dev] = max(peak[dev], live[dev])
-        used[kind] += sign == "+"
+    peak, used = tracked(log)
     assert set(peak) == {"gpu:0", "gpu:1"} and max(peak.values()) == 1, peak  # never two holders of one slot
     assert used["service"] > 20 and used["lockfile"] > 20, used
     records = Counter()

@@ -139,12 +139,18 @@ class LockFileLeases:
     def held_slots(self, gpu):
         """How many of ``gpu``'s slots are leased by any process now (this one included).
 
-        Only looks: a slot whose lock file does not exist is free, and none is created.
+        Only looks, and only at the slot files that exist (one folder listing):
+        a slot without a file is free, and no file is created.
         """
+        prefix = self.slot_name(gpu, "")[:-len(".lock")]
         busy = 0
-        for slot in range(self.slots):
+        for name in os.listdir(self.directory):
+            slot = name[len(prefix):-len(".lock")]
+            if not (name.startswith(prefix) and name.endswith(".lock") and slot.isascii() and slot.isdigit()
+                    and str(int(slot)) == slot and int(slot) < self.slots):
+                continue
             try:
-                fd = self._open(self.slot_name(gpu, slot), create=False)
+                fd = self._open(name, create=False)
             except FileNotFoundError:
                 continue
             try:
