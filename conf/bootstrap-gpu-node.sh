@@ -173,7 +173,8 @@ else
 fi
 
 pid=""
-for _ in $(seq 120); do
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
   candidate=$(service_pid)
   if [ "${candidate:-0}" != 0 ] && serves "$candidate"; then pid=$candidate; break; fi
   if [ "$SERVICE" = nohup ] && ! running "$started"; then
@@ -182,7 +183,7 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 if [ -z "$pid" ]; then
-  [ "$SERVICE" = nohup ] && kill -TERM "$started" 2>/dev/null
+  if [ "$SERVICE" = nohup ]; then kill -TERM "$started" 2>/dev/null || true; fi
   fail "the scheduler it started did not answer on $SOCKET within 60 s (its log: $LOG)"
 fi
 say "scheduler serving on $SOCKET ($(stat -c '%A %U:%G' "$SOCKET")) under $SERVICE, pid $pid"
