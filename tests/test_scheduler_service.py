@@ -536,3 +536,37 @@ def test_pid_file_replaces_a_planted_link_and_goes_with_the_service(tmp_path, st
     assert not pid_file.is_symlink() and pid_file.read_text() == f"{proc.pid}\n"
     proc.terminate()
     assert proc.wait(10) == 0 and not pid_file.exists() and victim.exists()
+
+
+def test_claims_come_in_reply_order_with_their_slots_lock(tmp_path, started):
+    """Pipelined acquires: each grant's descriptor is the lock file of the slot it granted, locked."""
+    import array
+    import fcntl
+    proc, path, _ = serve(tmp_path, "--policy", "round-robin", gpus="3")
+    started.append(proc)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(b'{"op": "acquire"}\n' * 3 + b'{"op": "status"}\n')
+    data, fds = b"", []
+    while data.count(b"\n") < 4:
+        chunk, ancillary, flags, _ = s.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+        assert chunk and not flags & socket.MSG_CTRUNC
+        data += chunk
+        for _, _, payload in ancillary:
+            fds += array.array("i", payload)
+    replies = [json.loads(line) for line in data.splitlines()]
+    grants = replies[:3]
+    assert [g["gpu"] for g in grants] == [0, 1, 2] and all(g["claim"] for g in grants) and len(fds) == 3
+    slot_files = {g["index"]: f"gpu-{g['uuid']}-slot-0.lock" for g in replies[3]["gpus"]}
+    for grant, fd in zip(grants, fds):
+        st = os.fstat(fd)
+        lock_file = os.stat(tmp_path / "leases" / slot_files[grant["gpu"]])
+        assert (st.st_dev, st.st_ino) == (lock_file.st_dev, lock_file.st_ino)
+        other = os.open(tmp_path / "leases" / slot_files[grant["gpu"]], os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held
+        os.close(other)
+    s.close()
+    for fd in fds:
+        os.close(fd)

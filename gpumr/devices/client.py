@@ -140,12 +140,14 @@ class SchedulerClient:
                 return line
             if len(self._rbuf) > MAX_REPLY:
                 raise ValueError(f"a reply longer than {MAX_REPLY} bytes")
-            data, ancillary, _, _ = self._sock.recvmsg(65536, socket.CMSG_SPACE(MAX_FDS * 4), _CLOEXEC)
+            data, ancillary, flags, _ = self._sock.recvmsg(65536, socket.CMSG_SPACE(MAX_FDS * 4), _CLOEXEC)
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds = array.array("i")
                     fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
                     self._fds.extend(fds)
+            if flags & socket.MSG_CTRUNC:  # descriptors lost: later claims could no longer be matched
+                raise ValueError("more claim descriptors at once than a client takes")
             if not data:
                 return b""
             self._rbuf += data
