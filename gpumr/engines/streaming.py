@@ -29,6 +29,7 @@ from mrjob.step import MRStep
 from ..core import GROUP, Processor
 from ..core.counters import summary, total
 from ..devices.chooser import MODES
+from ..devices.leases import MAX_SLOTS, check_slots
 from ..errors import GpumrError
 from ..io.inputs import describe_file, expand_inputs, looks_like_sequencefile
 from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
@@ -120,7 +121,7 @@ class GpumrJob(MRJob):
                               help="auto: per record, a GPU if one is free now, else the CPU (default); "
                                    "cpu: never touch CUDA; gpu: wait for a GPU")
         self.add_passthru_arg("--gpu-slots", type=int, default=1, metavar="N",
-                              help="map tasks that may share one GPU at once (default 1)")
+                              help=f"map tasks that may share one GPU at once (default 1, at most {MAX_SLOTS})")
         self.add_passthru_arg("--gpu-memory", type=size_arg, default=None, metavar="SIZE",
                               help="device memory a GPU batch needs, e.g. 2GiB (default: the workload's estimate)")
         self.add_passthru_arg("--reducers", type=int, default=1, metavar="N",
@@ -151,8 +152,7 @@ class GpumrJob(MRJob):
         """
         if self.options.reducers < 0:
             raise GpumrError(f"--reducers must be 0 or more, not {self.options.reducers}")
-        if self.options.gpu_slots < 1:
-            raise GpumrError(f"--gpu-slots must be 1 or more, not {self.options.gpu_slots}")
+        check_slots(self.options.gpu_slots, "--gpu-slots")
         local = [p for p in self.options.args if "://" not in p]
         if not self.options.args:
             raise GpumrError("no input given")
