@@ -1,10 +1,12 @@
 """Image records to grey arrays, refusing what is not a usable image before decoding it."""
 
 import io
+import re
 
 import numpy as np
 
 from ..core import BadRecord
+from ..limits import MAX_JPEG_SCANS
 
 #: Largest image accepted by default (decompression bombs are refused before decoding).
 MAX_PIXELS = 50_000_000
@@ -68,15 +70,60 @@ def _jpeg_size(data):
     return None
 
 
-def decode_gray(data, max_pixels=MAX_PIXELS):
+#: In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (stuffing) or a restart marker
+#: (0xD0-0xD7); any other byte after it (fill bytes 0xFF aside) starts the next marker segment.
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def jpeg_scans(data, most=MAX_JPEG_SCANS):
+    """How many scans (SOS segments) a JPEG holds, counting stops at ``most + 1``.
+
+    Walks the marker segments from SOI by their lengths and, after each
+    SOS, skips its entropy-coded data to the next marker (ITU T.81, B.1.1):
+    only real scan headers are counted, not bytes that look like one inside
+    other segments. Each scan is a pass of the decoder over the image, so
+    this bounds a progressive JPEG's decoding time before decoding it.
+    """
+    pos, end, scans = 2, len(data), 0
+    while pos + 4 <= end and scans <= most:
+        if data[pos] != 0xFF or data[pos + 1] in (0xFF, 0x00) or 0xD0 <= data[pos + 1] <= 0xD7:
+            m = _NEXT_MARKER.search(data, pos + 1)
+            if m is None:
+                break
+            pos = m.start()
+            continue
+        marker = data[pos + 1]
+        if marker == 0xD9:  # EOI
+            break
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if length < 2:
+            break
+        pos += 2 + length
+        if marker == 0xDA:
+            scans += 1
+            m = _NEXT_MARKER.search(data, pos)
+            if m is None:
+                break
+            pos = m.start()
+    return scans
+
+
+def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
     """Decode image bytes to an 8-bit grey array.
+
+    Parameters
+    ----------
+    check : callable, optional
+        ``check(width, height)``, called with the header's size before
+        decoding; it raises BadRecord to refuse the image unread.
 
     Raises
     ------
     BadRecord
-        Empty, undecodable, larger than ``max_pixels``, or of a size that
-        cannot be read from its header (the size is checked before decoding,
-        so a small file that would decode to gigabytes is never decoded).
+        Empty, undecodable, larger than ``max_pixels``, a JPEG of more than
+        :data:`gpumr.limits.MAX_JPEG_SCANS` scans, or of a size that cannot
+        be read from its header (the size is checked before decoding, so a
+        small file that would decode to gigabytes is never decoded).
     """
     import cv2
     if len(data) == 0:
@@ -90,6 +137,11 @@ def decode_gray(data, max_pixels=MAX_PIXELS):
         raise BadRecord(f"image of {size[0]}x{size[1]} pixels exceeds the limit of {max_pixels}")
     if size[0] <= 0 or size[1] <= 0:
         raise BadRecord(f"not a usable image: its header gives a size of {size[0]}x{size[1]} pixels")
+    if data[:2] == b"\xff\xd8" and jpeg_scans(data) > MAX_JPEG_SCANS:
+        raise BadRecord(f"JPEG of more than {MAX_JPEG_SCANS} scans (each a pass of the decoder over the image): "
+                        "refused unread")
+    if check is not None:
+        check(*size)
     buf = np.frombuffer(data, np.uint8)
     try:
         img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
