@@ -63,7 +63,7 @@ class Geometry:
 def _vec(d, name, n, source, integer=False, most=MAX_LENGTH_MM, signed=False):
     """Field ``name`` of ``d``: a list of ``n`` numbers, each checked against its limits (GpumrError)."""
     v = d[name]
-    if not isinstance(v, (list, tuple)) or len(v) != n:
+    if not isinstance(v, (list, tuple, np.ndarray)) or len(v) != n:
         raise GpumrError(f"{source}: {name} must be a list of {n} numbers, not {limits.shown(v)}")
     if integer:
         return tuple(limits.number(f"{source}: {name}[{i}]", x, 1, most, integer=True) for i, x in enumerate(v))
@@ -76,9 +76,10 @@ def _angles(d, source):
     """The projection angles (radians) from ``angles``, or ``nAngles`` over a full turn; checked first."""
     if "angles" in d:
         a = d["angles"]
-        if not isinstance(a, (list, tuple)) or not 1 <= len(a) <= MAX_ANGLES:
+        listed = isinstance(a, (list, tuple, np.ndarray))
+        if not listed or not 1 <= len(a) <= MAX_ANGLES:
             raise GpumrError(f"{source}: angles must be a list of 1 to {MAX_ANGLES:,} numbers (radians), not "
-                             + (f"a list of {len(a):,}" if isinstance(a, (list, tuple)) else limits.shown(a)))
+                             + (f"a list of {len(a):,}" if listed else limits.shown(a)))
         return np.array([limits.number(f"{source}: angles[{i}]", x, -MAX_ANGLE_RAD, MAX_ANGLE_RAD)
                          for i, x in enumerate(a)], np.float64)
     if "nAngles" in d:
