@@ -32,6 +32,8 @@ MAX_FACE_SIDE = 65535
 #: A JPEG may have at most this many scans (SOS markers): each is a pass of the decoder over the image.
 #: libjpeg's own progressive encoding makes 10 (6 for grey); many more only costs time.
 MAX_JPEG_SCANS = 100
+#: Frames on ``gpumr faces render``'s contact sheet (``--sheet-frames``): 320x240 each, kept in memory.
+MAX_SHEET_FRAMES = 100
 #: A cascade XML file may be at most this large (OpenCV's largest bundled cascade is 2.7 MB).
 MAX_CASCADE_BYTES = 16 << 20
 

@@ -204,6 +204,13 @@ def test_a_task_that_finds_no_gpu_fails_with_one_line_the_client_prints(faces, t
         assert lines[0].startswith("face_detect.py: error: " if runner == "inline" else "gpumr: error: ")
 
 
+def test_the_contact_sheet_is_bounded(faces):
+    refused(run(["-m", "gpumr", "faces", "render", str(faces / "frames.seq"), "--images", str(faces / "frames.seq"),
+                 "-d", str(faces / "pics"), "--sheet-frames", "1000"], str(faces)),
+            "--sheet-frames must be a whole number from 1 to 100, not 1000")
+    assert not (faces / "pics").exists()
+
+
 def test_sample_frames_are_bounded(tmp_path):
     refused(run(["-m", "gpumr", "sample", "-n", "20000", str(tmp_path / "s")], str(tmp_path)),
             "sample frames (-n, --frames) must be a whole number from 1 to 10,000, not 20000")

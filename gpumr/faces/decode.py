@@ -39,72 +39,65 @@ def image_size(data):
         return None
 
 
-def _jpeg_size(data):
-    """The size in a JPEG's first start-of-frame segment, walking the segments from SOI; None if there is none."""
+#: In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (stuffing) or a restart marker
+#: (0xD0-0xD7); any other byte after it (fill bytes 0xFF aside) starts the next marker.
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_segments(data):
+    """``(marker, offset)`` of each marker segment of a JPEG after SOI, up to EOI (ITU T.81, B.1.1).
+
+    Segments are walked by their lengths; after an SOS segment its
+    entropy-coded data is skipped to the next marker. Fill bytes, stray
+    bytes between segments (libjpeg skips them too) and the standalone
+    markers TEM and RSTn are passed over; a length below 2 ends the walk.
+    Only real segments are seen, never bytes inside another segment that
+    look like a marker.
+    """
     pos, end = 2, len(data)
     while pos + 4 <= end:
-        if data[pos] != 0xFF:  # stray bytes between segments: libjpeg skips them to the next marker too
-            pos = data.find(b"\xff", pos)
-            if pos < 0:
-                return None
-            continue
         marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
+        if data[pos] != 0xFF or marker in (0x00, 0x01, 0xFF) or 0xD0 <= marker <= 0xD7:
+            found = _NEXT_MARKER.search(data, pos + 1)
+            if found is None:
+                return
+            pos = found.start()
             continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):  # EOI, SOS before any frame header
-            return None
         length = int.from_bytes(data[pos + 2:pos + 4], "big")
-        if length < 2:
+        if marker == 0xD9 or length < 2:  # EOI
+            return
+        yield marker, pos
+        pos += 2 + length
+        if marker == 0xDA:
+            found = _NEXT_MARKER.search(data, pos)
+            if found is None:
+                return
+            pos = found.start()
+
+
+def _jpeg_size(data):
+    """The size in a JPEG's first start-of-frame segment; None if a scan or the end comes first."""
+    for marker, pos in _jpeg_segments(data):
+        if marker == 0xDA:
             return None
         if marker in _SOF:
-            if pos + 9 > end:
+            if pos + 9 > len(data):
                 return None
-            height = int.from_bytes(data[pos + 5:pos + 7], "big")
-            width = int.from_bytes(data[pos + 7:pos + 9], "big")
-            return width, height
-        pos += 2 + length
+            return int.from_bytes(data[pos + 7:pos + 9], "big"), int.from_bytes(data[pos + 5:pos + 7], "big")
     return None
-
-
-#: In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (stuffing) or a restart marker
-#: (0xD0-0xD7); any other byte after it (fill bytes 0xFF aside) starts the next marker segment.
-_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
 def jpeg_scans(data, most=MAX_JPEG_SCANS):
     """How many scans (SOS segments) a JPEG holds, counting stops at ``most + 1``.
 
-    Walks the marker segments from SOI by their lengths and, after each
-    SOS, skips its entropy-coded data to the next marker (ITU T.81, B.1.1):
-    only real scan headers are counted, not bytes that look like one inside
-    other segments. Each scan is a pass of the decoder over the image, so
-    this bounds a progressive JPEG's decoding time before decoding it.
+    Each scan is a pass of the decoder over the whole image, so this bounds
+    a progressive JPEG's decoding time before it is decoded.
     """
-    pos, end, scans = 2, len(data), 0
-    while pos + 4 <= end and scans <= most:
-        if data[pos] != 0xFF or data[pos + 1] in (0xFF, 0x00) or 0xD0 <= data[pos + 1] <= 0xD7:
-            m = _NEXT_MARKER.search(data, pos + 1)
-            if m is None:
-                break
-            pos = m.start()
-            continue
-        marker = data[pos + 1]
-        if marker == 0xD9:  # EOI
+    scans = 0
+    for marker, _ in _jpeg_segments(data):
+        scans += marker == 0xDA
+        if scans > most:
             break
-        length = int.from_bytes(data[pos + 2:pos + 4], "big")
-        if length < 2:
-            break
-        pos += 2 + length
-        if marker == 0xDA:
-            scans += 1
-            m = _NEXT_MARKER.search(data, pos)
-            if m is None:
-                break
-            pos = m.start()
     return scans
 
 
