@@ -508,7 +508,7 @@ def test_slot_counts_are_capped_with_one_line(tmp_path, cmd, option):
                        env=dict(os.environ, GPUMR_SIMULATE_GPUS="1"))
     err = r.stderr.strip().splitlines()
     assert r.returncode != 0 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert f"{option}: must be a whole number from 1 to 256" in err[0]
+    assert f"{option.split()[0]} must be a whole number from 1 to 256, not {option.split()[1]}" in err[0]
     assert time.monotonic() - t0 < 30 and os.listdir(tmp_path) == []  # refused before anything was made
 
 

@@ -9,6 +9,7 @@ import math
 import os
 import time
 
+from .. import limits
 from ..errors import GpumrError
 from .args import command, positive
 
@@ -80,6 +81,10 @@ def cmd_phantom(args):
     from ..ct.projections import encode_tiff
     from ..ct.slices import save_volume
     g = geometry.load(args.geometry) if args.geometry else _geometry_from(args)
+    if args.noise_i0 is not None:
+        limits.number("--noise-i0", args.noise_i0, above=0, most=limits.MAX_I0)
+        limits.number("--mu-scale", args.mu_scale, above=0, most=limits.MAX_LENGTH_MM)
+        limits.number("--seed", args.seed, least=0, integer=True)
     t0 = time.perf_counter()
     with Writer(args.output) as w:
         stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
@@ -100,8 +105,9 @@ def cmd_plan(args):
     from seqfile.atomic import write_bytes
 
     from ..ct import geometry
-    from ..ct.workload import plan
+    from ..ct.workload import check_slab, plan
     g = geometry.load(_find_geometry(args))
+    check_slab(g, args.slab)
     lines = plan(g.nVoxel[0], args.slab)
     parts = max(1, min(args.parts, len(lines)))
     if os.path.exists(args.output):
@@ -120,7 +126,7 @@ def cmd_reconstruct(args):
     from ..ct.slices import preview, save_volume
     g = geometry.load(_find_geometry(args))
     if args.threads:
-        set_threads(args.threads)
+        set_threads(limits.number("--threads", args.threads, 1, limits.MAX_THREADS, integer=True))
     t0 = time.perf_counter()
     vol = backproject(filter_projections(read_set(args.projections, g, args.i0), g, args.filter), g)
     save_volume(vol, args.output)

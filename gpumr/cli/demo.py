@@ -12,7 +12,7 @@ from ..core.counters import summary
 from ..errors import GpumrError
 from ..engines.streaming import run_job
 from ..faces.render import render
-from ..faces.sample import make_frames
+from ..faces.sample import frame_count, make_frames
 from ..io.packing import pack
 
 
@@ -50,6 +50,7 @@ def prepare_output(output):
 
 def demo(output, frames=48, shards=2, runner="local", log=print):
     """Run the whole demo into folder ``output`` (see :func:`prepare_output`); returns the summary dict."""
+    frame_count(frames)
     prepare_output(output)
     frame_dir = os.path.join(output, "frames")
     seq_dir = os.path.join(output, "frames.seq")

@@ -73,6 +73,27 @@ class Choice:
 
 
 CPU = Choice()
+
+
+def _no_gpu(reason):
+    return GpumrError(f"--device gpu: no GPU on this node ({reason})")
+
+
+def require_gpu(nvml=None, env=None):
+    """Refuse ``--device gpu`` where the tasks will run on this node and it has no GPU.
+
+    The launcher calls it when it knows the tasks run here (inline and local
+    runners, a local Spark master), so that the refusal comes before any
+    task; elsewhere each task's :class:`DeviceChooser` refuses the same way.
+
+    Raises
+    ------
+    GpumrError
+        Saying why there is no GPU (no driver, no device, none simulated).
+    """
+    found = _nvml.discover(nvml, env)
+    if not found.gpus:
+        raise _no_gpu(found.reason)
 _FAILED = object()  # the service just failed to answer
 
 
@@ -130,7 +151,7 @@ class DeviceChooser:
             self._absent = first.reason if not first.gpus else \
                 f"none of the GPUs assigned to this task ({sorted(self._only)}) is on this node"
             if mode == "gpu":
-                raise GpumrError(f"--device gpu: no GPU on this node ({self._absent})")
+                raise _no_gpu(self._absent)
             return
         self._leases = LockFileLeases(lease_dir, slots)
         if scheduler is not False:

@@ -23,14 +23,14 @@ import fcntl
 import os
 import time
 
+from .. import limits
 from ..errors import GpumrError
 from .paths import lease_dir
 
 #: How lock and context files are opened: never through a symlink, never inherited by children.
 OPEN_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-#: Most slots (leases) per GPU: ``--gpu-slots`` and ``--slots-per-gpu`` are refused above it (each
-#: slot may cost a lock file and a look at it per request; more tasks per GPU than this is a mistake).
-MAX_SLOTS = 256
+#: Most slots (leases) per GPU, as :mod:`gpumr.limits` states it.
+MAX_SLOTS = limits.MAX_GPU_SLOTS
 
 
 def check_slots(value, option="--gpu-slots"):
@@ -40,9 +40,7 @@ def check_slots(value, option="--gpu-slots"):
     ------
     GpumrError
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS:
-        raise GpumrError(f"{option} {value!r}: must be a whole number from 1 to {MAX_SLOTS} (slots per GPU)")
-    return value
+    return limits.number(option, value, 1, MAX_SLOTS, integer=True)
 
 
 def _safe(uuid):

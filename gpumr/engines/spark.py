@@ -284,8 +284,22 @@ def parse(kind, argv):
             raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
         job = make_job(kind, [projections, *rest])
     job.check_options()
+    if kind == "backproject":
+        from ..ct import geometry
+        from ..ct.workload import check_slab
+        check_slab(geometry.load(job.options.geometry), opts.slab)
+    if job.options.device == "gpu" and _executors_here(opts.master):
+        from ..devices.chooser import require_gpu
+        require_gpu()
     opts.job_args = rest
     return opts, job
+
+
+def _executors_here(master):
+    """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
+    if master is None:
+        return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
+    return master.startswith("local")
 
 
 def spark_context(master=None, app_name="gpumr"):

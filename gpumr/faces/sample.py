@@ -13,6 +13,8 @@ import numpy as np
 
 from seqfile.atomic import write_bytes
 
+from .. import limits
+
 FRAME_SIZE = (640, 480)
 _BACKGROUNDS = ("coffee", "chelsea", "rocket", "hubble_deep_field", "astronaut",
                 "retina", "immunohistochemistry", "coffee")
@@ -48,6 +50,11 @@ def _faces():
     return [astro] + [_rgb(f) for f in lfw]
 
 
+def frame_count(count):
+    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`; else GpumrError."""
+    return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
+
+
 def make_frames(dest, count=48, seed=0, quality=90):
     """Write ``count`` sample frames ``frame_00000.jpg``... into ``dest``.
 
@@ -55,8 +62,15 @@ def make_frames(dest, count=48, seed=0, quality=90):
     -------
     list of str
         The paths written, in order.
+
+    Raises
+    ------
+    GpumrError
+        ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``.
     """
     import cv2
+    count = frame_count(count)
+    limits.number("--seed", seed, least=0, integer=True)
     os.makedirs(dest, exist_ok=True)
     rng = np.random.default_rng(seed)
     strip = _mosaic()
