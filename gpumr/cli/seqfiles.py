@@ -32,9 +32,6 @@ def cmd_pack(args):
     if len(skipped) > SHOWN_SKIPS:
         print(f"gpumr: warning: skipped {len(skipped) - SHOWN_SKIPS} more entries that are not regular files "
               "or not followed", file=sys.stderr)
-    if stats["kept"]:
-        print(f"gpumr: warning: the old output was set aside as {printable(stats['kept'])}, not removed: "
-              "it holds files gpumr did not make", file=sys.stderr)
     links = f"; followed {stats['linked']} symbolic link{'s' if stats['linked'] != 1 else ''} to files inside " \
             "the packed folders" if stats["linked"] else ""
     skips = f"; skipped {len(skipped)} (see warnings)" if skipped else ""

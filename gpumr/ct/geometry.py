@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqfile.atomic import write_bytes
-
 from ..errors import GpumrError
+from ..io.outputs import write_file
 
 _REQUIRED = ("DSO", "DSD", "nDetector", "dDetector", "nVoxel", "dVoxel")
 
@@ -52,8 +51,8 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON, atomically."""
-        write_bytes(path, json.dumps(self.to_dict(), indent=1).encode())
+        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`)."""
+        write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
 def _vec(d, name, n, source, kind=float, positive=True):

@@ -16,6 +16,7 @@ from ..errors import GpumrError
 from ..io.inputs import expand_inputs
 from ..io.joboutput import read_job_output
 from ..io.keyfiles import KeyFiles
+from ..io.outputs import FolderOutput
 
 
 def draw_boxes(image, faces, thickness=2):
@@ -53,7 +54,10 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     images : list of str
         The SequenceFiles the job read.
     directory : str
-        Where ``<key>`` (boxes drawn, JPEG) and ``contact_sheet.png`` go.
+        The folder of ``<key>`` pictures (boxes drawn, JPEG) and
+        ``contact_sheet.png``: one output (:class:`gpumr.io.outputs.FolderOutput`),
+        new, empty or an earlier ``gpumr faces render`` folder, never one
+        holding the inputs.
 
     Returns
     -------
@@ -61,11 +65,29 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
         ``frames`` drawn, ``faces`` drawn, ``errors`` (records with an error), ``sheet`` path.
     """
     import cv2
+    output = FolderOutput(directory, "gpumr faces render", inputs=[*outputs, *images], option="-d")
     results = dict(read_job_output(outputs))
+    with output as stage:
+        drawn, faces, tiles = _draw(results, images, stage)
+        if not drawn:
+            raise GpumrError("no record of the job output matches an image in the given SequenceFiles")
+        tiles.sort(key=lambda t: t[0])
+        chosen = tiles[:sheet_frames]
+        sheet = contact_sheet([t[1] for t in chosen], columns,
+                              labels=[f"{t[0]}  {t[2]} face(s)  {t[3]}" for t in chosen])
+        ok, buf = cv2.imencode(".png", sheet)
+        write_bytes(os.path.join(stage, "contact_sheet.png"), buf.tobytes())
+    errors = sum(1 for v in results.values() if "error" in v)
+    return dict(frames=drawn, faces=faces, errors=errors, sheet=os.path.join(directory, "contact_sheet.png"))
+
+
+def _draw(results, images, folder):
+    """Draw each result's boxes onto its frame, written into ``folder``; return ``(frames, faces, tiles)``."""
+    import cv2
     drawn = faces = 0
     tiles = []
-    # Pictures go where unpack would put the frames: never through a link, never outside ``directory``.
-    with KeyFiles(directory, force=True) as out:
+    # Pictures go where unpack would put the frames: never through a link, never outside ``folder``.
+    with KeyFiles(folder, record=False) as out:
         for path in expand_inputs(images):
             with Reader(path) as reader:
                 for key, value, _ in reader:
@@ -81,14 +103,4 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
                     drawn += 1
                     faces += len(res["faces"])
                     tiles.append((key, boxed, len(res["faces"]), res.get("device", "?")))
-    if not drawn:
-        raise GpumrError("no record of the job output matches an image in the given SequenceFiles")
-    tiles.sort(key=lambda t: t[0])
-    chosen = tiles[:sheet_frames]
-    sheet = contact_sheet([t[1] for t in chosen], columns,
-                          labels=[f"{t[0]}  {t[2]} face(s)  {t[3]}" for t in chosen])
-    sheet_path = os.path.join(directory, "contact_sheet.png")
-    ok, buf = cv2.imencode(".png", sheet)
-    write_bytes(sheet_path, buf.tobytes())
-    errors = sum(1 for v in results.values() if "error" in v)
-    return dict(frames=drawn, faces=faces, errors=errors, sheet=sheet_path)
+    return drawn, faces, tiles
