@@ -28,7 +28,8 @@ with ``SparkContext.addFile``.
 
 Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
 sorted, in ``OUT/part-*`` through ``saveAsTextFile`` (Hadoop's output
-committer: part files appear only when the job succeeds). Counters: one
+committer: part files appear only when the job succeeds), as one output
+under gpumr's ownership rule (:mod:`gpumr.io.outputs`). Counters: one
 Spark accumulator holding each partition's gpumr counters by partition id,
 so a partition that Spark re-runs (a lost executor) replaces its counts
 instead of adding them twice; their totals feed the same summary line as

@@ -463,8 +463,8 @@ class FolderOutput:
         if proof is not None:
             proof.save()
         if self.kept:
-            self.log(f"the old {printable(self.path)} was set aside as {printable(self.kept)}, not removed: it "
-                     "holds files gpumr did not make, or that changed since gpumr wrote them")
+            self.log(f"{printable(self.path)}: the old output was set aside as {printable(self.kept)}, not "
+                     "removed: it holds files gpumr did not make, or that changed since gpumr wrote them")
         return self.kept
 
     def abort(self):
