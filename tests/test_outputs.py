@@ -212,6 +212,20 @@ def test_pack_passes_over_gpumrs_proofs(tmp_path, capsys):
     assert sorted(k for k, _, _ in seqfile.Reader(str(tmp_path / "out.seq"))) == [".hidden.jpg", "a.json"]
 
 
+def test_a_job_on_this_machine_never_writes_into_a_users_output_folder(tmp_path, capsys):
+    """mrjob's inline and local runners write part-NNNNN into --output-dir over whatever is there."""
+    (tmp_path / "frames").mkdir()
+    (tmp_path / "frames" / "a.jpg").write_bytes(b"not an image")
+    assert run(capsys, "pack", tmp_path / "frames", "-o", tmp_path / "in.seq", "-q")[0] == 0
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "part-00000").write_text("my results")
+    proc = subprocess.run([sys.executable, "-m", "gpumr.jobs.face_detect", "-r", "inline", str(tmp_path / "in.seq"),
+                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--output-dir" in proc.stderr and "already exists and is not an empty folder" in proc.stderr
+    assert listing(tmp_path / "out") == {"part-00000": b"my results"}
+
+
 # ---- class 6: the bundle -------------------------------------------------------------------------------
 
 #: What the planted files hold; no file of the bundle may.

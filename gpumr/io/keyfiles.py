@@ -10,8 +10,8 @@ one name at a time relative to an open descriptor of the folder above
 inside DIR, planted before or during the run, is refused, not written
 through. Each file is written atomically (:class:`seqfile.atomic.AtomicFile`)
 under gpumr's ownership rule (:mod:`gpumr.io.outputs`): an existing file is
-replaced only when asked (``force``) and only if the proof beside DIR
-(``.DIR.gpumr``, where the files written are recorded) vouches that gpumr
+replaced only when asked (``force``) and only if the proof in DIR
+(``DIR/.gpumr``, where the files written are recorded) vouches that gpumr
 wrote what it holds.
 """
 
@@ -24,7 +24,7 @@ from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
 from .inputs import kind
-from .outputs import Proof, check_local, digest, proof_path, warn
+from .outputs import FOLDER_PROOF, Proof, check_local, digest, warn
 
 #: The most folders a key may name before its file (deeper keys are refused).
 MAX_DEPTH = 255
@@ -64,25 +64,32 @@ class KeyFiles:
         self._seen = set()
         self._written = {}
         check_local(self.directory, "-d")
-        self._proof_path = proof_path(self.directory)
-        self._proof = Proof.load(self._proof_path) if record else None
         os.makedirs(self.directory, exist_ok=True)
         self._root = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self._proof = Proof.load(FOLDER_PROOF, self._root) if record else None
+        except BaseException:
+            self.close()
+            raise
         try:
             self._name_max = os.fpathconf(self._root, "PC_NAME_MAX")
         except (OSError, ValueError):
             self._name_max = 255
 
     def close(self):
-        """Record the files written in the proof beside the folder; close the folder's descriptor."""
+        """Record the files written in the proof in the folder (``DIR/.gpumr``); close the folder's descriptor."""
         if self._root is None:
             return
-        os.close(self._root)
-        self._root = None
-        if not (self.record and self._written):
-            return
         try:
-            proof = Proof.load(self._proof_path) or Proof(self._proof_path, "gpumr unpack", [{}])
+            if self.record and self._written:
+                self._record()
+        finally:
+            os.close(self._root)
+            self._root = None
+
+    def _record(self):
+        try:
+            proof = Proof.load(FOLDER_PROOF, self._root) or Proof(FOLDER_PROOF, "gpumr unpack", [{}], self._root)
             if not proof.versions:
                 proof.versions.append({})
             for v in proof.versions[1:]:
@@ -92,8 +99,7 @@ class KeyFiles:
             proof.save()
         except (OSError, GpumrError) as exc:
             warn(f"could not record the files written in {printable(self.directory)} as gpumr's "
-                 f"({printable(self._proof_path)}: {getattr(exc, 'strerror', None) or exc}); --force will not "
-                 "replace them")
+                 f"({FOLDER_PROOF}: {getattr(exc, 'strerror', None) or exc}); --force will not replace them")
 
     def __enter__(self):
         return self
@@ -117,6 +123,9 @@ class KeyFiles:
         parts = key.split("/")
         if any(p in ("", ".", "..") for p in parts):
             raise self._refuse(key, f"it has an empty, '.' or '..' part, or climbs out of {printable(self.directory)}")
+        if self.record and key == FOLDER_PROOF:
+            raise self._refuse(key, f"{FOLDER_PROOF} in {printable(self.directory)} is gpumr's record of the files "
+                                    "it wrote there")
         if len(parts) - 1 > MAX_DEPTH:
             raise self._refuse(key, f"it is {len(parts) - 1} folders deep; the limit is {MAX_DEPTH}")
         for p in parts:
@@ -182,8 +191,7 @@ class KeyFiles:
                                         "(use --force to replace files that gpumr wrote)")
             if not self._ours(key, name, folder):
                 raise self._refuse(key, f"it exists in {printable(self.directory)} and gpumr did not write it "
-                                        f"(or it changed since: {printable(os.path.basename(self._proof_path))} "
-                                        "does not vouch for it); not replaced")
+                                        f"(or it changed since: {FOLDER_PROOF} does not vouch for it); not replaced")
         try:
             replace = (lambda old: self._ours(key, old, folder)) if self.force else False
             with AtomicFile(name, dir_fd=folder, replace=replace) as f:

@@ -19,7 +19,9 @@ The rule:
 
 Proof of authorship. Beside an output ``NAME`` lies ``.NAME.gpumr``, a small
 JSON file: the command that made the output and the size and SHA-256 of
-each file in it (for a file output, of the file itself). An output is
+each file in it (for a file output, of the file itself); files written one
+by one into a folder the user named (``gpumr unpack -d DIR``) are listed in
+``DIR/.gpumr``, beside them. An output is
 gpumr's while its proof vouches for everything it holds: a folder holding a
 file that is not listed, or a listed file whose content changed, is not.
 A SequenceFile that ``gpumr pack`` wrote carries its proof in its own header
@@ -56,6 +58,8 @@ from .inputs import READ_FLAGS, kind
 SEQFILE_MARK = "gpumr.pack"
 #: The names of the shards in a folder written by ``gpumr pack``.
 PACK_PART = re.compile(r"part-[0-9]{5}\.seq\Z")
+#: The proof of the files written one by one into a folder the user named (``gpumr unpack -d DIR``) lies in it.
+FOLDER_PROOF = ".gpumr"
 #: The largest proof file read (about two million files listed); a larger one is not gpumr's.
 MAX_PROOF = 256 * 1024 * 1024
 
@@ -122,20 +126,25 @@ class Proof:
         the old one.
     """
 
-    def __init__(self, path, output, versions=()):
+    def __init__(self, path, output, versions=(), dir_fd=None):
         self.path = path
         self.output = output
         self.versions = [dict(v) for v in versions]
+        self.dir_fd = dir_fd
 
     @classmethod
-    def load(cls, path):
-        """The proof at ``path``, None if there is none; GpumrError if a file there is not a gpumr proof."""
+    def load(cls, path, dir_fd=None):
+        """The proof at ``path`` (in open folder ``dir_fd``), None if there is none; GpumrError if not a proof."""
         try:
-            fd = os.open(path, READ_FLAGS)
+            fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _not_a_proof(path, "a symbolic link" if os.path.islink(path) else exc.strerror) from None
+            try:
+                link = stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = False
+            raise _not_a_proof(path, "a symbolic link" if link else exc.strerror) from None
         with open(fd, "rb") as f:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -154,15 +163,19 @@ class Proof:
             ok = False
         if not ok:
             raise _not_a_proof(path, "not the JSON gpumr writes")
-        return cls(path, output, versions)
+        return cls(path, output, versions, dir_fd)
 
     def save(self):
         """Write the proof atomically (replacing only an earlier gpumr proof)."""
         doc = {"gpumr": __version__, "output": self.output,
                "versions": [{k: list(e) for k, e in v.items()} for v in self.versions]}
+        data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        if len(data) > MAX_PROOF:
+            raise GpumrError(f"{printable(self.path)}: the proof would take {len(data)} bytes, more than a proof's "
+                             f"{MAX_PROOF}: too many files in one output")
         try:
-            with AtomicFile(self.path, replace=is_proof) as f:
-                f.write(json.dumps(doc, separators=(",", ":"), sort_keys=True).encode())
+            with AtomicFile(self.path, dir_fd=self.dir_fd, replace=lambda old: is_proof(old, self.dir_fd)) as f:
+                f.write(data)
         except NotReplaced:
             raise _not_a_proof(self.path, "a file that appeared meanwhile") from None
 
@@ -179,9 +192,10 @@ class Proof:
         return found is not None and any(tuple(v.get(rel, ())) == tuple(found) for v in self.versions)
 
 
-def is_proof(path):
+def is_proof(path, dir_fd=None):
+    """Whether ``path`` (in open folder ``dir_fd``) is a gpumr proof file, which gpumr may replace."""
     try:
-        return Proof.load(path) is not None
+        return Proof.load(path, dir_fd) is not None
     except GpumrError:
         return False
 
@@ -514,4 +528,4 @@ def _remove_old(old, proof, pack_parts):
 
 
 __all__ = ["check_output", "check_local", "FileOutput", "FolderOutput", "Proof", "write_file", "digest",
-           "proof_path", "is_proof", "marked_sequencefile", "SEQFILE_MARK", "PACK_PART", "warn"]
+           "proof_path", "is_proof", "marked_sequencefile", "SEQFILE_MARK", "PACK_PART", "FOLDER_PROOF", "warn"]
