@@ -36,16 +36,20 @@ def _temp_name(name):
     return f".{stem}.{secrets.token_hex(4)}.tmp"
 
 
+def _split(path, dir_fd=None):
+    """``(folder, name)`` of ``path``; with ``dir_fd``, ``path`` is a plain name in that open folder (folder "")."""
+    if dir_fd is None:
+        return os.path.split(os.path.abspath(os.fspath(path)))
+    return "", os.fspath(path)
+
+
 def _temp_beside(path, mode=0o666, dir_fd=None):
     """Create an empty hidden file beside ``path``; return ``(fd, temp path)``.
 
     With ``dir_fd``, ``path`` is a plain name in that open folder and the
     temporary path returned is a plain name there too.
     """
-    if dir_fd is None:
-        folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    else:
-        folder, name = "", os.fspath(path)
+    folder, name = _split(path, dir_fd)
     while True:
         tmp = os.path.join(folder, _temp_name(name))
         try:
@@ -59,7 +63,7 @@ def temp_dir_beside(path):
 
     For outputs made of several files: fill it, then rename it to ``path``.
     """
-    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    folder, name = _split(path)
     while True:
         tmp = os.path.join(folder, _temp_name(name))
         try:
@@ -80,10 +84,7 @@ def set_aside(path, dir_fd=None):
     With ``dir_fd``, ``path`` is a plain name in that open folder and so is
     the name returned. Raises FileNotFoundError if ``path`` does not exist.
     """
-    if dir_fd is None:
-        folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    else:
-        folder, name = "", os.fspath(path)
+    folder, name = _split(path, dir_fd)
     while True:
         old = os.path.join(folder, _aside_name(name))
         try:

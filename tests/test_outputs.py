@@ -17,27 +17,11 @@ import zipfile
 import pytest
 
 import seqfile
-from gpumr.cli import main
 from gpumr.io.outputs import digest, proof_path, write_file
+from test_file_safety import run
+from test_file_safety import tree_listing as listing
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def listing(root):
-    """Every path under ``root`` (links not followed, hidden names included) with its bytes (None: folder, link)."""
-    got = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            regular = os.path.isfile(path) and not os.path.islink(path)
-            got[os.path.relpath(path, root)] = open(path, "rb").read() if regular else None
-    return got
 
 
 def gpumr(*argv, cwd, wait=True):

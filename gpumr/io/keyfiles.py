@@ -49,8 +49,8 @@ class KeyFiles:
         for them), never anything else; without it an existing file is a
         refused key.
     record : bool
-        Record the files written in the proof beside ``directory`` when
-        closing (False inside a folder output's stage, whose proof lists
+        Record the files written in ``directory/.gpumr`` when closing
+        (False inside a folder output's stage, whose own proof lists
         everything in it).
 
     Use as a context manager; :meth:`write` raises :class:`KeyRefused` for a

@@ -476,6 +476,8 @@ class FolderOutput:
             self.kept = _remove_old(old, old_proof, self.pack_parts)
         if proof is not None:
             proof.save()
+        elif old_proof is not None:  # a stale proof beside parts that prove themselves: gpumr's, and wrong now
+            os.unlink(ppath)
         if self.kept:
             self.log(f"{printable(self.path)}: the old output was set aside as {printable(self.kept)}, not "
                      "removed: it holds files gpumr did not make, or that changed since gpumr wrote them")
