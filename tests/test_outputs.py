@@ -186,6 +186,17 @@ def test_build_kernels_and_bundle_refuse_a_users_file_before_any_work(tmp_path, 
     assert listing(tmp_path) == before
 
 
+def test_a_stale_proof_beside_a_pack_folder_goes_with_the_next_pack(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "sample", "out", "-n", "1")[0] == 0
+    shutil.rmtree(tmp_path / "out")  # the proof .out.gpumr stays behind
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jpg").write_bytes(b"a")
+    for force in ([], ["--force"]):  # pack's shards prove themselves: the stale proof must not block the next pack
+        assert run(capsys, "pack", "src", "-o", "out", "--shards", "1", "-q", *force)[0] == 0
+        assert sorted(os.listdir(tmp_path)) == ["out", "src"]
+
+
 def test_pack_passes_over_gpumrs_proofs(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

@@ -228,7 +228,7 @@ def _not_home(path, inputs):
 
 
 def _walk(top):
-    """``(relative path, stat)`` of every entry below folder ``top``, a folder before what it holds; links not followed."""
+    """``(relative path, stat)`` of every entry below folder ``top``, a folder before its contents; no link followed."""
     stack = [""]
     while stack:
         rel = stack.pop()
