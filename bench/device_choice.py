@@ -69,7 +69,7 @@ def face_work(n=20):
     from gpumr.faces.sample import make_frames
     cv2.setNumThreads(1)
     with tempfile.TemporaryDirectory() as d:
-        blobs = [np.fromfile(p, np.uint8) for p in make_frames(d, count=8)]
+        blobs = [np.fromfile(p, np.uint8) for p in make_frames(os.path.join(d, "frames"), count=8)]
     clf = load_cascade()
     t0 = time.perf_counter()
     for i in range(n):

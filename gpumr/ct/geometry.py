@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqfile.atomic import write_bytes
-
 from .. import limits
 from ..errors import GpumrError
+from ..io.outputs import write_file
 from ..limits import (MAX_ANGLE_RAD, MAX_ANGLES, MAX_DETECTOR_PIXELS, MAX_DETECTOR_SIDE, MAX_GEOMETRY_BYTES,
                       MAX_LENGTH_MM, MAX_PROJECTION_SAMPLES, MAX_VOXEL_SIDE, MAX_VOXELS)
 
@@ -56,8 +55,8 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON, atomically."""
-        write_bytes(path, json.dumps(self.to_dict(), indent=1).encode())
+        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`)."""
+        write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
 def _vec(d, name, n, source, integer=False, most=MAX_LENGTH_MM, signed=False):

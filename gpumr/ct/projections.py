@@ -15,6 +15,7 @@ from seqfile import Reader, Writer
 
 from .. import limits
 from ..errors import GpumrError
+from ..io.outputs import FileOutput
 
 
 def encode_tiff(image):
@@ -100,9 +101,13 @@ def decode(name, data, i0=None, shape=None):
     return img
 
 
-def write_set(path, projections, prefix="proj_"):
-    """Write projections [angle, row, col] as float TIFF records ``proj_0000.tif``..."""
-    with Writer(path) as w:
+def write_set(path, projections, prefix="proj_", inputs=()):
+    """Write projections (an iterable of 2-D arrays) as float TIFF records ``proj_0000.tif``...
+
+    The SequenceFile is written under gpumr's output rule
+    (:class:`gpumr.io.outputs.FileOutput`; never replacing one of ``inputs``).
+    """
+    with Writer(path, out=FileOutput(path, "gpumr ct phantom", inputs=inputs).begin()) as w:
         for i, p in enumerate(projections):
             w.append(f"{prefix}{i:04d}.tif", encode_tiff(p))
 

@@ -10,10 +10,9 @@ import zlib
 
 import numpy as np
 
-from seqfile.atomic import AtomicFile, write_bytes
-
 from .. import limits
 from ..errors import GpumrError
+from ..io.outputs import FileOutput, write_file
 
 
 def encode_slice(z, nz, image, device):
@@ -93,18 +92,22 @@ def assemble(results):
     return np.stack([seen[z] for z in range(nz)])
 
 
-def save_volume(volume, path, tiff=None):
-    """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``), atomically."""
-    with AtomicFile(path) as f:
+def save_volume(volume, path, tiff=None, inputs=()):
+    """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``) under gpumr's output rule.
+
+    Each file appears whole or not at all and replaces only an earlier
+    gpumr output, never one of ``inputs`` (:class:`gpumr.io.outputs.FileOutput`).
+    """
+    with FileOutput(path, "gpumr ct", inputs=inputs) as f:
         np.save(f, volume.astype(np.float32, copy=False))
     if tiff:
         import tifffile
-        with AtomicFile(tiff) as f:
+        with FileOutput(tiff, "gpumr ct", inputs=inputs, option="--tiff") as f:
             tifffile.imwrite(f, volume.astype(np.float32, copy=False))
 
 
-def preview(volume, path):
-    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side."""
+def preview(volume, path, inputs=()):
+    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side (see :func:`save_volume`)."""
     import cv2
     nz, ny, nx = volume.shape
     views = [volume[nz // 2], volume[:, ny // 2, :], volume[:, :, nx // 2]]
@@ -117,4 +120,4 @@ def preview(volume, path):
         img = cv2.resize((img * 255).astype(np.uint8), (size, size), interpolation=cv2.INTER_NEAREST)
         tiles.append(np.pad(img, 4, constant_values=40))
     ok, buf = cv2.imencode(".png", np.concatenate(tiles, axis=1))
-    write_bytes(path, buf.tobytes())
+    write_file(path, buf.tobytes(), "gpumr ct", inputs=inputs, option="--preview")

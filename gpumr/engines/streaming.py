@@ -167,6 +167,13 @@ class GpumrJob(MRJob):
             shown = ", ".join(f"{f} ({describe_file(f)})" for f in files[:3]) + (" ..." if len(files) > 3 else "")
             raise GpumrError(f"no SequenceFile among the inputs: {shown}; pack files first: "
                              f"gpumr pack {local[0]} -o {local[0].rstrip('/')}.seq")
+        out = self.options.output_dir
+        if (self.options.runner or "inline") in LOCAL_RUNNERS and out and "://" not in out and os.path.lexists(out) \
+                and not (os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out)):
+            # mrjob's runners on this machine would write part-NNNNN into it over whatever is there.
+            raise GpumrError(f"--output-dir {out}: already exists and is not an empty folder; choose a new folder "
+                             "(gpumr never writes over files it did not make; Hadoop refuses an existing output "
+                             "folder too)")
 
     def check_this_node(self):
         """The checks that need the machine the tasks run on, made here when they run here.
