@@ -20,12 +20,13 @@ import pytest
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
-from gpumr.engines.spark import MAX_SPLITS, run, splits
+from gpumr.engines.spark import run, splits
 from gpumr.engines.streaming import run_job
 from gpumr.errors import GpumrError
 from gpumr.io import remote
 from gpumr.io.packing import pack
 from gpumr.io.records import Lost, read_split
+from gpumr.limits import MAX_SPLITS
 
 
 def lines_of(out_dir):
@@ -221,7 +222,7 @@ def test_spark_backproject_reads_projections_and_geometry_from_the_bucket(sc, s3
 
 
 def test_spark_refuses_too_many_splits_before_any_task(tmp_path):
-    with pytest.raises(GpumrError, match="--split-size 1: at least 4096 bytes"):
+    with pytest.raises(GpumrError, match="--split-size must be a whole number of at least 4,096, not 1"):
         run("faces", ["x.seq", "-o", str(tmp_path / "o"), "--split-size", "1"])
     # Counted, not built: a petabyte at the smallest split size is refused at once, naming a size that fits.
     with pytest.raises(GpumrError, match=f"over the limit of {MAX_SPLITS} tasks") as refused:
@@ -235,15 +236,18 @@ def test_spark_refuses_too_many_splits_before_any_task(tmp_path):
 
 @pytest.mark.slow
 def test_a_failed_spark_job_is_one_line(corrupt_stretch, tmp_path):
-    """A task's own error (here --device gpu on a node without GPUs) is the one line printed; no Py4J trace."""
-    env = dict(os.environ)
-    env.pop("GPUMR_SIMULATE_GPUS", None)
+    """A task's own error is the one line printed, no Py4J trace: here the executors' Python lacks gpumr."""
+    bare = tmp_path / "python-without-site-packages"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')  # no site-packages: no gpumr (pyspark comes
+    bare.chmod(0o755)                                                     # on PYTHONPATH from Spark itself)
     out = subprocess.run([sys.executable, "-m", "gpumr", "spark", "faces", corrupt_stretch[0], "-o",
-                          str(tmp_path / "o"), "--master", "local[1]", "--device", "gpu"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+                          str(tmp_path / "o"), "--master", "local[1]"],
+                         capture_output=True, text=True, env=dict(os.environ, PYSPARK_PYTHON=str(bare)),
+                         cwd=tmp_path, timeout=300)
     assert out.returncode == 1
     err = out.stderr.strip().splitlines()
-    assert err[-1].startswith("gpumr: error: a Spark task failed: --device gpu: no GPU on this node")
+    assert err[-1].endswith("gpumr: error: a Spark task failed: ModuleNotFoundError: No module named 'gpumr' "
+                            "(gpumr --debug shows the trace)")
     for trace in ("Traceback", "Py4J", "Exception", "\tat "):  # Spark's start-up notes only, then that line
         assert trace not in out.stderr
     assert not os.path.exists(tmp_path / "o")

@@ -20,10 +20,10 @@ uses only those.
 Input: local paths or URIs (``s3://``, ``s3a://``, ``hdfs://``, ``file://``).
 The driver lists and sizes the SequenceFiles (:func:`gpumr.io.inputs.expand_sized`;
 URIs through :mod:`gpumr.io.remote`), cuts them into byte ranges
-(``--split-size``, at least :data:`MIN_SPLIT`, at most :data:`MAX_SPLITS`
-ranges in all, refused before any task otherwise) and every partition reads
-its ranges with :func:`gpumr.io.records.read_split`, fetching only those
-bytes (Hadoop's split semantics; a corrupt stretch is an ``error`` line, as
+(``--split-size``, at least :data:`gpumr.limits.MIN_SPLIT_SIZE`, at most
+:data:`gpumr.limits.MAX_SPLITS` ranges in all, refused before any task
+otherwise) and every partition reads its ranges with
+:func:`gpumr.io.records.read_split`, fetching only those bytes (Hadoop's split semantics; a corrupt stretch is an ``error`` line, as
 in the mrjob jobs). Hadoop's input format (``sc.newAPIHadoopFile``) was
 measured as the alternative (``bench/spark_input.py``); it fails the task on
 a corrupt stretch, which the safety contract forbids. Files named by the
@@ -38,7 +38,8 @@ keeps both.
 
 Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
 sorted, in ``OUT/part-*`` through ``saveAsTextFile`` (Hadoop's output
-committer: part files appear only when the job succeeds). Counters: one
+committer: part files appear only when the job succeeds), as one output
+under gpumr's ownership rule (:mod:`gpumr.io.outputs`). Counters: one
 Spark accumulator holding each partition's gpumr counters by partition id,
 so a partition that Spark re-runs (a lost executor) replaces its counts
 instead of adding them twice; their totals feed the same summary line as
@@ -58,17 +59,13 @@ if __name__ == "__main__" and not __package__:  # spark-submit runs this file as
     from gpumr.engines.spark import main as _main  # module, whose functions the executors can import
     sys.exit(_main())
 
+from .. import limits  # noqa: E402
 from ..errors import GpumrError  # noqa: E402
 
 #: Workload name -> (module, job class name): the mrjob jobs whose options and workload Spark runs.
 JOBS = {"faces": ("gpumr.jobs.face_detect", "MRFaceDetect"),
         "backproject": ("gpumr.jobs.backproject", "MRBackproject")}
 DEFAULT_SPLIT = 32 * 1024 * 1024
-#: The smallest ``--split-size``: 4 KiB (Hadoop writes a sync marker every ~2 KB; a smaller split adds tasks, not work).
-MIN_SPLIT = 4 << 10
-#: The most byte ranges (Spark tasks) one job may plan. Each is a task the driver schedules and tracks;
-#: ``--split-size 1`` once planned millions and ran the driver's JVM out of memory.
-MAX_SPLITS = 10_000
 #: Job options that only make sense for mrjob runners.
 _MRJOB_ONLY = ("--hadoop-splits", "-r", "--runner", "-c", "--conf-path", "--output-dir")
 
@@ -198,7 +195,7 @@ def splits(files, split_size):
     """``(path, start, end, name)`` byte ranges of at most ``split_size`` covering each file.
 
     ``files`` are ``(path or URI, size)`` pairs. The number of ranges is
-    counted before any is made and refused above :data:`MAX_SPLITS`.
+    counted before any is made and refused above :data:`gpumr.limits.MAX_SPLITS`.
 
     Raises
     ------
@@ -207,14 +204,14 @@ def splits(files, split_size):
     """
     from ..sizes import human
     count = sum(max(1, -(-size // split_size)) for _, size in files)
-    if len(files) > MAX_SPLITS:
-        raise GpumrError(f"{len(files)} input files: each is at least one task, over the limit of {MAX_SPLITS}; "
-                         "pack them into fewer SequenceFiles (gpumr pack --shards N)")
-    if count > MAX_SPLITS:
+    if len(files) > limits.MAX_SPLITS:
+        raise GpumrError(f"{len(files)} input files: each is at least one task, over the limit of "
+                         f"{limits.MAX_SPLITS}; pack them into fewer SequenceFiles (gpumr pack --shards N)")
+    if count > limits.MAX_SPLITS:
         total = sum(size for _, size in files)
-        need = -(-total // (MAX_SPLITS - len(files)) // (1 << 20)) << 20  # enough, in whole MiB
+        need = -(-total // max(1, limits.MAX_SPLITS - len(files)) // (1 << 20)) << 20  # enough, in whole MiB
         raise GpumrError(f"--split-size {split_size}: {count} splits of {human(total)} of input, over the limit of "
-                         f"{MAX_SPLITS} tasks; use --split-size {need >> 20}MiB or more")
+                         f"{limits.MAX_SPLITS} tasks; use --split-size {need >> 20}MiB or more")
     out = []
     for path, size in files:
         for start in range(0, max(size, 1), split_size):
@@ -241,58 +238,29 @@ def input_splits(paths, split_size):
     return splits(files, split_size)
 
 
-def _is_gpumr_output(folder):
-    """Whether ``folder`` holds only what an earlier gpumr (Spark or mrjob) run wrote there."""
-    from ..io.joboutput import read_job_output
-    names = os.listdir(folder)
-    for n in names:
-        p = os.path.join(folder, n)
-        base = n[1:-4] if n.startswith(".") and n.endswith(".crc") else n
-        if os.path.islink(p) or not os.path.isfile(p) or not (base == "_SUCCESS" or base.startswith("part-")):
-            return False
-    try:
-        for n in names:
-            if n.startswith("part-"):
-                next(iter(read_job_output([os.path.join(folder, n)])), None)
-    except (GpumrError, UnicodeDecodeError):
-        return False
-    return True
+def prepare_output(out, inputs=()):
+    """Check output folder ``out`` before the job; return what :func:`_save` writes to.
 
-
-def prepare_output(out):
-    """Check output folder ``out`` before the job: refuse what gpumr did not make; return its path.
-
-    An earlier gpumr output is allowed: the new output is written beside it
-    and swapped in when complete (:func:`_save`), and only then is the old
-    one removed, so a failed job leaves the old output whole.
+    A local ``out`` must be new, empty, or an earlier ``gpumr spark``
+    output that its proof vouches for (:mod:`gpumr.io.outputs`), and neither
+    the current folder nor one holding an input: the result is a
+    :class:`gpumr.io.outputs.FolderOutput`, written beside ``out`` and
+    swapped in complete. A URI is returned as it is: Spark's own committer
+    writes it, and refuses an existing folder.
     """
     if "://" in out:
-        return out  # Spark refuses an existing remote folder itself
-    out = os.path.abspath(out)
-    if os.path.islink(out) or (os.path.exists(out) and not os.path.isdir(out)):
-        raise GpumrError(f"-o {out}: exists and is not a folder")
-    if os.path.isdir(out) and not _is_gpumr_output(out):
-        raise GpumrError(f"-o {out}: exists and holds files gpumr did not write; choose a new folder")
-    return out
+        return out
+    from ..io.outputs import FolderOutput
+    return FolderOutput(os.path.abspath(out), "gpumr spark", inputs=inputs, make_stage=False)
 
 
-def _save(rdd, out):
-    """``rdd.saveAsTextFile`` to ``out``; a local ``out`` is staged beside it and swapped in complete."""
-    if "://" in out:
-        rdd.saveAsTextFile(out)
+def _save(rdd, output):
+    """``rdd.saveAsTextFile`` to ``output`` (from :func:`prepare_output`)."""
+    if isinstance(output, str):
+        rdd.saveAsTextFile(output)
         return
-    from seqfile.atomic import swap_into_place, temp_dir_beside
-    holder = temp_dir_beside(out)  # gpumr's own, removed below whatever happens
-    try:
-        stage = os.path.join(holder, "out")
+    with output as stage:  # Spark makes the folder itself
         rdd.saveAsTextFile("file://" + stage)
-        old = swap_into_place(stage, out)
-        if old is not None:  # an earlier gpumr output (checked by prepare_output): only its files go
-            for n in os.listdir(old):
-                os.unlink(os.path.join(old, n))
-            os.rmdir(old)
-    finally:
-        shutil.rmtree(holder, ignore_errors=True)
 
 
 class _CountsParam:
@@ -358,8 +326,7 @@ def parse(kind, argv, folder=None):
             opts.split_size = parse_size(opts.split_size)
         except ValueError as exc:
             raise GpumrError(f"--split-size: {exc}") from None
-        if opts.split_size < MIN_SPLIT:
-            raise GpumrError(f"--split-size {opts.split_size}: at least {MIN_SPLIT} bytes (4KiB); a split is a task")
+        limits.number("--split-size", opts.split_size, limits.MIN_SPLIT_SIZE, integer=True)
     elif opts.slab is None or opts.slab < 1:
         raise GpumrError("--slab N is required: slices per task, at least 1")
     job = _job(kind, rest)
@@ -368,8 +335,22 @@ def parse(kind, argv, folder=None):
         if fetched != rest:
             rest, job = fetched, _job(kind, fetched)
     job.check_options()
+    if kind == "backproject":
+        from ..ct import geometry
+        from ..ct.workload import check_slab
+        check_slab(geometry.load(job.options.geometry), opts.slab)
+    if job.options.device == "gpu" and _executors_here(opts.master):
+        from ..devices.chooser import require_gpu
+        require_gpu()
     opts.job_args = rest
     return opts, job
+
+
+def _executors_here(master):
+    """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
+    if master is None:
+        return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
+    return master.startswith("local")
 
 
 def spark_context(master=None, app_name="gpumr", debug=False):
@@ -431,7 +412,8 @@ def run(kind, argv, sc=None, debug=False):
 
 def _run(kind, argv, sc, debug, folder):
     opts, job = parse(kind, argv, folder)
-    out = prepare_output(opts.output)
+    local = [p for p in (*job.options.args, *(path for _, path in _file_options(job))) if "://" not in p]
+    out = prepare_output(opts.output, local)
     if job.INPUT_KIND == "seqfile":
         items = input_splits(job.options.args, opts.split_size)
     else:

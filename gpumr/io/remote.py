@@ -44,7 +44,7 @@ import shutil
 import subprocess
 import tempfile
 
-from seqfile.atomic import AtomicFile, temp_name
+from seqfile.atomic import AtomicFile, aside_name, temp_name
 
 from ..errors import GpumrError, printable
 
@@ -376,7 +376,7 @@ def _swap(fs, tmp, inner, old_kind, old_names):
         fs.move(tmp, inner)
         return None
     parent, name = posixpath.split(inner)
-    aside = posixpath.join(parent, temp_name(name)[:-4] + ".old")
+    aside = posixpath.join(parent, aside_name(name))
     fs.move(inner, aside)
     try:
         fs.move(tmp, inner)
