@@ -38,6 +38,28 @@ def best_of(fn, repeat=3):
     return min(times), statistics.median(times), result
 
 
+def read_in_workers(sc, paths, split_size):
+    """Every record of the SequenceFiles ``paths`` read in Spark's Python workers as ``gpumr spark`` reads them.
+
+    The driver plans the splits; each partition reads its byte ranges with
+    :func:`gpumr.io.records.read_split` and sums the records and their bytes
+    (no other work). Returns ``((records, bytes), tasks)``.
+    """
+    from gpumr.engines.spark import input_splits
+    items = input_splits(paths, split_size)
+
+    def read(part):
+        from gpumr.io.records import Lost, read_split
+        n = size = 0
+        for path, start, end, name in part:
+            for r in read_split(path, start, end, name):
+                if not isinstance(r, Lost):
+                    n, size = n + 1, size + len(r.value)
+        yield n, size
+    rdd = sc.parallelize(items, len(items)).mapPartitions(read)
+    return rdd.reduce(lambda a, b: (a[0] + b[0], a[1] + b[1])), rdd.getNumPartitions()
+
+
 def table(title, header, rows):
     """Print a fixed-width table."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]

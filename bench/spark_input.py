@@ -20,9 +20,9 @@ import shutil
 import sys
 import tempfile
 
-from _common import best_of, frame_corpus, table
+from _common import best_of, frame_corpus, read_in_workers, table
 
-from gpumr.engines.spark import spark_context, splits
+from gpumr.engines.spark import spark_context
 from gpumr.io.packing import pack
 from gpumr.sizes import parse_size
 
@@ -36,19 +36,7 @@ def via_hadoop(sc, folder, split_size):
 
 
 def via_read_split(sc, folder, split_size):
-    from gpumr.io.inputs import expand_inputs
-    items = splits(expand_inputs([folder]), split_size)
-
-    def read(part):
-        from gpumr.io.records import Lost, read_split
-        n = size = 0
-        for path, start, end, name in part:
-            for r in read_split(path, start, end, name):
-                if not isinstance(r, Lost):
-                    n, size = n + 1, size + len(r.value)
-        yield n, size
-    rdd = sc.parallelize(items, len(items)).mapPartitions(read)
-    return rdd.reduce(lambda a, b: (a[0] + b[0], a[1] + b[1])), rdd.getNumPartitions()
+    return read_in_workers(sc, [folder], split_size)
 
 
 def main():

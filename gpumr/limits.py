@@ -65,6 +65,12 @@ MAX_I0 = 1e15
 MAX_THREADS = 256
 #: Reduce tasks (``--reducers``).
 MAX_REDUCERS = 10000
+#: ``gpumr spark faces --split-size`` at least (4 KiB: Hadoop writes a sync marker every ~2 KB; a smaller
+#: split adds tasks, not work).
+MIN_SPLIT_SIZE = 4 << 10
+#: Byte ranges (Spark tasks) one ``gpumr spark faces`` job may plan: each is a task the driver schedules and
+#: tracks (``--split-size 1`` once planned millions and ran the driver's JVM out of memory).
+MAX_SPLITS = 10000
 #: Tasks that may share one GPU (``--gpu-slots``, ``--slots-per-gpu``); each slot may cost a lock
 #: file and a look at it per request, and more tasks per GPU than this is a mistake.
 MAX_GPU_SLOTS = 256

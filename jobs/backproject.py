@@ -27,8 +27,9 @@ class MRBackproject(GpumrJob):
     @classmethod
     def prepare_args(cls, args):
         from gpumr.ct.geometry import beside
+        from gpumr.io.inputs import is_file
         projections = option_value(args, "--projections")
-        if projections and not option_value(args, "--geometry") and os.path.exists(beside(projections)):
+        if projections and not option_value(args, "--geometry") and is_file(beside(projections)):
             return with_option(args, "--geometry", beside(projections))
         return args
 

@@ -26,7 +26,7 @@ import secrets
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
-def _temp_name(name):
+def temp_name(name):
     """A fresh hidden name for a temporary twin of ``name``, short enough for any file system.
 
     At most 40 bytes of ``name`` are kept, so that a name near the 255-byte
@@ -51,7 +51,7 @@ def _temp_beside(path, mode=0o666, dir_fd=None):
     """
     folder, name = _split(path, dir_fd)
     while True:
-        tmp = os.path.join(folder, _temp_name(name))
+        tmp = os.path.join(folder, temp_name(name))
         try:
             return os.open(tmp, _FLAGS, mode, dir_fd=dir_fd), tmp
         except FileExistsError:
@@ -65,7 +65,7 @@ def temp_dir_beside(path):
     """
     folder, name = _split(path)
     while True:
-        tmp = os.path.join(folder, _temp_name(name))
+        tmp = os.path.join(folder, temp_name(name))
         try:
             os.mkdir(tmp, 0o777)
             return tmp
@@ -73,9 +73,9 @@ def temp_dir_beside(path):
             continue
 
 
-def _aside_name(name):
+def aside_name(name):
     """A fresh hidden name for an old ``name`` set aside (``.NAME.xxxxxxxx.old``)."""
-    return _temp_name(name)[:-4] + ".old"
+    return temp_name(name)[:-4] + ".old"
 
 
 def set_aside(path, dir_fd=None):
@@ -86,7 +86,7 @@ def set_aside(path, dir_fd=None):
     """
     folder, name = _split(path, dir_fd)
     while True:
-        old = os.path.join(folder, _aside_name(name))
+        old = os.path.join(folder, aside_name(name))
         try:
             os.stat(old, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:

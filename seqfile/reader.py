@@ -20,6 +20,7 @@ decompression stops at the cap, so a corrupt or hostile file costs at most
 about the cap, never what its length fields or a "decompression bomb" claim.
 """
 
+import functools
 import os
 import stat
 import struct
@@ -54,8 +55,10 @@ class Reader:
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The file to read.
+    path : str, os.PathLike or binary file object
+        The file to read: a path, or an open binary file that can ``seek``
+        and ``read`` (e.g. a byte-range reader of a remote object). A file
+        object given is not closed by the reader.
     start, end : int, optional
         The split's byte range ``[start, end)``; the whole file by default.
     raw : bool
@@ -84,6 +87,8 @@ class Reader:
         block-compressed values; record-compressed ones are decompressed a
         piece at a time (within the cap) to measure them, never kept whole.
         For listings.
+    name : str, optional
+        How errors name the file (default: ``path``, or the file object's ``name``).
 
     Attributes
     ----------
@@ -99,22 +104,30 @@ class Reader:
     """
 
     def __init__(self, path, start=0, end=None, raw=False, on_error=None,
-                 max_record_size=DEFAULT_MAX_RECORD_SIZE, values=True):
-        self.path = os.fspath(path)
+                 max_record_size=DEFAULT_MAX_RECORD_SIZE, values=True, name=None):
+        given = hasattr(path, "read")
+        self.path = name if name is not None else str(getattr(path, "name", "<file>")) if given else os.fspath(path)
         if max_record_size is None:
             max_record_size = DEFAULT_MAX_RECORD_SIZE
         if not 0 < max_record_size <= MAX_BUFFER:
             raise ValueError(f"max_record_size must be in 1..{MAX_BUFFER}, not {max_record_size}")
         self.max_record_size = max_record_size
         self.values = values
-        self._f = _open_regular(self.path)
+        self._owned = not given
+        self._f = path if given else _open_regular(os.fspath(path))
         try:
-            self.file_size = os.fstat(self._f.fileno()).st_size
+            if given:
+                self.file_size = self._f.seek(0, os.SEEK_END)
+                self._f.seek(0)
+                self._pread = functools.partial(_seek_read, self._f)
+            else:
+                self.file_size = os.fstat(self._f.fileno()).st_size
+                self._pread = functools.partial(os.pread, self._f.fileno())
             if self.file_size == 0:
                 raise SequenceFileError(self.path, None, "empty file, not a SequenceFile")
             self.header = read_header(self._f, self.path)
         except BaseException:
-            self._f.close()
+            self.close()
             raise
         self.raw = raw
         self.on_error = on_error
@@ -133,8 +146,9 @@ class Reader:
         self.close()
 
     def close(self):
-        """Close the underlying file."""
-        self._f.close()
+        """Close the underlying file, if the reader opened it."""
+        if self._owned:
+            self._f.close()
 
     # -- positioning -----------------------------------------------------
     def sync_position(self, position):
@@ -198,11 +212,11 @@ class Reader:
         """Records of a file without block compression, from ``pos``."""
         f, size, end, read = self._f, self.file_size, self.end, self._f.read
         fast = self._bytes_values and self.header.key_class == TEXT and self.values
-        fd, sync = f.fileno(), self._sync
+        pread, sync = self._pread, self._sync
         while pos < size:
             rec_pos = pos
             if fast:
-                peeked = self._peek(fd, pos, sync, size)
+                peeked = self._peek(pread, pos, sync, size)
                 if peeked is not None:
                     if peeked is _STOP:
                         return
@@ -245,7 +259,7 @@ class Reader:
                 continue
             yield record
 
-    def _peek(self, fd, pos, sync, size):
+    def _peek(self, pread, pos, sync, size):
         """The well-formed common record at ``pos``, read with two ``pread`` calls.
 
         For a short Text key and an uncompressed BytesWritable value, one read
@@ -255,7 +269,7 @@ class Reader:
         None for anything else, which the general path then reads (and
         reports, if it is malformed).
         """
-        head = os.pread(fd, _PEEK, pos)
+        head = pread(_PEEK, pos)
         at = 0
         if head[:4] == _ESCAPE and head[4:20] == sync:
             if pos >= self.end or pos + 20 >= size:
@@ -271,7 +285,7 @@ class Reader:
         next_pos = pos + at + 8 + length
         if n < 0 or length > self.max_record_size or _INT32.unpack_from(head, key_end)[0] != n or next_pos > size:
             return None
-        value = os.pread(fd, n, pos + key_end + 4)
+        value = pread(n, pos + key_end + 4)
         if len(value) != n:
             return None
         try:
@@ -483,6 +497,12 @@ class Reader:
             return decode(cls, field)
         except (ValueError, UnicodeDecodeError) as exc:
             self._bad(offset, raw_key, f"value ({cls.rsplit('.', 1)[-1]}): {exc}")
+
+
+def _seek_read(f, n, pos):
+    """``os.pread`` for a file object without a descriptor: ``n`` bytes at ``pos`` (fewer at the end)."""
+    f.seek(pos)
+    return f.read(n)
 
 
 def _open_regular(path):

@@ -1,4 +1,4 @@
-"""Shared fixtures: Hadoop's own SequenceFile classes, sample frames, record sets."""
+"""Shared fixtures: Hadoop's own SequenceFile classes, sample frames, record sets, an S3 server, a Spark cluster."""
 
 import atexit
 import os
@@ -18,6 +18,9 @@ atexit.register(shutil.rmtree, _NODE_STATE, True)
 os.environ["GPUMR_LEASE_DIR"] = os.path.join(_NODE_STATE, "leases")
 os.environ["GPUMR_SCHEDULER_SOCKET"] = os.path.join(_NODE_STATE, "scheduler.sock")
 os.environ.pop("GPUMR_SIMULATE_GPUS", None)
+
+#: The simulated GPU addresses the Spark workers' discovery script hands out (see ``sc``).
+ASSIGNED = ("1", "3")
 
 C = "org.apache.hadoop.io.compress."
 NO_NATIVE_ZSTD = pytest.mark.skip(
@@ -82,3 +85,65 @@ def corrupt_stretch(sample_frames, tmp_path):
         f.seek(offsets[3] + 20)
         f.write(struct.pack(">i", -5))
     return path, frames, offsets
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3-protocol server (moto's, on a free loopback port) with the bucket ``s3server.BUCKET``.
+
+    Its fake credentials and endpoint are put in this process's environment,
+    so every process the tests start inherits them (Spark's executors get
+    them through ``spark.executorEnv`` as well: see ``sc``).
+    """
+    try:
+        from s3server import S3Server
+        server = S3Server()
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the S3 tests must run in CI: {exc} (pip install 'moto[server]')")
+        pytest.skip(f"no S3 server: {exc} (pip install 'moto[server]')")
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    yield server
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def sc(tmp_path_factory, s3):
+    """One Spark local-cluster for the session (master + two executor JVMs, one core and one simulated GPU each).
+
+    Its workers discover one simulated GPU each through a discovery script
+    (addresses ``ASSIGNED`` of four simulated GPUs) and every task asks for
+    one; the executors reach the ``s3`` server.
+    """
+    import shutil
+    import sys
+    pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17 (java on PATH or JAVA_HOME)")
+    from pyspark import SparkConf, SparkContext
+    d = tmp_path_factory.mktemp("spark")
+    script = d / "gpus.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"if mkdir '{d}/claim' 2>/dev/null; then a={ASSIGNED[0]}; else a={ASSIGNED[1]}; fi\n"
+                      'echo "{\\"name\\": \\"gpu\\", \\"addresses\\": [\\"$a\\"]}"\n')
+    script.chmod(0o755)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster("local-cluster[2,1,1024]").setAppName("gpumr tests")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.worker.resource.gpu.amount", "1")
+            .set("spark.worker.resource.gpu.discoveryScript", str(script))
+            .set("spark.executor.resource.gpu.amount", "1")
+            .set("spark.task.resource.gpu.amount", "1")
+            .set("spark.executorEnv.GPUMR_SIMULATE_GPUS", "4"))
+    for k, v in s3.env.items():
+        conf.set(f"spark.executorEnv.{k}", v)
+    context = SparkContext(conf=conf)
+    context.setLogLevel("ERROR")
+    yield context
+    context.stop()

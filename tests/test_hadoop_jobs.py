@@ -196,6 +196,10 @@ def test_whole_files_through_the_manifest_on_a_bare_python_from_the_bundle(broke
     assert job.counters["records on CPU"] == ref_counters["records on CPU"] == 15
     assert job.counters["bad records"] == ref_counters["bad records"] == 3
     assert "manifest" in job.log  # mrjob fed the tasks a manifest of input URIs
+    # Each task read its URI itself: through pyarrow where it has it, else (the bundle has no pyarrow)
+    # through `hadoop fs -copyToLocal` run by the task; mrjob's own copy before the task is gone.
+    how = "through hadoop fs -copyToLocal (pyarrow is not installed" if version else "through pyarrow"
+    assert len(re.findall(r"gpumr: reading file://\S+ " + re.escape(how), job.log)) == 4
     if not version:
         pytest.skip(f"bundle not checked: needs {SYSTEM_PYTHON} (3.9+) without numpy, cv2 or gpumr, to show the "
                     "bundle alone suffices (the manifest path above was checked)")

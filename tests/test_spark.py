@@ -1,9 +1,10 @@
 """The Spark engine on a real multi-process cluster (``local-cluster[2,1,1024]``: two executor JVMs).
 
-One cluster serves the whole module. Its two workers discover one simulated
-GPU each through a discovery script (addresses 1 and 3 of four simulated
-GPUs), and every task asks for one, so the GPU test can check that gpumr
-uses only the GPUs Spark gave each task; the other tests run ``--device cpu``.
+One cluster serves the whole session (``sc`` in conftest). Its two workers
+discover one simulated GPU each through a discovery script (addresses 1 and
+3 of four simulated GPUs), and every task asks for one, so the GPU test can
+check that gpumr uses only the GPUs Spark gave each task; the other tests
+run ``--device cpu``.
 """
 
 import json
@@ -15,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ASSIGNED
 
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
@@ -27,34 +29,6 @@ pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark 
 pytestmark = pytest.mark.slow
 if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
     pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="Spark needs Java 17 (java on PATH or JAVA_HOME)")]
-
-#: The simulated GPU addresses the two workers' discovery script hands out.
-ASSIGNED = ("1", "3")
-
-
-@pytest.fixture(scope="session")
-def sc(tmp_path_factory):
-    """One Spark local-cluster (master + two executor JVMs, one core and one simulated GPU each)."""
-    from pyspark import SparkConf, SparkContext
-    d = tmp_path_factory.mktemp("spark")
-    script = d / "gpus.sh"
-    script.write_text("#!/bin/sh\n"
-                      f"if mkdir '{d}/claim' 2>/dev/null; then a={ASSIGNED[0]}; else a={ASSIGNED[1]}; fi\n"
-                      'echo "{\\"name\\": \\"gpu\\", \\"addresses\\": [\\"$a\\"]}"\n')
-    script.chmod(0o755)
-    os.environ.setdefault("PYSPARK_PYTHON", __import__("sys").executable)
-    conf = (SparkConf().setMaster("local-cluster[2,1,1024]").setAppName("gpumr tests")
-            .set("spark.ui.showConsoleProgress", "false")
-            .set("spark.worker.resource.gpu.amount", "1")
-            .set("spark.worker.resource.gpu.discoveryScript", str(script))
-            .set("spark.executor.resource.gpu.amount", "1")
-            .set("spark.task.resource.gpu.amount", "1")
-            .set("spark.executorEnv.GPUMR_SIMULATE_GPUS", "4"))
-    context = SparkContext(conf=conf)
-    context.setLogLevel("ERROR")
-    yield context
-    context.stop()
-
 
 def lines_of(out_dir):
     return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")

@@ -2,13 +2,15 @@
 
 import json
 import os
+import posixpath
 import sys
+import tempfile
 
-from seqfile import Reader
 from seqfile.codecs import SHORT_NAMES
 
 from ..errors import GpumrError, printable
-from ..io.remote import remote_command
+from ..io.records import open_reader
+from ..io.remote import is_remote, local_path
 from ..sizes import human, size_arg
 from .args import command, positive
 
@@ -23,9 +25,12 @@ def cmd_pack(args):
         compression = "BLOCK" if args.codec else "NONE"
     elif compression == "NONE" and args.codec:
         raise GpumrError(f"--codec {args.codec} needs --compression RECORD or BLOCK (NONE stores values as they are)")
-    stats = pack(args.sources, args.output, shards=args.shards, shard_size=args.shard_size,
-                 include=args.include, exclude=args.exclude, compression=compression,
-                 codec=args.codec, force=args.force, progress=not args.quiet)
+
+    def run(out):
+        return pack(args.sources, out, shards=args.shards, shard_size=args.shard_size, include=args.include,
+                    exclude=args.exclude, compression=compression, codec=args.codec, force=args.force,
+                    progress=not args.quiet)
+    stats = _pack_to_uri(args, run) if is_remote(args.output) else run(args.output)
     skipped = stats["skipped"]
     for path, reason in skipped[:SHOWN_SKIPS]:
         print(f"gpumr: warning: skipped {printable(path)}: {reason}", file=sys.stderr)
@@ -38,11 +43,30 @@ def cmd_pack(args):
     print(describe(stats) + f" -> {printable(args.output)}{links}{skips}")
 
 
+def _pack_to_uri(args, run):
+    """``pack -o URI``: pack into a local temporary folder, then :func:`gpumr.io.remote.put` it at the URI.
+
+    What is at the URI is checked before packing and again before publishing:
+    refused, or with ``--force`` replaced only if it is gpumr pack's own.
+    """
+    from ..io.packing import check_replaceable_uri
+    from ..io.remote import check_put, put
+    sharded = args.shards is not None or args.shard_size is not None
+    replace = (lambda uri, kind, names: check_replaceable_uri(uri, kind, names, sharded)) if args.force else None
+    check_put(args.output, replace)
+    with tempfile.TemporaryDirectory(prefix="gpumr-upload-") as folder:
+        staged = os.path.join(folder, posixpath.basename(args.output.rstrip("/")) or "out")
+        stats = run(staged)
+        stats["kept"] = put(staged, args.output, replace)
+    print(f"uploaded to {args.output}")
+    return stats
+
+
 def cmd_ls(args):
     from ..io.inputs import expand_inputs
     out = sys.stdout
     for path in expand_inputs(args.files):
-        with Reader(path, values=False, max_record_size=args.max_record_size) as reader:
+        with open_reader(path, values=False, max_record_size=args.max_record_size) as reader:
             for rec in reader:
                 key = printable(rec.key) if isinstance(rec.key, str) else rec.key.hex()
                 size = rec.value
@@ -74,7 +98,7 @@ def cmd_info(args):
 def cmd_cat(args):
     from ..io.inputs import expand_inputs
     for path in expand_inputs([args.file]):
-        with Reader(path, max_record_size=args.max_record_size) as reader:
+        with open_reader(path, max_record_size=args.max_record_size) as reader:
             for rec in reader:
                 if rec.key == args.key:
                     value = rec.value
@@ -89,7 +113,13 @@ def cmd_unpack(args):
 
     def refused(message):
         print(f"gpumr: error: {message}", file=sys.stderr)
-    stats = unpack(args.files, args.directory, progress=not args.quiet, force=args.force, on_refused=refused,
+    directory = args.directory
+    if is_remote(directory):  # file:///PATH is the local folder PATH; other URIs are refused
+        directory = local_path(directory)
+        if directory is None:
+            raise GpumrError(f"-d {printable(args.directory)}: unpack writes into a folder of this machine; "
+                             "give a path (or file:///PATH)")
+    stats = unpack(args.files, directory, progress=not args.quiet, force=args.force, on_refused=refused,
                    max_record_size=args.max_record_size)
     where = printable(args.directory)
     print(f"unpacked {stats['records']} records ({human(stats['bytes'])}) into {where}"
@@ -116,7 +146,7 @@ def _cap_option(parser):
 def register(sub):
     """Add the SequenceFile commands to the ``gpumr`` parser."""
     s = command(sub, "pack", "pack files into SequenceFiles (key: relative path, value: the file's bytes)",
-                remote_command(cmd_pack, output="output"),
+                cmd_pack,
                 description="Pack files into a SequenceFile, or a folder of part-NNNNN.seq shards balanced by bytes.\n"
                             "Folders are walked in sorted order; keys are paths relative to the folder given.\n"
                             "The output appears only once it is complete.\n"
@@ -143,23 +173,23 @@ def register(sub):
                         "anything else; the old output is removed once the new one is complete")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
-    s = command(sub, "ls", "list records: key and value size", remote_command(cmd_ls, "files"))
+    s = command(sub, "ls", "list records: key and value size", cmd_ls)
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("-l", "--long", action="store_true", help="also the file and byte offset of each record")
     _cap_option(s)
 
     s = command(sub, "info", "header, compression, metadata, record count and bytes of SequenceFiles",
-                remote_command(cmd_info, "files"))
+                cmd_info)
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
     _cap_option(s)
 
-    s = command(sub, "cat", "write one record's value to stdout", remote_command(cmd_cat, "file"))
+    s = command(sub, "cat", "write one record's value to stdout", cmd_cat)
     s.add_argument("file", metavar="FILE", help="a SequenceFile, or a folder of them")
     s.add_argument("key", metavar="KEY", help="the record's key")
     _cap_option(s)
 
-    s = command(sub, "unpack", "write every record to DIR/<key>", remote_command(cmd_unpack, "files"),
+    s = command(sub, "unpack", "write every record to DIR/<key>", cmd_unpack,
                 description="Write every record to DIR/<key>, each file atomically. Keys that would land outside\n"
                             "DIR, pass through a symbolic link, repeat an earlier key, or are not valid file names\n"
                             "are refused, one error line each; the exit status is then 1.")

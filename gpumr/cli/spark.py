@@ -7,7 +7,7 @@ def _runner(kind):
     def cmd(args):
         from ..core.counters import summary
         from ..engines.spark import run
-        counts, seconds = run(kind, args.rest)
+        counts, seconds = run(kind, args.rest, debug=args.debug)
         print(f"gpumr: {summary(counts, seconds)}", file=sys.stderr)
     return cmd
 

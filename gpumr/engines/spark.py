@@ -17,14 +17,24 @@ a :class:`gpumr.devices.chooser.DeviceChooser` and a
 gave the task GPU addresses (``spark.task.resource.gpu.amount``), the chooser
 uses only those.
 
-Input: the driver cuts the SequenceFiles into byte ranges (``--split-size``)
-and every partition reads its ranges with :func:`gpumr.io.records.read_split`
-(Hadoop's split semantics; a corrupt stretch is an ``error`` line, as in the
-mrjob jobs). Hadoop's input format (``sc.newAPIHadoopFile``) was measured
-as the alternative (``bench/spark_input.py``); it fails the task on a
-corrupt stretch, which the safety contract forbids. Files named by the job's
-file options (cascade, projections, geometry) are shipped once per executor
-with ``SparkContext.addFile``.
+Input: local paths or URIs (``s3://``, ``s3a://``, ``hdfs://``, ``file://``).
+The driver lists and sizes the SequenceFiles (:func:`gpumr.io.inputs.expand_sized`;
+URIs through :mod:`gpumr.io.remote`), cuts them into byte ranges
+(``--split-size``, at least :data:`gpumr.limits.MIN_SPLIT_SIZE`, at most
+:data:`gpumr.limits.MAX_SPLITS` ranges in all, refused before any task
+otherwise) and every partition reads its ranges with
+:func:`gpumr.io.records.read_split`, fetching only those bytes (Hadoop's split semantics; a corrupt stretch is an ``error`` line, as
+in the mrjob jobs). Hadoop's input format (``sc.newAPIHadoopFile``) was
+measured as the alternative (``bench/spark_input.py``); it fails the task on
+a corrupt stretch, which the safety contract forbids. Files named by the
+job's file options (cascade, projections, geometry) are shipped once per
+executor with ``SparkContext.addFile``; one at a URI is first fetched to the
+driver through the same layer.
+
+A job that fails prints one line: the failing task's own Python error (a
+:class:`gpumr.errors.GpumrError`'s message), not Spark's traces, and the
+Spark log of a context gpumr starts is off; ``debug`` (``gpumr --debug``)
+keeps both.
 
 Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
 sorted, in ``OUT/part-*`` through ``saveAsTextFile`` (Hadoop's output
@@ -37,14 +47,19 @@ the mrjob engine.
 """
 
 import argparse
+import atexit
 import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 
 if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the package's
     from gpumr.engines.spark import main as _main  # module, whose functions the executors can import
     sys.exit(_main())
 
+from .. import limits  # noqa: E402
 from ..errors import GpumrError  # noqa: E402
 
 #: Workload name -> (module, job class name): the mrjob jobs whose options and workload Spark runs.
@@ -74,13 +89,30 @@ def make_job(kind, args):
 
 
 def _file_options(job):
-    """``(option string, local path)`` of the job's file options (mrjob ``add_file_arg``) that are set."""
+    """``(option string, path)`` of the job's file options (mrjob ``add_file_arg``) that are set."""
     out = []
     for dest in sorted(job._file_arg_dests):
         value = getattr(job.options, dest, None)
-        if value and "://" not in value:
+        if value:
             out.append(("--" + dest.replace("_", "-"), value))
     return out
+
+
+def _fetch_file_options(job, args, folder):
+    """``args`` with every file option that names a URI pointed at a local copy in ``folder``.
+
+    The copies are fetched through :mod:`gpumr.io.remote` on the driver, then
+    shipped to the executors like local files (``SparkContext.addFile``).
+    """
+    from ..io.remote import fetch, is_remote
+    from .streaming import with_option
+    for option, value in _file_options(job):
+        if is_remote(value):
+            local = os.path.join(folder, option.lstrip("-"), os.path.basename(value.rstrip("/")) or "file")
+            os.makedirs(os.path.dirname(local))
+            fetch(value, local)
+            args = with_option(args, option, local)
+    return args
 
 
 # -- in the executors -------------------------------------------------------------------------------
@@ -160,13 +192,50 @@ def run_partition(kind, args, shipped, counters, items):
 
 # -- in the driver ----------------------------------------------------------------------------------
 def splits(files, split_size):
-    """``(path, start, end, name)`` byte ranges of at most ``split_size`` covering each file."""
+    """``(path, start, end, name)`` byte ranges of at most ``split_size`` covering each file.
+
+    ``files`` are ``(path or URI, size)`` pairs. The number of ranges is
+    counted before any is made and refused above :data:`gpumr.limits.MAX_SPLITS`.
+
+    Raises
+    ------
+    GpumrError
+        Naming the split size that keeps the job within the limit.
+    """
+    from ..sizes import human
+    count = sum(max(1, -(-size // split_size)) for _, size in files)
+    if len(files) > limits.MAX_SPLITS:
+        raise GpumrError(f"{len(files)} input files: each is at least one task, over the limit of "
+                         f"{limits.MAX_SPLITS}; pack them into fewer SequenceFiles (gpumr pack --shards N)")
+    if count > limits.MAX_SPLITS:
+        total = sum(size for _, size in files)
+        need = -(-total // max(1, limits.MAX_SPLITS - len(files)) // (1 << 20)) << 20  # enough, in whole MiB
+        raise GpumrError(f"--split-size {split_size}: {count} splits of {human(total)} of input, over the limit of "
+                         f"{limits.MAX_SPLITS} tasks; use --split-size {need >> 20}MiB or more")
     out = []
-    for path in files:
-        size = os.path.getsize(path)
+    for path, size in files:
         for start in range(0, max(size, 1), split_size):
             out.append((path, start, min(start + split_size, size), path))
     return out
+
+
+def input_splits(paths, split_size):
+    """The splits of the SequenceFiles ``paths`` (files, folders, URIs) name; see :func:`splits`.
+
+    Raises
+    ------
+    GpumrError
+        For a URI that pyarrow cannot serve here (the tasks read byte ranges
+        through it; there is no ``hadoop fs`` fallback), and see :func:`splits`.
+    """
+    from ..io.inputs import expand_sized
+    from ..io.remote import unavailable
+    files = [(p if "://" in p else os.path.abspath(p), size) for p, size in expand_sized(paths)]
+    for path, size in files:
+        if size is None:
+            raise GpumrError(f"{path}: the Spark engine's tasks read byte ranges through pyarrow, and "
+                             f"{unavailable(path)}")
+    return splits(files, split_size)
 
 
 def prepare_output(out, inputs=()):
@@ -222,8 +291,25 @@ def parser(kind):
     return p
 
 
-def parse(kind, argv):
-    """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong."""
+def _job(kind, args):
+    """The job of ``kind`` for the engine's ``args`` (the job's own options and, for faces, its inputs)."""
+    if kind == "faces":
+        return make_job(kind, args)
+    # The mrjob job's inputs are plan files; here the driver makes the slabs, so the
+    # job's input check (existence, for a "lines" job) is given the projections file.
+    from .streaming import option_value
+    projections = option_value(args, "--projections")
+    if not projections:
+        raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
+    return make_job(kind, [projections, *args])
+
+
+def parse(kind, argv, folder=None):
+    """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong.
+
+    File options that name URIs are fetched into ``folder`` (required then)
+    and the job is built on the local copies.
+    """
     from ..sizes import parse_size
     p = parser(kind)
     opts, rest = p.parse_known_args(argv)
@@ -240,20 +326,14 @@ def parse(kind, argv):
             opts.split_size = parse_size(opts.split_size)
         except ValueError as exc:
             raise GpumrError(f"--split-size: {exc}") from None
-        if any("://" in a and not a.startswith("file://") for a in rest if not a.startswith("-")):
-            raise GpumrError("the Spark engine reads SequenceFiles from paths every executor sees "
-                             "(local or a shared file system), not URLs")
-        job = make_job(kind, rest)
-    else:
-        if opts.slab is None or opts.slab < 1:
-            raise GpumrError("--slab N is required: slices per task, at least 1")
-        # The mrjob job's inputs are plan files; here the driver makes the slabs, so the
-        # job's input check (existence, for a "lines" job) is given the projections file.
-        from .streaming import option_value
-        projections = option_value(rest, "--projections")
-        if not projections:
-            raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
-        job = make_job(kind, [projections, *rest])
+        limits.number("--split-size", opts.split_size, limits.MIN_SPLIT_SIZE, integer=True)
+    elif opts.slab is None or opts.slab < 1:
+        raise GpumrError("--slab N is required: slices per task, at least 1")
+    job = _job(kind, rest)
+    if folder is not None:
+        fetched = _fetch_file_options(job, rest, folder)
+        if fetched != rest:
+            rest, job = fetched, _job(kind, fetched)
     job.check_options()
     if kind == "backproject":
         from ..ct import geometry
@@ -273,10 +353,16 @@ def _executors_here(master):
     return master.startswith("local")
 
 
-def spark_context(master=None, app_name="gpumr"):
-    """A SparkContext (the running one if any) whose Python workers run this interpreter."""
+def spark_context(master=None, app_name="gpumr", debug=False):
+    """A SparkContext (the running one if any) whose Python workers run this interpreter.
+
+    Spark's own log is off unless ``debug`` (or ``spark.log.level`` is set):
+    gpumr reports a failure itself, in one line (:func:`failure`).
+    """
     from pyspark import SparkConf, SparkContext
     conf = SparkConf().setAppName(app_name)
+    if not debug and not conf.contains("spark.log.level"):
+        conf.set("spark.log.level", "OFF")
     if master:
         conf.setMaster(master)
     elif not conf.contains("spark.master"):
@@ -287,7 +373,7 @@ def spark_context(master=None, app_name="gpumr"):
     return SparkContext.getOrCreate(conf)
 
 
-def run(kind, argv, sc=None):
+def run(kind, argv, sc=None, debug=False):
     """Run workload ``kind`` on Spark with the command line ``argv``.
 
     Parameters
@@ -297,26 +383,47 @@ def run(kind, argv, sc=None):
         Engine options (``-o``, ``--master``, ``--split-size`` or ``--slab``) and the job's.
     sc : pyspark.SparkContext, optional
         Run there (tests share one cluster); by default one is made (and stopped) from ``--master``.
+    debug : bool
+        Keep Spark's log in a context made here (otherwise off: a failure is one line).
 
     Returns
     -------
     (dict, float)
         The summed gpumr counters and the wall time in seconds.
+
+    Raises
+    ------
+    GpumrError
+        For a bad option or input (before any task), or a failed job: the
+        failing task's own error, in one line (:func:`failure`); the Spark
+        error is its ``__cause__``.
     """
-    opts, job = parse(kind, argv)
-    out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
+    # File options fetched from URIs go here. Spark serves shipped files for the context's life (an
+    # executor started later fetches them again): with a context of the caller's, they stay till exit.
+    folder = tempfile.mkdtemp(prefix="gpumr-spark-")
+    if sc is not None:
+        atexit.register(shutil.rmtree, folder, True)
+        return _run(kind, argv, sc, debug, folder)
+    try:
+        return _run(kind, argv, sc, debug, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(kind, argv, sc, debug, folder):
+    opts, job = parse(kind, argv, folder)
+    local = [p for p in (*job.options.args, *(path for _, path in _file_options(job))) if "://" not in p]
+    out = prepare_output(opts.output, local)
     if job.INPUT_KIND == "seqfile":
-        from ..io.inputs import expand_inputs
-        files = [os.path.abspath(f) for f in expand_inputs([a[len("file://"):] if a.startswith("file://") else a
-                                                            for a in job.options.args])]
-        items = splits(files, opts.split_size)
+        items = input_splits(job.options.args, opts.split_size)
     else:
         from ..ct import geometry
         from ..ct.workload import plan
         items = plan(geometry.load(job.options.geometry).nVoxel[0], opts.slab)
+    from py4j.protocol import Py4JJavaError
     own = sc is None
     if own:
-        sc = spark_context(opts.master, f"gpumr {kind}")
+        sc = spark_context(opts.master, f"gpumr {kind}", debug=debug)
     t0 = time.perf_counter()
     try:
         shipped, names = [], set()
@@ -348,21 +455,53 @@ def run(kind, argv, sc=None):
             for name, n in part.items():
                 counts[name] = counts.get(name, 0) + n
         return counts, time.perf_counter() - t0
+    except Py4JJavaError as exc:
+        raise GpumrError(failure(exc)) from exc
     finally:
         if own:
             sc.stop()
+
+
+#: The last line of a Python traceback inside a Spark error's text: "module.Type: message".
+_PYTHON_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?([A-Za-z_][\w.]*(?::[^\n]*)?)\n")
+#: Errors whose message is meant for the user as it is (the CLI shows them without their type).
+_USER_ERRORS = ("gpumr.errors.GpumrError", "seqfile.errors.SequenceFileError", "seqfile.errors.RecordError",
+                "seqfile.codecs.CodecError")
+
+
+def failure(exc):
+    """One line saying why a Spark job failed, from its error ``exc`` (a ``Py4JJavaError``).
+
+    The failing task's Python error where there is one (a gpumr error's
+    message as it is; another error as ``Type: message``), else the first
+    line of the Java error.
+    """
+    text = str(exc)
+    found = _PYTHON_ERROR.search(text)
+    if found:
+        kind, _, message = found.group(1).partition(":")
+        if kind.endswith(_USER_ERRORS) or kind in ("GpumrError", "SequenceFileError"):
+            return f"a Spark task failed: {message.strip()}"
+        return f"a Spark task failed: {kind.rsplit('.', 1)[-1]}:{message} (gpumr --debug shows the trace)"
+    java = getattr(exc, "java_exception", None)
+    first = (str(java) if java is not None else text).strip().splitlines()
+    return f"the Spark job failed: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
 
 
 def main(argv=None):
     """``spark-submit .../gpumr/engines/spark.py KIND ...`` or ``python -m gpumr.engines.spark KIND ...``."""
     from ..core.counters import summary
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] not in JOBS:
-        print(f"usage: spark.py {{{','.join(JOBS)}}} [options]", file=sys.stderr)
+        print(f"usage: spark.py {{{','.join(JOBS)}}} [--debug] [options]", file=sys.stderr)
         return 2
     try:
-        counts, seconds = run(argv[0], argv[1:])
+        counts, seconds = run(argv[0], argv[1:], debug=debug)
     except GpumrError as exc:
+        if debug:
+            raise
         print(f"gpumr: error: {exc}", file=sys.stderr)
         return 2
     print(f"gpumr: {summary(counts, seconds)}", file=sys.stderr)

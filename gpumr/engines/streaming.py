@@ -10,6 +10,14 @@ bytes`` lines; Hadoop splits at sync markers and places tasks near the
 data). Both give the same output. The reducer is the identity, so output is
 sorted by key.
 
+Whole files come through mrjob's input manifest (one input URI per map
+task). mrjob's wrapper script would copy each with one ``hadoop fs
+-copyToLocal`` JVM (EMR: ``aws s3 cp``); gpumr's runners leave URIs to the
+task instead (:func:`_read_uris_in_tasks`), which reads them through
+:mod:`gpumr.io.remote`: pyarrow where the task has it (only the bytes
+needed, no JVM), else ``hadoop fs -copyToLocal`` from the task. The inline
+and local runners take ``s3://``, ``hdfs://`` and ``file://`` inputs the same way.
+
 Before any task starts, the launching process checks the inputs and the
 required options and stops with a one-line error naming what is wrong; while
 the job runs on this machine (inline and local runners) it shows progress;
@@ -22,6 +30,7 @@ import sys
 import tempfile
 import time
 
+from mrjob.fs.base import Filesystem
 from mrjob.job import MRJob
 from mrjob.protocol import JSONProtocol, RawValueProtocol
 from mrjob.step import MRStep
@@ -33,8 +42,9 @@ from ..devices.chooser import MODES
 from ..devices.leases import check_slots
 from ..devices.protocol import MAX_MEMORY
 from ..errors import GpumrError
-from ..io.inputs import describe_file, expand_inputs, looks_like_sequencefile
+from ..io.inputs import describe_file, expand_inputs, expand_sized, looks_like_sequencefile
 from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
+from ..io.remote import is_remote, list_files
 from ..sizes import size_arg
 from . import progress
 
@@ -43,6 +53,9 @@ TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 _TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
 #: Runners whose tasks run on this machine, where the launcher can show their progress.
 LOCAL_RUNNERS = ("inline", "local")
+#: The manifest wrapper's "download" command for a URI (run as ``CMD URI PATH``): an empty file at PATH
+#: only; the task reads the URI itself (:meth:`GpumrJob.mapper_raw`).
+_LEAVE_TO_TASK = "sh -c ': > \"$2\"' gpumr-reads-uri"
 
 
 def option_value(args, option):
@@ -161,6 +174,9 @@ class GpumrJob(MRJob):
         if not self.options.args:
             raise GpumrError("no input given")
         files = expand_inputs(local) if local else []
+        uris = [p for p in self.options.args if "://" in p]
+        if uris and (self.options.runner or "inline") in LOCAL_RUNNERS:
+            expand_inputs(uris)  # listed through gpumr.io.remote (for Hadoop, mrjob lists them with hadoop fs)
         # (With --hadoop-splits, Hadoop reads the files, and says so itself when one is not a SequenceFile.)
         if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits and local and not any(
                 looks_like_sequencefile(f) for f in files):
@@ -210,9 +226,10 @@ class GpumrJob(MRJob):
 
     def _input_bytes(self):
         try:
-            return sum(os.path.getsize(f) for f in expand_inputs([p for p in self.options.args if "://" not in p]))
+            sizes = [size for _, size in expand_sized(self.options.args)]
         except (GpumrError, OSError):
             return None
+        return None if None in sizes else sum(sizes)
 
     def make_runner(self):
         """mrjob's runner, after :meth:`check_options` and :meth:`check_this_node`; on this machine,
@@ -222,6 +239,8 @@ class GpumrJob(MRJob):
         runner = super().make_runner()
         if self.options.runner in LOCAL_RUNNERS and self.options.reducers > 0:
             _limit_sim_reducers(runner, self.options.reducers)
+        if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits:
+            _read_uris_in_tasks(runner)
         return runner
 
     def _runner_kwargs(self):
@@ -308,9 +327,11 @@ class GpumrJob(MRJob):
         kwargs = super()._non_option_kwargs()
         if self.INPUT_KIND != "seqfile":
             return kwargs
+        sim = (self.options.runner or "inline") in LOCAL_RUNNERS
         paths = []
         for p in kwargs["input_paths"]:
-            paths += expand_inputs([p]) if "://" not in p and os.path.isdir(p) else [p]
+            # (A URI folder for Hadoop is listed by mrjob's own `hadoop fs -ls`, one JVM, not one per file.)
+            paths += expand_inputs([p]) if (sim and is_remote(p)) or ("://" not in p and os.path.isdir(p)) else [p]
         kwargs["input_paths"] = paths
         return kwargs
 
@@ -342,14 +363,28 @@ class GpumrJob(MRJob):
         self.progress.close()
 
     def mapper_raw(self, path, uri):
-        """Read a whole SequenceFile here; a stretch that cannot be read becomes an error line."""
-        from ..io.records import process, read_split
+        """Read a whole SequenceFile here; a stretch that cannot be read becomes an error line.
 
+        ``path`` is mrjob's local copy of input ``uri``, except where the URI
+        was left to the task: then ``path`` is the URI itself (inline runner)
+        or an empty placeholder (:func:`_read_uris_in_tasks`), and the URI is
+        read through :mod:`gpumr.io.remote`. (A real SequenceFile is never
+        empty; an empty one read at its URI is reported the same way.)
+        """
+        from ..io.records import process, read_split, size
+        from ..io.remote import unavailable
+
+        source = path
+        if is_remote(uri) and (is_remote(path) or os.path.getsize(path) == 0):
+            source = uri
+            why = unavailable(uri)
+            self.log(f"gpumr: reading {uri} " + (f"through hadoop fs -copyToLocal ({why})" if why
+                                                  else "through pyarrow"))
         done = self.progress.counts["input bytes"]
         cap = getattr(self.options, "max_record_size", None) or DEFAULT_MAX_RECORD_SIZE
-        yield from process(self.processor, read_split(path, name=uri, max_record_size=cap),
+        yield from process(self.processor, read_split(source, name=uri, max_record_size=cap),
                            at=lambda offset: self.progress.set_bytes(done + offset))
-        self.progress.set_bytes(done + os.path.getsize(path))
+        self.progress.set_bytes(done + (size(source) or 0))
 
     def mapper_text(self, _, line):
         """One ``key<TAB>hex bytes`` line from SequenceFileAsTextInputFormat."""
@@ -368,6 +403,41 @@ class GpumrJob(MRJob):
     def reducer(self, key, values):
         for value in values:
             yield key, value
+
+
+class _UriFilesystem(Filesystem):
+    """mrjob's view of URIs through :mod:`gpumr.io.remote`, for the inline and local runners (local paths only)."""
+
+    def can_handle_path(self, path):
+        return is_remote(path)
+
+    def ls(self, path_glob):
+        for uri, _ in list_files(path_glob):
+            yield uri
+
+    def exists(self, path_glob):
+        try:
+            return bool(list_files(path_glob))
+        except GpumrError:
+            return False
+
+    def du(self, path_glob):
+        return sum(size or 0 for _, size in list_files(path_glob))
+
+
+def _read_uris_in_tasks(runner):
+    """Make ``runner``'s manifest path hand each input URI to its map task instead of copying it first.
+
+    mrjob's wrapper runs one download command per URI before the task
+    (``hadoop fs -copyToLocal``: a JVM per file); it becomes
+    :data:`_LEAVE_TO_TASK`, and the task reads the URI (:meth:`GpumrJob.mapper_raw`).
+    The inline and local runners also get a filesystem for URIs, for
+    mrjob's input checks and the manifest's listing.
+    """
+    if hasattr(runner, "_manifest_download_commands"):
+        runner._manifest_download_commands = lambda: [("*://*", _LEAVE_TO_TASK)]
+    if runner.alias in LOCAL_RUNNERS:
+        runner.fs.add_fs("gpumr", _UriFilesystem())
 
 
 def _limit_sim_reducers(runner, n):

@@ -1,4 +1,5 @@
-"""I/O around SequenceFiles: input expansion, packing and unpacking, reading job output.
+"""I/O around SequenceFiles: input expansion, packing and unpacking, reading job output, URIs.
 
-Every file gpumr writes goes through :mod:`seqfile.atomic`.
+Every local file gpumr writes goes through :mod:`seqfile.atomic`; everything
+at a URI goes through :mod:`gpumr.io.remote` (hidden name, then published).
 """

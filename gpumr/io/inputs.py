@@ -1,8 +1,10 @@
-"""Input paths as users give them: files, or folders of files.
+"""Input paths as users give them: files, or folders of files, local or at URIs.
 
 A folder stands for its visible files (not those starting with ``.`` or
 ``_``, which Hadoop also hides: ``_SUCCESS``, ``.crc`` files), sorted; files
-are taken as given. Every command and job expands its inputs here.
+are taken as given. A URI (``s3://``, ``hdfs://``, ``file://`` ...) is listed
+the same way through :mod:`gpumr.io.remote`. Every command and job expands
+its inputs here.
 """
 
 import os
@@ -21,15 +23,29 @@ def expand_inputs(paths):
 
     Only regular files are read (a FIFO or a device could block or never
     end); anything else, given or found in a folder, is refused by name
-    rather than skipped. Sub-folders of a folder are not entered.
+    rather than skipped. Sub-folders of a folder are not entered. URIs
+    stay URIs (see :func:`expand_sized`).
 
     Raises
     ------
     GpumrError
         If a path does not exist, is not a regular file, or no file is found.
     """
+    return [path for path, _ in expand_sized(paths)]
+
+
+def expand_sized(paths):
+    """Like :func:`expand_inputs`, as ``(path, size in bytes)`` pairs.
+
+    A size is None where the ``hadoop fs`` fallback listed a URI
+    (:func:`gpumr.io.remote.list_files`).
+    """
+    from .remote import is_remote, list_files
     out = []
     for p in paths:
+        if is_remote(p):
+            out += list_files(p)
+            continue
         if os.path.isdir(p):
             names = sorted(n for n in os.listdir(p) if not n.startswith((".", "_")))
             found = [os.path.join(p, n) for n in names if not os.path.isdir(os.path.join(p, n))]
@@ -39,16 +55,27 @@ def expand_inputs(paths):
             raise GpumrError(f"{printable(p)}: no such file or directory")
         for f in found:
             try:
-                mode = os.stat(f).st_mode
+                st = os.stat(f)
             except OSError as exc:
                 raise GpumrError(f"{printable(f)}: {exc.strerror}") from None
-            if not stat.S_ISREG(mode):
-                raise GpumrError(f"{printable(f)}: {kind(mode)}, not a regular file; only files are read "
+            if not stat.S_ISREG(st.st_mode):
+                raise GpumrError(f"{printable(f)}: {kind(st.st_mode)}, not a regular file; only files are read "
                                  "(copy a stream to a file first)")
-        out += found
+            out.append((f, st.st_size))
     if not out:
         raise GpumrError(f"no files in {', '.join(printable(p) for p in paths)}")
     return out
+
+
+def is_file(path):
+    """Whether a file is at ``path``, a local path or a URI (False where that cannot be found out)."""
+    from .remote import is_remote, stat
+    if not is_remote(path):
+        return os.path.isfile(path)
+    try:
+        return stat(path)[0] == "file"
+    except GpumrError:
+        return False
 
 
 def kind(mode):

@@ -103,11 +103,17 @@ def digest(path, dir_fd=None):
 
 
 def marked_sequencefile(path):
-    """Whether ``path`` is a SequenceFile whose header says ``gpumr pack`` wrote it (:data:`SEQFILE_MARK`)."""
+    """Whether ``path`` is a SequenceFile whose header says ``gpumr pack`` wrote it (:data:`SEQFILE_MARK`).
+
+    ``path`` may be a URI: its header is read through :mod:`gpumr.io.remote` (the first bytes only).
+    """
+    from .remote import is_remote, read_header
     try:
+        if is_remote(path):
+            return SEQFILE_MARK in read_header(path).metadata
         with Reader(path) as reader:
             return SEQFILE_MARK in reader.header.metadata
-    except (OSError, SequenceFileError):
+    except (OSError, SequenceFileError, GpumrError):
         return False
 
 

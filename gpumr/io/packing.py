@@ -12,13 +12,14 @@ import re
 import stat
 import time
 
-from seqfile import Reader, Writer
+from seqfile import Writer
 
 from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
 from .inputs import READ_FLAGS, expand_inputs, kind
 from .keyfiles import KeyFiles, KeyRefused
+from .records import open_reader
 from .outputs import PACK_PART as PART
 from .outputs import SEQFILE_MARK as OWN
 from .outputs import FileOutput, FolderOutput, is_proof, marked_sequencefile
@@ -248,6 +249,34 @@ def _read_regular(path):
             raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
 
 
+def check_replaceable_uri(uri, kind, names, sharded):
+    """Refuse to replace what is at ``uri`` unless it is an earlier :func:`pack` output (``pack -o URI --force``).
+
+    Replaceable are: for shards, a folder holding nothing but ``part-NNNNN.seq``
+    files; for one file, a file; either way every file's SequenceFile header
+    (read through :mod:`gpumr.io.remote`) must carry :data:`OWN`. ``kind`` and
+    ``names`` say what is there (see :func:`gpumr.io.remote.put`).
+
+    Raises
+    ------
+    GpumrError
+        Saying why ``uri`` is not replaced.
+    """
+    shown = printable(uri)
+    want = "folder" if sharded else "file"
+    if kind != want:
+        raise GpumrError(f"{shown}: is a {kind}, not an earlier gpumr pack output {want}; --force replaces only those")
+    for name in names:
+        if sharded and not PART.match(name):
+            raise GpumrError(f"{shown}: holds {printable(name)}, which gpumr pack did not make; --force replaces only "
+                             "a folder of part-NNNNN.seq files written by gpumr pack: remove it yourself or choose "
+                             "another destination")
+        path = f"{uri.rstrip('/')}/{name}" if name else uri
+        if not marked_sequencefile(path):
+            raise GpumrError(f"{printable(path)}: was not written by gpumr pack (its header has no {OWN} entry); "
+                             "--force replaces only gpumr pack's own output")
+
+
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):
     """Write every record of ``files`` as ``directory/<key>``, each file atomically.
 
@@ -273,7 +302,7 @@ def unpack(files, directory, progress=True, force=False, on_refused=None, max_re
     count = nbytes = refused = 0
     with KeyFiles(directory, force=force) as out:
         for path in expand_inputs(files):
-            with Reader(path, max_record_size=max_record_size) as reader:
+            with open_reader(path, max_record_size=max_record_size) as reader:
                 _require_text_keys(reader, path)
                 for rec in tqdm(reader, desc=os.path.basename(path), unit="rec", disable=None if progress else True,
                                 leave=False):
@@ -296,8 +325,8 @@ def _require_text_keys(reader, path):
 
 
 def info(path, max_record_size=None):
-    """Header facts, record count and byte totals of one SequenceFile (values are measured, not read)."""
-    with Reader(path, values=False, max_record_size=max_record_size) as reader:
+    """Header facts, record count and byte totals of one SequenceFile, path or URI (values measured, not read)."""
+    with open_reader(path, values=False, max_record_size=max_record_size) as reader:
         h = reader.header
         count = value_bytes = 0
         for rec in reader:

@@ -1,13 +1,15 @@
 """Records of one input split, for every engine: each record, or a note of what could not be read.
 
-The engines (mrjob's tasks, Spark's Python workers) read SequenceFiles with
-:func:`read_split` and hand each item to the core: a
+The engines (mrjob's tasks, Spark's Python workers) read SequenceFiles, at
+local paths or URIs (through :mod:`gpumr.io.remote`, only the byte ranges a
+split needs), with :func:`read_split` and hand each item to the core: a
 :class:`seqfile.reader.Record` is processed, an :class:`Unreadable` record
 becomes one ``error`` output line keyed by its key's bytes, and a
 :class:`Lost` stretch one ``error`` line naming the file and the byte range,
 so nothing is skipped silently.
 """
 
+import contextlib
 import os
 from collections import namedtuple
 
@@ -15,7 +17,9 @@ from seqfile import Reader, SequenceFileError
 from seqfile.errors import RecordError
 from seqfile.reader import DEFAULT_MAX_RECORD_SIZE, MAX_BUFFER
 
+from ..errors import GpumrError
 from ..sizes import parse_size
+from . import remote
 
 Lost = namedtuple("Lost", "name start end reason")
 Lost.__doc__ = """A stretch of an input that could not be read: bytes ``[start, end)`` of ``name``
@@ -52,13 +56,40 @@ def max_record_size_arg(text):
     return int(n)
 
 
+@contextlib.contextmanager
+def open_reader(path, **kwargs):
+    """A :class:`seqfile.Reader` of the SequenceFile at ``path``, a local path or a URI; a context manager.
+
+    A URI is read through :mod:`gpumr.io.remote` (pyarrow: only the byte
+    ranges read are fetched; else a ``hadoop fs`` copy). Errors name
+    ``kwargs["name"]`` if given, else ``path``. ``kwargs`` are the reader's.
+    """
+    if not remote.is_remote(path):
+        with Reader(path, **kwargs) as reader:
+            yield reader
+        return
+    with remote.open_input(path) as f, Reader(f, **{"name": path, **kwargs}) as reader:
+        yield reader
+
+
+def size(path):
+    """The size in bytes of the file at ``path`` (a local path or a URI), or None if it cannot be found."""
+    try:
+        if remote.is_remote(path):
+            return remote.stat(path)[1]
+        return os.path.getsize(path)
+    except (OSError, GpumrError):
+        return None
+
+
 def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_RECORD_SIZE):
     """Yield the records of split ``[start, end)`` of a SequenceFile, and what could not be read.
 
     Parameters
     ----------
     path : str
-        Local path of the file.
+        Local path or URI of the file (a URI is read through :mod:`gpumr.io.remote`,
+        fetching only the byte ranges the split needs).
     start, end : int, optional
         The split, with Hadoop's semantics (see :class:`seqfile.Reader`); the whole file by default.
     name : str, optional
@@ -83,17 +114,15 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
             lo, hi = exc.lost if exc.lost else (exc.offset, None)
             problems.append(Lost(name, lo, hi, exc.message))
 
-    try:
-        reader = Reader(path, start=start, end=end, on_error=on_error, max_record_size=max_record_size)
-    except (OSError, SequenceFileError) as exc:
-        if start == 0:
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                size = None
-            yield Lost(name, 0, size, getattr(exc, "message", None) or getattr(exc, "strerror", None) or str(exc))
-        return
-    with reader:
+    with contextlib.ExitStack() as stack:
+        try:
+            reader = stack.enter_context(open_reader(path, start=start, end=end, on_error=on_error,
+                                                     max_record_size=max_record_size, name=name))
+        except (OSError, SequenceFileError, GpumrError) as exc:
+            if start == 0:
+                yield Lost(name, 0, size(path), getattr(exc, "message", None) or getattr(exc, "strerror", None)
+                           or str(exc))
+            return
         for record in reader:
             while problems:
                 yield problems.pop(0)
