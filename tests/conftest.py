@@ -18,6 +18,11 @@ atexit.register(shutil.rmtree, _NODE_STATE, True)
 os.environ["GPUMR_LEASE_DIR"] = os.path.join(_NODE_STATE, "leases")
 os.environ["GPUMR_SCHEDULER_SOCKET"] = os.path.join(_NODE_STATE, "scheduler.sock")
 os.environ.pop("GPUMR_SIMULATE_GPUS", None)
+# Kernel builds (fatbins, and the host builds that simulated GPUs run) go to a cache of this
+# session's own: each session compiles the emulated kernels once, and never uses a stale build.
+os.environ["GPUMR_KERNEL_CACHE"] = os.path.join(_NODE_STATE, "kernels")
+for _name in ("GPUMR_CUDA_SOURCES", "GPUMR_EMULATE_ASAN"):
+    os.environ.pop(_name, None)
 
 C = "org.apache.hadoop.io.compress."
 NO_NATIVE_ZSTD = pytest.mark.skip(
@@ -50,6 +55,74 @@ def make_records(n, seed, max_size=40_000):
         size = rng.choice([0, 1, rng.randint(2, 300), rng.randint(300, max_size)])
         recs.append((f"dir/{i:04d}-é-{rng.randint(0, 9)}.jpg", rng.randbytes(size)))
     return recs
+
+
+@pytest.fixture(scope="session")
+def emulated_kernels():
+    """Both kernels built for the host once, before any test's subprocesses (tasks, executors) need them."""
+    from gpumr.gpu import emulate, kernels
+    return {name: emulate.build(name)[0] for name in kernels.KERNELS}
+
+
+@pytest.fixture
+def altered_kernel(tmp_path, monkeypatch):
+    """``altered_kernel(name, old, new)``: ``$GPUMR_CUDA_SOURCES`` now holds kernel ``name`` with ``old`` made ``new``.
+
+    For kernels deliberately broken (the self-checks must catch them) or
+    restated with other constants (``MAX_ANGLES``); ``old`` must occur.
+    """
+    import glob
+    from gpumr.gpu import kernels
+    folder = tmp_path / "altered-cuda"
+    folder.mkdir()
+    for source in glob.glob(kernels.package_path("*.cu")):  # the others as installed
+        shutil.copy(source, folder)
+
+    def alter(name, old, new):
+        with open(kernels.source_path(name), encoding="utf-8") as f:
+            text = f.read()
+        assert old in text, f"{old!r} is not in {name}.cu"
+        (folder / f"{name}.cu").write_text(text.replace(old, new))
+        monkeypatch.setenv(kernels.SOURCES_ENV, str(folder))
+        return str(folder / f"{name}.cu")
+    return alter
+
+
+#: The simulated GPU addresses the Spark workers' discovery script hands out (see ``sc``).
+SPARK_GPUS = ("1", "3")
+
+
+@pytest.fixture(scope="session")
+def sc(tmp_path_factory, emulated_kernels):
+    """One Spark local-cluster (master + two executor JVMs, one core and one simulated GPU each).
+
+    The workers discover one GPU each through a discovery script (addresses
+    ``SPARK_GPUS``), of four simulated GPUs, and every task asks for one.
+    """
+    pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
+    import shutil
+    import sys
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17 (java on PATH or JAVA_HOME)")
+    from pyspark import SparkConf, SparkContext
+    d = tmp_path_factory.mktemp("spark")
+    script = d / "gpus.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"if mkdir '{d}/claim' 2>/dev/null; then a={SPARK_GPUS[0]}; else a={SPARK_GPUS[1]}; fi\n"
+                      'echo "{\\"name\\": \\"gpu\\", \\"addresses\\": [\\"$a\\"]}"\n')
+    script.chmod(0o755)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster("local-cluster[2,1,1024]").setAppName("gpumr tests")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.worker.resource.gpu.amount", "1")
+            .set("spark.worker.resource.gpu.discoveryScript", str(script))
+            .set("spark.executor.resource.gpu.amount", "1")
+            .set("spark.task.resource.gpu.amount", "1")
+            .set("spark.executorEnv.GPUMR_SIMULATE_GPUS", "4"))
+    context = SparkContext(conf=conf)
+    context.setLogLevel("ERROR")
+    yield context
+    context.stop()
 
 
 @pytest.fixture(scope="session")

@@ -55,7 +55,7 @@ class Chooser:
 def run(backend, records):
     counts = Counter()
     w = Square()
-    w.gpu_backend = lambda: backend
+    w.gpu_backend = lambda simulated=False: backend
     chooser = Chooser()
     p = Processor(w, chooser, count=lambda name, n=1: counts.update({name: n}), log=lambda m: None)
     out = dict(p.process(records))

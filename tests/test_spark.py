@@ -22,38 +22,14 @@ from gpumr.engines.spark import prepare_output, run
 from gpumr.engines.streaming import run_job
 from gpumr.errors import GpumrError
 from gpumr.io.packing import pack
+from conftest import SPARK_GPUS
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
 pytestmark = pytest.mark.slow
 if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
     pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="Spark needs Java 17 (java on PATH or JAVA_HOME)")]
 
-#: The simulated GPU addresses the two workers' discovery script hands out.
-ASSIGNED = ("1", "3")
-
-
-@pytest.fixture(scope="session")
-def sc(tmp_path_factory):
-    """One Spark local-cluster (master + two executor JVMs, one core and one simulated GPU each)."""
-    from pyspark import SparkConf, SparkContext
-    d = tmp_path_factory.mktemp("spark")
-    script = d / "gpus.sh"
-    script.write_text("#!/bin/sh\n"
-                      f"if mkdir '{d}/claim' 2>/dev/null; then a={ASSIGNED[0]}; else a={ASSIGNED[1]}; fi\n"
-                      'echo "{\\"name\\": \\"gpu\\", \\"addresses\\": [\\"$a\\"]}"\n')
-    script.chmod(0o755)
-    os.environ.setdefault("PYSPARK_PYTHON", __import__("sys").executable)
-    conf = (SparkConf().setMaster("local-cluster[2,1,1024]").setAppName("gpumr tests")
-            .set("spark.ui.showConsoleProgress", "false")
-            .set("spark.worker.resource.gpu.amount", "1")
-            .set("spark.worker.resource.gpu.discoveryScript", str(script))
-            .set("spark.executor.resource.gpu.amount", "1")
-            .set("spark.task.resource.gpu.amount", "1")
-            .set("spark.executorEnv.GPUMR_SIMULATE_GPUS", "4"))
-    context = SparkContext(conf=conf)
-    context.setLogLevel("ERROR")
-    yield context
-    context.stop()
+ASSIGNED = SPARK_GPUS  # the simulated GPU addresses the two workers' discovery script hands out
 
 
 def lines_of(out_dir):

@@ -7,16 +7,6 @@ from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, 
 from .workload import BadRecord
 
 
-class SimulatedBackend:
-    """Stands in for a GPU implementation on simulated GPUs: the CPU function, under the lease."""
-
-    def __init__(self, workload):
-        self.workload = workload
-
-    def run(self, items, gpu):
-        return [self.workload.run_cpu(item) for item in items]
-
-
 class Processor:
     """Runs a workload over records, choosing a device per record.
 
@@ -46,11 +36,9 @@ class Processor:
         self.backend = None
         self._pending = []
         if chooser.has_gpus:
-            if chooser.simulated:
-                self.backend = SimulatedBackend(workload)
-                self.log(f"gpumr: {workload.name}: GPUs are simulated; 'GPU' records run the CPU code under a lease")
-            else:
-                self.backend = workload.gpu_backend()
+            self.backend = workload.gpu_backend(simulated=chooser.simulated)
+            if self.backend is not None and chooser.simulated:
+                self.log(f"gpumr: {workload.name}: GPUs are simulated; their CUDA kernels run on the host")
         if self.backend is None:
             why = chooser.why_cpu_only or f"no GPU implementation of {workload.name} is usable here"
             self.log(f"gpumr: {workload.name}: every record runs on the CPU ({why})")

@@ -46,6 +46,10 @@ class Workload:
         """
         raise NotImplementedError
 
-    def gpu_backend(self):
-        """An object with ``run(items, gpu) -> results``, or None when no GPU path is usable here."""
+    def gpu_backend(self, simulated=False):
+        """An object with ``run(items, gpu) -> results``, or None when no GPU path is usable here.
+
+        ``simulated``: the GPUs are simulated (their kernels then run on the host,
+        :func:`gpumr.gpu.launch.available` says whether they can).
+        """
         return None

@@ -34,11 +34,12 @@ class SlabBackprojector:
         self.prefer = prefer
         self._devices = {}
 
-    def _state(self, ordinal):
+    def _state(self, gpu):
+        ordinal = gpu.ordinal
         st = self._devices.get(ordinal)
         if st is None:
             from ..gpu.launch import launcher
-            lx = launcher(ordinal, self.prefer)
+            lx = launcher(gpu, self.prefer)
             with lx.active():
                 mod = lx.module("backproject")
                 zs, ys, xs = (a.astype(np.float32) for a in _axes(self.geometry))
@@ -63,7 +64,7 @@ class SlabBackprojector:
         return True if err < 1e-5 else f"central slice differs from the CPU backprojector (relative L2 {err:.2e})"
 
     def run(self, slabs, gpu):
-        st = self._state(gpu.ordinal)
+        st = self._state(gpu)
         with st["lx"].active():
             return [self._slab(st, z0, z1) for z0, z1 in slabs]
 

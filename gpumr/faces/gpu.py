@@ -74,7 +74,7 @@ class FaceGPU:
         st = self._devices.get(gpu.ordinal)
         if st is None:
             from ..gpu.launch import launcher
-            lx = launcher(gpu.ordinal, self.prefer)
+            lx = launcher(gpu, self.prefer)
             c = self.cascade
             with lx.active():
                 mod = lx.module("haar")

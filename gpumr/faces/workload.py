@@ -44,9 +44,9 @@ class FaceDetection(Workload):
         return [(key, {"faces": faces, "device": device, "width": int(gray.shape[1]),
                        "height": int(gray.shape[0])})]
 
-    def gpu_backend(self):
+    def gpu_backend(self, simulated=False):
         from ..gpu.launch import available
-        ok, _ = available()
+        ok, _ = available(simulated)
         if not ok:
             return None
         from .gpu import FaceGPU
