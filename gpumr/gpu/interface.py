@@ -52,8 +52,16 @@ class Launcher:
         raise NotImplementedError
 
     def launch(self, fn, grid, block, *args):
-        """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call)."""
-        fn(*[a.gpudata if hasattr(a, "gpudata") else a for a in args], grid=tuple(grid), block=tuple(block))
+        """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call).
+
+        ``args`` are numpy scalars of the parameters' exact types, and device
+        arrays (whole or sliced) for pointers. They go to the driver as they
+        are: PyCUDA (and the emulation, which takes the same call) takes a
+        device array's pointer itself, a slice's included. Its ``gpudata``
+        would not do: a slice's is a bare integer address, which PyCUDA
+        refuses ("invalid type on parameter").
+        """
+        fn(*args, grid=tuple(grid), block=tuple(block))
 
     def set_constant(self, module, name, host):
         """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``.
