@@ -9,14 +9,16 @@ between groups) run on the GPU; the surviving windows come back as boxes,
 grouped per frame by OpenCV's ``groupRectangles``.
 
 Before a device is trusted, a built-in photo is run through it and compared
-with :func:`gpumr.haar.detect_reference`; a mismatch disables the GPU path
-(every batch then falls back to the CPU, and is counted).
+with :func:`gpumr.faces.reference.detect_reference` (:mod:`gpumr.gpu.trust`);
+a mismatch disables the GPU path (every batch then falls back to the CPU,
+and is counted).
 """
 
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..gpu.trust import DeviceStates
 from .cascade import Cascade
 from .cpu import DEFAULTS
 from .reference import group, scales
@@ -39,7 +41,7 @@ class FaceGPU:
         self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
                            max_size=max_size)
         self.prefer = prefer
-        self._devices = {}
+        self._devices = DeviceStates("GPU face detection", self._setup, self._self_check)
         self._pool = ThreadPoolExecutor(max_workers=8)
 
     # -- host-side pyramid ---------------------------------------------
@@ -70,44 +72,42 @@ class FaceGPU:
         return table, pixels, meta, int_off, win_off
 
     # -- device state ----------------------------------------------------
-    def _state(self, gpu):
-        st = self._devices.get(gpu.ordinal)
-        if st is None:
-            from ..gpu.launch import launcher
-            lx = launcher(gpu, self.prefer)
-            c = self.cascade
-            with lx.active():
-                mod = lx.module("haar")
-                fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage",
-                                                         "row_scan", "run_stages")}
-                nodes = np.zeros((len(c.nodes), 4), np.int32)
-                nodes[:, :3] = c.nodes
-                arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
-                                                    c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
-            st = dict(lx=lx, fns=fns, cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
-                                                np.int32(c.window[1])] + arrays, checked=None)
-            self._devices[gpu.ordinal] = st
-            st["checked"] = self._self_check(gpu)
-        if st["checked"] is not True:
-            raise RuntimeError(f"GPU face detection disabled on device {gpu.ordinal}: {st['checked']}")
-        return st
+    def _setup(self, gpu):
+        from ..gpu.launch import launcher
+        lx = launcher(gpu, self.prefer)
+        c = self.cascade
+        with lx.active():
+            mod = lx.module("haar")
+            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_scan",
+                                                     "run_stages")}
+            nodes = np.zeros((len(c.nodes), 4), np.int32)
+            nodes[:, :3] = c.nodes
+            arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
+                                                c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
+        return dict(lx=lx, fns=fns, cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
+                                             np.int32(c.window[1])] + arrays)
 
-    def _self_check(self, gpu):
+    def _self_check(self, st):
         import cv2
         from skimage import data
         from .reference import detect_reference
         photo = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
-        self._devices[gpu.ordinal]["checked"] = True
-        try:
-            got = sorted(self.run([photo], gpu)[0])
-        finally:
-            self._devices[gpu.ordinal]["checked"] = None
+        got = sorted(self._run(st, [photo])[0])
         want = sorted(detect_reference(self.cascade, photo, **self.params))
         return True if got == want else f"self-check on a built-in photo gave {got}, the CPU reference {want}"
 
     # -- detection -------------------------------------------------------
     def run(self, grays, gpu):
-        st = self._state(gpu)
+        """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``.
+
+        Raises
+        ------
+        RuntimeError
+            If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
+        """
+        return self._run(self._devices.get(gpu), grays)
+
+    def _run(self, st, grays):
         table, pixels, meta, n_int, n_win = self.pyramid(grays)
         faces = [[] for _ in grays]
         if not len(table):
@@ -130,7 +130,7 @@ class FaceGPU:
         i32 = np.int32
         levels = lx.to_device(table)
         img = lx.to_device(pixels)
-        total = lx.zeros(n_int, np.int32)
+        total = lx.zeros(n_int, np.uint32)
         sq = lx.zeros(n_int, np.uint32)
         rows = np.concatenate([np.stack([np.full(h + 1, lv), np.arange(h + 1)], 1)
                                for lv, h in enumerate(table[:, 3])]).astype(np.int32)
