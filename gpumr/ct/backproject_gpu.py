@@ -3,7 +3,8 @@
 Projections are uploaded once per task and device and kept there across the
 task's slabs. A slab whose output does not fit the free device memory is cut
 into smaller slabs (halving) rather than failing. Before a device is trusted,
-slices around the volume's centre are compared with the CPU backprojector
+2 ZB + 3 slices around the volume's centre (every one of the ZB slices a
+kernel thread keeps) are compared with the CPU backprojector
 (:mod:`gpumr.gpu.trust`); a mismatch disables the GPU path (slabs then fall
 back to the CPU, counted).
 """
@@ -47,13 +48,21 @@ class SlabBackprojector:
                         zb=constants["ZB"], max_angles=constants["MAX_ANGLES"])
 
     def _self_check(self, st):
+        """Slices around the centre against the CPU: two whole ZB-slice blocks and 3 more.
+
+        Each thread of the kernel keeps ZB slices; the check covers every one
+        of a thread's slices, and a block that the volume's end cuts short.
+        """
         from .backproject import backproject
-        z = self.geometry.nVoxel[0] // 2
+        nz = self.geometry.nVoxel[0]
+        n = min(2 * st["zb"] + 3, nz)
+        z0 = max(0, min(nz // 2 - n // 2, nz - n))
         with st["lx"].active():
-            gpu_slice = self._slab(st, z, z + 1)
-        cpu_slice = backproject(None, self.geometry, z, z + 1, padded=self.padded)
-        err = float(np.linalg.norm(gpu_slice - cpu_slice) / max(np.linalg.norm(cpu_slice), 1e-30))
-        return True if err < 1e-5 else f"central slice differs from the CPU backprojector (relative L2 {err:.2e})"
+            gpu_slab = self._slab(st, z0, z0 + n)
+        cpu_slab = backproject(None, self.geometry, z0, z0 + n, padded=self.padded)
+        err = float(np.linalg.norm(gpu_slab - cpu_slab) / max(np.linalg.norm(cpu_slab), 1e-30))
+        return True if err < 1e-5 else \
+            f"slices {z0}-{z0 + n - 1} differ from the CPU backprojector (relative L2 {err:.2e})"
 
     def state(self, gpu):
         """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use.
