@@ -18,7 +18,7 @@ struct Level {
     int int_off;    // first element of its integral images
     int width;      // scaled image width (integral rows are width + 1 long)
     int height;
-    int nx, ny;     // window positions 0 .. nx-1 (and ny), before stepping
+    int nx, ny;     // window columns 0 .. nx-1, and the rows OpenCV scans 0 .. ny-1, before stepping
     int step;       // 2, or 1 once the scale is >= 2
     int gx, gy;     // positions on the step grid
     int win_off;    // first window of this level in the code array

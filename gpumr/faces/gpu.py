@@ -52,16 +52,16 @@ class FaceGPU:
         jobs = []
         for i, g in enumerate(grays):
             h, w = g.shape
-            for s, size, step, win in scales((w, h), c.window, self.params["scale_factor"],
-                                             self.params["min_size"], self.params["max_size"]):
+            for s, size, step, win, rows in scales((w, h), c.window, self.params["scale_factor"],
+                                                   self.params["min_size"], self.params["max_size"]):
                 if size[0] >= c.window[0] and size[1] >= c.window[1]:
-                    jobs.append((i, g, s, size, step, win))
+                    jobs.append((i, g, s, size, step, win, rows))
         imgs = list(self._pool.map(lambda j: cv2.resize(j[1], j[3], interpolation=cv2.INTER_LINEAR_EXACT), jobs))
         table = np.zeros((len(jobs), 10), np.int32)
         meta = []
         img_off = int_off = win_off = 0
-        for row, (i, _, s, (w, h), step, win) in enumerate(jobs):
-            nx, ny = w + 1 - c.window[0], h + 1 - c.window[1]
+        for row, (i, _, s, (w, h), step, win, rows) in enumerate(jobs):
+            nx, ny = w + 1 - c.window[0], rows
             gx, gy = -(-nx // step), -(-ny // step)
             table[row] = (img_off, int_off, w, h, nx, ny, step, gx, gy, win_off)
             meta.append((i, s, win))
@@ -123,7 +123,7 @@ class FaceGPU:
             frame, s, win = meta[lv]
             x, y = (k % gx) * step, (k // gx) * step
             boxes[frame].append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
-        return [group(b, self.params["min_neighbors"]) for b in boxes]
+        return [group(b, self.params["min_neighbors"], g.shape[::-1]) for b, g in zip(boxes, grays)]
 
     def _detect(self, st, table, pixels, n_int, n_win):
         lx, f, casc = st["lx"], st["fns"], st["cascade"]
