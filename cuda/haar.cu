@@ -113,7 +113,7 @@ __device__ int stages_at(const Cascade C, const unsigned* s, int W, int x, int y
 {
     for (int si = first; si < last; ++si) {
         const int2 st = C.stages[si];
-        float acc = 0.0f;
+        double acc = 0.0;  // OpenCV sums a stage's leaves in double
         for (int t = st.x; t < st.x + st.y; ++t) {
             const int2 tree = C.trees[t];
             int idx = 0;

@@ -16,8 +16,8 @@ does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
   ``area / nf < 0.1``;
 * a feature's value is ``(sum_i w_i * rectsum_i) / nf``; each tree is walked
   (left when the value is below the node's threshold) to a leaf, whose value
-  is added to the stage's sum; a stage fails when its sum falls below the
-  stage threshold (less 1e-5);
+  is added to the stage's sum (in double); a stage fails when its sum falls
+  below the stage threshold (less 1e-5);
 * windows that pass every stage become ``(round(x s), round(y s), round(24 s))``
   boxes (in float arithmetic, ``s`` the scale as a float), grouped by
   OpenCV's own ``groupRectangles`` with ``min_neighbors`` and eps 0.2, and
@@ -108,7 +108,7 @@ def _compile():
                     if area * inv < 0.1:
                         result = 1
                         for si in range(stages.shape[0]):
-                            acc = np.float32(0)
+                            acc = np.float64(0)  # leaves summed in double, as OpenCV does
                             first, count = stages[si, 0], stages[si, 1]
                             for t in range(first, first + count):
                                 idx = 0
