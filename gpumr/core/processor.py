@@ -13,8 +13,8 @@ class Processor:
     Records are decoded as they arrive. Without a usable GPU path each runs
     on the CPU at once. With one, decoded records wait in a batch of up to
     ``workload.gpu_batch``; when it is full (or flushed) the device is
-    chosen: a free GPU takes the whole batch, its lease held only while the
-    batch runs; otherwise the first record runs on the CPU and the choice is
+    chosen for the device memory the batch needs (``workload.gpu_memory_for``):
+    a free GPU takes the whole batch, its lease held only while the batch runs; otherwise the first record runs on the CPU and the choice is
     made again for the rest, so each record goes to whatever is free when
     its turn comes.
 
@@ -66,7 +66,7 @@ class Processor:
     def flush(self):
         """Run every decoded record still waiting; yield their outputs."""
         while self._pending:
-            choice = self.chooser.choose()
+            choice = self.chooser.choose(self.workload.gpu_memory_for([item for _, item in self._pending]))
             if choice.on_gpu:
                 batch, self._pending = self._pending, []
                 yield from self._gpu(batch, choice)

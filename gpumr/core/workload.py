@@ -17,7 +17,8 @@ class Workload:
     name : str
         For log lines.
     gpu_memory : int
-        Device memory one GPU batch needs (bytes), told to device choice.
+        Device memory one GPU batch needs (bytes), told to device choice
+        unless :meth:`gpu_memory_for` says more exactly.
     gpu_batch : int
         Records per GPU launch.
     """
@@ -45,6 +46,10 @@ class Workload:
             here: the core turns a :class:`BadRecord` into ``{"error": ...}``.
         """
         raise NotImplementedError
+
+    def gpu_memory_for(self, items):
+        """Device memory (bytes) a GPU batch of these decoded items needs: :attr:`gpu_memory` unless overridden."""
+        return self.gpu_memory
 
     def gpu_backend(self, simulated=False):
         """An object with ``run(items, gpu) -> results``, or None when no GPU path is usable here.

@@ -26,6 +26,26 @@ from .reference import group, scales
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
+#: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding.
+MEMORY_MARGIN = 32 * 1024 * 1024
+
+
+def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
+    """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
+
+    What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
+    once: per level the table row (40 bytes), the pixels (1 byte each), the
+    sum and squared-sum integrals (8 bytes per element) and the row, column
+    and window-row lists (8 bytes each); per window its first-stage code (1
+    byte) and two survivor lists (4 bytes each); plus :data:`MEMORY_MARGIN`.
+    """
+    total = MEMORY_MARGIN
+    for h, w in shapes:
+        for _, (sw, sh), step, _, rows in scales((w, h), window, scale_factor, min_size, max_size):
+            if sw >= window[0] and sh >= window[1]:
+                gx, gy = -(-(sw + 1 - window[0]) // step), -(-rows // step)
+                total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
+    return total
 
 
 def _grid(n):
