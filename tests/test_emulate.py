@@ -2,6 +2,7 @@
 
 import multiprocessing as mp
 import os
+import re
 
 import numpy as np
 import pytest
@@ -212,3 +213,59 @@ def test_missing_source_and_compiler_errors_are_one_line(sources, monkeypatch):
 def test_the_sanitizer_build_needs_libasan_first():
     with pytest.raises(GpumrError, match=r"needs gcc's libasan loaded first: run with LD_PRELOAD="):
         emulate.EmulatedLauncher(0, 1 << 20, sanitize=True)
+
+
+ASAN_CHILD = r"""
+import sys
+
+import cv2
+import numpy as np
+from skimage import data
+
+from gpumr.ct import geometry
+from gpumr.ct.backproject import pad
+from gpumr.ct.backproject_gpu import SlabBackprojector
+from gpumr.devices.nvml import simulated_gpus
+from gpumr.faces.cpu import cascade_path
+from gpumr.faces.gpu import FaceGPU
+from gpumr.gpu import launch
+
+gpu = simulated_gpus("1")[0]
+assert launch.launcher(gpu).sanitize
+astro = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
+faces = [] if "ct-only" in sys.argv else \
+    FaceGPU(cascade_path()).run([astro[:90, :61], cv2.resize(astro, (333, 250)), astro[300:, 100:]], gpu)
+g = geometry.simple(21, 12)
+q = np.random.default_rng(0).standard_normal((12, *g.nDetector)).astype(np.float32)
+slabs = SlabBackprojector(pad(q), g).run([(0, 21), (13, 21), (20, 21)], gpu)
+print("clean", sum(map(len, faces)), [len(s) for s in slabs])
+"""
+
+
+def _under_asan(tmp_path, *args):
+    import subprocess
+    import sys
+    libasan = subprocess.run([os.environ.get("CC", "gcc"), "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+    if not os.path.isabs(libasan) or not os.path.exists(libasan):
+        pytest.fail(f"gcc's libasan.so not found ({libasan!r}): install gcc's AddressSanitizer runtime")
+    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0", GPUMR_EMULATE_ASAN="1")
+    return subprocess.run([sys.executable, "-c", ASAN_CHILD, *args], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=600)
+
+
+@pytest.mark.slow
+def test_both_kernels_run_clean_under_address_sanitizer(tmp_path, altered_kernel):
+    """Every device allocation guarded by ASan's redzones: both kernels and their glue stay inside them.
+
+    And the check can fail: a kernel writing one slice past its slab (through
+    GPUMR_CUDA_SOURCES) is reported as a heap buffer overflow at its line in backproject_slab.
+    """
+    clean = _under_asan(tmp_path)
+    assert clean.returncode == 0 and "AddressSanitizer" not in clean.stderr, clean.stderr[-3000:]
+    assert clean.stdout.startswith("clean ") and clean.stdout.split()[-3:] == ["[21,", "8,", "1]"]
+    altered_kernel("backproject", "        if (z0 + k < nz) out[", "        if (z0 + k <= nz) out[")
+    broken = _under_asan(tmp_path, "ct-only")
+    assert broken.returncode != 0 and "ERROR: AddressSanitizer: heap-buffer-overflow" in broken.stderr
+    assert re.search(r"(READ|WRITE) of size 4 .*\n +#0 \S+ in backproject_slab \S+/backproject\.cu:\d+", broken.stderr), \
+        broken.stderr[:3000]
