@@ -32,7 +32,7 @@ def test_faces_device_gpu_equal_device_cpu(sc, sample_frames, tmp_path):
     packed = str(tmp_path / "packed")
     pack([sample_frames], packed, shards=2, progress=False)
     run_job(MRFaceDetect, [packed], str(tmp_path / "cpu"), "inline", ["--device", "cpu"])
-    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "40KiB", "--device", "gpu"], sc=sc)
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "gpu"], sc=sc)
     got, want = values_of(str(tmp_path / "out")), values_of(str(tmp_path / "cpu"))
     assert got.keys() == want.keys() and len(got) == 12
     assert {v.pop("device") for v in got.values()} <= {f"gpu:{a}" for a in SPARK_GPUS}
@@ -42,11 +42,13 @@ def test_faces_device_gpu_equal_device_cpu(sc, sample_frames, tmp_path):
 
 
 def test_ct_device_gpu_equals_the_cpu_reconstruction(sc, tmp_path):
+    # Names of their own: one SparkContext refuses a second shipped file of the same name from another path
+    # (test_spark's CT job ships proj.seq and proj.geometry.json).
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "24", "--angles", "36"]) == 0
-    assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
-    assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
-    counts, _ = run("backproject", ["--projections", str(d / "proj.seq"), "--slab", "10", "-o", str(d / "out"),
+    assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "gpu-proj.seq")]) == 0
+    assert main(["ct", "reconstruct", str(d / "gpu-proj.seq"), "-o", str(d / "direct.npy")]) == 0
+    counts, _ = run("backproject", ["--projections", str(d / "gpu-proj.seq"), "--slab", "10", "-o", str(d / "out"),
                                     "--device", "gpu"], sc=sc)
     assert counts["records on GPU"] == 3 and not counts.get("records on CPU") and not counts.get("GPU fallbacks")
     values = values_of(str(d / "out")).values()
