@@ -125,6 +125,16 @@ def sc(tmp_path_factory, emulated_kernels):
     context.stop()
 
 
+def ct_phantom(folder, voxels, angles, name="proj"):
+    """Phantom projections ``folder/NAME.seq`` (geometry beside them) and ``gpumr ct reconstruct``'s volume of them."""
+    import numpy as np
+    from gpumr.cli import main
+    assert main(["ct", "geometry", "-o", str(folder / "g.json"), "--voxels", str(voxels), "--angles", str(angles)]) == 0
+    assert main(["ct", "phantom", "--geometry", str(folder / "g.json"), "-o", str(folder / f"{name}.seq")]) == 0
+    assert main(["ct", "reconstruct", str(folder / f"{name}.seq"), "-o", str(folder / "direct.npy")]) == 0
+    return str(folder / f"{name}.seq"), np.load(folder / "direct.npy")
+
+
 @pytest.fixture(scope="session")
 def sample_frames(tmp_path_factory):
     """A few built-in sample frames (real photos, 640x480 JPEG)."""

@@ -187,7 +187,7 @@ def test_a_wrong_face_kernel_is_caught_by_the_self_check(altered_kernel, astro):
 
 def ct_case(nz=37, n_angles=40, seed=0):
     """An odd-sized geometry with offsets on the detector and the origin, and random filtered projections."""
-    d = geometry.simple(nz, n_angles).to_dict()
+    d = geometry.simple(40, n_angles).to_dict()  # its detector covers the 34 x 30 x nz volume
     d.update(nVoxel=[nz, 30, 34], offOrigin=[0.7, -1.3, 0.4], offDetector=[1.1, -0.6])
     g = geometry.from_dict(d)
     q = np.random.default_rng(seed).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)

@@ -22,7 +22,7 @@ from gpumr.engines.spark import prepare_output, run
 from gpumr.engines.streaming import run_job
 from gpumr.errors import GpumrError
 from gpumr.io.packing import pack
-from conftest import SPARK_GPUS
+from conftest import SPARK_GPUS, ct_phantom
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
 pytestmark = pytest.mark.slow
@@ -118,9 +118,7 @@ def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts
 
 def test_ct_equals_reconstruct_and_assembles(sc, tmp_path):
     d = tmp_path
-    assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
-    assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
-    assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
+    ct_phantom(d, 32, 48)
     counts, _ = run("backproject", ["--projections", str(d / "proj.seq"), "--slab", "6", "-o", str(d / "out"),
                                     "--device", "cpu"], sc=sc)
     assert counts["records on CPU"] == 6 and not counts.get("bad records")  # 32 slices, 6 per slab

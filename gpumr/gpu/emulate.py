@@ -15,7 +15,7 @@ The source is scanned first: a CUDA feature the header does not restate
 ``extern "C" __global__`` kernel unpacks the argument array by the kernel's
 own parameter types and runs the grid; ``__constant__`` symbols are reached
 through generated accessors. Builds are cached in :func:`kernels.cache_dir`,
-keyed by the hash of source, header, wrapper, flags and compiler.
+keyed by the hash of the source as read, header, wrappers, flags and compiler.
 
 At each launch the argument checks a driver makes are made: the argument
 count, a numpy scalar of the exact type for each scalar parameter, a device
@@ -104,8 +104,8 @@ def _blank(match):
     return re.sub(r"[^\n]", " ", match.group(0))
 
 
-def scan(path):
-    """The ``extern "C" __global__`` kernels and ``__constant__`` symbols of the source at ``path``.
+def scan(path, text):
+    """The ``extern "C" __global__`` kernels and ``__constant__`` symbols of source ``text`` (from ``path``).
 
     Raises
     ------
@@ -113,8 +113,7 @@ def scan(path):
         Naming the file, the line and the CUDA feature, if the source uses
         one that the host emulation does not restate.
     """
-    with open(path, encoding="utf-8") as f:
-        code = _COMMENT.sub(_blank, f.read())
+    code = _COMMENT.sub(_blank, text)
     for pattern, what in UNSUPPORTED:
         found = pattern.search(code)
         if found:
@@ -133,10 +132,11 @@ def _compiler_id(cxx):
     return f"{os.path.realpath(shutil.which(cxx) or cxx)} {proc.stdout.splitlines()[0] if proc.stdout else ''}"
 
 
-def _wrapper(source, names, constants):
-    quoted = source.replace("\\", "\\\\").replace('"', '\\"')
-    return "\n".join([f'#include "{quoted}"'] + [f"GPUMR_KERNEL({n})" for n in names] +
-                     [f"GPUMR_CONSTANT({c})" for c in constants]) + "\n"
+def _unit(path, text, names, constants):
+    """What is compiled: the source as read (diagnostics name its file and lines), then a wrapper per kernel."""
+    quoted = path.replace("\\", "\\\\").replace('"', '\\"')
+    return "\n".join([f'#line 1 "{quoted}"', text, '#line 1 "<gpumr wrappers>"'] +
+                      [f"GPUMR_KERNEL({n})" for n in names] + [f"GPUMR_CONSTANT({c})" for c in constants]) + "\n"
 
 
 def build(name, sanitize=False):
@@ -152,22 +152,26 @@ def build(name, sanitize=False):
         compiler fails (its first error quoted), or there is no compiler.
     """
     source = kernels.source_path(name)
-    names, constants = scan(source)
+    with open(source, encoding="utf-8") as f:
+        text = f.read()
+    names, constants = scan(source, text)
     ok, cxx = available()
     if not ok:
         raise GpumrError(cxx)
     header = kernels.package_path(HEADER)
+    with open(header, "rb") as f:
+        header_bytes = f.read()
     flags = FLAGS + (SANITIZE_FLAGS if sanitize else ())
-    wrapper = _wrapper(source, names, constants)
+    unit = _unit(source, text, names, constants)
     key = hashlib.sha256()
-    for part in (open(source, "rb").read(), open(header, "rb").read(), wrapper.encode(), " ".join(flags).encode(),
-                 _compiler_id(cxx).encode()):
+    for part in (unit.encode(), header_bytes, " ".join(flags).encode(), _compiler_id(cxx).encode()):
         key.update(hashlib.sha256(part).digest())
     path = os.path.join(kernels.cache_dir(), f"{name}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so")
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic_path(path) as tmp:
-            proc = subprocess.run([cxx, *flags, "-include", header, "-x", "c++", "-", "-o", tmp], input=wrapper,
+            proc = subprocess.run([cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++",
+                                   "-", "-o", tmp], input=unit,
                                   capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
             if proc.returncode:
                 lines = proc.stderr.splitlines()
