@@ -39,4 +39,4 @@ bench: install
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-out bench-out
+	rm -rf $(VENV) build *.egg-info demo-out .demo-out.gpumr bench-out

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # EMR bootstrap action for every node (run as root by mrjob's `bootstrap:` lines):
-#   1. install gpumr from its sdist (the first argument; mrjob uploads it) into a virtual
+#   1. check (or make) the folders it writes in, trusting none it finds: each must be a real folder
+#      (not a symlink), root's, and not writable by others (see check_dir);
+#   2. install gpumr from its sdist (the first argument; mrjob uploads it) into a virtual
 #      environment of the node's system Python (3.9+: EMR 7.x on Amazon Linux 2023);
-#   2. on a node with an NVIDIA driver (nvidia-smi), add CuPy (binary wheels, no CUDA toolkit
+#   3. on a node with an NVIDIA driver (nvidia-smi), add CuPy (binary wheels, no CUDA toolkit
 #      needed) so that map tasks can launch gpumr's kernels;
-#   3. start the node-local GPU scheduler service, its socket reachable by the YARN task
-#      user's group only: folder root:$GROUP mode 2770 (setgid), socket mode 660, umask 007.
+#   4. start the node-local GPU scheduler service, its socket reachable by the YARN task user's
+#      group only (folder root:$GROUP 2750, socket 660; lease folder root:$GROUP 2770, umask 007),
+#      and succeed only once the process it started answers there (by the socket's peer
+#      credentials, not by what a reply says). Run again, it stops the service it started before
+#      (the pid its pid file names, if that pid serves the socket) and starts the new install's.
 #
 # usage: bootstrap-gpu-node.sh gpumr-X.tar.gz
 #   python -m build --sdist   (or: python setup.py sdist)  -> dist/gpumr-X.tar.gz
@@ -32,17 +37,90 @@ GPU=${GPUMR_GPU:-auto}
 SERVICE=${GPUMR_SERVICE:-auto}
 PYTHON=${PYTHON:-python3}
 read -r -a PIP_OPTS <<< "${GPUMR_PIP_OPTS:-}"
+UNIT=$ROOT/etc/systemd/system/gpumr-scheduler.service
+SOCKET=$RUN_DIR/scheduler.sock
+PIDFILE=$RUN_DIR/scheduler.pid
+LEASES=$RUN_DIR/leases
+GPUMR=$VENV/bin/gpumr
 
 say() { echo "gpumr bootstrap: $*" >&2; }
+fail() { say "$*"; exit 1; }
 
+# check_dir DIR [shared]: refuse a folder that this root-run script would otherwise trust blindly:
+# a symlink (what is written in it would land where the link points), a folder of another user
+# (they made it, they can change it), or one others may write in (they could swap what it holds
+# between a check and a use). A shared folder (the group's) may be group-writable, never
+# world-writable. A missing folder passes: the script makes it.
+check_dir() {
+  local dir=$1 uid mode forbid=8#022
+  [ "${2:-}" = shared ] && forbid=8#002
+  [ -L "$dir" ] && fail "$dir: is a symlink; refusing to use it (remove it: the bootstrap makes this folder itself)"
+  [ -e "$dir" ] || return 0
+  [ -d "$dir" ] || fail "$dir: exists and is not a folder; refusing to use it"
+  read -r uid mode < <(stat -c '%u %a' -- "$dir")
+  [ "$uid" -eq "$EUID" ] || fail "$dir: belongs to uid $uid, not to root; refusing to use it (someone else made it)"
+  (( (8#$mode & forbid) == 0 )) || fail "$dir: mode $mode lets others write in it; refusing to use it"
+}
+
+# own_dir DIR MODE: a folder of gpumr's: check its parent and it, then make it root:$GROUP with MODE
+# (or set them on the folder found).
+own_dir() {
+  check_dir "$(dirname "$1")"
+  check_dir "$1" shared
+  install -d -o root -g "$GROUP" -m "$2" "$1"
+}
+
+# system_dir DIR: a folder of the system that the script writes a file in: check it, make it if missing
+# (never change one found).
+system_dir() {
+  check_dir "$1"
+  [ -d "$1" ] || install -d -m 0755 "$1"
+}
+
+# write_file PATH < CONTENT: atomically through gpumr's one helper (a link at PATH is replaced, not followed).
+write_file() {
+  "$VENV/bin/python" -c 'import sys; from seqfile.atomic import write_bytes; write_bytes(sys.argv[1], sys.stdin.buffer.read())' "$1"
+}
+
+# running PID: whether PID runs (a zombie nobody has reaped yet has stopped).
+running() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  [ "${st%% *}" != Z ]
+}
+
+# serves PID: whether process PID answers on the socket (peer credentials of the connection).
+serves() { "$GPUMR" scheduler status --socket "$SOCKET" --expect-pid "$1" >/dev/null 2>&1; }
+
+[ "$EUID" -eq 0 ] || fail "run it as root (EMR runs bootstrap actions with sudo): it makes root-owned folders"
+case $GPU in auto|yes|no) ;; *) fail "GPUMR_GPU=$GPU: expected auto, yes or no" ;; esac
+case $SERVICE in auto|systemd|nohup) ;; *) fail "GPUMR_SERVICE=$SERVICE: expected auto, systemd or nohup" ;; esac
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' \
-  || { say "$PYTHON is older than 3.9: gpumr does not install there (use EMR 7.x)"; exit 1; }
-getent group "$GROUP" >/dev/null || { say "no group $GROUP on this node (set GPUMR_GROUP)"; exit 1; }
+  || fail "$PYTHON is older than 3.9: gpumr does not install there (use EMR 7.x)"
+getent group "$GROUP" >/dev/null || fail "no group $GROUP on this node (set GPUMR_GROUP)"
 
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet "${PIP_OPTS[@]}" "$SDIST"
-version=$("$VENV/bin/gpumr" --version)
-say "installed $version in $VENV"
+# The folders first, so that a refusal costs nothing. The socket's folder: root's, group = the task
+# user's, setgid so that the socket keeps that group; the group may enter and connect, not add or
+# replace anything. The leases' folder in it: the group makes its lock files there.
+own_dir "$RUN_DIR" 2750
+own_dir "$LEASES" 2770
+system_dir "$(dirname "$LOG")"
+[ -L "$LOG" ] && fail "$LOG: is a symlink; refusing to write the log through it"
+[ ! -e "$LOG" ] || [ -f "$LOG" ] || fail "$LOG: exists and is not a plain file; refusing to write the log there"
+
+# Run again with the same sdist (its SHA-256 recorded in the environment), nothing is reinstalled.
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+STAMP=$VENV/gpumr-sdist.sha256
+digest=$(sha256sum < "$SDIST")
+digest=${digest%% *}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$digest" ] && "$GPUMR" --version >/dev/null 2>&1; then
+  say "$("$GPUMR" --version) from this sdist is already installed in $VENV"
+else
+  "$VENV/bin/python" -m pip install --quiet "${PIP_OPTS[@]}" "$SDIST"
+  echo "$digest" | write_file "$STAMP"
+  say "installed $("$GPUMR" --version) in $VENV"
+fi
 
 if [ "$GPU" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU=yes; else GPU=no; fi
@@ -52,19 +130,13 @@ if [ "$GPU" = yes ]; then
     || say "CuPy did not install: GPU path disabled, the CPU path is unaffected"
 fi
 
-# The socket's folder: root-owned, group = the task user's, setgid so that what the service makes
-# there keeps that group; no access for others.
-install -d -m 0755 "$(dirname "$RUN_DIR")" "$(dirname "$LOG")"
-install -d -o root -g "$GROUP" -m 2770 "$RUN_DIR"
-SOCKET=$RUN_DIR/scheduler.sock
-SERVE=("$VENV/bin/gpumr" scheduler serve --socket "$SOCKET" --socket-mode 660 --policy least-processes
-       --lease-dir "$RUN_DIR/leases")
-
+SERVE=("$GPUMR" scheduler serve --socket "$SOCKET" --socket-mode 660 --policy least-processes --lease-dir "$LEASES")
 if [ "$SERVICE" = auto ]; then
   if [ -d /run/systemd/system ] && [ -z "$ROOT" ]; then SERVICE="systemd"; else SERVICE="nohup"; fi
 fi
 if [ "$SERVICE" = systemd ]; then
-  cat > /etc/systemd/system/gpumr-scheduler.service <<EOF
+  system_dir "$(dirname "$UNIT")"
+  write_file "$UNIT" <<EOF
 [Unit]
 Description=gpumr node-local GPU scheduler
 After=network.target
@@ -80,11 +152,38 @@ StandardError=append:$LOG
 WantedBy=multi-user.target
 EOF
   systemctl daemon-reload
-  systemctl enable --now gpumr-scheduler.service
+  systemctl enable gpumr-scheduler.service
+  systemctl restart gpumr-scheduler.service  # a running one is replaced by the new install's
+  service_pid() { systemctl show -p MainPID --value gpumr-scheduler.service; }
 else
-  (umask 007; nohup "${SERVE[@]}" >>"$LOG" 2>&1 </dev/null & echo $! >"$RUN_DIR/scheduler.pid")
+  # The service an earlier run started: the pid its pid file names, if that process serves the socket.
+  earlier=""
+  if [ -f "$PIDFILE" ] && [ ! -L "$PIDFILE" ]; then read -r earlier < "$PIDFILE" || true; fi
+  if [[ $earlier =~ ^[0-9]+$ ]] && serves "$earlier"; then
+    kill -TERM "$earlier"
+    for _ in $(seq 100); do running "$earlier" || break; sleep 0.1; done
+    running "$earlier" && fail "the earlier scheduler (pid $earlier) did not stop within 10 s of SIGTERM"
+    say "stopped the earlier scheduler (pid $earlier)"
+  fi
+  # umask 007: what the service makes (its pid file, lock files) is the group's at most. The service
+  # writes its pid file itself once it answers (atomically: a link there is replaced, not followed).
+  ( umask 007; exec nohup "${SERVE[@]}" --pid-file "$PIDFILE" >>"$LOG" 2>&1 </dev/null ) &
+  started=$!
+  service_pid() { echo "$started"; }
 fi
 
-for _ in $(seq 50); do [ -S "$SOCKET" ] && break; sleep 0.2; done
-[ -S "$SOCKET" ] || { say "the scheduler did not start; its log:"; tail -20 "$LOG" >&2; exit 1; }
-say "scheduler serving on $SOCKET ($(stat -c '%A %U:%G' "$SOCKET")) under $SERVICE"
+pid=""
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  candidate=$(service_pid)
+  if [ "${candidate:-0}" != 0 ] && serves "$candidate"; then pid=$candidate; break; fi
+  if [ "$SERVICE" = nohup ] && ! running "$started"; then
+    fail "the scheduler did not start: $(tail -n 1 "$LOG")"
+  fi
+  sleep 0.5
+done
+if [ -z "$pid" ]; then
+  if [ "$SERVICE" = nohup ]; then kill -TERM "$started" 2>/dev/null || true; fi
+  fail "the scheduler it started did not answer on $SOCKET within 60 s (its log: $LOG)"
+fi
+say "scheduler serving on $SOCKET ($(stat -c '%A %U:%G' "$SOCKET")) under $SERVICE, pid $pid"

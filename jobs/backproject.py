@@ -42,12 +42,14 @@ class MRBackproject(GpumrJob):
         self.add_passthru_arg("--filter", default=FILTERS[0], choices=FILTERS,
                               help=f"ramp filter window (default {FILTERS[0]})")
         self.add_passthru_arg("--i0", type=float, default=None,
-                              help="projections are raw intensities: use -log(I/I0)")
+                              help="projections are raw intensities: use -log(I/I0) (I0 over 0)")
         self.add_passthru_arg("--cpu-threads", type=int, default=None, metavar="N",
                               help="threads of the CPU backprojector per task (default: all cores)")
 
     def check_options(self):
+        from gpumr import limits
         from gpumr.ct.geometry import beside, load
+        from gpumr.ct.projections import read_set
         from gpumr.io.inputs import describe_file, looks_like_sequencefile
         super().check_options()
         o = self.options
@@ -59,9 +61,11 @@ class MRBackproject(GpumrJob):
             raise GpumrError(f"--projections {o.projections}: {describe_file(o.projections)}")
         if not o.geometry:
             raise GpumrError(f"--geometry is required: no {beside(o.projections)} beside the projections")
-        load(o.geometry)
-        if o.cpu_threads is not None and o.cpu_threads < 1:
-            raise GpumrError(f"--cpu-threads must be at least 1, not {o.cpu_threads}")
+        if o.cpu_threads is not None:
+            limits.number("--cpu-threads", o.cpu_threads, 1, limits.MAX_THREADS, integer=True)
+        # Every projection is read once here, one at a time, and checked as the tasks will load them
+        # (count, sizes, no NaN or infinity), so that a bad one is refused before any task starts.
+        read_set([o.projections], load(o.geometry), o.i0, keep=False)
 
     def make_workload(self):
         from gpumr.ct.workload import Backprojection

@@ -8,7 +8,6 @@ bytes), files or folders of them. Output: one line per record,
 """
 
 from gpumr.engines.streaming import GpumrJob, option_value, with_option
-from gpumr.errors import GpumrError
 
 
 class MRFaceDetect(GpumrJob):
@@ -24,12 +23,14 @@ class MRFaceDetect(GpumrJob):
     def configure_args(self):
         from gpumr.faces.cpu import DEFAULT_CASCADE, DEFAULTS
         from gpumr.faces.decode import MAX_PIXELS
+        from gpumr.limits import MAX_PIXELS_CEILING, MAX_SCALE_FACTOR, PYRAMID_PIXELS_PER_PIXEL
         super().configure_args()
         self.add_file_arg("--cascade", default=None, metavar="XML",
-                          help=f"cascade XML file, or the name of one opencv ships (default {DEFAULT_CASCADE}); "
+                          help=f"cascade XML file, or the bare name of one opencv ships (default {DEFAULT_CASCADE}); "
                                "shipped to the tasks")
         self.add_passthru_arg("--scale-factor", type=float, default=DEFAULTS["scale_factor"],
-                              help=f"pyramid step between scales (default {DEFAULTS['scale_factor']})")
+                              help=f"pyramid step between scales, over 1 and at most {MAX_SCALE_FACTOR:g} "
+                                   f"(default {DEFAULTS['scale_factor']})")
         self.add_passthru_arg("--min-neighbors", type=int, default=DEFAULTS["min_neighbors"],
                               help=f"overlapping detections a face needs (default {DEFAULTS['min_neighbors']})")
         self.add_passthru_arg("--min-size", type=int, default=DEFAULTS["min_size"], metavar="PX",
@@ -37,21 +38,22 @@ class MRFaceDetect(GpumrJob):
         self.add_passthru_arg("--max-size", type=int, default=DEFAULTS["max_size"], metavar="PX",
                               help="largest face, pixels (default: no limit)")
         self.add_passthru_arg("--max-pixels", type=int, default=MAX_PIXELS, metavar="N",
-                              help=f"refuse larger images as bad records, from their header (default {MAX_PIXELS:,})")
+                              help=f"refuse larger images as bad records, from their header (default {MAX_PIXELS:,}, "
+                                   f"at most {MAX_PIXELS_CEILING:,}); an image's pyramid may hold "
+                                   f"{PYRAMID_PIXELS_PER_PIXEL} times this")
         self.add_passthru_arg("--opencv-threads", type=int, default=1, metavar="N",
                               help="OpenCV threads per map task (default 1: Hadoop runs one task per core)")
 
     def check_options(self):
+        from gpumr import limits
         from gpumr.faces.cpu import load_cascade
+        from gpumr.faces.pyramid import Pyramid
         super().check_options()
         o = self.options
-        load_cascade(o.cascade)
-        for name, value, least in (("--scale-factor", o.scale_factor, 1.0), ("--min-neighbors", o.min_neighbors, 0),
-                                   ("--min-size", o.min_size, 1), ("--max-pixels", o.max_pixels, 1),
-                                   ("--opencv-threads", o.opencv_threads, 1)):
-            if value < least or (name == "--scale-factor" and value == least):
-                raise GpumrError(f"{name} must be {'over' if name == '--scale-factor' else 'at least'} {least}, "
-                                 f"not {value}")
+        window = load_cascade(o.cascade).getOriginalWindowSize()
+        Pyramid(window, o.scale_factor, o.min_size, o.max_size, o.max_pixels)
+        limits.number("--min-neighbors", o.min_neighbors, least=0, integer=True)
+        limits.number("--opencv-threads", o.opencv_threads, 1, limits.MAX_THREADS, integer=True)
 
     def make_workload(self):
         import cv2

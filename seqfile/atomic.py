@@ -5,6 +5,13 @@ to disk (``fsync``) and renamed over its final name, so a reader sees the
 old file or the whole new one, never a part. On any failure (an exception,
 Ctrl-C) the temporary file is removed and the final name is untouched.
 
+Whether an existing file may be replaced is the caller's decision, taken
+at the last moment: ``replace`` is True (always), False (never: the new
+file takes the name only while it is free) or a function that is shown
+the old file once it has been set aside under a hidden name, and says
+whether it may go; if not, it is put back. gpumr's ownership rule
+(:mod:`gpumr.io.outputs`) is such a function.
+
 The temporary file is created with ``O_EXCL`` and mode ``0o666``, which the
 kernel narrows by the process's umask, as for any new file; the umask is
 never read or changed (changing it is process-wide and not thread-safe).
@@ -12,7 +19,6 @@ gpumr uses this module too: it lives here because ``seqfile`` imports
 nothing from gpumr.
 """
 
-import contextlib
 import errno
 import os
 import secrets
@@ -30,16 +36,20 @@ def _temp_name(name):
     return f".{stem}.{secrets.token_hex(4)}.tmp"
 
 
+def _split(path, dir_fd=None):
+    """``(folder, name)`` of ``path``; with ``dir_fd``, ``path`` is a plain name in that open folder (folder "")."""
+    if dir_fd is None:
+        return os.path.split(os.path.abspath(os.fspath(path)))
+    return "", os.fspath(path)
+
+
 def _temp_beside(path, mode=0o666, dir_fd=None):
     """Create an empty hidden file beside ``path``; return ``(fd, temp path)``.
 
     With ``dir_fd``, ``path`` is a plain name in that open folder and the
     temporary path returned is a plain name there too.
     """
-    if dir_fd is None:
-        folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    else:
-        folder, name = "", os.fspath(path)
+    folder, name = _split(path, dir_fd)
     while True:
         tmp = os.path.join(folder, _temp_name(name))
         try:
@@ -53,7 +63,7 @@ def temp_dir_beside(path):
 
     For outputs made of several files: fill it, then rename it to ``path``.
     """
-    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    folder, name = _split(path)
     while True:
         tmp = os.path.join(folder, _temp_name(name))
         try:
@@ -63,24 +73,43 @@ def temp_dir_beside(path):
             continue
 
 
+def _aside_name(name):
+    """A fresh hidden name for an old ``name`` set aside (``.NAME.xxxxxxxx.old``)."""
+    return _temp_name(name)[:-4] + ".old"
+
+
+def set_aside(path, dir_fd=None):
+    """Rename ``path`` to a fresh hidden name beside it and return that name.
+
+    With ``dir_fd``, ``path`` is a plain name in that open folder and so is
+    the name returned. Raises FileNotFoundError if ``path`` does not exist.
+    """
+    folder, name = _split(path, dir_fd)
+    while True:
+        old = os.path.join(folder, _aside_name(name))
+        try:
+            os.stat(old, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            break
+    os.rename(path, old, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    return old
+
+
 def swap_into_place(stage, path):
     """Rename the finished folder ``stage`` to ``path``; return where an old ``path`` went, or None.
 
-    An existing ``path`` is first renamed to a hidden name beside it (returned),
-    so that ``path`` always names a whole output: the old one until the new
-    one is in place. Removing the old one is the caller's business, done only
-    once the new one is in place, and only for what the caller made. If the
-    second rename fails, the old output is put back.
+    An existing ``path`` is first set aside under a hidden name beside it
+    (returned), so that ``path`` always names a whole output: the old one
+    until the new one is in place. Removing the old one is the caller's
+    business, done only once the new one is in place, and only for what the
+    caller made. If the second rename fails, the old output is put back.
+    (A folder renamed onto a name never destroys anything: onto a file or a
+    folder that is not empty, the rename fails.)
     """
     path = os.fspath(path)
     old = None
     if os.path.lexists(path):
-        folder, name = os.path.split(os.path.abspath(path))
-        while True:
-            old = os.path.join(folder, _temp_name(name)[:-4] + ".old")
-            if not os.path.lexists(old):
-                break
-        os.rename(path, old)
+        old = set_aside(path)
     try:
         os.rename(stage, path)
     except BaseException:
@@ -135,37 +164,58 @@ def _link_no_replace(tmp, path, dir_fd):
     _discard(tmp, dir_fd)
 
 
+class NotReplaced(FileExistsError):
+    """The old file was not replaced: the ``replace`` function refused it, or a file took the name meanwhile.
+
+    Attributes
+    ----------
+    kept : str
+        Where the old file is now: its own name (put back), or a hidden name
+        beside it when something else took its name meanwhile.
+    """
+
+    def __init__(self, path, kept, why):
+        super().__init__(errno.EEXIST, why, os.fspath(path))
+        self.kept = kept
+
+
 class AtomicFile:
     """A binary file that appears at ``path`` only when :meth:`commit` succeeds.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The final name (replaced if it exists, unless ``replace`` is false).
+        The final name.
     buffering : int
         Buffer size of :attr:`file`.
     dir_fd : int, optional
         An open folder; ``path`` is then a plain name in it, and nothing is
         looked up by path (no symbolic link on the way is followed).
-    replace : bool
-        If false, :meth:`commit` never replaces an existing ``path``: it
-        raises :class:`FileExistsError` (and removes the temporary file).
+    replace : bool or callable
+        What :meth:`commit` does with an existing ``path``: True replaces
+        it; False never does (:class:`FileExistsError`); a function is
+        called with the old file's hidden name once the old file has been
+        set aside (a plain name in ``dir_fd`` when given) and returns
+        whether it may go: if so it is removed once the new file holds the
+        name, if not it is put back (:class:`NotReplaced`).
 
     Attributes
     ----------
     file : io.BufferedWriter
-        Write the contents here.
+        Write the contents here (or close it and write :attr:`tmp` by name).
     tmp : str
         The temporary file's path.
 
     Use it as a context manager (commit on success, abort on error) or call
-    :meth:`commit` / :meth:`abort` yourself.
+    :meth:`commit` / :meth:`abort` yourself. On any failure the temporary
+    file is removed.
     """
 
     def __init__(self, path, buffering=1 << 20, dir_fd=None, replace=True):
         self.path = os.fspath(path)
         self.dir_fd = dir_fd
         self.replace = replace
+        self._synced = self._done = False
         fd, self.tmp = _temp_beside(self.path, dir_fd=dir_fd)
         try:
             # The descriptor made with O_EXCL, under the temporary file's name (some writers ask for it).
@@ -175,33 +225,49 @@ class AtomicFile:
             _discard(self.tmp, dir_fd)
             raise
 
-    def commit(self):
-        """Flush, sync and rename into place; removes the temporary file if that fails."""
-        if self.file is None:
+    def sync(self):
+        """Flush the contents to disk and close the file; :meth:`commit` then only publishes it."""
+        if self._synced:
             return
-        try:
+        if not self.file.closed:
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
-            self.file = None
-            fds = dict(src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-            if self.replace:
-                os.replace(self.tmp, self.path, **fds)
-            else:
+        else:  # written by name by another program
+            fd = os.open(self.tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=self.dir_fd)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._synced = True
+
+    def commit(self):
+        """Sync and give the file its name as ``replace`` says; removes the temporary file if that fails."""
+        if self._done:
+            return
+        try:
+            self.sync()
+            if self.replace is True:
+                os.replace(self.tmp, self.path, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            elif self.replace is False:
                 _link_no_replace(self.tmp, self.path, self.dir_fd)
+            else:
+                _replace_if(self.tmp, self.path, self.dir_fd, self.replace)
         except BaseException:
             self.abort()
             raise
+        self._done = True
         _sync_folder(os.path.dirname(os.path.abspath(self.path)), self.dir_fd)
 
     def abort(self):
         """Drop the unfinished file (idempotent)."""
-        if self.file is not None:
-            try:
-                self.file.close()
-            except OSError:
-                pass
-            self.file = None
+        if self._done:
+            return
+        self._done = True
+        try:
+            self.file.close()
+        except OSError:
+            pass
         _discard(self.tmp, self.dir_fd)
 
     def __enter__(self):
@@ -214,31 +280,37 @@ class AtomicFile:
             self.abort()
 
 
+def _replace_if(tmp, path, dir_fd, may_go):
+    """Give ``tmp`` the name ``path``; an old ``path`` goes only if ``may_go`` says so once it is set aside."""
+    try:
+        old = set_aside(path, dir_fd)
+    except FileNotFoundError:
+        _link_no_replace(tmp, path, dir_fd)
+        return
+    try:
+        ok = may_go(old)
+    except BaseException:
+        _put_back(old, path, dir_fd)
+        raise
+    if not ok:
+        raise NotReplaced(path, _put_back(old, path, dir_fd), "it may not be replaced")
+    try:
+        _link_no_replace(tmp, path, dir_fd)
+    except FileExistsError:
+        raise NotReplaced(path, old, "something else took its name meanwhile") from None
+    _discard(old, dir_fd)
+
+
+def _put_back(old, path, dir_fd):
+    """Give the file set aside as ``old`` its name ``path`` again; return where it is (``old`` if the name is taken)."""
+    try:
+        _link_no_replace(old, path, dir_fd)
+    except FileExistsError:
+        return old
+    return path
+
+
 def write_bytes(path, data):
     """Write ``data`` to ``path`` atomically."""
     with AtomicFile(path) as f:
         f.write(data)
-
-
-@contextlib.contextmanager
-def atomic_path(path):
-    """A temporary path beside ``path`` for a program that writes a file by name.
-
-    Yields the temporary path (an empty file exists there); on leaving the
-    block without an error it is synced and renamed to ``path``, otherwise
-    removed.
-    """
-    fd, tmp = _temp_beside(path)
-    os.close(fd)
-    try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, os.fspath(path))
-    except BaseException:
-        _discard(tmp)
-        raise
-    _sync_folder(os.path.dirname(os.path.abspath(os.fspath(path))))

@@ -48,34 +48,45 @@ class Writer:
         Raw key+value bytes per block with block compression.
     sync : bytes, optional
         The 16-byte sync marker; random by default, as in Hadoop.
+    out : seqfile.atomic.AtomicFile, optional
+        Write through this (anything with ``file``, ``commit()`` and
+        ``abort()``) instead of a new ``AtomicFile(path)``; its ``commit``
+        decides what becomes of an existing file at ``path``. The writer
+        owns it: it is aborted if the writer fails, from its first line on.
     """
 
     def __init__(self, path, key_class=TEXT, value_class=BYTES, compression=NONE,
                  codec=None, metadata=None, sync_interval=SYNC_INTERVAL,
-                 block_size=BLOCK_SIZE, sync=None):
-        compression = compression.upper()
-        if compression not in (NONE, RECORD, BLOCK):
-            raise ValueError(f"compression must be NONE, RECORD or BLOCK, not {compression!r}")
-        if compression != NONE:
-            codec = codecs.resolve(codec or "default")
-            codecs.check_available(codec)
-        else:
-            codec = None
+                 block_size=BLOCK_SIZE, sync=None, out=None):
         self.path = os.fspath(path)
-        self.header = Header(key_class, value_class, compression, codec, dict(metadata or {}))
-        if sync is not None:
-            self.header.sync = bytes(sync)
-        self.sync_interval = sync_interval
-        self.block_size = block_size
-        self.records = 0
+        self._out = out  # the writer owns it from here: aborted if anything below fails
         try:
-            self._out = AtomicFile(self.path)
-        except OSError as exc:
-            raise SequenceFileError(self.path, None, f"cannot write: {exc.strerror or exc}") from None
-        self._f = self._out.file
-        head = self.header.to_bytes()
-        self.header.size = len(head)
-        self._f.write(head)
+            compression = compression.upper()
+            if compression not in (NONE, RECORD, BLOCK):
+                raise ValueError(f"compression must be NONE, RECORD or BLOCK, not {compression!r}")
+            if compression != NONE:
+                codec = codecs.resolve(codec or "default")
+                codecs.check_available(codec)
+            else:
+                codec = None
+            self.header = Header(key_class, value_class, compression, codec, dict(metadata or {}))
+            if sync is not None:
+                self.header.sync = bytes(sync)
+            self.sync_interval = sync_interval
+            self.block_size = block_size
+            self.records = 0
+            if self._out is None:
+                self._out = AtomicFile(self.path)
+            self._f = self._out.file
+            head = self.header.to_bytes()
+            self.header.size = len(head)
+            self._f.write(head)
+        except BaseException as exc:
+            if self._out is not None:
+                self._out.abort()
+            if isinstance(exc, OSError):
+                raise SequenceFileError(self.path, None, f"cannot write: {exc.strerror or exc}") from None
+            raise
         self._pos = len(head)
         self._last_sync = 0
         self._block = [bytearray(), bytearray(), bytearray(), []]  # key lens, keys, value lens, values

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from seqfile.atomic import AtomicFile, atomic_path, temp_dir_beside, write_bytes
+from seqfile.atomic import AtomicFile, temp_dir_beside, write_bytes
 
 
 def test_appears_whole_or_not_at_all(tmp_path):
@@ -32,14 +32,18 @@ def test_new_files_follow_the_umask_which_stays_as_it_was(tmp_path):
 
 
 def test_a_program_writing_by_name(tmp_path):
-    with atomic_path(tmp_path / "k.bin") as tmp:
-        assert os.path.dirname(tmp) == str(tmp_path) and os.path.basename(tmp).startswith(".k.bin.")
-        with open(tmp, "wb") as f:
-            f.write(b"kernel")
+    out = AtomicFile(tmp_path / "k.bin")
+    out.file.close()  # another program writes the temporary file by name
+    assert os.path.dirname(out.tmp) == str(tmp_path) and os.path.basename(out.tmp).startswith(".k.bin.")
+    with open(out.tmp, "wb") as f:
+        f.write(b"kernel")
+    out.commit()
     assert (tmp_path / "k.bin").read_bytes() == b"kernel"
+    partial = AtomicFile(tmp_path / "j.bin")
     with pytest.raises(KeyboardInterrupt):
-        with atomic_path(tmp_path / "j.bin") as tmp:
-            open(tmp, "wb").write(b"partial")
+        with partial as f:
+            f.close()
+            open(partial.tmp, "wb").write(b"partial")
             raise KeyboardInterrupt
     assert sorted(os.listdir(tmp_path)) == ["k.bin"]
 
@@ -58,4 +62,4 @@ def test_sample_frames_leave_nothing_behind_on_failure(tmp_path, monkeypatch):
     monkeypatch.setattr(cv2, "imencode", failing)
     with pytest.raises(KeyboardInterrupt):
         sample.make_frames(str(tmp_path / "f"), count=5)
-    assert sorted(os.listdir(tmp_path / "f")) == ["frame_00000.jpg", "frame_00001.jpg"]
+    assert os.listdir(tmp_path) == []  # the folder appears whole or not at all; nothing hidden is left

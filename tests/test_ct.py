@@ -23,13 +23,14 @@ def test_geometry_roundtrip_and_validation(tmp_path):
     base = json.load(open(path))
     cases = [
         ({k: v for k, v in base.items() if k != "DSD"}, r"missing field\(s\) DSD"),
-        (dict(base, DSO=-5), "must be positive"),
+        (dict(base, DSO=-5), "DSO must be a number over 0 and at most 1e.06, not -5"),
         (dict(base, DSD=base["DSO"] / 2), "must exceed DSO"),
         (dict(base, offDetector=[0, 300]), "misses the volume's shadow at every angle"),
-        (dict(base, DSO=float("nan")), "must be positive"),
-        (dict(base, dVoxel=[1, float("inf"), 1]), "finite numbers"),
-        (dict(base, nVoxel=[32, 32]), "nVoxel must be a list of 3"),
-        (dict({k: v for k, v in base.items() if k != "angles"}, nAngles="ten"), "nAngles must be a positive whole"),
+        (dict(base, DSO=float("nan")), "DSO must be a number over 0 .*, not nan"),
+        (dict(base, dVoxel=[1, float("inf"), 1]), r"dVoxel\[1\] must be a number over 0 .*, not inf"),
+        (dict(base, nVoxel=[32, 32]), "nVoxel must be a list of 3 numbers"),
+        (dict({k: v for k, v in base.items() if k != "angles"}, nAngles="ten"),
+         "nAngles must be a whole number from 1 to 65,536, not 'ten'"),
     ]
     for d, msg in cases:
         bad = tmp_path / "bad.json"

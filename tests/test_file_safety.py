@@ -64,30 +64,20 @@ def test_demo_refuses_a_checkout_and_any_folder_it_did_not_make(tmp_path):
     checkout = tmp_path / "checkout"
     (checkout / ".git").mkdir(parents=True)
     (checkout / "setup.py").write_text("setup()\n")
-    before = tree_listing(checkout)
-    for output in (".", str(checkout)):
-        proc = subprocess.run([sys.executable, "-m", "gpumr", "demo", "--output", output], cwd=checkout,
+    (tmp_path / "frames").mkdir()
+    (tmp_path / "frames" / "frame_00000.jpg").write_bytes(b"a frame")
+    (tmp_path / ".frames.gpumr").write_text('{"gpumr": "0", "output": "gpumr sample", "versions": '
+                                           '[{"frame_00000.jpg": [7, "' + "0" * 64 + '"]}]}')
+    before = tree_listing(tmp_path)
+    for cwd, output, words in ((checkout, ".", "is the current folder"),
+                               (checkout, str(checkout), "is the current folder"),
+                               (tmp_path, "checkout", "holds .git, which gpumr demo did not make"),
+                               (tmp_path, "frames", "an output of gpumr sample, not of gpumr demo")):
+        proc = subprocess.run([sys.executable, "-m", "gpumr", "demo", "--output", output], cwd=cwd,
                               capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 1
-        assert "not empty and not an earlier demo output" in proc.stderr and "Traceback" not in proc.stderr
-    assert tree_listing(checkout) == before
-
-
-def test_demo_replaces_only_its_own_entries_of_an_earlier_output(tmp_path):
-    from gpumr.cli.demo import MARKER, prepare_output
-    out = tmp_path / "demo"
-    (out / "frames").mkdir(parents=True)
-    (out / "frames" / "old.jpg").write_bytes(b"old")
-    (out / MARKER).write_bytes(b"")
-    (out / "notes.txt").write_text("mine")
-    prepare_output(str(out))
-    assert sorted(os.listdir(out)) == [MARKER, "notes.txt"] and (out / "notes.txt").read_text() == "mine"
-    (tmp_path / "file").write_text("f")
-    os.symlink(str(out), str(tmp_path / "link"))
-    for bad in ("file", "link"):
-        with pytest.raises(Exception, match="not a folder"):
-            prepare_output(str(tmp_path / bad))
-    assert (tmp_path / "file").read_text() == "f" and (out / "notes.txt").exists()
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert tree_listing(tmp_path) == before
 
 
 # ---- item 2: pack --force ------------------------------------------------------------------------
@@ -151,17 +141,20 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(src,
     assert sorted(os.listdir(tmp_path)) == ["out", "src"]
 
 
-def test_force_on_one_file_replaces_only_a_sequencefile(src, tmp_path, capsys):
+def test_force_on_one_file_replaces_only_its_own_sequencefile(src, tmp_path, capsys):
     notes = tmp_path / "notes.seq"
     notes.write_text("not a SequenceFile")
+    hadoops = write_seq(tmp_path / "hadoop.seq", [("k", b"from Hadoop")])  # a SequenceFile gpumr pack did not write
     link = tmp_path / "link.seq"
     good = tmp_path / "good.seq"
     assert run(capsys, "pack", src, "-o", good, "-q")[0] == 0
     os.symlink(str(good), str(link))
-    for out, words in ((notes, "not a SequenceFile"), (link, "a symbolic link"), (src, "is or holds the input")):
+    before = tree_listing(tmp_path)
+    for out, words in ((notes, "gpumr did not make it"), (hadoops, "gpumr did not make it"),
+                       (link, "a symbolic link"), (src, "is or holds the input")):
         code, _, err = run(capsys, "pack", src / "a", "-o", out, "--force", "-q")
         assert code == 1 and words in err, err
-    assert notes.read_text() == "not a SequenceFile" and os.path.islink(link)
+    assert tree_listing(tmp_path) == before
     assert run(capsys, "pack", src / "a", "-o", good, "--force", "-q")[0] == 0
     assert keys_of(str(good)) == ["y.jpg", "z.jpg"]
 
@@ -293,16 +286,28 @@ def test_unpack_refusals_are_one_line_each_naming_the_key(tmp_path, capsys):
     assert temp_leftovers(tmp_path) == [] and not (tmp_path / "up").exists()
 
 
-def test_unpack_replaces_only_regular_files_and_only_with_force(tmp_path, capsys):
+def test_unpack_replaces_only_files_it_wrote_and_only_with_force(tmp_path, capsys):
     dest = tmp_path / "dest"
     (dest / "folder").mkdir(parents=True)
-    (dest / "old.txt").write_bytes(b"old")
-    seq = write_seq(tmp_path / "in.seq", [("old.txt", b"new"), ("folder", b"x")])
+    (dest / "mine.txt").write_bytes(b"mine")
+    seq = write_seq(tmp_path / "in.seq", [("mine.txt", b"new"), ("folder", b"x"), ("sub/a.txt", b"a")])
     code, out, err = run(capsys, "unpack", seq, "-d", dest, "-q")
-    assert code == 1 and "(use --force to replace existing files)" in err and (dest / "old.txt").read_bytes() == b"old"
+    assert code == 1 and "refused 2" in out and "(use --force to replace files that gpumr wrote)" in err
+    # --force replaces neither a file gpumr did not write nor a folder
     code, out, err = run(capsys, "unpack", seq, "-d", dest, "-q", "--force")
-    assert code == 1 and "refused 1" in out and "exists in" in err and "as a folder" in err
-    assert (dest / "old.txt").read_bytes() == b"new" and (dest / "folder").is_dir()
+    assert code == 1 and "refused 2" in out and "gpumr did not write it" in err and "as a folder" in err
+    assert (dest / "mine.txt").read_bytes() == b"mine" and (dest / "folder").is_dir()
+    # what unpack wrote is recorded in DIR (the one file besides the records), so --force replaces it ...
+    assert sorted(os.listdir(tmp_path)) == ["dest", "in.seq"]
+    assert sorted(os.listdir(dest)) == [".gpumr", "folder", "mine.txt", "sub"]
+    seq2 = write_seq(tmp_path / "in2.seq", [("sub/a.txt", b"A2"), ("sub/b.txt", b"b")])
+    assert run(capsys, "unpack", seq2, "-d", dest, "-q", "--force")[0] == 0
+    assert (dest / "sub" / "a.txt").read_bytes() == b"A2" and (dest / "sub" / "b.txt").read_bytes() == b"b"
+    # ... until someone changes it: then it is theirs
+    (dest / "sub" / "a.txt").write_bytes(b"edited")
+    code, out, err = run(capsys, "unpack", seq2, "-d", dest, "-q", "--force")
+    assert code == 1 and "refused 1" in out and "refusing key 'sub/a.txt'" in err
+    assert (dest / "sub" / "a.txt").read_bytes() == b"edited"
     assert temp_leftovers(tmp_path) == []
 
 

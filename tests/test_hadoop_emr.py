@@ -1,6 +1,6 @@
 """EMR as far as this machine allows: the config resolves in mrjob's EMR runner, the bootstrap is
 clean shell and, run against a temporary root, installs gpumr and starts the scheduler with a
-socket for the task user's group only."""
+socket for the task user's group only; it trusts nothing it finds there (issue 19, class 2)."""
 
 import grp
 import os
@@ -39,6 +39,7 @@ def test_emr_config_resolves_without_aws(monkeypatch):
     script = open(BOOTSTRAP).read()
     assert "VENV=${GPUMR_VENV:-$ROOT/opt/gpumr/venv}" in script and "RUN_DIR=${GPUMR_RUN_DIR:-$ROOT/run/gpumr}" in script
     assert o["cmdenv"]["GPUMR_SCHEDULER_SOCKET"] == "/run/gpumr/scheduler.sock"
+    assert o["cmdenv"]["GPUMR_LEASE_DIR"] == "/run/gpumr/leases"  # the service's: one system with lock files
 
 
 def test_bootstrap_passes_shellcheck():
@@ -49,46 +50,227 @@ def test_bootstrap_passes_shellcheck():
     assert proc.returncode == 0, proc.stdout
 
 
-@pytest.mark.slow
-def test_bootstrap_installs_gpumr_and_starts_the_scheduler(tmp_path):
-    """Against a temporary root: sdist into a new environment, the service up, its socket group-only."""
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the bootstrap runs as root (EMR runs it with sudo): "
+                                                          "it makes root-owned folders")
+NOBODY = 65534
+
+
+def bootstrap(root, sdist="unused.tar.gz", venv=None, **env):
+    """Run the real bootstrap against the temporary root ``root``; the test's own group stands in for `hadoop`."""
+    group = grp.getgrgid(os.getegid()).gr_name
+    env = dict(os.environ, GPUMR_ROOT=str(root), GPUMR_GROUP=group, GPUMR_GPU="no", GPUMR_SERVICE="nohup",
+               GPUMR_SIMULATE_GPUS="1", PYTHON=sys.executable) | env
+    if venv is not None:
+        env["GPUMR_VENV"] = str(venv)
+    env.pop("GPUMR_SCHEDULER_SOCKET", None)
+    return subprocess.run(["bash", BOOTSTRAP, str(sdist)], env=env, capture_output=True, text=True, timeout=900)
+
+
+def said(proc):
+    """The bootstrap's own lines (pip's warnings about local indexes aside)."""
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("gpumr bootstrap: ")]
+
+
+def serving_pid(proc):
+    """The pid the bootstrap reported serving, or None."""
+    last = said(proc)[-1] if said(proc) else ""
+    return int(last.rsplit("pid ", 1)[1]) if "scheduler serving on" in last else None
+
+
+def answers(venv, sock, pid):
+    """Whether process ``pid`` serves ``sock`` (peer credentials), asked with the installed gpumr."""
+    return subprocess.run([str(venv / "bin/gpumr"), "scheduler", "status", "--socket", str(sock), "--expect-pid",
+                           str(pid)], capture_output=True, text=True, timeout=60).returncode == 0
+
+
+def stop(pid):
+    """SIGTERM ``pid`` and wait until it has stopped."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        if not _running(pid):
+            return
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """One real bootstrap from a fresh sdist into a temporary root; its environment serves the later runs."""
     if os.geteuid() != 0:
         pytest.skip("the bootstrap runs as root (EMR runs it with sudo): it makes root-owned folders")
     if not os.path.exists(os.path.join(CHECKOUT, "setup.py")):
         pytest.skip("needs the source checkout (to make the sdist)")
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=CHECKOUT,
+    tmp = tmp_path_factory.mktemp("bootstrap")
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp / "dist")], cwd=CHECKOUT,
                    check=True, capture_output=True)
-    (sdist,) = (tmp_path / "dist").iterdir()
-    root = tmp_path / "root"
-    group = grp.getgrgid(os.getegid()).gr_name  # the test's own group stands in for `hadoop`
-    env = dict(os.environ, GPUMR_ROOT=str(root), GPUMR_GROUP=group, GPUMR_GPU="no", GPUMR_SERVICE="nohup",
-               GPUMR_SIMULATE_GPUS="1", PYTHON=sys.executable)
-    env.pop("GPUMR_SCHEDULER_SOCKET", None)
-    proc = subprocess.run(["bash", BOOTSTRAP, str(sdist)], env=env, capture_output=True, text=True, timeout=900)
+    (sdist,) = (tmp / "dist").iterdir()
+    root = tmp / "root"
+    proc = bootstrap(root, sdist)
+    pids = [serving_pid(proc)] if serving_pid(proc) else []
+    yield dict(proc=proc, root=root, sdist=sdist, venv=root / "opt/gpumr/venv", pids=pids)
+    for pid in pids:
+        stop(pid)
+
+
+@pytest.fixture
+def rerun(installed, tmp_path):
+    """Run the bootstrap again, with the installed environment, against a root of this test's own."""
+    def run(root=tmp_path / "root", **env):
+        proc = bootstrap(root, installed["sdist"], installed["venv"], **env)
+        if serving_pid(proc):
+            installed["pids"].append(serving_pid(proc))
+        return proc
+    return run
+
+
+@pytest.mark.slow
+def test_bootstrap_installs_gpumr_and_starts_the_scheduler(installed):
+    """Against a temporary root: sdist into a new environment, the service up, its socket group-only."""
+    proc, root, venv = installed["proc"], installed["root"], installed["venv"]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "scheduler serving on" in proc.stderr
-    venv_gpumr = root / "opt/gpumr/venv/bin/gpumr"
-    pid = int((root / "run/gpumr/scheduler.pid").read_text())
+    pid = serving_pid(proc)
+    assert pid and int((root / "run/gpumr/scheduler.pid").read_text()) == pid
+    group = grp.getgrgid(os.getegid()).gr_name
+    run_dir, sock, leases = root / "run/gpumr", root / "run/gpumr/scheduler.sock", root / "run/gpumr/leases"
+    d, s, ld = os.stat(run_dir), os.stat(sock), os.stat(leases)
+    # The group enters the socket's folder and connects, but cannot add or replace anything there;
+    # it makes its lock files in the lease folder.
+    assert stat.S_IMODE(d.st_mode) == 0o2750 and d.st_uid == 0 and grp.getgrgid(d.st_gid).gr_name == group
+    assert stat.S_IMODE(ld.st_mode) == 0o2770 and ld.st_uid == 0 and grp.getgrgid(ld.st_gid).gr_name == group
+    assert stat.S_ISSOCK(s.st_mode) and stat.S_IMODE(s.st_mode) == 0o660  # group may connect, others not
+    assert grp.getgrgid(s.st_gid).gr_name == group
+    # The installed gpumr answers on that socket, from the process the bootstrap started.
+    status = subprocess.run([str(venv / "bin/gpumr"), "scheduler", "status", "--socket", str(sock),
+                             "--expect-pid", str(pid)], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert f"pid {pid}" in status.stdout and "simulated" in status.stdout
+    assert str(root) in subprocess.run([str(venv / "bin/python"), "-c", "import gpumr; print(gpumr.__file__)"],
+                                       capture_output=True, text=True).stdout
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("plant, what", [
+    ("symlink", "is a symlink"),
+    ("foreign", f"belongs to uid {NOBODY}, not to root"),
+    ("open", "mode 777 lets others write in it"),
+    ("open-sticky", "mode 1777 lets others write in it"),
+    ("log-symlink", "is a symlink; refusing to write the log through it"),
+])
+def test_bootstrap_refuses_what_it_cannot_trust_before_anything(tmp_path, plant, what):
+    """A run folder that is a link, someone else's or open to all, or a log that is a link: one line, exit 1."""
+    root = tmp_path / "root"
+    run_dir, elsewhere = root / "run/gpumr", tmp_path / "elsewhere"
+    (root / "run").mkdir(parents=True)
+    elsewhere.mkdir(mode=0o700)
+    named = run_dir
+    if plant == "symlink":
+        run_dir.symlink_to(elsewhere)
+    elif plant == "foreign":
+        run_dir.mkdir()
+        os.chown(run_dir, NOBODY, NOBODY)
+    elif plant.startswith("open"):
+        run_dir.mkdir()
+        os.chmod(run_dir, 0o1777 if plant == "open-sticky" else 0o777)
+    else:
+        (root / "var/log").mkdir(parents=True)
+        named = root / "var/log/gpumr-scheduler.log"
+        named.symlink_to(elsewhere / "victim")
+    before = {p: os.lstat(p) for p in (run_dir, elsewhere) if os.path.lexists(p)}
+    proc = bootstrap(root)
+    assert proc.returncode == 1
+    assert said(proc) == [ln for ln in proc.stderr.splitlines() if ln.strip()]  # nothing but its own line
+    (line,) = said(proc)
+    assert str(named) in line and what in line
+    assert not (root / "opt").exists() and os.listdir(elsewhere) == []  # nothing installed, nothing made there
+    for p, st in before.items():
+        now = os.lstat(p)
+        assert (now.st_mode, now.st_uid, now.st_gid) == (st.st_mode, st.st_uid, st.st_gid)  # not "fixed" either
+
+
+@pytest.mark.slow
+def test_bootstrap_writes_nothing_through_planted_links(rerun, tmp_path):
+    """Links planted where it writes (a unit file; a pid file in an earlier, group-writable run folder): replaced."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    unit = tmp_path / "root/etc/systemd/system/gpumr-scheduler.service"
+    unit.parent.mkdir(parents=True)
+    unit.symlink_to(victim)
+    proc = rerun(GPUMR_SERVICE="systemd")  # no systemd here: it stops at systemctl, after writing the unit
+    assert victim.read_text() == "precious\n"
+    assert not unit.is_symlink() and "ExecStart=" in unit.read_text() and "scheduler serve" in unit.read_text()
+    assert proc.returncode != 0 and "serving on" not in proc.stderr
+    run_dir = tmp_path / "root/run/gpumr"
+    os.chmod(run_dir, 0o2770)  # the layout before this fix: the group could plant files here
+    (run_dir / "scheduler.pid").symlink_to(victim)
+    proc = rerun()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pid = serving_pid(proc)
+    assert victim.read_text() == "precious\n"
+    pid_file = run_dir / "scheduler.pid"
+    assert not pid_file.is_symlink() and int(pid_file.read_text()) == pid
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o2750  # the group may no longer plant anything
+
+
+@pytest.mark.slow
+def test_bootstrap_run_again_replaces_its_own_service_and_recovers_from_a_crash(installed, rerun, tmp_path):
+    venv, run_dir = installed["venv"], tmp_path / "root/run/gpumr"
+    sock, pid_file = run_dir / "scheduler.sock", run_dir / "scheduler.pid"
+    first = serving_pid(rerun())
+    # Run again: it finds the service it started (its pid file's pid serves the socket) and replaces it.
+    again = rerun()
+    assert again.returncode == 0, again.stderr[-2000:]
+    second = serving_pid(again)
+    assert f"stopped the earlier scheduler (pid {first})" in again.stderr
+    assert "gpumr 0.1.0 from this sdist is already installed" in again.stderr  # same sdist: no reinstall
+    assert second != first and not _running(first)
+    assert int(pid_file.read_text()) == second and answers(venv, sock, second)  # never the dead one
+    # A crash leaves the socket file and a pid file naming the dead: a fresh service, not "serving" off those.
+    os.kill(second, signal.SIGKILL)
+    for _ in range(100):
+        if not _running(second):
+            break
+        time.sleep(0.05)
+    assert stat.S_ISSOCK(os.lstat(sock).st_mode) and int(pid_file.read_text()) == second
+    after = rerun()
+    assert after.returncode == 0, after.stderr[-2000:]
+    third = serving_pid(after)
+    assert third not in (first, second) and answers(venv, sock, third)
+    assert int(pid_file.read_text()) == third
+
+
+SQUATTER = """
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+os.setgid(65534)
+os.setuid(65534)  # before listen(): the credentials clients see are nobody's
+s.listen()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_bootstrap_fails_on_a_live_socket_it_did_not_start(installed, rerun, tmp_path):
+    run_dir = tmp_path / "root/run/gpumr"
+    run_dir.mkdir(parents=True)
+    os.chmod(run_dir, 0o2750)
+    sock = run_dir / "scheduler.sock"
+    squatter = subprocess.Popen([sys.executable, "-c", SQUATTER, str(sock)], stdout=subprocess.PIPE, text=True)
     try:
-        run_dir, sock = root / "run/gpumr", root / "run/gpumr/scheduler.sock"
-        d, s = os.stat(run_dir), os.stat(sock)
-        assert stat.S_IMODE(d.st_mode) == 0o2770 and d.st_uid == 0 and grp.getgrgid(d.st_gid).gr_name == group
-        assert stat.S_ISSOCK(s.st_mode) and stat.S_IMODE(s.st_mode) == 0o660  # group may connect, others not
-        assert grp.getgrgid(s.st_gid).gr_name == group
-        # The installed gpumr answers on that socket (a simulated GPU: no NVIDIA software here).
-        status = subprocess.run([str(venv_gpumr), "scheduler", "status", "--socket", str(sock)],
-                                capture_output=True, text=True, env=env, timeout=60)
-        assert status.returncode == 0, status.stderr
-        assert "simulated" in status.stdout.lower() or "gpu" in status.stdout.lower()
-        assert str(root) in subprocess.run([str(venv_gpumr.parent / "python"), "-c", "import gpumr; print(gpumr.__file__)"],
-                                           capture_output=True, text=True, env=env).stdout
+        assert squatter.stdout.readline().strip() == "ready"
+        proc = rerun()
+        assert proc.returncode == 1 and "serving on" not in proc.stderr
+        line = said(proc)[-1]
+        assert "did not start" in line and str(sock) in line and f"pid {squatter.pid}, uid {NOBODY}" in line
+        assert squatter.poll() is None and stat.S_ISSOCK(os.lstat(sock).st_mode)  # left alone
+        assert not (run_dir / "scheduler.pid").exists()
     finally:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            if not _running(pid):
-                break
-            time.sleep(0.1)
-    assert not _running(pid)
+        squatter.kill()
+        squatter.wait(10)
+        squatter.stdout.close()
 
 
 def _running(pid):

@@ -220,3 +220,23 @@ def test_whole_files_through_the_manifest_on_a_bare_python_from_the_bundle(broke
     # gpumr itself came from the unpacked bundle: its kernels were found beside its sources there.
     found = re.findall(r"haar from beside the sources \((\S+)\)", job.log)
     assert found and all(f"/{NAME}/gpumr/cuda/haar-" in p for p in found)
+
+
+def test_refusals_under_hadoop_come_before_it_or_as_one_task_line(frames_seq, tmp_path):
+    """What the options decide is refused before Hadoop is called; what only the tasks' node can decide
+    (``--device gpu`` where no GPU is) fails each task with one line that the job's client prints, and
+    no Python traceback."""
+    base = [sys.executable, "-m", "gpumr.jobs.face_detect", "-r", "hadoop", "-c", cluster.CONF,
+            "--hadoop-streaming-jar", cluster.streaming_jar(), "--hadoop-tmp-dir", "file://" + str(tmp_path / "tmp"),
+            "--python-bin", sys.executable, str(frames_seq), "--output-dir", "file://" + str(tmp_path / "out")]
+    (tmp_path / "cwd").mkdir()
+    before = subprocess.run([*base, "--scale-factor", "nan"], cwd=tmp_path / "cwd", capture_output=True, text=True)
+    assert before.returncode == 2 and before.stderr.strip().splitlines() == [
+        "face_detect.py: error: --scale-factor must be a number over 1 and at most 100, not nan"]
+    assert not (tmp_path / "tmp").exists()  # Hadoop was never asked for anything
+    env = {k: v for k, v in os.environ.items() if k != "GPUMR_SIMULATE_GPUS"}
+    task = subprocess.run([*base, "--device", "gpu"], cwd=tmp_path / "cwd", capture_output=True, text=True, env=env)
+    assert task.returncode == 1 and "Traceback" not in task.stderr, task.stderr[-3000:]
+    said = [ln for ln in task.stderr.splitlines() if "--device gpu" in ln and "--mapper" not in ln]
+    assert said and all(ln.startswith("gpumr: error: --device gpu: no GPU on this node (") for ln in said), said
+    assert not list((tmp_path / "out").glob("part-*"))

@@ -171,3 +171,24 @@ def test_task_refuses_a_socket_in_a_folder_anyone_may_write(tmp_path, monkeypatc
             DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=str(open_dir / "scheduler.sock"))
     finally:
         fake.close()
+
+
+def test_held_slots_counts_only_the_slot_files_of_that_gpu_and_creates_none(tmp_path):
+    import fcntl
+    leases = LockFileLeases(str(tmp_path / "leases"), slots=2)
+    gpu, other = nvml.simulated_gpus("2")
+    held = leases.try_acquire(gpu)
+    assert held is not None and leases.held_slots(gpu) == 1 and leases.held_slots(other) == 0
+    planted = []
+    for name in (leases.slot_name(gpu, "01"), leases.slot_name(gpu, 5), leases.slot_name(gpu, "\u00b2"),
+                 leases.slot_name(other, 0) + ".bak"):
+        fd = os.open(os.path.join(leases.directory, name), os.O_RDONLY | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # locked, but not one of gpu's 2 slots
+        planted.append(fd)
+    files = sorted(os.listdir(leases.directory))
+    assert leases.held_slots(gpu) == 1 and leases.held_slots(other) == 0
+    assert sorted(os.listdir(leases.directory)) == files
+    held.release()
+    assert leases.held_slots(gpu) == 0
+    for fd in planted:
+        os.close(fd)

@@ -116,6 +116,17 @@ def _worker(lease_dir, socket_path, log, rounds):
     c.close()
 
 
+def tracked(log):
+    """From the + / - lines of every task: the most holders each GPU had at once, and GPU uses of each kind."""
+    live, peak, used = Counter(), Counter(), Counter()
+    for line in open(log).read().splitlines():
+        sign, dev, kind = line.split()
+        live[dev] += 1 if sign == "+" else -1
+        peak[dev] = max(peak[dev], live[dev])
+        used[kind] += sign == "+"
+    return peak, used
+
+
 def test_no_slot_is_ever_held_twice_by_lock_files_and_service_together(tmp_path, service):
     path, _ = service
     log = str(tmp_path / "events.log")
@@ -128,11 +139,89 @@ def test_no_slot_is_ever_held_twice_by_lock_files_and_service_together(tmp_path,
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
-    live, peak, used = Counter(), Counter(), Counter()
-    for line in open(log).read().splitlines():
-        sign, dev, kind = line.split()
-        live[dev] += 1 if sign == "+" else -1
-        peak[dev] = max(peak[dev], live[dev])
-        used[kind] += sign == "+"
+    peak, used = tracked(log)
     assert set(peak) == {"gpu:0", "gpu:1"} and max(peak.values()) == 1  # never two holders of one slot
     assert used["service"] > 10 and used["lockfile"] > 10, used  # both kinds really competed
+
+
+def _task(wid, lease_dir, socket_path, log, out, stop, hold):
+    """A map task: records until told to stop, each on the device chosen for it; + / - around GPU use."""
+    os.environ["GPUMR_SIMULATE_GPUS"] = "2:4GiB"
+    os.environ["GPUMR_SCHEDULER_TIMEOUT"] = "2"
+    c = DeviceChooser("auto", lease_dir=lease_dir, scheduler=socket_path or False)
+    fd, results = os.open(log, os.O_WRONLY | os.O_APPEND), os.open(out, os.O_WRONLY | os.O_APPEND)
+    i = 0
+    while not stop.is_set() or i < 20:
+        ch = c.choose()
+        if ch.on_gpu:
+            kind = "service" if isinstance(ch.lease, str) else "lockfile"
+            os.write(fd, f"+ {ch.device} {kind}\n".encode())
+            time.sleep(hold)
+            os.write(fd, f"- {ch.device} {kind}\n".encode())
+        ch.release()
+        os.write(results, f"{wid} {i} {i * i}\n".encode())  # the record's output
+        i += 1
+        time.sleep(0.01)  # a record's CPU-side work: slots are free now and then for either kind
+    os.close(fd)
+    os.close(results)
+    c.close()
+
+
+def _start(path, lease_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "scheduler", "serve", "--socket", path,
+                             "--lease-dir", lease_dir], env=dict(os.environ, GPUMR_SIMULATE_GPUS="2:4GiB"),
+                            stdout=subprocess.PIPE, text=True)
+    assert "serving on" in proc.stdout.readline()
+    return proc
+
+
+def test_no_slot_is_held_twice_while_the_service_is_killed_and_restarted(tmp_path):
+    """Tasks on the service and on lock files while the service is SIGKILLed under a lease and restarted, twice."""
+    path, leases = str(tmp_path / "s.sock"), str(tmp_path / "leases")
+    log, out = str(tmp_path / "events.log"), str(tmp_path / "records.txt")
+    open(log, "w").close()
+    open(out, "w").close()
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    proc = _start(path, leases)
+    tasks = [ctx.Process(target=_task, args=(w, leases, path if w % 2 else None, log, out, stop, 0.01))
+             for w in range(6)]
+    for t in tasks:
+        t.start()
+    kills = 0
+    try:
+        for _ in range(2):
+            before = open(log).read().count(" service\n") // 2  # service leases used so far
+            probe = SchedulerClient(path, timeout=10)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # until tasks use this service, and one holds a lease now
+                events = open(log).read()
+                if events.count(" service\n") // 2 >= before + 10 and probe.status()["leases"]:
+                    break
+                time.sleep(0.005)
+            probe.close()
+            proc.kill()
+            proc.wait(10)
+            proc.stdout.close()
+            kills += 1
+            time.sleep(0.5)  # the lock-file tasks compete for the slots the dead service held
+            proc = _start(path, leases)
+    finally:
+        stop.set()
+        for t in tasks:
+            t.join(120)
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+    assert kills == 2 and [t.exitcode for t in tasks] == [0] * 6  # no task crashed on a release
+    peak, used = tracked(log)
+    assert set(peak) == {"gpu:0", "gpu:1"} and max(peak.values()) == 1, peak  # never two holders of one slot
+    assert used["service"] > 20 and used["lockfile"] > 20, used
+    records = Counter()
+    for line in open(out).read().splitlines():
+        wid, i, value = map(int, line.split())
+        assert value == i * i
+        records[wid, i] += 1
+    per_task = Counter(wid for wid, _ in records)
+    assert sorted(per_task) == list(range(6)) and set(records.values()) == {1}
+    assert all(records[w, n - 1] for w, n in per_task.items())  # every task's records 0..n-1, each exactly once

@@ -405,3 +405,168 @@ def test_simulated_gpu_count_is_capped():
                        env=dict(os.environ, GPUMR_SIMULATE_GPUS="100000"))
     assert r.returncode != 0 and time.monotonic() - t0 < 30
     assert "GPUMR_SIMULATE_GPUS" in r.stderr and "64" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# -- issue 19, class 3: leases survive the service; its numbers are bounded ------------------------
+
+def _task_through_a_restart(lease_dir, socket_path, events, go):
+    """A task: a lease from the service, held while the test kills and restarts the service, then released."""
+    os.environ["GPUMR_SIMULATE_GPUS"] = "1"
+    c = DeviceChooser("auto", lease_dir=lease_dir, scheduler=socket_path, log=lambda line: events.put(("log", line)))
+    ch = c.choose()
+    events.put(("first", ch.device, isinstance(ch.lease, str)))
+    go.wait(60)
+    ch.release()  # the service that granted it is dead: no error, and the slot is let go
+    events.put(("released",))
+    again = c.choose()  # the chooser reaches the restarted service
+    events.put(("again", again.device, isinstance(again.lease, str)))
+    again.release()
+    c.close()
+
+
+def test_a_task_keeps_its_slot_through_a_killed_and_restarted_service(tmp_path, started, monkeypatch):
+    proc, path, _ = serve(tmp_path, gpus="1")
+    started.append(proc)
+    leases = str(tmp_path / "leases")
+    ctx = mp.get_context("spawn")
+    events, go = ctx.Queue(), ctx.Event()
+    task = ctx.Process(target=_task_through_a_restart, args=(leases, path, events, go))
+    task.start()
+    try:
+        assert events.get(timeout=30) == ("first", "gpu:0", True)  # a service lease on the only slot
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
+        fallback = DeviceChooser("auto", lease_dir=leases, scheduler=False)
+        assert not fallback.choose().on_gpu  # the task still holds the slot: lock files see it
+        again, path, banner = serve(tmp_path, gpus="1")  # on the stale socket the dead one left
+        started.append(again)
+        assert "serving on" in banner
+        c = SchedulerClient(path)
+        st = c.status()
+        assert st["gpus"][0]["lock_file_leases"] == 1 and st["leases"] == []  # the new service sees it held
+        assert c.acquire() is None
+        go.set()
+        assert events.get(timeout=30) == ("released",)
+        assert events.get(timeout=30) == ("again", "gpu:0", True)
+        task.join(30)
+        assert task.exitcode == 0
+        got = c.acquire()  # the task let go of everything
+        assert got is not None
+        c.release(got[1])
+        ch = fallback.choose()
+        assert ch.on_gpu
+        ch.release()
+        c.close()
+    finally:
+        go.set()
+        task.join(30)
+
+
+def test_the_holder_claim_outlives_a_clean_service_stop(tmp_path, started):
+    """SIGTERM ends the service's leases, not the slot a client still holds: the client's claim keeps it."""
+    proc, path, _ = serve(tmp_path, gpus="1")
+    started.append(proc)
+    holder = SchedulerClient(path)
+    gpu, lease = holder.acquire()
+    proc.terminate()
+    assert proc.wait(10) == 0
+    again, path, _ = serve(tmp_path, gpus="1")
+    started.append(again)
+    other = SchedulerClient(path)
+    assert other.acquire() is None and other.status()["gpus"][0]["lock_file_leases"] == 1
+    holder.release(lease)  # its connection is gone: nothing to ask, the claim is let go
+    assert other.acquire() is not None
+    other.close()
+    holder.close()
+
+
+def test_status_creates_no_lock_files(tmp_path, started):
+    proc, path, banner = serve(tmp_path, "--slots-per-gpu", "256", gpus="64")
+    started.append(proc)
+    assert "256 slot(s) each" in banner
+    c = SchedulerClient(path)
+    st = c.status()
+    assert os.listdir(tmp_path / "leases") == []  # 16384 slots looked at, no file made
+    assert len(st["gpus"]) == 64 and st["pid"] == proc.pid
+    assert c.acquire() is not None
+    assert len(os.listdir(tmp_path / "leases")) == 1  # a grant makes its slot's file, one
+    c.close()
+
+
+@pytest.mark.parametrize("cmd, option", [
+    (["scheduler", "serve", "--socket", "s.sock", "--slots-per-gpu", "100000000"], "--slots-per-gpu 100000000"),
+    (["scheduler", "serve", "--socket", "s.sock", "--slots-per-gpu", "0"], "--slots-per-gpu 0"),
+    (["probe", "--gpu-slots", "257"], "--gpu-slots 257"),
+    (["-m", "gpumr.jobs.face_detect", "-r", "inline", "--no-conf", "in.seq", "--gpu-slots", "100000000"],
+     "--gpu-slots 100000000"),
+])
+def test_slot_counts_are_capped_with_one_line(tmp_path, cmd, option):
+    args = cmd if cmd[0] == "-m" else GPUMR[1:] + cmd
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, GPUMR_SIMULATE_GPUS="1"))
+    err = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{option.split()[0]} must be a whole number from 1 to 256, not {option.split()[1]}" in err[0]
+    assert time.monotonic() - t0 < 30 and os.listdir(tmp_path) == []  # refused before anything was made
+
+
+def test_expect_pid_checks_who_serves_by_peer_credentials(tmp_path, started):
+    proc, path, _ = serve(tmp_path)
+    started.append(proc)
+    ok = subprocess.run(GPUMR + ["scheduler", "status", "--socket", path, "--expect-pid", str(proc.pid)],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and f"pid {proc.pid}" in ok.stdout
+    wrong = subprocess.run(GPUMR + ["scheduler", "status", "--socket", path, "--expect-pid", "1"],
+                           capture_output=True, text=True, timeout=60)
+    err = wrong.stderr.strip().splitlines()
+    assert wrong.returncode != 0 and err == [f"gpumr: error: scheduler at {path}: served by pid {proc.pid} "
+                                             f"(uid {os.getuid()}), not by pid 1"]
+
+
+def test_pid_file_replaces_a_planted_link_and_goes_with_the_service(tmp_path, started):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    pid_file = tmp_path / "scheduler.pid"
+    pid_file.symlink_to(victim)
+    proc, path, _ = serve(tmp_path, "--pid-file", str(pid_file))
+    started.append(proc)
+    assert victim.read_text() == "precious\n"  # not written through
+    assert not pid_file.is_symlink() and pid_file.read_text() == f"{proc.pid}\n"
+    proc.terminate()
+    assert proc.wait(10) == 0 and not pid_file.exists() and victim.exists()
+
+
+def test_claims_come_in_reply_order_with_their_slots_lock(tmp_path, started):
+    """Pipelined acquires: each grant's descriptor is the lock file of the slot it granted, locked."""
+    import array
+    import fcntl
+    proc, path, _ = serve(tmp_path, "--policy", "round-robin", gpus="3")
+    started.append(proc)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(b'{"op": "acquire"}\n' * 3 + b'{"op": "status"}\n')
+    data, fds = b"", []
+    while data.count(b"\n") < 4:
+        chunk, ancillary, flags, _ = s.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+        assert chunk and not flags & socket.MSG_CTRUNC
+        data += chunk
+        for _, _, payload in ancillary:
+            fds += array.array("i", payload)
+    replies = [json.loads(line) for line in data.splitlines()]
+    grants = replies[:3]
+    assert [g["gpu"] for g in grants] == [0, 1, 2] and all(g["claim"] for g in grants) and len(fds) == 3
+    slot_files = {g["index"]: f"gpu-{g['uuid']}-slot-0.lock" for g in replies[3]["gpus"]}
+    for grant, fd in zip(grants, fds):
+        st = os.fstat(fd)
+        lock_file = os.stat(tmp_path / "leases" / slot_files[grant["gpu"]])
+        assert (st.st_dev, st.st_ino) == (lock_file.st_dev, lock_file.st_ino)
+        other = os.open(tmp_path / "leases" / slot_files[grant["gpu"]], os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held
+        os.close(other)
+    s.close()
+    for fd in fds:
+        os.close(fd)

@@ -75,19 +75,20 @@ def test_faces_equal_the_mrjob_job_every_record_once(sc, packed, tmp_path):
                                "--reducers", "2"], sc=sc)
     assert sorted(lines_of(str(tmp_path / "out"))) == sorted(want) and counts2["records on CPU"] == 12
     assert keys_of(lines_of(str(tmp_path / "out"))) == sorted(keys)  # sorted across part files too
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # staged beside it, swapped in, no leftovers
+    # staged beside it, swapped in, no leftovers (only its proof, .out.gpumr)
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == [".out.gpumr"]
 
 
 def test_output_folder_safety(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    with pytest.raises(GpumrError, match="gpumr did not write"):
+    with pytest.raises(GpumrError, match="gpumr spark did not make"):
         prepare_output(str(mine))
     assert (mine / "notes.txt").read_text() == "keep me"
     (tmp_path / "target").mkdir()
     os.symlink(tmp_path / "target", tmp_path / "link")
-    with pytest.raises(GpumrError, match="not a folder"):
+    with pytest.raises(GpumrError, match="is a symbolic link"):
         prepare_output(str(tmp_path / "link"))
     with pytest.raises(GpumrError, match="-o OUT is required"):
         run("faces", ["in.seq"])
@@ -196,3 +197,44 @@ def test_killing_an_executor_mid_job_still_gives_every_record_once(sc, sample_fr
     keys = keys_of(got)
     assert len(keys) == len(set(keys)) == 30
     assert counts["records on CPU"] == want_counts["records on CPU"] == 30  # re-run partitions not counted twice
+
+
+def test_only_its_own_earlier_output_is_replaced_and_what_appeared_meanwhile_is_kept(sc, packed, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """Issue 19: another mrjob job's part-* folder, a folder of notes after one job line, ``-o .`` inside an
+    earlier output are refused before any task; a file dropped into the old output during the job is kept."""
+    args = [packed, "--split-size", "1MiB", "--device", "cpu"]
+    for name, text in (("other", '"k"\t{"faces": []}\n'), ("notes", '"k"\t{"faces": []}\nmy notes\n')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part-00000").write_text(text)
+        with pytest.raises(GpumrError, match="holds part-00000, which gpumr spark did not make"):
+            run("faces", [*args, "-o", str(tmp_path / name)], sc=sc)
+        assert os.listdir(tmp_path / name) == ["part-00000"] and (tmp_path / name / "part-00000").read_text() == text
+    out = tmp_path / "out"
+    run("faces", [*args, "-o", str(out)], sc=sc)
+    first = lines_of(str(out))
+    monkeypatch.chdir(out)
+    with pytest.raises(GpumrError, match="is the current folder"):
+        run("faces", [*args, "-o", "."], sc=sc)
+    assert lines_of(".") == first
+    monkeypatch.chdir(tmp_path)
+    failed = []
+
+    def job():
+        try:
+            run("faces", [*args, "-o", str(out)], sc=sc)
+        except BaseException as exc:  # noqa: B902 (reported below)
+            failed.append(exc)
+    worker = threading.Thread(target=job)
+    worker.start()
+    t0 = time.monotonic()
+    while not [n for n in os.listdir(tmp_path) if n.startswith(".out.") and n.endswith(".tmp")] and worker.is_alive():
+        assert time.monotonic() - t0 < 120
+        time.sleep(0.01)
+    (out / "notes.txt").write_text("mine")  # while the job writes beside the old output
+    worker.join(300)
+    assert not failed and lines_of(str(out)) == first
+    assert "notes.txt" not in os.listdir(out)
+    (kept,) = [n for n in os.listdir(tmp_path) if n.endswith(".old")]
+    assert os.listdir(tmp_path / kept) == ["notes.txt"] and (tmp_path / kept / "notes.txt").read_text() == "mine"
+    assert f"the old output was set aside as {tmp_path / kept}, not removed" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import math
 import os
 import time
 
+from .. import limits
 from ..errors import GpumrError
 from .args import command, positive
 
@@ -71,26 +72,37 @@ def cmd_geometry(args):
     print(f"wrote {args.output}: {_describe(g)}")
 
 
+def _check_outputs(paths, inputs):
+    """Refuse, before any work, an output file that gpumr may not write (:func:`gpumr.io.outputs.check_output`)."""
+    from ..io.outputs import check_output
+    for option, path in paths:
+        if path:
+            check_output(path, "gpumr ct", folder=False, inputs=inputs, option=option)
+
+
 def cmd_phantom(args):
     from tqdm import tqdm
 
-    from seqfile import Writer
-
     from ..ct import geometry, phantom
-    from ..ct.projections import encode_tiff
+    from ..ct.projections import write_set
     from ..ct.slices import save_volume
     g = geometry.load(args.geometry) if args.geometry else _geometry_from(args)
-    t0 = time.perf_counter()
-    with Writer(args.output) as w:
-        stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
-        for i, p in enumerate(tqdm(stream, total=g.n_angles, desc="projections", unit="proj", disable=None,
-                                   leave=False)):
-            w.append(f"proj_{i:04d}.tif", encode_tiff(p))
+    if args.noise_i0 is not None:
+        limits.number("--noise-i0", args.noise_i0, above=0, most=limits.MAX_I0)
+        limits.number("--mu-scale", args.mu_scale, above=0, most=limits.MAX_LENGTH_MM)
+        limits.number("--seed", args.seed, least=0, integer=True)
+    inputs = [args.geometry] if args.geometry else []
     geo_out = geometry.beside(args.output)
-    if not (args.geometry and os.path.exists(geo_out) and os.path.samefile(args.geometry, geo_out)):
+    same = args.geometry and os.path.exists(geo_out) and os.path.samefile(args.geometry, geo_out)
+    _check_outputs([("-o", args.output), ("-o", None if same else geo_out), ("--truth", args.truth)], inputs)
+    t0 = time.perf_counter()
+    stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
+    write_set(args.output, tqdm(stream, total=g.n_angles, desc="projections", unit="proj", disable=None, leave=False),
+              inputs=inputs)
+    if not same:
         g.save(geo_out)
     if args.truth:
-        save_volume(phantom.volume(g), args.truth)
+        save_volume(phantom.volume(g), args.truth, inputs=inputs)
     print(f"wrote {g.n_angles} projections {g.nDetector[0]}x{g.nDetector[1]} to {args.output} and the geometry "
           f"to {geo_out}" + (f", ground truth to {args.truth}" if args.truth else "")
           + f" in {time.perf_counter() - t0:.1f} s")
@@ -100,15 +112,16 @@ def cmd_plan(args):
     from seqfile.atomic import write_bytes
 
     from ..ct import geometry
-    from ..ct.workload import plan
-    g = geometry.load(_find_geometry(args))
+    from ..ct.workload import check_slab, plan
+    from ..io.outputs import FolderOutput
+    geometry_file = _find_geometry(args)
+    g = geometry.load(geometry_file)
+    check_slab(g, args.slab)
     lines = plan(g.nVoxel[0], args.slab)
     parts = max(1, min(args.parts, len(lines)))
-    if os.path.exists(args.output):
-        raise GpumrError(f"{args.output}: already exists")
-    os.makedirs(args.output)
-    for p in range(parts):
-        write_bytes(os.path.join(args.output, f"part-{p:05d}.txt"), "".join(ln + "\n" for ln in lines[p::parts]).encode())
+    with FolderOutput(args.output, "gpumr ct plan", inputs=[geometry_file, *filter(None, [args.projections])]) as stage:
+        for p in range(parts):
+            write_bytes(os.path.join(stage, f"part-{p:05d}.txt"), "".join(ln + "\n" for ln in lines[p::parts]).encode())
     print(f"wrote {len(lines)} slabs of {args.slab} slices in {parts} plan file(s) to {args.output}")
 
 
@@ -118,14 +131,17 @@ def cmd_reconstruct(args):
     from ..ct.fdk import filter_projections
     from ..ct.projections import read_set
     from ..ct.slices import preview, save_volume
-    g = geometry.load(_find_geometry(args))
+    geometry_file = _find_geometry(args)
+    g = geometry.load(geometry_file)
+    inputs = [geometry_file, *args.projections]
+    _check_outputs([("-o", args.output), ("--preview", args.preview)], inputs)
     if args.threads:
-        set_threads(args.threads)
+        set_threads(limits.number("--threads", args.threads, 1, limits.MAX_THREADS, integer=True))
     t0 = time.perf_counter()
     vol = backproject(filter_projections(read_set(args.projections, g, args.i0), g, args.filter), g)
-    save_volume(vol, args.output)
+    save_volume(vol, args.output, inputs=inputs)
     if args.preview:
-        preview(vol, args.preview)
+        preview(vol, args.preview, inputs=inputs)
     print(f"reconstructed {'x'.join(map(str, vol.shape))} on the CPU in {time.perf_counter() - t0:.1f} s "
           f"-> {args.output}")
 
@@ -133,10 +149,11 @@ def cmd_reconstruct(args):
 def cmd_assemble(args):
     from ..ct.slices import assemble, preview, save_volume
     from ..io.joboutput import read_job_output
-    vol = assemble(read_job_output(args.outputs))
-    save_volume(vol, args.output, args.tiff)
     prev = args.preview or os.path.splitext(args.output)[0] + ".png"
-    preview(vol, prev)
+    _check_outputs([("-o", args.output), ("--tiff", args.tiff), ("--preview", prev)], args.outputs)
+    vol = assemble(read_job_output(args.outputs))
+    save_volume(vol, args.output, args.tiff, inputs=args.outputs)
+    preview(vol, prev, inputs=args.outputs)
     print(f"assembled {vol.shape[0]} slices of {vol.shape[1]}x{vol.shape[2]} into {args.output}; preview {prev}")
 
 

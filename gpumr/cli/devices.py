@@ -10,6 +10,8 @@ from .args import command, positive
 
 def cmd_probe(args):
     from ..devices.chooser import DeviceChooser
+    from ..devices.leases import check_slots
+    check_slots(args.gpu_slots, "--gpu-slots")
     chooser = DeviceChooser("auto", memory=args.memory, slots=args.gpu_slots, scheduler=False)
     if not chooser.has_gpus:
         if args.json:
@@ -52,7 +54,9 @@ def _raise_nofile_limit():
 
 def cmd_serve(args):
     import signal
-    from ..devices.service import make_server, node_scheduler
+    from ..devices.leases import check_slots
+    from ..devices.service import make_server, node_scheduler, remove_pid_file, write_pid_file
+    check_slots(args.slots_per_gpu, "--slots-per-gpu")
     mode = None
     if args.socket_mode is not None:
         try:
@@ -73,22 +77,33 @@ def cmd_serve(args):
         raise KeyboardInterrupt  # the same clean end as Ctrl-C: leases end, the socket file goes
 
     signal.signal(signal.SIGTERM, stop)
-    print(f"gpumr scheduler: {len(gpus)} GPU(s){sim}, policy {args.policy}, "
-          f"{args.slots_per_gpu} slot(s) each, serving on {where} "
-          f"(at most {cap} connections, idle timeout {args.idle_timeout:g} s)", flush=True)
     try:
+        if args.pid_file:
+            write_pid_file(args.pid_file)  # only now: whoever reads it finds a service answering
+        print(f"gpumr scheduler: {len(gpus)} GPU(s){sim}, policy {args.policy}, "
+              f"{args.slots_per_gpu} slot(s) each, serving on {where} "
+              f"(at most {cap} connections, idle timeout {args.idle_timeout:g} s)", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+        if args.pid_file:
+            remove_pid_file(args.pid_file)
 
 
 def cmd_status(args):
     from ..devices.client import SchedulerClient
     from ..devices.paths import default_socket
+    if args.expect_pid is not None and args.tcp is not None:
+        raise GpumrError("--expect-pid needs a Unix socket (--socket), not --tcp: TCP does not say who serves")
     client = SchedulerClient(args.socket or default_socket(), args.tcp)  # errors name the socket
     try:
+        if args.expect_pid is not None:
+            creds = client.peer()
+            if creds is None or creds[0] != args.expect_pid:
+                who = f"pid {creds[0]} (uid {creds[1]})" if creds else "a process whose pid the kernel does not say"
+                raise GpumrError(f"scheduler at {client.where}: served by {who}, not by pid {args.expect_pid}")
         st = client.status()
     finally:
         client.close()
@@ -98,7 +113,7 @@ def cmd_status(args):
         json.dump(st, sys.stdout, indent=2)
         print()
         return
-    print(f"policy {st['policy']}")
+    print(f"policy {st['policy']}" + (f", pid {st['pid']}" if "pid" in st else ""))
     for g in st["gpus"]:
         others = g.get("lock_file_leases", 0)
         print(f"gpu:{g['index']} {g['name']}{' (simulated)' if g['simulated'] else ''}: "
@@ -125,13 +140,14 @@ def _seconds(text):
 
 def register(sub):
     """Add ``probe`` and ``scheduler`` to the ``gpumr`` parser."""
+    from ..devices.leases import MAX_SLOTS
     from ..devices.protocol import POLICIES
     s = command(sub, "probe", "show each GPU and whether a task here would get it now", cmd_probe)
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
     s.add_argument("--memory", type=size_arg, default=0, metavar="SIZE",
                    help="device memory a task needs, e.g. 2GiB (default 0)")
-    s.add_argument("--gpu-slots", type=positive, default=1, metavar="N",
-                   help="tasks that may share one GPU (default 1)")
+    s.add_argument("--gpu-slots", type=int, default=1, metavar="N",
+                   help=f"tasks that may share one GPU (default 1, at most {MAX_SLOTS})")
 
     s = sub.add_parser("scheduler", help="the node-local GPU scheduler service",
                        description="The node-local GPU scheduler service and its status.")
@@ -152,9 +168,15 @@ def register(sub):
                    help="close a connection that holds no lease after this long without a request (default 60)")
     a.add_argument("--policy", choices=POLICIES, default="least-processes",
                    help="how a GPU is picked among the free ones (default least-processes)")
-    a.add_argument("--slots-per-gpu", type=positive, default=1, metavar="N", help="leases per GPU (default 1)")
+    a.add_argument("--slots-per-gpu", type=int, default=1, metavar="N",
+                   help=f"leases per GPU (default 1, at most {MAX_SLOTS})")
     a.add_argument("--lease-dir", metavar="DIR", help="lock folder shared with lock-file clients")
+    a.add_argument("--pid-file", metavar="PATH",
+                   help="write the service's pid here once it answers (atomically: a link there is replaced, not "
+                        "followed); removed when it stops")
     a = command(ssub, "status", "print the service's GPUs and leases", cmd_status)
     a.add_argument("--socket", metavar="PATH", help="Unix socket path (default as for serve)")
     a.add_argument("--tcp", type=int, metavar="PORT", help="ask 127.0.0.1:PORT instead")
     a.add_argument("--json", action="store_true", help="print the service's reply as JSON")
+    a.add_argument("--expect-pid", type=int, metavar="PID",
+                   help="fail unless process PID serves the socket (by the kernel's peer credentials)")

@@ -25,7 +25,7 @@ def register(sub):
     r.add_argument("--images", nargs="+", required=True, metavar="SEQ", help="the SequenceFiles the job read")
     r.add_argument("-d", "--directory", required=True, metavar="DIR", help="where the pictures go")
     r.add_argument("--sheet-frames", type=positive, default=12, metavar="N",
-                   help="frames on the contact sheet (default 12)")
+                   help="frames on the contact sheet (default 12, at most 100)")
 
     d = command(sub, "demo", "run the face-detection job end to end on built-in sample frames", cmd_demo)
     d.add_argument("--output", default="demo-out", metavar="DIR",

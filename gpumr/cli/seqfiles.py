@@ -32,9 +32,6 @@ def cmd_pack(args):
     if len(skipped) > SHOWN_SKIPS:
         print(f"gpumr: warning: skipped {len(skipped) - SHOWN_SKIPS} more entries that are not regular files "
               "or not followed", file=sys.stderr)
-    if stats["kept"]:
-        print(f"gpumr: warning: the old output was set aside as {printable(stats['kept'])}, not removed: "
-              "it holds files gpumr did not make", file=sys.stderr)
     links = f"; followed {stats['linked']} symbolic link{'s' if stats['linked'] != 1 else ''} to files inside " \
             "the packed folders" if stats["linked"] else ""
     skips = f"; skipped {len(skipped)} (see warnings)" if skipped else ""
@@ -141,9 +138,9 @@ def register(sub):
                    help="compression codec (default: 'default', zlib, when compressing); snappy, lz4 and zstd "
                         "need pip install 'gpumr[codecs]'")
     s.add_argument("--force", action="store_true",
-                   help="replace OUT if it is an earlier gpumr pack output (a SequenceFile; with shards, a folder "
-                        "holding only part-NNNNN.seq files that gpumr pack wrote), never anything else; the old output "
-                        "is removed once the new one is complete")
+                   help="replace OUT if it is an earlier gpumr pack output (a SequenceFile whose header says gpumr "
+                        "pack wrote it; with shards, a folder holding only such part-NNNNN.seq files), never "
+                        "anything else; the old output is removed once the new one is complete")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     s = command(sub, "ls", "list records: key and value size", remote_command(cmd_ls, "files"))
@@ -169,8 +166,9 @@ def register(sub):
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
     s.add_argument("-d", "--directory", required=True, metavar="DIR", help="where the files go")
     _cap_option(s)
-    s.add_argument("--force", action="store_true", help="replace existing regular files in DIR (never links, "
-                                                         "folders or anything else)")
+    s.add_argument("--force", action="store_true", help="replace files in DIR that an earlier gpumr unpack wrote "
+                                                         "and that are unchanged since (never a file of yours, a "
+                                                         "link or a folder)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     s = command(sub, "sample", "make the built-in sample frames (real photos, 640x480 JPEG)", cmd_sample)

@@ -10,14 +10,17 @@ Fields: ``DSO`` (source to rotation axis), ``DSD`` (source to detector),
 import json
 import math
 import os
+import stat
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqfile.atomic import write_bytes
-
+from .. import limits
 from ..errors import GpumrError
+from ..io.outputs import write_file
+from ..limits import (MAX_ANGLE_RAD, MAX_ANGLES, MAX_DETECTOR_PIXELS, MAX_DETECTOR_SIDE, MAX_GEOMETRY_BYTES,
+                      MAX_LENGTH_MM, MAX_PROJECTION_SAMPLES, MAX_VOXEL_SIDE, MAX_VOXELS)
 
 _REQUIRED = ("DSO", "DSD", "nDetector", "dDetector", "nVoxel", "dVoxel")
 
@@ -52,34 +55,52 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON, atomically."""
-        write_bytes(path, json.dumps(self.to_dict(), indent=1).encode())
+        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`)."""
+        write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
-def _vec(d, name, n, source, kind=float, positive=True):
+def _vec(d, name, n, source, integer=False, most=MAX_LENGTH_MM, signed=False):
+    """Field ``name`` of ``d``: a list of ``n`` numbers, each checked against its limits (GpumrError)."""
     v = d[name]
-    if not isinstance(v, (list, tuple)) or len(v) != n:
-        raise GpumrError(f"{source}: {name} must be a list of {n} numbers, got {v!r}")
-    try:
-        v = tuple(kind(x) for x in v)
-    except (TypeError, ValueError):
-        raise GpumrError(f"{source}: {name} must hold numbers, got {d[name]!r}") from None
-    if not all(math.isfinite(x) for x in v):
-        raise GpumrError(f"{source}: {name} must hold finite numbers, got {list(v)}")
-    if positive and any(x <= 0 for x in v):
-        raise GpumrError(f"{source}: {name} must be positive, got {list(v)}")
-    return v
+    if not isinstance(v, (list, tuple, np.ndarray)) or len(v) != n:
+        raise GpumrError(f"{source}: {name} must be a list of {n} numbers, not {limits.shown(v)}")
+    if integer:
+        return tuple(limits.number(f"{source}: {name}[{i}]", x, 1, most, integer=True) for i, x in enumerate(v))
+    if signed:
+        return tuple(float(limits.number(f"{source}: {name}[{i}]", x, -most, most)) for i, x in enumerate(v))
+    return tuple(float(limits.number(f"{source}: {name}[{i}]", x, above=0, most=most)) for i, x in enumerate(v))
+
+
+def _angles(d, source):
+    """The projection angles (radians) from ``angles``, or ``nAngles`` over a full turn; checked first."""
+    if "angles" in d:
+        a = d["angles"]
+        listed = isinstance(a, (list, tuple, np.ndarray))
+        if not listed or not 1 <= len(a) <= MAX_ANGLES:
+            raise GpumrError(f"{source}: angles must be a list of 1 to {MAX_ANGLES:,} numbers (radians), not "
+                             + (f"a list of {len(a):,}" if listed else limits.shown(a)))
+        return np.array([limits.number(f"{source}: angles[{i}]", x, -MAX_ANGLE_RAD, MAX_ANGLE_RAD)
+                         for i, x in enumerate(a)], np.float64)
+    if "nAngles" in d:
+        n = limits.number(f"{source}: nAngles", d["nAngles"], 1, MAX_ANGLES, integer=True)
+        return np.linspace(0, 2 * np.pi, n, endpoint=False)
+    raise GpumrError(f"{source}: missing field angles (or nAngles)")
 
 
 def from_dict(d, source="geometry"):
     """Build and check a :class:`Geometry`.
 
+    Every field is checked, before anything is allocated from it, against
+    :mod:`gpumr.limits`: numbers must be JSON numbers (not strings, lists or
+    objects), finite, counts whole; sizes and distances positive; the
+    detector, the projection set and the volume within their limits.
+
     Raises
     ------
     GpumrError
-        Missing fields, non-positive or non-finite sizes or distances,
-        ``DSD <= DSO``, a volume reaching the source, or a detector that
-        misses the volume entirely.
+        One line naming the field: missing, of the wrong type or shape, out
+        of its limits, ``DSD <= DSO``, a volume reaching the source, or a
+        detector that misses the volume entirely.
 
     Warns
     -----
@@ -91,31 +112,22 @@ def from_dict(d, source="geometry"):
     missing = [k for k in _REQUIRED if k not in d]
     if missing:
         raise GpumrError(f"{source}: missing field(s) {', '.join(missing)}")
-    try:
-        dso, dsd = float(d["DSO"]), float(d["DSD"])
-    except (TypeError, ValueError):
-        raise GpumrError(f"{source}: DSO and DSD must be numbers") from None
-    if not (math.isfinite(dso) and math.isfinite(dsd)) or dso <= 0 or dsd <= 0:
-        raise GpumrError(f"{source}: DSO and DSD must be positive (DSO={dso}, DSD={dsd})")
+    dso = float(limits.number(f"{source}: DSO", d["DSO"], above=0, most=MAX_LENGTH_MM))
+    dsd = float(limits.number(f"{source}: DSD", d["DSD"], above=0, most=MAX_LENGTH_MM))
     if dsd <= dso:
         raise GpumrError(f"{source}: DSD ({dsd}) must exceed DSO ({dso}): the detector lies beyond the axis")
-    n_det = _vec(d, "nDetector", 2, source, int)
+    n_det = _vec(d, "nDetector", 2, source, integer=True, most=MAX_DETECTOR_SIDE)
+    limits.at_most(f"{source}: nDetector {list(n_det)}", n_det[0] * n_det[1], MAX_DETECTOR_PIXELS,
+                   "detector pixels")
     d_det = _vec(d, "dDetector", 2, source)
-    n_vox = _vec(d, "nVoxel", 3, source, int)
+    n_vox = _vec(d, "nVoxel", 3, source, integer=True, most=MAX_VOXEL_SIDE)
+    limits.at_most(f"{source}: nVoxel {list(n_vox)}", math.prod(n_vox), MAX_VOXELS, "voxels")
     d_vox = _vec(d, "dVoxel", 3, source)
-    off_o = _vec(d, "offOrigin", 3, source, positive=False) if "offOrigin" in d else (0.0, 0.0, 0.0)
-    off_d = _vec(d, "offDetector", 2, source, positive=False) if "offDetector" in d else (0.0, 0.0)
-    if "angles" in d:
-        angles = np.asarray(d["angles"], dtype=np.float64)
-        if angles.ndim != 1 or len(angles) == 0 or not np.all(np.isfinite(angles)):
-            raise GpumrError(f"{source}: angles must be a non-empty list of finite numbers")
-    elif "nAngles" in d:
-        n = d["nAngles"]
-        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-            raise GpumrError(f"{source}: nAngles must be a positive whole number, got {n!r}")
-        angles = np.linspace(0, 2 * np.pi, n, endpoint=False)
-    else:
-        raise GpumrError(f"{source}: missing field angles (or nAngles)")
+    off_o = _vec(d, "offOrigin", 3, source, signed=True) if "offOrigin" in d else (0.0, 0.0, 0.0)
+    off_d = _vec(d, "offDetector", 2, source, signed=True) if "offDetector" in d else (0.0, 0.0)
+    angles = _angles(d, source)
+    limits.at_most(f"{source}: {len(angles):,} angles of {n_det[0]}x{n_det[1]} pixels",
+                   len(angles) * n_det[0] * n_det[1], MAX_PROJECTION_SAMPLES, "projection samples")
     g = Geometry(dso, dsd, n_det, d_det, n_vox, d_vox, angles, off_o, off_d, source)
     _check_coverage(g)
     return g
@@ -182,20 +194,31 @@ def beside(projections):
 
 
 def load(path):
-    """Read a geometry JSON file.
+    """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`).
 
     Raises
     ------
     GpumrError
-        Unreadable file, bad JSON, or an invalid geometry (file named).
+        Unreadable, not a regular file, too large, bad JSON, or an invalid
+        geometry (file named).
     """
+    from ..io.inputs import kind
     try:
-        with open(path) as f:
-            d = json.load(f)
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO is refused, not waited on
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise GpumrError(f"{path}: {kind(st.st_mode)}, not a geometry file")
+            raw = f.read(MAX_GEOMETRY_BYTES + 1) if st.st_size <= MAX_GEOMETRY_BYTES else b""
     except OSError as exc:
         raise GpumrError(f"{path}: cannot read: {exc.strerror}") from None
+    if max(st.st_size, len(raw)) > MAX_GEOMETRY_BYTES:
+        raise GpumrError(f"{path}: over {MAX_GEOMETRY_BYTES:,} bytes: too large for a geometry file")
+    try:
+        d = json.loads(raw)
     except ValueError as exc:
         raise GpumrError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise GpumrError(f"{path}: not JSON a geometry can be: nested too deeply") from None
     return from_dict(d, path)
 
 
@@ -228,8 +251,16 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
     short_scan : bool
         Make ``arc`` the shortest that Parker's weights allow: pi plus twice the half fan angle.
     """
-    nz, ny, nx = (int(n) for n in _triple(n_voxel, 3))
-    dz, dy, dx = (float(d) for d in _triple(voxel, 3))
+    nz, ny, nx = (limits.number("--voxels", n, 1, MAX_VOXEL_SIDE, integer=True) for n in _triple(n_voxel, 3))
+    dz, dy, dx = (float(limits.number("--voxel-size", d, above=0, most=MAX_LENGTH_MM)) for d in _triple(voxel, 3))
+    n_angles = limits.number("--angles", n_angles, 1, MAX_ANGLES, integer=True)
+    arc, start = float(limits.number("--arc", arc)), float(limits.number("--start", start))
+    for name, value in (("--dso", dso), ("--dsd", dsd)):
+        if value is not None:
+            limits.number(name, value, above=0, most=MAX_LENGTH_MM)
+    for name, values in (("--off-detector", off_detector), ("--off-origin", off_origin)):
+        for v in values:
+            limits.number(name, v, -MAX_LENGTH_MM, MAX_LENGTH_MM)
     size = max(nz * dz, ny * dy, nx * dx)
     dso = dso or 4 * size
     dsd = dsd or 1.5 * dso
@@ -237,10 +268,10 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
     mag = dsd / max(dso - radius, 1e-9)
     if n_detector is None:
         n_detector = int(math.ceil(max(nz, ny, nx) * 1.15))
-    rows, cols = (int(n) for n in _triple(n_detector, 2))
+    rows, cols = (limits.number("--detector", n, 1, MAX_DETECTOR_SIDE, integer=True) for n in _triple(n_detector, 2))
     if pitch is None:  # square pixels, enough for the volume's shadow both ways
         pitch = max(nz * dz / rows, 2 * radius / cols) * mag * 1.02
-    pv, pu = (float(p) for p in _triple(pitch, 2))
+    pv, pu = (float(limits.number("--pitch", p, above=0, most=MAX_LENGTH_MM)) for p in _triple(pitch, 2))
     if short_scan:
         half = max(abs(off_detector[1] - cols * pu / 2), abs(off_detector[1] + cols * pu / 2))
         arc = math.pi + 2 * math.atan(half / dsd) + 1e-6

@@ -63,13 +63,17 @@ def voxel_centres(geometry, z0=0, z1=None):
 
 
 def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
-    """The phantom sampled at the voxel centres, float32 [z, y, x]."""
-    x, y, z = voxel_centres(geometry)
-    pts = np.stack([x, y, z], axis=-1)
-    vol = np.zeros(x.shape, np.float32)
-    for A, centre, axes, rot in ellipsoids(geometry, table):
-        q = (pts - centre) @ rot / axes  # rot.T applied to row vectors
-        vol[np.einsum("...i,...i->...", q, q) <= 1] += A
+    """The phantom sampled at the voxel centres, float32 [z, y, x].
+
+    Sampled a slice at a time: besides the volume, memory holds one slice's coordinates.
+    """
+    shapes = ellipsoids(geometry, table)
+    vol = np.zeros(tuple(geometry.nVoxel), np.float32)
+    for z in range(geometry.nVoxel[0]):
+        pts = np.stack(voxel_centres(geometry, z, z + 1), axis=-1)[0]
+        for A, centre, axes, rot in shapes:
+            q = (pts - centre) @ rot / axes  # rot.T applied to row vectors
+            vol[z][np.einsum("...i,...i->...", q, q) <= 1] += A
     return vol
 
 

@@ -13,7 +13,9 @@ import numpy as np
 
 from seqfile import Reader, Writer
 
+from .. import limits
 from ..errors import GpumrError
+from ..io.outputs import FileOutput
 
 
 def encode_tiff(image):
@@ -24,69 +26,147 @@ def encode_tiff(image):
     return buf.getvalue()
 
 
-def decode(name, data, i0=None):
-    """One projection from file bytes, as float32 line integrals.
+def header_shape(name, data):
+    """The shape a projection file's header declares, read without decoding pixels; None if it has none.
 
-    Raises
-    ------
-    GpumrError
-        Unknown extension or undecodable data (the name is given).
+    ``.npy``: the array header; TIFF: the first series' shape (a stack of
+    pages included); PNG: the IHDR chunk (height, width).
     """
     ext = os.path.splitext(name)[1].lower()
     try:
         if ext == ".npy":
-            img = np.load(io.BytesIO(data), allow_pickle=False)
-        elif ext in (".tif", ".tiff"):
+            f = io.BytesIO(data)
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            return tuple(read(f, max_header_size=1 << 16)[0])
+        if ext in (".tif", ".tiff"):
             import tifffile
-            img = tifffile.imread(io.BytesIO(data))
+            with tifffile.TiffFile(io.BytesIO(data)) as tif:
+                return tuple(tif.series[0].shape)
+        if ext == ".png":
+            from ..faces.decode import image_size
+            size = image_size(data)
+            return None if size is None else (size[1], size[0])
+    except Exception:
+        return None
+    return None
+
+
+def decode(name, data, i0=None, shape=None):
+    """One projection from file bytes, as float32 line integrals.
+
+    Parameters
+    ----------
+    shape : (int, int), optional
+        The detector's (rows, cols): the file's header must declare this
+        shape, checked before any pixel is decoded (a small file cannot
+        make a large allocation).
+
+    Raises
+    ------
+    GpumrError
+        Unknown extension, a header that does not declare ``shape``, or
+        undecodable data (the name is given).
+    """
+    ext = os.path.splitext(name)[1].lower()
+    if ext not in (".npy", ".tif", ".tiff", ".png"):
+        raise GpumrError(f"{name}: projections must be .tif, .tiff, .png or .npy")
+    if shape is not None:
+        declared = header_shape(name, data)
+        if declared is None:
+            raise GpumrError(f"{name}: cannot read a projection's size from its header")
+        if declared != tuple(shape):
+            shown = "x".join(map(str, declared))
+            raise GpumrError(f"{name}: projection is {shown}, the geometry's detector is {shape[0]}x{shape[1]} "
+                             "(rows x cols)")
+    try:
+        if ext == ".npy":
+            img = np.load(io.BytesIO(data), allow_pickle=False)
         elif ext == ".png":
             import cv2
             img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
             if img is None:
                 raise ValueError("undecodable PNG")
         else:
-            raise GpumrError(f"{name}: projections must be .tif, .tiff, .png or .npy")
-    except GpumrError:
-        raise
+            import tifffile
+            img = tifffile.imread(io.BytesIO(data))
     except Exception as exc:
         raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
     img = np.asarray(img)
     if img.ndim != 2:
         raise GpumrError(f"{name}: a projection must be a 2-D single-channel image, got shape {img.shape}")
     img = img.astype(np.float32)
-    if i0:
+    if i0 is not None:
         img = -np.log(np.maximum(img, 1e-6) / np.float32(i0)).astype(np.float32)
     return img
 
 
-def write_set(path, projections, prefix="proj_"):
-    """Write projections [angle, row, col] as float TIFF records ``proj_0000.tif``..."""
-    with Writer(path) as w:
+def write_set(path, projections, prefix="proj_", inputs=()):
+    """Write projections (an iterable of 2-D arrays) as float TIFF records ``proj_0000.tif``...
+
+    The SequenceFile is written under gpumr's output rule
+    (:class:`gpumr.io.outputs.FileOutput`; never replacing one of ``inputs``).
+    """
+    with Writer(path, out=FileOutput(path, "gpumr ct phantom", inputs=inputs).begin()) as w:
         for i, p in enumerate(projections):
             w.append(f"{prefix}{i:04d}.tif", encode_tiff(p))
 
 
-def read_set(paths, geometry, i0=None):
+def read_set(paths, geometry, i0=None, keep=True):
     """All projections of the SequenceFiles ``paths``, float32 [angle, row, col], in key order.
+
+    The keys are read first (values skipped): there must be one per angle
+    of the geometry. Then each record is decoded in turn, its size checked
+    from its header first, and refused if a pixel is not finite (a NaN or
+    an infinity would spread through the filter and the backprojection to
+    every voxel its rays cross).
+
+    Parameters
+    ----------
+    keep : bool
+        False: check every projection the same way but keep none, holding
+        one at a time (the launcher's check before any task); returns None.
 
     Raises
     ------
     GpumrError
-        If their number or size does not match the geometry.
+        A count or size that does not match the geometry, a repeated key, an
+        unreadable record or file, or a projection with NaN or infinite
+        pixels (named, with its angle).
     """
-    records = {}
-    for path in paths:
-        with Reader(path) as reader:
-            for key, value, _ in reader:
-                records[key] = value
-    na = geometry.n_angles
-    if len(records) != na:
-        raise GpumrError(f"{', '.join(paths)}: {len(records)} projections, the geometry has {na} angles")
-    out = np.empty((na, *geometry.nDetector), np.float32)
-    for i, key in enumerate(sorted(records)):
-        img = decode(key, records[key], i0)
-        if img.shape != tuple(geometry.nDetector):
-            raise GpumrError(f"{key}: projection is {img.shape[0]}x{img.shape[1]}, the geometry's detector is "
-                             f"{geometry.nDetector[0]}x{geometry.nDetector[1]} (rows x cols)")
-        out[i] = img
+    from seqfile import SequenceFileError
+    if i0 is not None:
+        limits.number("--i0", i0, above=0, most=limits.MAX_I0)
+    na, shape = geometry.n_angles, tuple(geometry.nDetector)
+    where = ", ".join(paths)
+    try:
+        keys = set()
+        for path in paths:
+            with Reader(path, values=False) as reader:
+                for key, _, _ in reader:
+                    if key in keys:
+                        raise GpumrError(f"{path}: projection {key} appears twice")
+                    keys.add(key)
+                    if len(keys) > na:
+                        raise GpumrError(f"{where}: more than {na} projections, the geometry has {na} angles")
+        if len(keys) != na:
+            raise GpumrError(f"{where}: {len(keys)} projections, the geometry has {na} angles")
+        index = {key: i for i, key in enumerate(sorted(keys))}
+        out = np.empty((na, *shape), np.float32) if keep else None
+        for path in paths:
+            with Reader(path) as reader:
+                for key, value, _ in reader:
+                    i = index.get(key)
+                    if i is None:
+                        raise GpumrError(f"{path}: changed while it was read")
+                    img = decode(key, value, i0, shape)
+                    bad = img.size - np.count_nonzero(np.isfinite(img))
+                    if bad:
+                        raise GpumrError(f"{key}: projection {i} (angle {np.degrees(geometry.angles[i]):.2f} "
+                                         f"degrees) has {bad} NaN or infinite pixel(s): it would spread to every "
+                                         "voxel its rays cross")
+                    if keep:
+                        out[i] = img
+    except SequenceFileError as exc:
+        raise GpumrError(str(exc)) from None
     return out

@@ -10,9 +10,9 @@ import zlib
 
 import numpy as np
 
-from seqfile.atomic import AtomicFile, write_bytes
-
+from .. import limits
 from ..errors import GpumrError
+from ..io.outputs import FileOutput, write_file
 
 
 def encode_slice(z, nz, image, device):
@@ -26,10 +26,34 @@ def slice_key(z):
     return f"{z:05d}"
 
 
-def decode_slice(value):
-    """``(z, nz, image)`` from an output value."""
-    raw = zlib.decompress(base64.b64decode(value["data"]))
-    return value["z"], value["nz"], np.frombuffer(raw, "<f4").reshape(value["shape"])
+def decode_slice(value, where="slice"):
+    """``(z, nz, image)`` from an output value, its sizes checked before anything is decompressed.
+
+    Raises
+    ------
+    GpumrError
+        Naming ``where`` and the field: a size out of :mod:`gpumr.limits`, or data that does not
+        decompress to exactly the image the shape declares.
+    """
+    missing = [k for k in ("z", "nz", "shape", "data") if k not in value]
+    if missing:
+        raise GpumrError(f"{where}: not a slice: no {', '.join(missing)}")
+    nz = limits.number(f"{where}: nz", value["nz"], 1, limits.MAX_VOXEL_SIDE, integer=True)
+    z = limits.number(f"{where}: z", value["z"], 0, nz - 1, integer=True)
+    shape = value["shape"]
+    if not isinstance(shape, list) or len(shape) != 2:
+        raise GpumrError(f"{where}: shape must be a list of 2 numbers, not {limits.shown(shape)}")
+    ny, nx = (limits.number(f"{where}: shape[{i}]", n, 1, limits.MAX_VOXEL_SIDE, integer=True)
+              for i, n in enumerate(shape))
+    size = ny * nx * 4
+    try:
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(value["data"], validate=True), size + 1)
+    except (TypeError, ValueError, zlib.error) as exc:
+        raise GpumrError(f"{where}: data is not base64 of zlib data: {exc}") from None
+    if len(raw) != size or not inflate.eof:
+        raise GpumrError(f"{where}: data does not hold the {ny}x{nx} float32 image its shape declares")
+    return z, nz, np.frombuffer(raw, "<f4").reshape(ny, nx)
 
 
 def assemble(results):
@@ -38,18 +62,24 @@ def assemble(results):
     Raises
     ------
     GpumrError
-        For missing or duplicate slices (naming them) or records that are not slices.
+        For missing or duplicate slices (naming them), records that are not
+        slices, or a volume over :data:`gpumr.limits.MAX_VOXELS`.
     """
     seen = {}
-    nz = None
+    nz = shape = None
     for key, value in results:
         if not isinstance(value, dict) or "data" not in value:
             err = value.get("error") if isinstance(value, dict) else None
             raise GpumrError(f"record {key!r} is not a slice" + (f" (the job reported: {err})" if err else ""))
-        z, n, img = decode_slice(value)
-        nz = n if nz is None else nz
+        z, n, img = decode_slice(value, f"record {key!r}")
+        if nz is None:
+            nz, shape = n, img.shape
+            limits.at_most(f"record {key!r}: {nz} slices of {shape[0]}x{shape[1]}", nz * shape[0] * shape[1],
+                           limits.MAX_VOXELS, "voxels")
         if n != nz:
             raise GpumrError(f"slice {z} says the volume has {n} slices, others say {nz}")
+        if img.shape != shape:
+            raise GpumrError(f"slice {z} is {img.shape[0]}x{img.shape[1]}, others are {shape[0]}x{shape[1]}")
         if z in seen:
             raise GpumrError(f"duplicate slice {z}")
         seen[z] = img
@@ -62,18 +92,22 @@ def assemble(results):
     return np.stack([seen[z] for z in range(nz)])
 
 
-def save_volume(volume, path, tiff=None):
-    """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``), atomically."""
-    with AtomicFile(path) as f:
+def save_volume(volume, path, tiff=None, inputs=()):
+    """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``) under gpumr's output rule.
+
+    Each file appears whole or not at all and replaces only an earlier
+    gpumr output, never one of ``inputs`` (:class:`gpumr.io.outputs.FileOutput`).
+    """
+    with FileOutput(path, "gpumr ct", inputs=inputs) as f:
         np.save(f, volume.astype(np.float32, copy=False))
     if tiff:
         import tifffile
-        with AtomicFile(tiff) as f:
+        with FileOutput(tiff, "gpumr ct", inputs=inputs, option="--tiff") as f:
             tifffile.imwrite(f, volume.astype(np.float32, copy=False))
 
 
-def preview(volume, path):
-    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side."""
+def preview(volume, path, inputs=()):
+    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side (see :func:`save_volume`)."""
     import cv2
     nz, ny, nx = volume.shape
     views = [volume[nz // 2], volume[:, ny // 2, :], volume[:, :, nx // 2]]
@@ -86,4 +120,4 @@ def preview(volume, path):
         img = cv2.resize((img * 255).astype(np.uint8), (size, size), interpolation=cv2.INTER_NEAREST)
         tiles.append(np.pad(img, 4, constant_values=40))
     ok, buf = cv2.imencode(".png", np.concatenate(tiles, axis=1))
-    write_bytes(path, buf.tobytes())
+    write_file(path, buf.tobytes(), "gpumr ct", inputs=inputs, option="--preview")

@@ -5,7 +5,9 @@ Each task loads the geometry and the projections once, filters them once
 the CPU or a GPU; every slice of a slab becomes an output record.
 """
 
+from .. import limits
 from ..core import BadRecord, Workload
+from ..errors import GpumrError
 from . import geometry as geom
 from .backproject import backproject, pad
 from .fdk import FILTERS, filter_projections
@@ -13,8 +15,24 @@ from .projections import read_set
 from .slices import encode_slice, slice_key
 
 
-def parse_slab(text, nz):
-    """``(z0, z1)`` from a plan line ``"z0 z1"``; BadRecord if it is not a slab of the volume."""
+def check_slab(geometry, slices, name="--slab"):
+    """Refuse slabs of ``slices`` slices (at most the volume's) holding more than
+    :data:`gpumr.limits.MAX_SLAB_VOXELS` voxels.
+
+    Raises
+    ------
+    GpumrError
+        Naming ``name`` (the option, or the plan line) and the slab's size.
+    """
+    nz, ny, nx = geometry.nVoxel
+    slices = min(slices, nz)  # a plan's slabs are at most the volume
+    limits.at_most(f"{name}: a slab of {slices} slices of {ny}x{nx}", slices * ny * nx, limits.MAX_SLAB_VOXELS,
+                   "voxels")
+
+
+def parse_slab(text, geometry):
+    """``(z0, z1)`` from a plan line ``"z0 z1"``; BadRecord if it is not a slab of the volume or is too large."""
+    nz = geometry.nVoxel[0]
     parts = str(text).split()
     try:
         z0, z1 = (int(p) for p in parts)
@@ -22,6 +40,10 @@ def parse_slab(text, nz):
         raise BadRecord(f"not a slab line 'z0 z1': {text!r}") from None
     if not 0 <= z0 < z1 <= nz:
         raise BadRecord(f"slab {z0} {z1} is not within the volume's {nz} slices")
+    try:
+        check_slab(geometry, z1 - z0, f"slab {z0} {z1}")
+    except GpumrError as exc:
+        raise BadRecord(str(exc)) from None
     return z0, z1
 
 
@@ -54,7 +76,7 @@ class Backprojection(Workload):
         self.gpu_memory = self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab
 
     def decode(self, key, value):
-        return parse_slab(value, self.geometry.nVoxel[0])
+        return parse_slab(value, self.geometry)
 
     def run_cpu(self, slab):
         return backproject(None, self.geometry, slab[0], slab[1], padded=self.padded)

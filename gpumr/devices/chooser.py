@@ -10,10 +10,12 @@
 
 Leases come from the node's scheduler service when its socket exists, else
 from lock files (the service honours those too: a slot is never held twice).
-When the service does not answer in time (``$GPUMR_SCHEDULER_TIMEOUT``,
-10 s) or hangs up, that record runs on the CPU, the task's log says so once,
-and lock files serve for a while (5 s, doubling to 60 s) before the service
-is asked again. Modes: ``auto`` (per record, never waits), ``cpu`` (never
+A service lease comes with the task's own claim on the slot's lock file, so
+a record under way keeps its slot when the service is killed or restarted,
+and releasing it then is not an error. When the service does not answer in
+time (``$GPUMR_SCHEDULER_TIMEOUT``, 10 s) or hangs up, that record runs on
+the CPU, the task's log says so once, and lock files serve for a while (5 s,
+doubling to 60 s) before the service is asked again. Modes: ``auto`` (per record, never waits), ``cpu`` (never
 touches CUDA), ``gpu`` (waits for a GPU; fails clearly without one).
 """
 
@@ -71,6 +73,27 @@ class Choice:
 
 
 CPU = Choice()
+
+
+def _no_gpu(reason):
+    return GpumrError(f"--device gpu: no GPU on this node ({reason})")
+
+
+def require_gpu(nvml=None, env=None):
+    """Refuse ``--device gpu`` where the tasks will run on this node and it has no GPU.
+
+    The launcher calls it when it knows the tasks run here (inline and local
+    runners, a local Spark master), so that the refusal comes before any
+    task; elsewhere each task's :class:`DeviceChooser` refuses the same way.
+
+    Raises
+    ------
+    GpumrError
+        Saying why there is no GPU (no driver, no device, none simulated).
+    """
+    found = _nvml.discover(nvml, env)
+    if not found.gpus:
+        raise _no_gpu(found.reason)
 _FAILED = object()  # the service just failed to answer
 
 
@@ -129,7 +152,7 @@ class DeviceChooser:
             self._absent = first.reason if not first.gpus else \
                 f"none of the GPUs assigned to this task ({sorted(self._only)}) is on this node"
             if mode == "gpu":
-                raise GpumrError(f"--device gpu: no GPU on this node ({self._absent})")
+                raise _no_gpu(self._absent)
             return
         self._leases = LockFileLeases(lease_dir, slots)
         if scheduler is not False:
@@ -216,7 +239,7 @@ class DeviceChooser:
     def _service_failed(self, exc):
         """The service did not answer: CPU for this record, lock files for a while, one log line."""
         if self._client is not None:
-            self._client.close()  # its leases end with the connection
+            self._client.disconnect()  # its leases end; records under way keep their claims until released
             self._client = None
         if not self._outage:
             self._log(f"gpumr: {exc}; this record runs on the CPU, and lock-file leases are used "
@@ -278,10 +301,10 @@ class DeviceChooser:
         return Choice(gpu, lease_id, lambda: self._release_service(client, lease_id))
 
     def _release_service(self, client, lease_id):
-        from .client import SchedulerUnavailable
+        from .protocol import RequestError
         try:
-            client.release(lease_id)
-        except SchedulerUnavailable as exc:
+            client.release(lease_id)  # our claim is let go first, whatever the service says
+        except RequestError as exc:
             if client is self._client:
                 self._service_failed(exc)  # closing the connection ends the lease anyway
 

@@ -3,21 +3,32 @@
 Every connect and every reply has a time limit (``$GPUMR_SCHEDULER_TIMEOUT``
 seconds, 10 by default), so a stopped or overloaded service can never hang a
 task; failures are :class:`SchedulerUnavailable` naming the socket.
+
+A grant over a Unix socket comes with the slot's locked descriptor (the
+``claim`` of :mod:`gpumr.devices.protocol`). The client keeps it until the
+lease is released, whatever happens to the connection or the service
+meanwhile, so the slot is held by the task itself for as long as it uses it.
 """
 
+import array
 import json
 import os
 import socket
+import stat
 
 from . import protocol as P
+from .leases import FileLease
 from .paths import default_socket
-from .protocol import RequestError
+from .protocol import RequestError, peer_credentials
 
 TIMEOUT_ENV = "GPUMR_SCHEDULER_TIMEOUT"
 #: Seconds to wait for a connection or a reply unless ``$GPUMR_SCHEDULER_TIMEOUT`` says otherwise.
 DEFAULT_TIMEOUT = 10.0
 #: Longest reply line read (a status reply lists every lease).
 MAX_REPLY = 16 << 20
+#: Most descriptors taken from one message (the service sends at most 16 at once).
+MAX_FDS = 64
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 
 
 class SchedulerUnavailable(ConnectionError):
@@ -52,8 +63,11 @@ class SchedulerClient:
         self.timeout = default_timeout() if timeout is None else timeout
         self.tcp_port = tcp_port
         self.where = f"127.0.0.1:{tcp_port}" if tcp_port is not None else (path or default_socket())
-        self._held = set()
-        self._sock = self._file = None
+        self._held = set()  # leases of the current connection
+        self._claims = {}  # lease -> FileLease: our copy of its slot's lock, kept until released
+        self._sock = None
+        self._rbuf = bytearray()
+        self._fds = []  # descriptors received, not yet matched to a reply
         self._connect()
 
     def _connect(self):
@@ -70,7 +84,7 @@ class SchedulerClient:
                     raise
         except OSError as exc:
             raise self._failed("cannot connect", exc) from None
-        self._sock, self._file = sock, sock.makefile("rwb")
+        self._sock = sock
 
     def _failed(self, what, exc):
         if isinstance(exc, socket.timeout):
@@ -93,36 +107,80 @@ class SchedulerClient:
         for attempt in (0, 1):
             if self._sock is None:
                 self._connect()
+            held = bool(self._held)  # a connection with leases is never silently replaced
             try:
                 self._sock.settimeout(self.timeout + wait)
-                self._file.write(json.dumps(obj).encode() + b"\n")
-                self._file.flush()
-                line = self._file.readline(MAX_REPLY)
+                self._sock.sendall(json.dumps(obj).encode() + b"\n")
+                line = self._readline()
                 if not line:
                     raise ConnectionResetError(0, "the scheduler closed the connection")
                 reply = json.loads(line)
+                if not isinstance(reply, dict):
+                    raise ValueError("a reply must be a JSON object")
             except (OSError, ValueError) as exc:
                 self._drop()
-                if attempt == 0 and not self._held and not isinstance(exc, (socket.timeout, ValueError)):
+                if attempt == 0 and not held and not isinstance(exc, (socket.timeout, ValueError)):
                     continue
                 what = "bad reply" if isinstance(exc, ValueError) else "request failed"
                 raise self._failed(what, exc) from None
             if not reply.get("ok") and reply.get("code") == P.IDLE:
                 self._drop()  # an idle-timeout notice read before our reply: ask again
-                if attempt == 0 and not self._held:
+                if attempt == 0 and not held:
                     continue
             return reply
         raise SchedulerUnavailable(f"scheduler at {self.where}: the connection keeps closing")
 
+    def _readline(self):
+        """The next reply line (without the newline), b"" at the end; keeps descriptors that come along."""
+        while True:
+            i = self._rbuf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._rbuf[:i])
+                del self._rbuf[:i + 1]
+                return line
+            if len(self._rbuf) > MAX_REPLY:
+                raise ValueError(f"a reply longer than {MAX_REPLY} bytes")
+            data, ancillary, flags, _ = self._sock.recvmsg(65536, socket.CMSG_SPACE(MAX_FDS * 4), _CLOEXEC)
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+                    self._fds.extend(fds)
+            if flags & socket.MSG_CTRUNC:  # descriptors lost: later claims could no longer be matched
+                raise ValueError("more claim descriptors at once than a client takes")
+            if not data:
+                return b""
+            self._rbuf += data
+
+    def _take_claim(self, gpu):
+        """The descriptor that came with a ``claim`` reply, as a held lock (None if it did not come)."""
+        if not self._fds:
+            return None
+        fd = self._fds.pop(0)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # not a lock file: nothing we can hold
+            os.close(fd)
+            return None
+        return FileLease(gpu, None, fd, None)
+
     def _drop(self):
-        self._held.clear()  # leases end with the connection
+        """Close the connection: the service ends its leases (our claims stay with us)."""
+        self._held.clear()
         if self._sock is not None:
             try:
-                self._file.close()
                 self._sock.close()
             except OSError:
                 pass
-        self._sock = self._file = None
+        self._sock = None
+        self._rbuf.clear()
+        for fd in self._fds:  # came with no reply we read
+            os.close(fd)
+        self._fds.clear()
+
+    def peer(self):
+        """``(pid, uid, gid)`` of the process serving the socket, by the kernel's word (None over TCP)."""
+        if self._sock is None:
+            self._connect()
+        return None if self.tcp_port is not None else peer_credentials(self._sock)
 
     def acquire(self, memory=0, block=False, timeout=None):
         """``(gpu index, lease id)``, or None when no GPU is free (or the node has none).
@@ -137,25 +195,58 @@ class SchedulerClient:
         wait = (P.MAX_TIMEOUT if timeout is None else timeout) if block else 0.0
         reply = self.request(dict(op="acquire", memory=int(memory), block=bool(block), timeout=timeout), wait)
         if reply.get("ok"):
-            self._held.add(reply["lease"])
-            return reply["gpu"], reply["lease"]
+            lease = reply["lease"]
+            self._held.add(lease)
+            if reply.get("claim"):
+                claim = self._take_claim(reply["gpu"])
+                if claim is not None:
+                    self._claims[lease] = claim
+            return reply["gpu"], lease
         if reply.get("code") in P.NO_GPU_CODES:
             return None
         raise RequestError(f"scheduler at {self.where}: {reply.get('error')}", reply.get("code"))
 
     def release(self, lease):
-        """End ``lease`` (nothing to do if the connection that held it is gone)."""
+        """End ``lease``: let go of our claim on its slot, then tell the service.
+
+        Nothing is asked when the connection that held the lease is gone (the
+        lease ended with it; a restarted service never knew it), nor is a
+        service that no longer knows the lease an error. A connection that
+        fails now is closed, which ends the lease too.
+
+        Raises
+        ------
+        RequestError
+            The service refused for another reason (its ``code`` says which).
+        """
+        claim = self._claims.pop(lease, None)
+        if claim is not None:
+            claim.release()  # first, so that the slot is free when the service hears of it
         if lease not in self._held:
             return
-        reply = self.request(dict(op="release", lease=lease))
+        try:
+            reply = self.request(dict(op="release", lease=lease))
+        except SchedulerUnavailable:
+            return  # the request closed the connection: the lease is over
         self._held.discard(lease)
-        if not reply.get("ok"):
+        if not reply.get("ok") and reply.get("code") != P.UNKNOWN_LEASE:
             raise RequestError(f"scheduler at {self.where}: {reply.get('error')}", reply.get("code"))
 
     def status(self):
         """The service's status reply."""
         return self.request(dict(op="status"))
 
-    def close(self):
-        """Close the connection; the service ends its leases."""
+    def disconnect(self):
+        """Close the connection (the service ends its leases) but keep the claims not yet released.
+
+        For a caller whose records may still be on those GPUs: each claim is
+        let go by :meth:`release` (or at exit).
+        """
         self._drop()
+
+    def close(self):
+        """Close the connection and let go of every claim: all of this client's leases end."""
+        self._drop()
+        for claim in self._claims.values():
+            claim.release()
+        self._claims.clear()

@@ -10,7 +10,9 @@ their siblings on the node from those of foreign programs.
 
 The scheduler service takes the same lock files for the leases it grants, so
 lock-file leases and service leases are one system: a slot is never held
-twice. The folder is checked before use (:func:`gpumr.devices.paths.check_dir`)
+twice. It also hands the task a descriptor of that lock (see
+:mod:`gpumr.devices.protocol`): the holder's own claim, so the slot stays held
+while the task runs even if the service dies. The folder is checked before use (:func:`gpumr.devices.paths.check_dir`)
 and lock files are opened without following symlinks (``O_NOFOLLOW``), read
 only (``flock`` needs no write access, so a group-shared folder works with
 files of any group member) and close-on-exec.
@@ -21,11 +23,24 @@ import fcntl
 import os
 import time
 
+from .. import limits
 from ..errors import GpumrError
 from .paths import lease_dir
 
 #: How lock and context files are opened: never through a symlink, never inherited by children.
 OPEN_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Most slots (leases) per GPU, as :mod:`gpumr.limits` states it.
+MAX_SLOTS = limits.MAX_GPU_SLOTS
+
+
+def check_slots(value, option="--gpu-slots"):
+    """``value`` as a slot count from 1 to :data:`MAX_SLOTS`, else a one-line error naming ``option``.
+
+    Raises
+    ------
+    GpumrError
+    """
+    return limits.number(option, value, 1, MAX_SLOTS, integer=True)
 
 
 def _safe(uuid):
@@ -33,15 +48,30 @@ def _safe(uuid):
 
 
 class FileLease:
-    """A held slot lock; :meth:`release` (or process exit) gives it back."""
+    """A held slot lock; :meth:`release` (or process exit) gives it back.
+
+    The lock belongs to the open file, not to one descriptor: a copy of the
+    descriptor passed to another process (the scheduler service hands one to
+    the task it grants the slot to) holds it too, until every copy is closed.
+    """
 
     def __init__(self, gpu, slot, fd, path):
         self.gpu, self.slot, self._fd, self.path = gpu, slot, fd, path
 
+    @property
+    def fd(self):
+        """The locked descriptor (None once released)."""
+        return self._fd
+
     def release(self):
-        """Give the slot back (idempotent)."""
+        """Give the slot back, for every holder of the lock (idempotent)."""
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self.close()
+
+    def close(self):
+        """Drop this process's hold only: the slot stays held while another copy of the descriptor is open."""
+        if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
@@ -64,15 +94,15 @@ class LockFileLeases:
     """
 
     def __init__(self, directory=None, slots=1):
+        self.slots = check_slots(slots)
         self.directory = lease_dir(directory)
-        self.slots = max(1, int(slots))
         self._ctx_fd = {}
 
-    def _open(self, name):
+    def _open(self, name, create=True):
         path = os.path.join(self.directory, name)
         try:
             # 0o660 less the umask: a group-shared folder's members can open each other's files.
-            return os.open(path, OPEN_FLAGS, 0o660)
+            return os.open(path, OPEN_FLAGS if create else OPEN_FLAGS & ~os.O_CREAT, 0o660)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise GpumrError(f"{path}: refusing a lock file that is a symlink") from None
@@ -105,10 +135,22 @@ class LockFileLeases:
         return None
 
     def held_slots(self, gpu):
-        """How many of ``gpu``'s slots are leased by any process now (this one included)."""
+        """How many of ``gpu``'s slots are leased by any process now (this one included).
+
+        Only looks, and only at the slot files that exist (one folder listing):
+        a slot without a file is free, and no file is created.
+        """
+        prefix = self.slot_name(gpu, "")[:-len(".lock")]
         busy = 0
-        for slot in range(self.slots):
-            fd = self._open(self.slot_name(gpu, slot))
+        for name in os.listdir(self.directory):
+            slot = name[len(prefix):-len(".lock")]
+            if not (name.startswith(prefix) and name.endswith(".lock") and slot.isascii() and slot.isdigit()
+                    and str(int(slot)) == slot and int(slot) < self.slots):
+                continue
+            try:
+                fd = self._open(name, create=False)
+            except FileNotFoundError:
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.flock(fd, fcntl.LOCK_UN)

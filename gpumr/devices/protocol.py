@@ -10,9 +10,26 @@ each way, as ``shared/DESIGN.md`` fixes:
 
 Every error reply is ``{"ok": false, "error": "text for people", "code": "CODE"}``
 with one of the codes below; clients decide by the code, never the text.
+
+Fields added since, which older clients ignore:
+
+* a grant over a Unix socket carries ``"claim": true`` and, as ``SCM_RIGHTS``
+  ancillary data sent with it (or with an earlier byte of the stream), a
+  descriptor of the granted slot's lock file (:mod:`gpumr.devices.leases`),
+  locked. The lock belongs to the open file, so it holds while either the
+  service or the task keeps its copy: the task's copy is its own claim on
+  the slot, which outlives the service (killed or restarted) and ends when
+  the task releases the lease or exits. Descriptors arrive in the order of
+  the replies that say ``claim``. A client that reads without ancillary
+  data loses the descriptor (the kernel closes it) and the lease is as
+  before: held by the service alone. Over TCP no descriptor can pass.
+* ``status`` replies carry ``"pid"``, the service's process id (for people:
+  a client that must know who serves checks the socket's peer credentials).
 """
 
 import math
+import socket
+import struct
 
 #: Policies the service can hand GPUs out by.
 POLICIES = ("random", "round-robin", "least-processes")
@@ -73,3 +90,16 @@ def number(req, name, default, low, high, integer=False):
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
         raise RequestError(f"{what}, not {shown}")
     return value
+
+
+def peer_credentials(sock):
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket, as the kernel says (else None).
+
+    The kernel records them when the connection is made (``SO_PEERCRED``):
+    unlike anything a reply says, a process cannot forge them.
+    """
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)
+    except (OSError, AttributeError):
+        return None

@@ -8,7 +8,11 @@ A lease ends on release or when its connection closes, so a killed task
 never keeps a GPU. Each lease the service grants is also the lock-file lease
 of one slot (:mod:`gpumr.devices.leases`), and slots whose lock files are
 held by tasks that fell back to lock files are not granted: the two kinds
-of lease are one system and a slot is never held twice.
+of lease are one system and a slot is never held twice. Over a Unix socket
+the grant also hands the task a copy of the slot's locked descriptor (the
+``claim`` of :mod:`gpumr.devices.protocol`), so the slot stays held by the
+task itself when the service is killed or restarted; the service only ever
+closes its own copy, never unlocks a slot a task may still hold.
 
 Policies follow the Spark GPU-scheduler paper: ``random`` among the eligible
 GPUs, ``round-robin`` over them, ``least-processes`` (fewest slots held;
@@ -25,6 +29,7 @@ waiters with deadlines. Near the file-descriptor limit it refuses with a reply i
 spinning.
 """
 
+import array
 import errno
 import json
 import os
@@ -33,16 +38,17 @@ import secrets
 import selectors
 import socket
 import stat
-import struct
 import time
+
+from seqfile.atomic import write_bytes
 
 from ..errors import GpumrError
 from . import nvml as _nvml
 from . import protocol as P
 from .free import check
-from .leases import LockFileLeases
+from .leases import LockFileLeases, check_slots
 from .paths import socket_path
-from .protocol import POLICIES, RequestError
+from .protocol import POLICIES, RequestError, peer_credentials
 
 #: listen() backlog: a node's tasks may all ask at once.
 BACKLOG = 1024
@@ -54,6 +60,8 @@ IDLE_TIMEOUT = 60.0
 POLL = 0.25
 #: Unsent reply bytes after which a connection's further requests wait (memory stays bounded).
 WBUF_LIMIT = 64 * 1024
+#: Most claim descriptors sent in one message (the client's ancillary buffer takes more).
+FDS_PER_SEND = 16
 
 
 class Scheduler:
@@ -65,7 +73,7 @@ class Scheduler:
         Returns the current list of :class:`gpumr.devices.nvml.GPU`.
     policy : str
     slots : int
-        Leases per GPU.
+        Leases per GPU (1 to :data:`gpumr.devices.leases.MAX_SLOTS`).
     siblings : callable, optional
         ``siblings(gpu)`` -> pids of gpumr processes (not foreign).
     rng : random.Random, optional
@@ -82,7 +90,7 @@ class Scheduler:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}")
         self.policy = policy
-        self.slots = max(1, int(slots))
+        self.slots = check_slots(slots, "--slots-per-gpu")
         self._discover = discover
         self._siblings = siblings or (lambda gpu: set())
         self._rng = rng or random.Random()
@@ -175,6 +183,11 @@ class Scheduler:
                     raise RequestError(f"no GPU is free (waited {timeout:g} s)", P.NO_GPU_FREE) from None
             time.sleep(poll)
 
+    def claim(self, lease):
+        """The locked descriptor of ``lease``'s slot, to hand to its holder (None without lock files)."""
+        held = self._leases[lease]["file"]
+        return None if held is None else held.fd
+
     def release(self, lease, owner=None):
         """End ``lease``; only its owner may, when an owner is given."""
         held = self._leases.get(lease)
@@ -185,7 +198,7 @@ class Scheduler:
     def _drop(self, lease):
         held = self._leases.pop(lease)
         if held["file"] is not None:
-            held["file"].release()
+            held["file"].close()  # the holder's claim, if it has one, keeps the slot until it lets go
         mine = self._by_owner.get(held["owner"])
         if mine is not None:
             mine.discard(lease)
@@ -215,7 +228,7 @@ class Scheduler:
                              memory_total=gpu.memory_total, memory_leased=sum(x["memory"] for x in held)))
         leases = [dict(lease=k, gpu=v["gpu"], memory=v["memory"], pid=v["pid"], since=v["since"])
                   for k, v in self._leases.items()]
-        return dict(ok=True, policy=self.policy, gpus=gpus, leases=leases)
+        return dict(ok=True, policy=self.policy, pid=os.getpid(), gpus=gpus, leases=leases)
 
 
 def parse(line):
@@ -252,11 +265,12 @@ def parse(line):
 
 
 class _Conn:
-    __slots__ = ("sock", "pid", "rbuf", "wbuf", "last", "waiter", "discarding", "events", "closed")
+    __slots__ = ("sock", "pid", "rbuf", "wbuf", "fds", "last", "waiter", "discarding", "events", "closed")
 
     def __init__(self, sock, pid):
         self.sock, self.pid = sock, pid
         self.rbuf, self.wbuf = bytearray(), bytearray()
+        self.fds = []  # [claim descriptor (our duplicate), end of its reply in wbuf], in reply order
         self.last = time.monotonic()
         self.waiter = None  # (memory, deadline or None, timeout) of a blocking acquire
         self.discarding = False  # skipping the rest of an over-long line
@@ -369,7 +383,8 @@ class Server:
                                    "try again later")
                 continue
             sock.setblocking(False)
-            conn = _Conn(sock, _peer_pid(sock) if self._unix else None)
+            creds = peer_credentials(sock) if self._unix else None
+            conn = _Conn(sock, creds and creds[0])
             self._conns.add(conn)
             self._interest(conn)
 
@@ -421,6 +436,9 @@ class Server:
         if conn.events:
             self._sel.unregister(conn.sock)
         conn.sock.close()
+        for fd, _ in conn.fds:
+            os.close(fd)
+        conn.fds.clear()
         self._conns.discard(conn)
         if conn.waiter is not None:
             conn.waiter = None
@@ -471,6 +489,7 @@ class Server:
 
     def _request(self, conn, line):
         sched = self.scheduler
+        claim = None
         try:
             req = parse(line)
             op = req["op"]
@@ -485,7 +504,7 @@ class Server:
                     conn.waiter = (req["memory"], deadline, timeout)
                     self._waiters.append(conn)
                     return
-                reply = dict(ok=True, gpu=gpu, lease=lease)
+                reply, claim = self._grant(gpu, lease)
             elif op == "release":
                 sched.release(req["lease"], conn)
                 self._changed = True
@@ -496,7 +515,7 @@ class Server:
             reply = exc.reply()
         except (OSError, GpumrError) as exc:  # lock files out of reach (no descriptors, folder gone)
             reply = _server_error(exc)
-        self._reply(conn, reply)
+        self._reply(conn, reply, claim)
 
     def _serve_waiters(self):
         self._changed = False
@@ -504,9 +523,10 @@ class Server:
         self._next_poll = now + POLL
         for conn in list(self._waiters):  # first come, first served
             memory, deadline, timeout = conn.waiter
+            claim = None
             try:
                 gpu, lease = self.scheduler.try_acquire(memory, conn, conn.pid)
-                reply = dict(ok=True, gpu=gpu, lease=lease)
+                reply, claim = self._grant(gpu, lease)
             except RequestError as exc:
                 if exc.code == P.NO_GPU_FREE and (deadline is None or now < deadline):
                     continue
@@ -518,9 +538,26 @@ class Server:
             conn.waiter = None
             self._waiters.remove(conn)
             conn.last = now
-            self._reply(conn, reply)
+            self._reply(conn, reply, claim)
             if not conn.closed:
                 self._process(conn)  # requests that came in behind the blocking one
+
+    def _grant(self, gpu, lease):
+        """The reply granting ``lease`` and, over a Unix socket, a copy of its slot's lock to send with it.
+
+        The copy is ours to close once sent (or when the connection closes
+        first), whatever happens to the lease meanwhile.
+        """
+        reply = dict(ok=True, gpu=gpu, lease=lease)
+        fd = self.scheduler.claim(lease) if self._unix else None
+        if fd is None:
+            return reply, None
+        try:
+            claim = os.dup(fd)
+        except OSError:
+            return reply, None  # out of descriptors: the service alone holds the slot, as for an old client
+        reply["claim"] = True
+        return reply, claim
 
     def _sweep(self, now):
         self._next_sweep = now + max(0.05, min(1.0, self.idle_timeout / 4))
@@ -533,15 +570,29 @@ class Server:
                 self._reply(conn, RequestError(f"idle for {self.idle_timeout:g} s; closing", P.IDLE).reply())
                 self._close(conn)
 
-    def _reply(self, conn, obj):
+    def _reply(self, conn, obj, claim=None):
         conn.wbuf += json.dumps(obj).encode() + b"\n"
+        if claim is not None:
+            conn.fds.append([claim, len(conn.wbuf)])  # sent with a byte of this reply or an earlier one
         self._flush(conn)
 
     def _flush(self, conn):
         try:
             while conn.wbuf:
-                sent = conn.sock.send(conn.wbuf)
+                if conn.fds:
+                    batch = conn.fds[:FDS_PER_SEND]
+                    # No further than the last of these replies: later claims go with later bytes.
+                    end = batch[-1][1]
+                    sent = conn.sock.sendmsg([conn.wbuf[:end]], [(
+                        socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd for fd, _ in batch]))])
+                    del conn.fds[:len(batch)]
+                    for fd, _ in batch:
+                        os.close(fd)  # the client has its copy now
+                else:
+                    sent = conn.sock.send(conn.wbuf)
                 del conn.wbuf[:sent]
+                for pending in conn.fds:
+                    pending[1] -= sent
                 conn.last = time.monotonic()
         except (BlockingIOError, InterruptedError):
             pass
@@ -574,14 +625,6 @@ def _server_error(exc):
     return dict(ok=False, error=f"the scheduler could not check the lease folder: {exc}", code=P.SERVER_ERROR)
 
 
-def _peer_pid(conn):
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return struct.unpack("3i", creds)[0]
-    except (OSError, AttributeError):
-        return None
-
-
 def clear_stale_socket(path):
     """Remove ``path`` if it is a socket that no server answers on; refuse anything else.
 
@@ -601,6 +644,7 @@ def clear_stale_socket(path):
     probe.settimeout(1.0)
     try:
         probe.connect(path)
+        creds = peer_credentials(probe)
     except ConnectionRefusedError:
         os.unlink(path)  # a socket file whose server is gone
         return
@@ -609,7 +653,27 @@ def clear_stale_socket(path):
                          "not removing it") from None
     finally:
         probe.close()
-    raise GpumrError(f"{path}: a scheduler is already serving there")
+    who = f" (pid {creds[0]}, uid {creds[1]})" if creds else ""
+    raise GpumrError(f"{path}: a server is already serving there{who}; not replacing it")
+
+
+def write_pid_file(path):
+    """Record this process's pid in ``path`` atomically: a link found there is replaced, never written through."""
+    write_bytes(path, f"{os.getpid()}\n".encode())
+
+
+def remove_pid_file(path):
+    """Remove ``path`` if it is still a plain file naming this process (not a later service's, not a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        ours = stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 64).strip() == str(os.getpid()).encode()
+    finally:
+        os.close(fd)
+    if ours:
+        os.unlink(path)
 
 
 def make_server(scheduler, path=None, tcp_port=None, mode=None, backlog=BACKLOG, max_connections=MAX_CONNECTIONS,

@@ -2,8 +2,8 @@
 
 Many clusters have Python 3.9+ on their nodes and nothing else, and their
 users cannot install packages there. :func:`build` makes ``gpumr-python.zip``:
-gpumr itself (the packages this interpreter has installed, with its jobs,
-kernel sources and configs), the libraries its map tasks import, as binary
+gpumr itself (only the files the project declares, :func:`declared_files`:
+its modules with its jobs, kernel sources and configs), the libraries its map tasks import, as binary
 wheels for the nodes' Python version and platform (pip's ``--target`` with
 ``--python-version``/``--platform``, so the bundle can be made on a machine
 with another Python), and optionally fatbins of the CUDA kernels. OpenCV's
@@ -20,17 +20,20 @@ itself would not do: compiled extension modules (numpy, OpenCV) cannot be
 imported from inside a zip.
 """
 
+import configparser
+import fnmatch
 import importlib.metadata
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import zipfile
 
-from seqfile.atomic import atomic_path
-
-from ..errors import GpumrError
+from ..errors import GpumrError, printable
+from ..io.inputs import READ_FLAGS
+from ..io.outputs import FileOutput
 
 #: The archive's file name, and the folder Hadoop unpacks it to in each task.
 ARCHIVE = "gpumr-python.zip"
@@ -42,7 +45,7 @@ RUNTIME = ("numpy", "opencv-python-headless", "Pillow", "nvidia-ml-py", "mrjob",
 CT_RUNTIME = ("numba", "llvmlite", "tifffile")
 #: manylinux tags accepted for the nodes (glibc 2.17 and later, which every supported distribution has).
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
-#: The packages of gpumr copied from this installation (jobs, cuda and conf live inside gpumr).
+#: The top-level packages of gpumr (jobs, cuda and conf are installed inside gpumr).
 PACKAGES = ("gpumr", "seqfile")
 
 
@@ -74,16 +77,110 @@ def _pip_install(target, reqs, python_version, platforms):
                          f"({', '.join(platforms)}): {proc.stderr.strip()[-1500:]}")
 
 
-def _copy_gpumr(target):
+def _setup_cfg(root):
+    """``root/setup.cfg`` read with option names kept as written (package names)."""
+    cfg = configparser.ConfigParser()
+    cfg.optionxform = str
+    cfg.read(os.path.join(root, "setup.cfg"))
+    return cfg
+
+
+def _source_root():
+    """The source tree gpumr runs from (a folder whose setup.cfg declares gpumr), or None when installed."""
     import gpumr
-    import seqfile
-    for mod in (gpumr, seqfile):
-        src = os.path.dirname(mod.__file__)
-        shutil.copytree(src, os.path.join(target, mod.__name__), ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gpumr.__file__)))
+    return root if _setup_cfg(root).get("metadata", "name", fallback=None) == "gpumr" else None
+
+
+def _declared_in_tree(root):
+    """``(name in the bundle, path)`` of what ``root/setup.cfg`` declares: packages' modules and package data."""
+    cfg = _setup_cfg(root)
+    package_dir = {k.strip(): v.strip() for k, eq, v in
+                   (ln.partition("=") for ln in cfg.get("options", "package_dir", fallback="").splitlines()) if eq}
+    data = {}
+    if cfg.has_section("options.package_data"):
+        data = {k: [p.strip() for p in v.split(",") if p.strip()] for k, v in cfg.items("options.package_data")}
+    packages = cfg.get("options", "packages", fallback="").split()
+    out = []
+    for package in packages:
+        parts = package.split(".")
+        for i in range(len(parts), -1, -1):  # the longest mapped prefix ("" maps the root)
+            prefix = ".".join(parts[:i])
+            if prefix in package_dir or i == 0:
+                folder = os.path.join(root, package_dir.get(prefix, ""), *parts[i:])
+                break
+        patterns = data.get(package, []) + data.get("*", []) + data.get("", [])
+        for p in patterns:
+            if "/" in p:
+                raise GpumrError(f"setup.cfg: package_data pattern {p!r} of {package} names a folder; the bundle "
+                                 "takes only files directly in a package folder")
+        for e in sorted(os.scandir(folder), key=lambda e: e.name):
+            if e.name.startswith(".") or not e.is_file(follow_symlinks=False):
+                continue  # hidden files, links, folders (a subpackage is declared on its own)
+            if e.name.endswith(".py") or any(fnmatch.fnmatchcase(e.name, p) for p in patterns):
+                out.append(("/".join(parts + [e.name]), e.path))
+    return out
+
+
+def _declared_installed():
+    """``(name in the bundle, path)`` of the installed gpumr's own files, as its RECORD lists them."""
+    try:
+        dist = importlib.metadata.distribution("gpumr")
+    except importlib.metadata.PackageNotFoundError:
+        raise GpumrError("gpumr is neither installed nor run from its source tree: the bundle cannot tell its "
+                         "own files") from None
+    out = []
+    for f in dist.files or ():
+        parts = f.parts
+        if parts[0] in PACKAGES and "__pycache__" not in parts and not any(p.startswith(".") for p in parts):
+            path = str(f.locate())
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                out.append(("/".join(parts), path))
+    return sorted(out)
+
+
+def declared_files(root=None):
+    """gpumr's own files for the bundle: ``(name in the bundle, path)``, sorted.
+
+    Only what the project declares (setup.cfg's packages and package data):
+    from a source tree (``root``, or the tree gpumr runs from), its
+    setup.cfg is read; from an installation, its RECORD. Hidden files,
+    ``__pycache__`` and anything that is a symbolic link are never taken.
+    """
+    root = root or _source_root()
+    return sorted(_declared_in_tree(root)) if root else _declared_installed()
+
+
+def copy_declared(target, root=None):
+    """Copy :func:`declared_files` into folder ``target`` (as they lie in the bundle), never through a link."""
+    for name, path in declared_files(root):
+        dest = os.path.join(target, *name.split("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            src = open(os.open(path, READ_FLAGS), "rb")
+        except OSError as exc:
+            raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
+        with src, open(dest, "xb") as out:
+            shutil.copyfileobj(src, out)
+
+
+def write_archive(site, f):
+    """Zip every regular file under folder ``site`` into the open file ``f``; links are never followed."""
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for folder, dirs, files in os.walk(site):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(folder, d)))
+            for name in sorted(files):
+                full = os.path.join(folder, name)
+                if stat.S_ISREG(os.lstat(full).st_mode):
+                    z.write(full, os.path.relpath(full, site))
 
 
 def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None, ct=True):
-    """Write ``out_dir/gpumr-python.zip`` (atomically) for tasks on the nodes' Python.
+    """Write ``out_dir/gpumr-python.zip`` for tasks on the nodes' Python, under gpumr's output rule.
+
+    The archive appears whole or not at all, and replaces only an earlier
+    one that gpumr made (:class:`gpumr.io.outputs.FileOutput`, checked
+    before any wheel is fetched).
 
     Parameters
     ----------
@@ -113,25 +210,21 @@ def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None, ct
     if (int(major), int(minor)) >= (3, 12):
         # mrjob 0.7.4 imports distutils, which Python 3.12 dropped; setuptools brings it back.
         reqs.append(f"setuptools=={importlib.metadata.version('setuptools')}")
-    os.makedirs(out_dir, exist_ok=True)
+    output = FileOutput(os.path.join(out_dir, ARCHIVE), "gpumr bundle")  # checked before any download
     with tempfile.TemporaryDirectory(prefix="gpumr-bundle-") as tmp:
         site = os.path.join(tmp, NAME)
         _pip_install(site, reqs, python_version, platforms)
-        _copy_gpumr(site)
+        copy_declared(site)
         fatbins = []
         if kernel_dir:
-            names = sorted(n for n in os.listdir(kernel_dir) if n.endswith(".fatbin"))
+            names = sorted(n for n in os.listdir(kernel_dir) if n.endswith(".fatbin") and not n.startswith(".")
+                           and stat.S_ISREG(os.lstat(os.path.join(kernel_dir, n)).st_mode))
             if not names:
                 raise GpumrError(f"{kernel_dir}: no .fatbin files (make them with: gpumr build-kernels -o {kernel_dir})")
             for n in names:
                 shutil.copy(os.path.join(kernel_dir, n), os.path.join(site, "gpumr", "cuda", n))
             fatbins = names
-        path = os.path.join(out_dir, ARCHIVE)
-        with atomic_path(path) as part:
-            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-                for folder, dirs, files in os.walk(site):
-                    dirs.sort()
-                    for f in sorted(files):
-                        full = os.path.join(folder, f)
-                        z.write(full, os.path.relpath(full, site))
+        with output as f:
+            write_archive(site, f)
+    path = output.path
     return path, {"python": python_version, "requirements": reqs, "fatbins": fatbins, "bytes": os.path.getsize(path)}

@@ -28,7 +28,8 @@ with ``SparkContext.addFile``.
 
 Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
 sorted, in ``OUT/part-*`` through ``saveAsTextFile`` (Hadoop's output
-committer: part files appear only when the job succeeds). Counters: one
+committer: part files appear only when the job succeeds), as one output
+under gpumr's ownership rule (:mod:`gpumr.io.outputs`). Counters: one
 Spark accumulator holding each partition's gpumr counters by partition id,
 so a partition that Spark re-runs (a lost executor) replaces its counts
 instead of adding them twice; their totals feed the same summary line as
@@ -37,7 +38,6 @@ the mrjob engine.
 
 import argparse
 import os
-import shutil
 import sys
 import time
 
@@ -168,58 +168,29 @@ def splits(files, split_size):
     return out
 
 
-def _is_gpumr_output(folder):
-    """Whether ``folder`` holds only what an earlier gpumr (Spark or mrjob) run wrote there."""
-    from ..io.joboutput import read_job_output
-    names = os.listdir(folder)
-    for n in names:
-        p = os.path.join(folder, n)
-        base = n[1:-4] if n.startswith(".") and n.endswith(".crc") else n
-        if os.path.islink(p) or not os.path.isfile(p) or not (base == "_SUCCESS" or base.startswith("part-")):
-            return False
-    try:
-        for n in names:
-            if n.startswith("part-"):
-                next(iter(read_job_output([os.path.join(folder, n)])), None)
-    except (GpumrError, UnicodeDecodeError):
-        return False
-    return True
+def prepare_output(out, inputs=()):
+    """Check output folder ``out`` before the job; return what :func:`_save` writes to.
 
-
-def prepare_output(out):
-    """Check output folder ``out`` before the job: refuse what gpumr did not make; return its path.
-
-    An earlier gpumr output is allowed: the new output is written beside it
-    and swapped in when complete (:func:`_save`), and only then is the old
-    one removed, so a failed job leaves the old output whole.
+    A local ``out`` must be new, empty, or an earlier ``gpumr spark``
+    output that its proof vouches for (:mod:`gpumr.io.outputs`), and neither
+    the current folder nor one holding an input: the result is a
+    :class:`gpumr.io.outputs.FolderOutput`, written beside ``out`` and
+    swapped in complete. A URI is returned as it is: Spark's own committer
+    writes it, and refuses an existing folder.
     """
     if "://" in out:
-        return out  # Spark refuses an existing remote folder itself
-    out = os.path.abspath(out)
-    if os.path.islink(out) or (os.path.exists(out) and not os.path.isdir(out)):
-        raise GpumrError(f"-o {out}: exists and is not a folder")
-    if os.path.isdir(out) and not _is_gpumr_output(out):
-        raise GpumrError(f"-o {out}: exists and holds files gpumr did not write; choose a new folder")
-    return out
+        return out
+    from ..io.outputs import FolderOutput
+    return FolderOutput(os.path.abspath(out), "gpumr spark", inputs=inputs, make_stage=False)
 
 
-def _save(rdd, out):
-    """``rdd.saveAsTextFile`` to ``out``; a local ``out`` is staged beside it and swapped in complete."""
-    if "://" in out:
-        rdd.saveAsTextFile(out)
+def _save(rdd, output):
+    """``rdd.saveAsTextFile`` to ``output`` (from :func:`prepare_output`)."""
+    if isinstance(output, str):
+        rdd.saveAsTextFile(output)
         return
-    from seqfile.atomic import swap_into_place, temp_dir_beside
-    holder = temp_dir_beside(out)  # gpumr's own, removed below whatever happens
-    try:
-        stage = os.path.join(holder, "out")
+    with output as stage:  # Spark makes the folder itself
         rdd.saveAsTextFile("file://" + stage)
-        old = swap_into_place(stage, out)
-        if old is not None:  # an earlier gpumr output (checked by prepare_output): only its files go
-            for n in os.listdir(old):
-                os.unlink(os.path.join(old, n))
-            os.rmdir(old)
-    finally:
-        shutil.rmtree(holder, ignore_errors=True)
 
 
 class _CountsParam:
@@ -283,8 +254,22 @@ def parse(kind, argv):
             raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
         job = make_job(kind, [projections, *rest])
     job.check_options()
+    if kind == "backproject":
+        from ..ct import geometry
+        from ..ct.workload import check_slab
+        check_slab(geometry.load(job.options.geometry), opts.slab)
+    if job.options.device == "gpu" and _executors_here(opts.master):
+        from ..devices.chooser import require_gpu
+        require_gpu()
     opts.job_args = rest
     return opts, job
+
+
+def _executors_here(master):
+    """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
+    if master is None:
+        return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
+    return master.startswith("local")
 
 
 def spark_context(master=None, app_name="gpumr"):
@@ -318,7 +303,7 @@ def run(kind, argv, sc=None):
         The summed gpumr counters and the wall time in seconds.
     """
     opts, job = parse(kind, argv)
-    out = prepare_output(opts.output)
+    out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
     if job.INPUT_KIND == "seqfile":
         from ..io.inputs import expand_inputs
         files = [os.path.abspath(f) for f in expand_inputs([a[len("file://"):] if a.startswith("file://") else a

@@ -26,9 +26,12 @@ from mrjob.job import MRJob
 from mrjob.protocol import JSONProtocol, RawValueProtocol
 from mrjob.step import MRStep
 
+from .. import limits
 from ..core import GROUP, Processor
 from ..core.counters import summary, total
 from ..devices.chooser import MODES
+from ..devices.leases import check_slots
+from ..devices.protocol import MAX_MEMORY
 from ..errors import GpumrError
 from ..io.inputs import describe_file, expand_inputs, looks_like_sequencefile
 from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
@@ -120,7 +123,7 @@ class GpumrJob(MRJob):
                               help="auto: per record, a GPU if one is free now, else the CPU (default); "
                                    "cpu: never touch CUDA; gpu: wait for a GPU")
         self.add_passthru_arg("--gpu-slots", type=int, default=1, metavar="N",
-                              help="map tasks that may share one GPU at once (default 1)")
+                              help=f"map tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})")
         self.add_passthru_arg("--gpu-memory", type=size_arg, default=None, metavar="SIZE",
                               help="device memory a GPU batch needs, e.g. 2GiB (default: the workload's figure for each batch)")
         self.add_passthru_arg("--reducers", type=int, default=1, metavar="N",
@@ -149,10 +152,11 @@ class GpumrJob(MRJob):
         GpumrError
             Naming the option or input and what is wrong with it.
         """
-        if self.options.reducers < 0:
-            raise GpumrError(f"--reducers must be 0 or more, not {self.options.reducers}")
-        if self.options.gpu_slots < 1:
-            raise GpumrError(f"--gpu-slots must be 1 or more, not {self.options.gpu_slots}")
+        o = self.options
+        limits.number("--reducers", o.reducers, 0, limits.MAX_REDUCERS, integer=True)
+        check_slots(o.gpu_slots, "--gpu-slots")
+        if o.gpu_memory is not None:
+            limits.number("--gpu-memory", o.gpu_memory, 1, MAX_MEMORY, integer=True)
         local = [p for p in self.options.args if "://" not in p]
         if not self.options.args:
             raise GpumrError("no input given")
@@ -163,6 +167,46 @@ class GpumrJob(MRJob):
             shown = ", ".join(f"{f} ({describe_file(f)})" for f in files[:3]) + (" ..." if len(files) > 3 else "")
             raise GpumrError(f"no SequenceFile among the inputs: {shown}; pack files first: "
                              f"gpumr pack {local[0]} -o {local[0].rstrip('/')}.seq")
+        out = self.options.output_dir
+        if (self.options.runner or "inline") in LOCAL_RUNNERS and out and "://" not in out and os.path.lexists(out) \
+                and not (os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out)):
+            # mrjob's runners on this machine would write part-NNNNN into it over whatever is there.
+            raise GpumrError(f"--output-dir {out}: already exists and is not an empty folder; choose a new folder "
+                             "(gpumr never writes over files it did not make; Hadoop refuses an existing output "
+                             "folder too)")
+
+    def check_this_node(self):
+        """The checks that need the machine the tasks run on, made here when they run here.
+
+        With the inline and local runners the tasks run on this machine, so
+        ``--device gpu`` without a GPU is refused before any task starts;
+        elsewhere (Hadoop, EMR) each task refuses it itself, with one line.
+
+        Raises
+        ------
+        GpumrError
+        """
+        if self.options.device == "gpu" and (self.options.runner or "inline") in LOCAL_RUNNERS:
+            from ..devices.chooser import require_gpu
+            require_gpu()
+
+    def execute(self):
+        """mrjob's entry point, where a task started as a process of its own fails with one line.
+
+        A :class:`GpumrError` raised in such a task (a refusal that only the
+        node can make, e.g. ``--device gpu`` on a node without a GPU) becomes
+        one ``gpumr: error: ...`` line on the task's stderr and exit status
+        1, which mrjob shows as the job's probable cause of failure. Where
+        the job object was made by a caller in Python (the inline runner's
+        tasks, :func:`run_job`) the error goes up to that caller instead.
+        """
+        try:
+            super().execute()
+        except GpumrError as exc:
+            if not self._from_command_line:
+                raise
+            print(f"gpumr: error: {exc}", file=sys.stderr)
+            sys.exit(1)
 
     def _input_bytes(self):
         try:
@@ -171,8 +215,10 @@ class GpumrJob(MRJob):
             return None
 
     def make_runner(self):
-        """mrjob's runner, after :meth:`check_options`; on this machine, ``--reducers`` is honoured."""
+        """mrjob's runner, after :meth:`check_options` and :meth:`check_this_node`; on this machine,
+        ``--reducers`` is honoured."""
         self.check_options()
+        self.check_this_node()
         runner = super().make_runner()
         if self.options.runner in LOCAL_RUNNERS and self.options.reducers > 0:
             _limit_sim_reducers(runner, self.options.reducers)
@@ -189,9 +235,10 @@ class GpumrJob(MRJob):
         """``python -m gpumr.jobs.X ...``: check, run with progress, print the counters' summary.
 
         As mrjob's own ``run_job`` (log set-up, a failed step exits 1, output
-        to stdout unless ``--output-dir``), plus the check before any task
+        to stdout unless ``--output-dir``), plus the checks before any task
         starts (a one-line error, exit 2), the progress display on this
-        machine and the summary line at the end.
+        machine and the summary line at the end. A refusal raised by a task
+        in this process (the inline runner) is one line too, exit status 1.
         """
         import codecs
         import logging
@@ -199,6 +246,7 @@ class GpumrJob(MRJob):
         from mrjob.step import StepFailedException
         try:
             self.check_options()
+            self.check_this_node()
         except GpumrError as exc:
             print(f"{self.arg_parser.prog}: error: {exc}", file=sys.stderr)
             sys.exit(2)
@@ -217,6 +265,9 @@ class GpumrJob(MRJob):
                         runner.run()
                 except StepFailedException as exc:
                     logging.getLogger("mrjob").error(str(exc))
+                    sys.exit(1)
+                except GpumrError as exc:
+                    print(f"{self.arg_parser.prog}: error: {exc}", file=sys.stderr)
                     sys.exit(1)
                 if self._should_cat_output():
                     for chunk in runner.cat_output():

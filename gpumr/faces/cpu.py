@@ -10,6 +10,7 @@ is a file path or the name of one that opencv ships (``cv2.data.haarcascades``).
 import os
 
 from ..errors import GpumrError
+from ..limits import MAX_CASCADE_BYTES
 
 DEFAULT_CASCADE = "haarcascade_frontalface_default.xml"
 #: Detection parameters and their defaults, as ``detectMultiScale`` takes them.
@@ -17,15 +18,30 @@ DEFAULTS = dict(scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None)
 
 
 def cascade_path(name=None):
-    """Path of a cascade file: ``name`` if it is a file, else one of opencv's bundled cascades."""
+    """Path of a cascade file: ``name`` if it is a file, else the bundled cascade a bare name names.
+
+    Only a bare file name (no folder in it) that is not a file here may
+    name one of opencv's bundled cascades (``cv2.data.haarcascades``): a
+    path to a missing file is an error, never a bundled file of the same name.
+
+    Raises
+    ------
+    GpumrError
+        Naming ``--cascade`` and what is wrong.
+    """
     import cv2
     name = name or DEFAULT_CASCADE
     if os.path.isfile(name):
         return name
-    bundled = os.path.join(cv2.data.haarcascades, os.path.basename(name))
-    if os.path.isfile(bundled):
+    if os.path.lexists(name):
+        raise GpumrError(f"--cascade {name}: not a regular file")
+    bare = os.path.basename(name) == name and not (os.altsep and os.altsep in name)
+    bundled = os.path.join(cv2.data.haarcascades, name)
+    if bare and name not in ("", ".", "..") and os.path.isfile(bundled):
         return bundled
-    raise GpumrError(f"{name}: no such cascade file (nor in opencv's {cv2.data.haarcascades})")
+    raise GpumrError(f"--cascade {name}: no such cascade file" + (
+        f" here, nor one opencv ships (in {cv2.data.haarcascades})" if bare else
+        " (a cascade opencv ships is named by its bare file name, e.g. haarcascade_frontalface_alt.xml)"))
 
 
 def load_cascade(path=None):
@@ -34,13 +50,23 @@ def load_cascade(path=None):
     Raises
     ------
     GpumrError
-        If the file is missing or is not a cascade OpenCV can load.
+        If the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`,
+        or is not a cascade OpenCV can load.
     """
     import cv2
     path = cascade_path(path)
-    clf = cv2.CascadeClassifier(path)
-    if clf.empty():
-        raise GpumrError(f"{path}: not a cascade classifier OpenCV can load")
+    size = os.path.getsize(path)
+    if size > MAX_CASCADE_BYTES:
+        raise GpumrError(f"--cascade {path}: {size:,} bytes, over the limit of {MAX_CASCADE_BYTES:,} for a cascade")
+    clf = cv2.CascadeClassifier()
+    try:
+        loaded = clf.load(path)
+    except cv2.error as exc:
+        loaded, why = False, str(exc).strip().splitlines()[-1].rpartition("error: ")[2][:160]
+    else:
+        why = "OpenCV found no cascade in it"
+    if not loaded or clf.empty():
+        raise GpumrError(f"--cascade {path}: not a cascade classifier OpenCV can load ({why})")
     return clf
 
 

@@ -1,10 +1,12 @@
 """Image records to grey arrays, refusing what is not a usable image before decoding it."""
 
 import io
+import re
 
 import numpy as np
 
 from ..core import BadRecord
+from ..limits import MAX_JPEG_SCANS
 
 #: Largest image accepted by default (decompression bombs are refused before decoding).
 MAX_PIXELS = 50_000_000
@@ -37,46 +39,84 @@ def image_size(data):
         return None
 
 
-def _jpeg_size(data):
-    """The size in a JPEG's first start-of-frame segment, walking the segments from SOI; None if there is none."""
+#: In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (stuffing) or a restart marker
+#: (0xD0-0xD7); any other byte after it (fill bytes 0xFF aside) starts the next marker.
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_segments(data):
+    """``(marker, offset)`` of each marker segment of a JPEG after SOI, up to EOI (ITU T.81, B.1.1).
+
+    Segments are walked by their lengths; after an SOS segment its
+    entropy-coded data is skipped to the next marker. Fill bytes, stray
+    bytes between segments (libjpeg skips them too) and the standalone
+    markers TEM and RSTn are passed over; a length below 2 ends the walk.
+    Only real segments are seen, never bytes inside another segment that
+    look like a marker.
+    """
     pos, end = 2, len(data)
     while pos + 4 <= end:
-        if data[pos] != 0xFF:  # stray bytes between segments: libjpeg skips them to the next marker too
-            pos = data.find(b"\xff", pos)
-            if pos < 0:
-                return None
-            continue
         marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
+        if data[pos] != 0xFF or marker in (0x00, 0x01, 0xFF) or 0xD0 <= marker <= 0xD7:
+            found = _NEXT_MARKER.search(data, pos + 1)
+            if found is None:
+                return
+            pos = found.start()
             continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):  # EOI, SOS before any frame header
-            return None
         length = int.from_bytes(data[pos + 2:pos + 4], "big")
-        if length < 2:
+        if marker == 0xD9 or length < 2:  # EOI
+            return
+        yield marker, pos
+        pos += 2 + length
+        if marker == 0xDA:
+            found = _NEXT_MARKER.search(data, pos)
+            if found is None:
+                return
+            pos = found.start()
+
+
+def _jpeg_size(data):
+    """The size in a JPEG's first start-of-frame segment; None if a scan or the end comes first."""
+    for marker, pos in _jpeg_segments(data):
+        if marker == 0xDA:
             return None
         if marker in _SOF:
-            if pos + 9 > end:
+            if pos + 9 > len(data):
                 return None
-            height = int.from_bytes(data[pos + 5:pos + 7], "big")
-            width = int.from_bytes(data[pos + 7:pos + 9], "big")
-            return width, height
-        pos += 2 + length
+            return int.from_bytes(data[pos + 7:pos + 9], "big"), int.from_bytes(data[pos + 5:pos + 7], "big")
     return None
 
 
-def decode_gray(data, max_pixels=MAX_PIXELS):
+def jpeg_scans(data, most=MAX_JPEG_SCANS):
+    """How many scans (SOS segments) a JPEG holds, counting stops at ``most + 1``.
+
+    Each scan is a pass of the decoder over the whole image, so this bounds
+    a progressive JPEG's decoding time before it is decoded.
+    """
+    scans = 0
+    for marker, _ in _jpeg_segments(data):
+        scans += marker == 0xDA
+        if scans > most:
+            break
+    return scans
+
+
+def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
     """Decode image bytes to an 8-bit grey array.
+
+    Parameters
+    ----------
+    check : callable, optional
+        ``check(width, height)``, called with the header's size before
+        decoding; it raises BadRecord to refuse the image unread.
 
     Raises
     ------
     BadRecord
-        Empty, undecodable, larger than ``max_pixels``, or of a size that
-        cannot be read from its header (the size is checked before decoding,
-        so a small file that would decode to gigabytes is never decoded).
+        Empty, undecodable, larger than ``max_pixels``, a JPEG of more than
+        :data:`gpumr.limits.MAX_JPEG_SCANS` scans, or of a size that cannot
+        be read from its header (the size is checked before decoding, so a
+        small file that would decode to gigabytes is never decoded).
     """
     import cv2
     if len(data) == 0:
@@ -90,6 +130,11 @@ def decode_gray(data, max_pixels=MAX_PIXELS):
         raise BadRecord(f"image of {size[0]}x{size[1]} pixels exceeds the limit of {max_pixels}")
     if size[0] <= 0 or size[1] <= 0:
         raise BadRecord(f"not a usable image: its header gives a size of {size[0]}x{size[1]} pixels")
+    if data[:2] == b"\xff\xd8" and jpeg_scans(data) > MAX_JPEG_SCANS:
+        raise BadRecord(f"JPEG of more than {MAX_JPEG_SCANS} scans (each a pass of the decoder over the image): "
+                        "refused unread")
+    if check is not None:
+        check(*size)
     buf = np.frombuffer(data, np.uint8)
     try:
         img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)

@@ -24,8 +24,12 @@ does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
   clipped to the image.
 """
 
+import itertools
+
 import numpy as np
 
+from ..errors import GpumrError
+from ..limits import MAX_PYRAMID_LEVELS
 from .cpu import DEFAULTS
 
 GROUP_EPS = 0.2
@@ -45,15 +49,24 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
     scale's number of window columns) of ``max((h // step + nstripes - 1) //
     nstripes, 1) * step`` rows, ``h`` the scale's number of window rows, and
     scans only what the stripes cover: a last row can be left out.
+
+    Raises
+    ------
+    GpumrError
+        When more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below
+        ``min_size`` included): the walk is bounded whatever the scale factor.
     """
     w, h = image_size
     max_w, max_h = (max_size, max_size) if max_size else (w, h)
     out = []
     factor = 1.0
-    while True:
+    for level in itertools.count():
         win = (int(np.rint(window[0] * factor)), int(np.rint(window[1] * factor)))
         if win[0] > max_w or win[1] > max_h or win[0] > w or win[1] > h:
             break
+        if level == MAX_PYRAMID_LEVELS:
+            raise GpumrError(f"--scale-factor {scale_factor:g}: more than {MAX_PYRAMID_LEVELS} scales from the "
+                             f"{window[0]}x{window[1]} window to {min(w, max_w)}x{min(h, max_h)} pixels")
         if not (min_size and (win[0] < min_size or win[1] < min_size)):
             s = np.float32(factor)
             size = (int(np.rint(np.float32(w) / s)), int(np.rint(np.float32(h) / s)))
@@ -62,11 +75,11 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
         factor *= scale_factor
     if out:
         nstripes = -(-max(out[0][1][0] + 1 - window[0], 0) // 32)
-        for level in out:
-            (_, sh), step = level[1], level[2]
+        for scale in out:
+            (_, sh), step = scale[1], scale[2]
             height = max(sh + 1 - window[1], 0)
-            level.append(min(height, nstripes * max((height // step + nstripes - 1) // max(nstripes, 1), 1) * step))
-    return [tuple(level) for level in out]
+            scale.append(min(height, nstripes * max((height // step + nstripes - 1) // max(nstripes, 1), 1) * step))
+    return [tuple(scale) for scale in out]
 
 
 def integrals(img):

@@ -12,10 +12,13 @@ import numpy as np
 from seqfile import Reader
 from seqfile.atomic import write_bytes
 
+from .. import limits
 from ..errors import GpumrError
 from ..io.inputs import expand_inputs
 from ..io.joboutput import read_job_output
 from ..io.keyfiles import KeyFiles
+from ..io.outputs import FolderOutput
+from .decode import MAX_PIXELS, image_size
 
 
 def draw_boxes(image, faces, thickness=2):
@@ -46,6 +49,11 @@ def contact_sheet(tiles, columns=4, tile_size=(320, 240), labels=None):
 def render(outputs, images, directory, sheet_frames=12, columns=4):
     """Draw every result's boxes onto its frame; write the frames and ``contact_sheet.png``.
 
+    Frames are drawn one at a time; only the ``sheet_frames`` first (by key)
+    are kept for the sheet, so memory does not grow with the number of
+    frames. A frame is decoded only if its header's size is within
+    :data:`gpumr.faces.decode.MAX_PIXELS`, as in the job.
+
     Parameters
     ----------
     outputs : list of str
@@ -53,42 +61,59 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     images : list of str
         The SequenceFiles the job read.
     directory : str
-        Where ``<key>`` (boxes drawn, JPEG) and ``contact_sheet.png`` go.
+        The folder of ``<key>`` pictures (boxes drawn, JPEG) and
+        ``contact_sheet.png``: one output (:class:`gpumr.io.outputs.FolderOutput`),
+        new, empty or an earlier ``gpumr faces render`` folder, never one
+        holding the inputs.
+    sheet_frames : int
+        Frames on the contact sheet, at most :data:`gpumr.limits.MAX_SHEET_FRAMES`.
 
     Returns
     -------
     dict
         ``frames`` drawn, ``faces`` drawn, ``errors`` (records with an error), ``sheet`` path.
     """
+    import heapq
+
     import cv2
+    sheet_frames = limits.number("--sheet-frames", sheet_frames, 1, limits.MAX_SHEET_FRAMES, integer=True)
+    output = FolderOutput(directory, "gpumr faces render", inputs=[*outputs, *images], option="-d")
     results = dict(read_job_output(outputs))
-    drawn = faces = 0
-    tiles = []
-    # Pictures go where unpack would put the frames: never through a link, never outside ``directory``.
-    with KeyFiles(directory, force=True) as out:
-        for path in expand_inputs(images):
-            with Reader(path) as reader:
-                for key, value, _ in reader:
-                    res = results.get(key)
-                    if not res or "faces" not in res:
-                        continue
-                    img = cv2.imdecode(np.frombuffer(value, np.uint8), cv2.IMREAD_COLOR)
-                    if img is None:
-                        continue
-                    boxed = draw_boxes(img, res["faces"])
-                    ok, buf = cv2.imencode(".jpg", boxed, [cv2.IMWRITE_JPEG_QUALITY, 90])
-                    out.write(key if key.lower().endswith((".jpg", ".jpeg")) else key + ".jpg", buf.tobytes())
-                    drawn += 1
-                    faces += len(res["faces"])
-                    tiles.append((key, boxed, len(res["faces"]), res.get("device", "?")))
-    if not drawn:
-        raise GpumrError("no record of the job output matches an image in the given SequenceFiles")
-    tiles.sort(key=lambda t: t[0])
-    chosen = tiles[:sheet_frames]
-    sheet = contact_sheet([t[1] for t in chosen], columns,
-                          labels=[f"{t[0]}  {t[2]} face(s)  {t[3]}" for t in chosen])
-    sheet_path = os.path.join(directory, "contact_sheet.png")
-    ok, buf = cv2.imencode(".png", sheet)
-    write_bytes(sheet_path, buf.tobytes())
+    counts = dict(drawn=0, faces=0)
+    with output as stage:
+        # Pictures go where unpack would put the frames: never through a link, never outside ``stage``.
+        with KeyFiles(stage, record=False) as out:
+            chosen = heapq.nsmallest(sheet_frames, _draw(results, images, out, counts), key=lambda t: t[0])
+        if not counts["drawn"]:
+            raise GpumrError("no record of the job output matches an image in the given SequenceFiles")
+        sheet = contact_sheet([t[1] for t in chosen], columns,
+                              labels=[f"{t[0]}  {t[2]} face(s)  {t[3]}" for t in chosen])
+        ok, buf = cv2.imencode(".png", sheet)
+        write_bytes(os.path.join(stage, "contact_sheet.png"), buf.tobytes())
     errors = sum(1 for v in results.values() if "error" in v)
-    return dict(frames=drawn, faces=faces, errors=errors, sheet=sheet_path)
+    return dict(frames=counts["drawn"], faces=counts["faces"], errors=errors,
+                sheet=os.path.join(directory, "contact_sheet.png"))
+
+
+def _draw(results, images, out, counts):
+    """Draw each result's boxes onto its frame, written through ``out`` (a KeyFiles), counted in ``counts``.
+
+    Yields ``(key, boxed image, faces, device)`` one frame at a time.
+    """
+    import cv2
+    for path in expand_inputs(images):
+        with Reader(path) as reader:
+            for key, value, _ in reader:
+                res = results.get(key)
+                size = image_size(value) if res and "faces" in res else None
+                if size is None or size[0] * size[1] > MAX_PIXELS:
+                    continue
+                img = cv2.imdecode(np.frombuffer(value, np.uint8), cv2.IMREAD_COLOR)
+                if img is None:
+                    continue
+                boxed = draw_boxes(img, res["faces"])
+                ok, buf = cv2.imencode(".jpg", boxed, [cv2.IMWRITE_JPEG_QUALITY, 90])
+                out.write(key if key.lower().endswith((".jpg", ".jpeg")) else key + ".jpg", buf.tobytes())
+                counts["drawn"] += 1
+                counts["faces"] += len(res["faces"])
+                yield key, boxed, len(res["faces"]), res.get("device", "?")

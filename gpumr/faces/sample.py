@@ -13,6 +13,9 @@ import numpy as np
 
 from seqfile.atomic import write_bytes
 
+from .. import limits
+from ..io.outputs import FolderOutput
+
 FRAME_SIZE = (640, 480)
 _BACKGROUNDS = ("coffee", "chelsea", "rocket", "hubble_deep_field", "astronaut",
                 "retina", "immunohistochemistry", "coffee")
@@ -48,16 +51,38 @@ def _faces():
     return [astro] + [_rgb(f) for f in lfw]
 
 
+def frame_count(count):
+    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`; else GpumrError."""
+    return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
+
+
 def make_frames(dest, count=48, seed=0, quality=90):
-    """Write ``count`` sample frames ``frame_00000.jpg``... into ``dest``.
+    """Write ``count`` sample frames ``frame_00000.jpg``... as the folder ``dest``.
+
+    ``dest`` is one output (:class:`gpumr.io.outputs.FolderOutput`): it must
+    be new, empty or an earlier ``gpumr sample`` folder, and appears with
+    all its frames or not at all.
 
     Returns
     -------
     list of str
         The paths written, in order.
+
+    Raises
+    ------
+    GpumrError
+        ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``.
     """
+    count = frame_count(count)
+    limits.number("--seed", seed, least=0, integer=True)
+    with FolderOutput(dest, "gpumr sample") as stage:
+        names = _write_frames(stage, count, seed, quality)
+    return [os.path.join(dest, n) for n in names]
+
+
+def _write_frames(folder, count, seed, quality):
+    """Write the frames into ``folder``; return their names."""
     import cv2
-    os.makedirs(dest, exist_ok=True)
     rng = np.random.default_rng(seed)
     strip = _mosaic()
     faces = _faces()
@@ -69,7 +94,7 @@ def make_frames(dest, count=48, seed=0, quality=90):
                            size=int(rng.integers(90, 170)), x=float(rng.uniform(20, w - 200)),
                            y=float(rng.uniform(20, h - 200)), dx=float(rng.uniform(-6, 6)),
                            dy=float(rng.uniform(-4, 4))))
-    paths = []
+    names = []
     pan = max(1, (strip.shape[1] - 2 * w) // max(count, 1))
     for i in range(count):
         x0 = (i * pan) % (strip.shape[1] - 2 * w)
@@ -85,10 +110,10 @@ def make_frames(dest, count=48, seed=0, quality=90):
             frame[fy:fy + s, fx:fx + s] = cv2.resize(t["face"], (s, s), interpolation=cv2.INTER_CUBIC)
         noise = rng.normal(0, 2.0, frame.shape)
         frame = np.clip(frame + noise, 0, 255).astype(np.uint8)
-        path = os.path.join(dest, f"frame_{i:05d}.jpg")
+        name = f"frame_{i:05d}.jpg"
         ok, buf = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, quality])
         if not ok:
             raise RuntimeError("JPEG encoding failed")
-        write_bytes(path, buf.tobytes())
-        paths.append(path)
-    return paths
+        write_bytes(os.path.join(folder, name), buf.tobytes())
+        names.append(name)
+    return names

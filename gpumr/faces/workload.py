@@ -4,6 +4,7 @@ from ..core import BadRecord, Workload
 from ..errors import GpumrError
 from .cpu import DEFAULTS, cascade_path, detect, load_cascade
 from .decode import MAX_PIXELS, decode_gray
+from .pyramid import Pyramid
 
 
 class FaceDetection(Workload):
@@ -16,7 +17,13 @@ class FaceDetection(Workload):
     scale_factor, min_neighbors, min_size, max_size
         As ``detectMultiScale``.
     max_pixels : int
-        Images above this many pixels are refused as bad records.
+        Images above this many pixels are refused as bad records, and so are
+        those whose image pyramid would be over its limit (:class:`Pyramid`).
+
+    Raises
+    ------
+    GpumrError
+        A missing or unloadable cascade, or parameters out of their limits.
     """
 
     name = "face detection"
@@ -27,14 +34,14 @@ class FaceDetection(Workload):
                  max_size=DEFAULTS["max_size"], max_pixels=MAX_PIXELS):
         self.cascade_file = cascade_path(cascade)
         self.classifier = load_cascade(self.cascade_file)
-        self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
-                           max_size=max_size)
-        self.max_pixels = max_pixels
+        self.pyramid = Pyramid(self.classifier.getOriginalWindowSize(), scale_factor, min_size, max_size, max_pixels)
+        self.params = dict(min_neighbors=min_neighbors, **self.pyramid.params)
+        self.max_pixels = self.pyramid.max_pixels
 
     def decode(self, key, value):
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise BadRecord(f"value is a {type(value).__name__}, not image bytes")
-        return decode_gray(value, self.max_pixels)
+        return decode_gray(value, self.max_pixels, check=self.pyramid.check)
 
     def run_cpu(self, gray):
         return detect(self.classifier, gray, **self.params)

@@ -19,9 +19,8 @@ import re
 import shutil
 import subprocess
 
-from seqfile.atomic import atomic_path
-
 from ..errors import GpumrError
+from ..io.outputs import FileOutput
 
 KERNELS = ("backproject", "haar")
 #: Real architectures in the fatbin (Turing to Blackwell), plus PTX of the newest for later GPUs.
@@ -90,12 +89,15 @@ def nvcc():
 
 
 def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
-    """Compile kernel ``name`` into a fatbin at ``out_path`` (atomically).
+    """Compile kernel ``name`` into a fatbin at ``out_path``, under gpumr's output rule.
+
+    The fatbin appears whole or not at all, and replaces only an earlier
+    one that gpumr made (:class:`gpumr.io.outputs.FileOutput`).
 
     Raises
     ------
     GpumrError
-        If ``nvcc`` is missing or fails (its message included).
+        If ``nvcc`` is missing or fails (its message included), or ``out_path`` may not be written.
     """
     compiler = nvcc()
     if compiler is None:
@@ -105,18 +107,27 @@ def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
         cmd.append(f"-gencode=arch=compute_{a},code=sm_{a}")
     if ptx and archs:
         cmd.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with atomic_path(out_path) as tmp:
-        proc = subprocess.run(cmd + ["-o", tmp, source_path(name)], capture_output=True, text=True)
+    out = FileOutput(out_path, "gpumr build-kernels")
+    with out as f:
+        f.close()  # nvcc writes the temporary file by name
+        proc = subprocess.run(cmd + ["-o", out.tmp, source_path(name)], capture_output=True, text=True)
         if proc.returncode:
             raise GpumrError(f"nvcc failed on {name}.cu: {proc.stderr.strip()[-2000:]}")
     return out_path
 
 
 def build(out_dir=None, archs=ARCHS, names=KERNELS):
-    """``gpumr build-kernels``: fatbins of every kernel into ``out_dir`` (default: the cache)."""
+    """``gpumr build-kernels``: fatbins of every kernel into ``out_dir`` (default: the cache).
+
+    Every destination is checked before the first compilation, so a file
+    there that gpumr did not make stops the command before any work.
+    """
+    from ..io.outputs import check_output
     out_dir = out_dir or cache_dir()
-    return [compile_fatbin(n, os.path.join(out_dir, f"{n}-{_digest(n)}.fatbin"), archs) for n in names]
+    paths = [os.path.join(out_dir, f"{n}-{_digest(n)}.fatbin") for n in names]
+    for path in paths:
+        check_output(path, "gpumr build-kernels", folder=False)
+    return [compile_fatbin(n, path, archs) for n, path in zip(names, paths)]
 
 
 def _places(name):
@@ -168,5 +179,10 @@ def fatbin(name, arch=None):
     path, _ = locate(name)
     if path:
         return path
-    file = f"{name}-{_digest(name)}.fatbin"
-    return compile_fatbin(name, os.path.join(cache_dir(), file), (arch,) if arch else ARCHS)
+    path = os.path.join(cache_dir(), f"{name}-{_digest(name)}.fatbin")
+    try:
+        return compile_fatbin(name, path, (arch,) if arch else ARCHS)
+    except GpumrError:
+        if os.path.isfile(path):  # another task on this node compiled it meanwhile: theirs serves
+            return path
+        raise

@@ -12,6 +12,9 @@ from seqfile.header import MAGIC
 
 from ..errors import GpumrError, printable
 
+#: Flags to open an input for reading: never through a symbolic link, never blocking on a FIFO.
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
 
 def expand_inputs(paths):
     """The files named by ``paths``: files as given, folders' visible files sorted.

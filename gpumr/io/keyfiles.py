@@ -8,17 +8,23 @@ at most :data:`MAX_DEPTH` folders deep). Folders and files are then made
 one name at a time relative to an open descriptor of the folder above
 (``dir_fd``), never following a symbolic link (``O_NOFOLLOW``): a link
 inside DIR, planted before or during the run, is refused, not written
-through. Each file is written atomically (:class:`seqfile.atomic.AtomicFile`).
+through. Each file is written atomically (:class:`seqfile.atomic.AtomicFile`)
+under gpumr's ownership rule (:mod:`gpumr.io.outputs`): an existing file is
+replaced only when asked (``force``) and only if the proof in DIR
+(``DIR/.gpumr``, where the files written are recorded) vouches that gpumr
+wrote what it holds.
 """
 
 import errno
+import hashlib
 import os
 import stat
 
-from seqfile.atomic import AtomicFile
+from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
 from .inputs import kind
+from .outputs import FOLDER_PROOF, Proof, check_local, digest, warn
 
 #: The most folders a key may name before its file (deeper keys are refused).
 MAX_DEPTH = 255
@@ -39,29 +45,61 @@ class KeyFiles:
         The folder written into (made if missing). It may itself be a
         symbolic link (the user named it); nothing inside it is followed.
     force : bool
-        Replace existing regular files (never anything else); without it an
-        existing file is a refused key.
+        Replace existing regular files that gpumr wrote (its proof vouches
+        for them), never anything else; without it an existing file is a
+        refused key.
+    record : bool
+        Record the files written in ``directory/.gpumr`` when closing
+        (False inside a folder output's stage, whose own proof lists
+        everything in it).
 
     Use as a context manager; :meth:`write` raises :class:`KeyRefused` for a
     key that is not written, after which further keys may still be written.
     """
 
-    def __init__(self, directory, force=False):
+    def __init__(self, directory, force=False, record=True):
         self.directory = os.fspath(directory)
         self.force = force
+        self.record = record
         self._seen = set()
+        self._written = {}
+        check_local(self.directory, "-d")
         os.makedirs(self.directory, exist_ok=True)
         self._root = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self._proof = Proof.load(FOLDER_PROOF, self._root) if record else None
+        except BaseException:
+            self.close()
+            raise
         try:
             self._name_max = os.fpathconf(self._root, "PC_NAME_MAX")
         except (OSError, ValueError):
             self._name_max = 255
 
     def close(self):
-        """Close the folder's descriptor."""
-        if self._root is not None:
+        """Record the files written in the proof in the folder (``DIR/.gpumr``); close the folder's descriptor."""
+        if self._root is None:
+            return
+        try:
+            if self.record and self._written:
+                self._record()
+        finally:
             os.close(self._root)
             self._root = None
+
+    def _record(self):
+        try:
+            proof = Proof.load(FOLDER_PROOF, self._root) or Proof(FOLDER_PROOF, "gpumr unpack", [{}], self._root)
+            if not proof.versions:
+                proof.versions.append({})
+            for v in proof.versions[1:]:
+                for key in self._written:
+                    v.pop(key, None)
+            proof.versions[0].update(self._written)
+            proof.save()
+        except (OSError, GpumrError) as exc:
+            warn(f"could not record the files written in {printable(self.directory)} as gpumr's "
+                 f"({FOLDER_PROOF}: {getattr(exc, 'strerror', None) or exc}); --force will not replace them")
 
     def __enter__(self):
         return self
@@ -85,6 +123,9 @@ class KeyFiles:
         parts = key.split("/")
         if any(p in ("", ".", "..") for p in parts):
             raise self._refuse(key, f"it has an empty, '.' or '..' part, or climbs out of {printable(self.directory)}")
+        if self.record and key == FOLDER_PROOF:
+            raise self._refuse(key, f"{FOLDER_PROOF} in {printable(self.directory)} is gpumr's record of the files "
+                                    "it wrote there")
         if len(parts) - 1 > MAX_DEPTH:
             raise self._refuse(key, f"it is {len(parts) - 1} folders deep; the limit is {MAX_DEPTH}")
         for p in parts:
@@ -147,10 +188,16 @@ class KeyFiles:
                                         f"{kind(existing)}; unpack replaces only regular files")
             if not self.force:
                 raise self._refuse(key, f"it exists in {printable(self.directory)} "
-                                        "(use --force to replace existing files)")
+                                        "(use --force to replace files that gpumr wrote)")
+            if not self._ours(key, name, folder):
+                raise self._refuse(key, f"it exists in {printable(self.directory)} and gpumr did not write it "
+                                        f"(or it changed since: {FOLDER_PROOF} does not vouch for it); not replaced")
         try:
-            with AtomicFile(name, dir_fd=folder, replace=self.force) as f:
+            replace = (lambda old: self._ours(key, old, folder)) if self.force else False
+            with AtomicFile(name, dir_fd=folder, replace=replace) as f:
                 f.write(data)
+        except NotReplaced:
+            raise self._refuse(key, f"it changed in {printable(self.directory)} meanwhile; not replaced") from None
         except FileExistsError:
             raise self._refuse(key, f"it appeared in {printable(self.directory)} meanwhile; "
                                     "not replaced") from None
@@ -158,6 +205,11 @@ class KeyFiles:
             raise self._refuse(key, f"it is a folder in {printable(self.directory)}") from None
         except OSError as exc:
             raise self._refuse(key, f"cannot write it: {exc.strerror}") from None
+        self._written[key] = [len(data), hashlib.sha256(data).hexdigest()]
+
+    def _ours(self, key, name, folder):
+        """Whether file ``name`` in open folder ``folder`` holds what the proof says gpumr wrote at ``key``."""
+        return self._proof is not None and self._proof.vouches(key, digest(name, dir_fd=folder))
 
 
 __all__ = ["KeyFiles", "KeyRefused", "MAX_DEPTH"]

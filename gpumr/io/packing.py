@@ -9,29 +9,24 @@ import fnmatch
 import heapq
 import os
 import re
-import shutil
 import stat
 import time
 
-from seqfile import Reader, SequenceFileError, Writer
-from seqfile.atomic import swap_into_place, temp_dir_beside
-from seqfile.header import MAGIC
+from seqfile import Reader, Writer
 
 from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
-from .inputs import expand_inputs, kind
+from .inputs import READ_FLAGS, expand_inputs, kind
 from .keyfiles import KeyFiles, KeyRefused
+from .outputs import PACK_PART as PART
+from .outputs import SEQFILE_MARK as OWN
+from .outputs import FileOutput, FolderOutput, is_proof, marked_sequencefile
 
-#: The SequenceFile header metadata key that marks a file as written by :func:`pack` (its value:
-#: gpumr's version). Only such files, and folders of them, are replaced by ``--force``, and a
-#: folder of them inside a packed folder is not packed again. A header entry, not a marker file,
-#: so that an output folder holds nothing but its shards.
-OWN = "gpumr.pack"
-#: The names of the shards in a folder written by :func:`pack`.
-PART = re.compile(r"part-[0-9]{5}\.seq\Z")
+# A SequenceFile written by :func:`pack` carries its proof of authorship in its header (metadata
+# OWN, "gpumr.pack": gpumr's version), so that an output folder holds nothing but its shards; a
+# folder of them inside a packed folder is not packed again.
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=None):
@@ -106,7 +101,7 @@ def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=N
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as exc:
                 raise GpumrError(f"{printable(folder)}: cannot list: {exc.strerror}") from None
-            if prefix and entries and all(PART.match(e.name) for e in entries) and written_by_pack(entries[0].path):
+            if prefix and entries and all(PART.match(e.name) for e in entries) and marked_sequencefile(entries[0].path):
                 skipped.append((folder, "an earlier gpumr pack output"))
                 continue
             beside_output = out_parent is not None and os.path.realpath(folder) == out_parent
@@ -119,6 +114,9 @@ def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=N
                     if e.is_dir(follow_symlinks=False):
                         subfolders.append((path, prefix + e.name + "/"))
                     elif e.is_file(follow_symlinks=False):
+                        if e.name.startswith(".") and e.name.endswith(".gpumr") and is_proof(path):
+                            skipped.append((path, "gpumr's proof of authorship of the output beside it"))
+                            continue
                         add(prefix + e.name, path, e.stat(follow_symlinks=False).st_size, path)
                     elif e.is_symlink():
                         link(prefix + e.name, path, real_top)
@@ -182,64 +180,62 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
          codec=None, force=False, progress=True):
     """Pack files into one SequenceFile, or a directory of ``part-NNNNN.seq`` shards.
 
-    Output appears only when complete: a single file is written to a temporary
-    name and renamed; shards are written into a temporary
-    folder beside ``out`` that is then renamed to ``out``. With ``force``, an
+    The output is written and published under gpumr's ownership rule
+    (:mod:`gpumr.io.outputs`): complete or not at all, and with ``force`` an
     existing ``out`` is replaced only if it is an earlier output of this
-    function (see :func:`check_replaceable`), and it is removed only once the
-    new output is in place. What is packed follows :func:`collect`'s policy.
+    function (a SequenceFile, or a folder of shards, whose headers carry
+    :data:`OWN`), never the current folder, an input or a folder holding
+    one; of an old folder only its own shards are removed. What is packed
+    follows :func:`collect`'s policy.
 
     Returns
     -------
     dict
         ``files``, ``bytes``, ``shards``, ``seconds``, the output ``paths``,
         ``skipped`` (``(path, reason)`` pairs), ``linked`` (symbolic links
-        followed) and ``kept`` (an old output that could not be removed, or None).
+        followed) and ``kept`` (an old output folder that held more than its shards, kept, or None).
     """
     from tqdm import tqdm
     skipped, linked = [], []
     sharded = shards is not None or shard_size is not None
-    if os.path.lexists(out):
-        if not force:
-            raise GpumrError(f"{printable(out)}: already exists (use --force to replace it)")
-        check_replaceable(out, sharded, sources)
+    if sharded:
+        output = FolderOutput(out, "gpumr pack", inputs=sources, replace=force, pack_parts=True)
+    else:
+        output = FileOutput(out, "gpumr pack", inputs=sources, replace=force, proves_itself=True)
     files = collect(sources, include, exclude, skipped=skipped, output=out, linked=linked)
     total = sum(f[2] for f in files)
     if shard_size is not None:
         shards = max(1, -(-total // shard_size))
     t0 = time.perf_counter()
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
     groups = assign_shards(files, shards) if sharded else [files]
-    stage = temp_dir_beside(out) if sharded else None
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=None if progress else True, leave=False)
     paths = []
-    kept = None
+
+    def write(target, group, through=None):
+        with Writer(target, compression=compression, codec=codec, metadata={OWN: __version__}, out=through) as w:
+            for key, path, size in group:
+                w.append(key, _read_regular(path))
+                bar.update(size)
+
     try:
-        for i, group in enumerate(groups):
-            target = os.path.join(stage, f"part-{i:05d}.seq") if sharded else out
-            with Writer(target, compression=compression, codec=codec, metadata={OWN: __version__}) as w:
-                for key, path, size in group:
-                    w.append(key, _read_regular(path))
-                    bar.update(size)
-            paths.append(os.path.join(out, os.path.basename(target)) if sharded else out)
         if sharded:
-            old = swap_into_place(stage, out)
-            stage = None
-            if old is not None:
-                kept = _remove_output(old)
+            with output as stage:
+                for i, group in enumerate(groups):
+                    write(os.path.join(stage, f"part-{i:05d}.seq"), group)
+                    paths.append(os.path.join(out, f"part-{i:05d}.seq"))
+        else:
+            write(out, files, through=output.begin())
+            paths.append(out)
     finally:
         bar.close()
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
     return dict(files=len(files), bytes=total, shards=len(groups), paths=paths, skipped=skipped,
-                linked=len(linked), kept=kept, seconds=time.perf_counter() - t0)
+                linked=len(linked), kept=output.kept if sharded else None, seconds=time.perf_counter() - t0)
 
 
 def _read_regular(path):
     """The bytes of regular file ``path``; never blocks on a FIFO or follows a link swapped in since."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, READ_FLAGS)
     except OSError as exc:
         raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
     with open(fd, "rb") as f:
@@ -250,75 +246,6 @@ def _read_regular(path):
             return f.read()
         except OSError as exc:
             raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
-
-
-def check_replaceable(out, sharded, sources):
-    """Refuse to replace ``out`` unless it is an earlier output of :func:`pack` that holds no input.
-
-    Replaceable are: for shards, a real folder holding nothing but
-    ``part-NNNNN.seq`` regular files written by :func:`pack` (their headers
-    carry :data:`OWN`); for one file, a regular file that is a SequenceFile. Never the current folder or one holding it,
-    and never a path that is, or holds, one of ``sources``.
-
-    Raises
-    ------
-    GpumrError
-        Saying why ``out`` is not replaced.
-    """
-    shown = printable(out)
-    real = os.path.realpath(out)
-    here = os.path.realpath(os.getcwd())
-    if here == real or here.startswith(real.rstrip(os.sep) + os.sep):
-        raise GpumrError(f"{shown}: is the current folder or holds it; --force never replaces it")
-    for src in sources:
-        src_real = os.path.realpath(src)
-        if src_real == real or src_real.startswith(real.rstrip(os.sep) + os.sep):
-            raise GpumrError(f"{shown}: is or holds the input {printable(src)}; --force never replaces the inputs")
-    st = os.lstat(out)
-    if sharded:
-        if not stat.S_ISDIR(st.st_mode):
-            raise GpumrError(f"{shown}: is {kind(st.st_mode)}, not an earlier gpumr pack output folder; "
-                             "--force replaces only those")
-        for name in sorted(os.listdir(out)):
-            path = os.path.join(out, name)
-            if not (PART.match(name) and stat.S_ISREG(os.lstat(path).st_mode)):
-                raise GpumrError(f"{shown}: holds {printable(name)}, which gpumr pack did not make; --force replaces "
-                                 "only a folder of part-NNNNN.seq files written by gpumr pack: remove it yourself "
-                                 "or choose another folder")
-            if not written_by_pack(path):
-                raise GpumrError(f"{shown}: {printable(name)} was not written by gpumr pack (its header has no "
-                                 f"{OWN} entry); --force replaces only gpumr pack's own output: remove it yourself "
-                                 "or choose another folder")
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise GpumrError(f"{shown}: is {kind(st.st_mode)}, not a SequenceFile; --force replaces only SequenceFiles")
-        with open(out, "rb") as f:
-            if f.read(len(MAGIC)) != MAGIC:
-                raise GpumrError(f"{shown}: not a SequenceFile; --force replaces only SequenceFiles")
-
-
-def written_by_pack(path):
-    """Whether ``path`` is a SequenceFile whose header says :func:`pack` wrote it."""
-    try:
-        with Reader(path) as reader:
-            return OWN in reader.header.metadata
-    except (OSError, SequenceFileError):
-        return False
-
-
-def _remove_output(old):
-    """Remove an old pack output folder set aside by the swap: only the files pack makes.
-
-    Returns ``old`` if something else appeared in it meanwhile (it is then kept), else None.
-    """
-    for name in os.listdir(old):
-        if PART.match(name):
-            os.unlink(os.path.join(old, name))
-    try:
-        os.rmdir(old)
-    except OSError:
-        return old
-    return None
 
 
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):

@@ -1,0 +1,94 @@
+"""How much work one face detection asks for: the scales of its image pyramid and their pixels.
+
+``detectMultiScale`` (and the GPU path, through :func:`gpumr.faces.reference.scales`)
+walks the scales ``1, f, f^2, ...`` while the window ``round(w0 f^k)`` fits the
+image and ``--max-size``, and at each scale not below ``--min-size`` scans the
+image resized by ``1 / f^k``. OpenCV keeps every resized level and its integral
+images at once, about 11 bytes per pixel of the pyramid, so the scale factor
+and the image's size together set a record's memory and time: a 640x480 frame
+takes 20 MB at ``--scale-factor 1.1`` and tens of gigabytes at 1.0001.
+
+:class:`Pyramid` checks the detection parameters once, before any task,
+against :mod:`gpumr.limits` (a :class:`~gpumr.errors.GpumrError` naming the
+option), and then each image from the size in its header, before it is
+decoded (a :class:`~gpumr.core.BadRecord`: that record's error line).
+"""
+
+import math
+
+from .. import limits
+from ..core import BadRecord
+from ..errors import GpumrError
+from .reference import scales
+
+
+class Pyramid:
+    """The bounds of one detection's image pyramids.
+
+    Parameters
+    ----------
+    window : (int, int)
+        The cascade's window (``CascadeClassifier.getOriginalWindowSize()``).
+    scale_factor, min_size, max_size, max_pixels
+        As the face job's options (``max_size`` None: no limit).
+
+    Raises
+    ------
+    GpumrError
+        A parameter out of its range, a search that can find nothing (``--max-size`` below ``--min-size``
+        or below the window, ``--min-size`` larger than any image ``--max-pixels`` allows), or more than
+        :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face searched.
+    """
+
+    def __init__(self, window, scale_factor, min_size, max_size, max_pixels):
+        scale_factor = limits.number("--scale-factor", scale_factor, above=1.0, most=limits.MAX_SCALE_FACTOR)
+        max_pixels = limits.number("--max-pixels", max_pixels, 1, limits.MAX_PIXELS_CEILING, integer=True)
+        min_size = limits.number("--min-size", min_size, 1, limits.MAX_FACE_SIDE, integer=True)
+        if window[0] < 1 or window[1] < 1:
+            raise GpumrError(f"the cascade's window is {window[0]}x{window[1]} pixels: not a usable cascade")
+        side = math.isqrt(max_pixels)
+        if min_size > side:
+            raise GpumrError(f"--min-size {min_size} is larger than any image --max-pixels {max_pixels} allows "
+                             f"({side}x{side}): no face can be found")
+        if max_size is not None:
+            max_size = limits.number("--max-size", max_size, 1, limits.MAX_FACE_SIDE, integer=True)
+            if max_size < min_size:
+                raise GpumrError(f"--max-size {max_size} is below --min-size {min_size}: no face can be found")
+            if max_size < max(window):
+                raise GpumrError(f"--max-size {max_size} is below the cascade's {window[0]}x{window[1]} window: "
+                                 "no face can be found")
+        largest = min(max_size or side, side)
+        try:
+            scales((largest, largest), window, scale_factor)
+        except GpumrError:
+            raise GpumrError(
+                f"--scale-factor {scale_factor:g} makes more than {limits.MAX_PYRAMID_LEVELS} scales from the "
+                f"cascade's {window[0]}x{window[1]} window up to {largest} pixels (the largest face "
+                + ("--max-size allows): use a larger --scale-factor or a smaller --max-size" if largest == max_size
+                   else f"in an image --max-pixels {max_pixels} allows): use a larger --scale-factor, a --max-size, "
+                        "or a smaller --max-pixels")) from None
+        self.window = tuple(window)
+        self.params = dict(scale_factor=scale_factor, min_size=min_size, max_size=max_size)
+        self.max_pixels = max_pixels
+        #: Pixels one image's pyramid may hold.
+        self.budget = limits.PYRAMID_PIXELS_PER_PIXEL * max_pixels
+
+    def pixels(self, width, height):
+        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image."""
+        p = self.params
+        return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
+                                                           p["min_size"], p["max_size"]))
+
+    def check(self, width, height):
+        """Refuse an image whose pyramid is over :attr:`budget`, from its size alone.
+
+        Raises
+        ------
+        BadRecord
+            Naming the image's size, the pyramid's and the limit.
+        """
+        n = self.pixels(width, height)
+        if n > self.budget:
+            raise BadRecord(f"image of {width}x{height} pixels: its pyramid at --scale-factor "
+                            f"{self.params['scale_factor']:g} holds {n:,} pixels, over the limit of "
+                            f"{limits.PYRAMID_PIXELS_PER_PIXEL} x --max-pixels = {self.budget:,}")
