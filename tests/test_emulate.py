@@ -191,7 +191,8 @@ def test_builds_are_cached_by_content_and_concurrent_builds_are_safe(sources, tm
     for p in procs:
         p.join(60)
     assert len(set(paths)) == 1 and paths[0].startswith(str(tmp_path / "cache")), paths
-    assert os.listdir(tmp_path / "cache") == [os.path.basename(paths[0])]  # one build, no temporary left over
+    files = os.listdir(tmp_path / "cache")  # one build and its proof of authorship, no temporary left over
+    assert sorted(files) == sorted([os.path.basename(paths[0]), f".{os.path.basename(paths[0])}.gpumr"]), files
     stamp = os.stat(paths[0]).st_mtime_ns
     assert emulate.build("probe")[0] == paths[0] and os.stat(paths[0]).st_mtime_ns == stamp  # reused
     sources("probe", PROBE + "\n// changed\n")

@@ -41,8 +41,6 @@ import weakref
 
 import numpy as np
 
-from seqfile.atomic import atomic_path
-
 from ..errors import GpumrError
 from . import kernels
 from .interface import Launcher
@@ -142,8 +140,9 @@ def _unit(path, text, names, constants):
 def build(name, sanitize=False):
     """The host build of kernel ``name``: ``(shared library path, kernel names, constant names)``.
 
-    Compiled on first use and cached (written atomically: tasks building at
-    once each write their own file and rename it into place).
+    Compiled on first use and cached, written under gpumr's output rule
+    (:class:`gpumr.io.outputs.FileOutput`: whole or not at all); tasks
+    building at once each write their own, and the first one in place serves.
 
     Raises
     ------
@@ -168,16 +167,27 @@ def build(name, sanitize=False):
         key.update(hashlib.sha256(part).digest())
     path = os.path.join(kernels.cache_dir(), f"{name}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so")
     if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with atomic_path(path) as tmp:
-            proc = subprocess.run([cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++",
-                                   "-", "-o", tmp], input=unit,
-                                  capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"))
-            if proc.returncode:
-                lines = proc.stderr.splitlines()
-                first = next((line for line in lines if "error" in line), lines[0] if lines else "no message")
-                raise GpumrError(f"{source}: the host build with {cxx} failed: {first.strip()}")
+        try:
+            _compile([cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++", "-"], unit,
+                     path, source)
+        except GpumrError:
+            if not os.path.isfile(path):  # another task on this node built it meanwhile: theirs serves
+                raise
     return path, names, constants
+
+
+def _compile(cmd, unit, path, source):
+    """Compile ``unit`` (on stdin) with ``cmd`` into the shared library ``path``, under gpumr's output rule."""
+    from ..io.outputs import FileOutput
+    out = FileOutput(path, "gpumr (host build of a CUDA kernel for simulated GPUs)")
+    with out as f:
+        f.close()  # the compiler writes the temporary file by name
+        proc = subprocess.run(cmd + ["-o", out.tmp], input=unit, capture_output=True, text=True,
+                              env=dict(os.environ, LC_ALL="C"))
+        if proc.returncode:
+            lines = proc.stderr.splitlines()
+            first = next((line for line in lines if "error" in line), lines[0] if lines else "no message")
+            raise GpumrError(f"{source}: the host build with {cmd[0]} failed: {first.strip()}")
 
 
 def _asan_loaded():
