@@ -27,6 +27,13 @@ def values_of(out_dir):
     return {json.loads(k): json.loads(v) for k, v in (line.split("\t", 1) for line in lines)}
 
 
+@pytest.fixture(autouse=True)
+def simulated_here(monkeypatch):
+    """The executors run on this machine with 4 simulated GPUs (``sc``); the driver, which checks
+    ``--device gpu`` against this machine before any task, sees the same."""
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "4")
+
+
 def test_faces_device_gpu_equal_device_cpu(sc, sample_frames, tmp_path):
     from gpumr.jobs.face_detect import MRFaceDetect
     packed = str(tmp_path / "packed")
