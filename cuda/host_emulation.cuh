@@ -113,8 +113,10 @@ static __forceinline__ F gpumr_atomic_add_float(F* p, F v)
     } while (!__atomic_compare_exchange_n(bits, &old, want, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return was;
 }
-static __forceinline__ float atomicAdd(float* p, float v) { return gpumr_atomic_add_float<float, std::uint32_t>(p, v); }
-static __forceinline__ double atomicAdd(double* p, double v) { return gpumr_atomic_add_float<double, std::uint64_t>(p, v); }
+static __forceinline__ float atomicAdd(float* p, float v)
+{ return gpumr_atomic_add_float<float, std::uint32_t>(p, v); }
+static __forceinline__ double atomicAdd(double* p, double v)
+{ return gpumr_atomic_add_float<double, std::uint64_t>(p, v); }
 
 // -- min and max as CUDA overloads them (float ones are fminf/fmaxf) --------
 #define GPUMR_MINMAX(T) \

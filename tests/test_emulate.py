@@ -76,7 +76,8 @@ def test_blocks_run_concurrently_and_a_blocks_threads_in_order(probe):
     lx, mod = probe
     grid, block = (5, 3, 2), (4, 2, 3)
     n_blocks, n_threads = 30, 24
-    seen, per_block, total = lx.zeros((n_blocks, n_threads), np.int32), lx.zeros(n_blocks, np.int32), lx.zeros(1, np.int32)
+    seen, per_block = lx.zeros((n_blocks, n_threads), np.int32), lx.zeros(n_blocks, np.int32)
+    total = lx.zeros(1, np.int32)
     lx.launch(mod.get_function("order"), grid, block, seen, per_block, total)
     assert lx.to_host(total)[0] == n_blocks * n_threads  # atomics lose nothing across host threads
     assert (lx.to_host(seen) == np.arange(n_threads)).all()  # x fastest, then y, then z, one after another
@@ -268,5 +269,5 @@ def test_both_kernels_run_clean_under_address_sanitizer(tmp_path, altered_kernel
     altered_kernel("backproject", "        if (z0 + k < nz) out[", "        if (z0 + k <= nz) out[")
     broken = _under_asan(tmp_path, "ct-only")
     assert broken.returncode != 0 and "ERROR: AddressSanitizer: heap-buffer-overflow" in broken.stderr
-    assert re.search(r"(READ|WRITE) of size 4 .*\n +#0 \S+ in backproject_slab \S+/backproject\.cu:\d+", broken.stderr), \
-        broken.stderr[:3000]
+    where = re.search(r"(READ|WRITE) of size 4 .*\n +#0 \S+ in backproject_slab \S+/backproject\.cu:\d+", broken.stderr)
+    assert where, broken.stderr[:3000]

@@ -19,7 +19,8 @@ from gpumr.faces.cpu import detect, load_cascade
 from gpumr.faces.gpu import FaceGPU
 from gpumr.gpu import kernels, launch
 
-CASCADES = {c: os.path.join(cv2.data.haarcascades, f"haarcascade_frontalface_{c}.xml") for c in ("default", "alt", "alt2")}
+CASCADES = {c: os.path.join(cv2.data.haarcascades, f"haarcascade_frontalface_{c}.xml")
+            for c in ("default", "alt", "alt2")}
 
 
 def sim_gpu(spec="1"):
@@ -37,7 +38,8 @@ def astro():
 
 def edge_face(astro, size):
     """The astronaut's face (OpenCV's box: 177, 66, 95, 95) filling a ``size`` x ``size`` frame, cut by its left edge."""
-    return cv2.resize(astro[7:166, 180:339], (size, size), interpolation=cv2.INTER_AREA if size < 159 else cv2.INTER_CUBIC)
+    return cv2.resize(astro[7:166, 180:339], (size, size),
+                      interpolation=cv2.INTER_AREA if size < 159 else cv2.INTER_CUBIC)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,8 @@ def photos(sample_frames, astro):
     clips (alt2 at scale factors 1.05 and 1.1 without grouping, alt at 1.27).
     """
     from skimage import data
-    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE) for n in sorted(os.listdir(sample_frames))]
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
+              for n in sorted(os.listdir(sample_frames))]
     filling = [edge_face(astro, 64), edge_face(astro, 159), cv2.resize(astro[7:166, 180:379], (199, 159)),
                cv2.resize(astro[66:161, 177:272], (101, 101), interpolation=cv2.INTER_CUBIC)]
     photos = [astro, data.camera(), cv2.resize(frames[3], (320, 240), interpolation=cv2.INTER_AREA)]
@@ -149,9 +152,10 @@ def test_stage_sums_are_accumulated_in_double_as_opencv_does(tmp_path, astro):
 
 
 def test_declared_memory_covers_the_batch_peak(sample_frames, astro):
-    """The face workload declares, per batch, the device memory the batch needs: at least what the kernels' driver allocates."""
+    """The face workload declares, per batch, the device memory the batch needs: at least what the driver allocates."""
     from gpumr.faces.workload import FaceDetection
-    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE) for n in sorted(os.listdir(sample_frames))]
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
+              for n in sorted(os.listdir(sample_frames))]
     work = FaceDetection()
     fg = work.gpu_backend(simulated=True)
     gpu = sim_gpu()

@@ -53,8 +53,8 @@ def test_ct_device_gpu_equals_the_cpu_reconstruction(sc, tmp_path):
     # (test_spark's CT job ships proj.seq and proj.geometry.json).
     d = tmp_path
     projections, direct = ct_phantom(d, 24, 36, name="gpu-proj")
-    counts, _ = run("backproject", ["--projections", projections, "--slab", "10", "-o", str(d / "out"), "--device", "gpu"],
-                    sc=sc)
+    counts, _ = run("backproject", ["--projections", projections, "--slab", "10", "-o", str(d / "out"),
+                                    "--device", "gpu"], sc=sc)
     assert counts["records on GPU"] == 3 and not counts.get("records on CPU") and not counts.get("GPU fallbacks")
     values = values_of(str(d / "out")).values()
     assert len(values) == 24 and all(v["simulated"] and v["device"] in {f"gpu:{a}" for a in SPARK_GPUS}

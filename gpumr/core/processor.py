@@ -14,9 +14,11 @@ class Processor:
     on the CPU at once. With one, decoded records wait in a batch of up to
     ``workload.gpu_batch``; when it is full (or flushed) the device is
     chosen for the device memory the batch needs (``workload.gpu_memory_for``):
-    a free GPU takes the whole batch, its lease held only while the batch runs; otherwise the first record runs on the CPU and the choice is
-    made again for the rest, so each record goes to whatever is free when
-    its turn comes.
+    a free GPU takes the whole batch, its lease held only while the batch
+    runs; otherwise the first record runs on the CPU and the choice is made
+    again for the rest, so each record goes to whatever is free when its
+    turn comes. On simulated GPUs the batch runs the same GPU path, its
+    kernels executed on the host.
 
     Parameters
     ----------

@@ -125,7 +125,8 @@ class GpumrJob(MRJob):
         self.add_passthru_arg("--gpu-slots", type=int, default=1, metavar="N",
                               help=f"map tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})")
         self.add_passthru_arg("--gpu-memory", type=size_arg, default=None, metavar="SIZE",
-                              help="device memory a GPU batch needs, e.g. 2GiB (default: the workload's figure for each batch)")
+                              help="device memory a GPU batch needs, e.g. 2GiB "
+                                   "(default: the workload's figure for each batch)")
         self.add_passthru_arg("--reducers", type=int, default=1, metavar="N",
                               help="reduce tasks (default 1: one output file, sorted by key); "
                                    "0: map-only, output not sorted")
