@@ -48,7 +48,7 @@ def main():
         padded = pad(q)
         t0 = time.perf_counter()
         bp = SlabBackprojector(padded, g)
-        st = bp._state(gpu.ordinal)  # upload + self-check
+        st = bp.state(gpu)  # upload + self-check
         t_setup = time.perf_counter() - t0
         lx = st["lx"]
         with lx.active():

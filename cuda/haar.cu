@@ -18,7 +18,7 @@ struct Level {
     int int_off;    // first element of its integral images
     int width;      // scaled image width (integral rows are width + 1 long)
     int height;
-    int nx, ny;     // window positions 0 .. nx-1 (and ny), before stepping
+    int nx, ny;     // window columns 0 .. nx-1, and the rows OpenCV scans 0 .. ny-1, before stepping
     int step;       // 2, or 1 once the scale is >= 2
     int gx, gy;     // positions on the step grid
     int win_off;    // first window of this level in the code array
@@ -90,14 +90,13 @@ extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const
 
 // Integral images wrap modulo 2^32 on large frames (as OpenCV's do); a rectangle's
 // sum is exact once the differences are taken in unsigned arithmetic.
-__device__ __forceinline__ int rect_sum(const int* s, int W, int x, int y, int w, int h)
+__device__ __forceinline__ int rect_sum(const unsigned* s, int W, int x, int y, int w, int h)
 {
-    const unsigned* u = (const unsigned*)s;
-    return (int)(u[(y + h) * W + x + w] - u[y * W + x + w] - u[(y + h) * W + x] + u[y * W + x]);
+    return (int)(s[(y + h) * W + x + w] - s[y * W + x + w] - s[(y + h) * W + x] + s[y * W + x]);
 }
 
 // 1 / nf for the window at (x, y), or 0 when OpenCV rejects it for low variance.
-__device__ __forceinline__ float norm_factor(const int* s, const unsigned* q, int W, int x, int y, int ww, int wh)
+__device__ __forceinline__ float norm_factor(const unsigned* s, const unsigned* q, int W, int x, int y, int ww, int wh)
 {
     const int x0 = x + 1, y0 = y + 1, x1 = x + ww - 1, y1 = y + wh - 1;
     const int vs = rect_sum(s, W, x0, y0, x1 - x0, y1 - y0);
@@ -110,11 +109,11 @@ __device__ __forceinline__ float norm_factor(const int* s, const unsigned* q, in
 }
 
 // Stages [first, last) at window (x, y); returns the failing stage's index, or -1 when all pass.
-__device__ int stages_at(const Cascade C, const int* s, int W, int x, int y, float inv, int first, int last)
+__device__ int stages_at(const Cascade C, const unsigned* s, int W, int x, int y, float inv, int first, int last)
 {
     for (int si = first; si < last; ++si) {
         const int2 st = C.stages[si];
-        float acc = 0.0f;
+        double acc = 0.0;  // OpenCV sums a stage's leaves in double
         for (int t = st.x; t < st.x + st.y; ++t) {
             const int2 tree = C.trees[t];
             int idx = 0;
@@ -151,14 +150,14 @@ __device__ __forceinline__ int find_level(const Level* levels, int n_levels, int
 
 // Window w: its level's integral image, top-left corner and variance factor.
 struct Window {
-    const int* s;   // the level's sum integral image
+    const unsigned* s;  // the level's sum integral image
     int W;          // its row length
     int x, y;
     float inv;      // 1 / nf, or 0 when OpenCV rejects the window for low variance
 };
 
 __device__ __forceinline__ Window window_at(const Cascade C, const Level* levels, int n_levels, int w,
-                                            const int* sum, const unsigned* sq)
+                                            const unsigned* sum, const unsigned* sq)
 {
     const Level L = levels[find_level(levels, n_levels, w)];
     const int k = w - L.win_off;
@@ -172,7 +171,7 @@ __device__ __forceinline__ Window window_at(const Cascade C, const Level* levels
 }
 
 extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels, int n_windows,
-                                       const int* __restrict__ sum, const unsigned* __restrict__ sq,
+                                       const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
                                        signed char* __restrict__ codes)
 {
     int w = blockIdx.x * blockDim.x + threadIdx.x;
@@ -204,7 +203,7 @@ extern "C" __global__ void row_scan(const Level* __restrict__ levels, const int2
 }
 
 extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
-                                      const int* __restrict__ sum, const unsigned* __restrict__ sq,
+                                      const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
                                       const int* __restrict__ in, int n_in, int first, int last,
                                       int* __restrict__ out, int* __restrict__ count)
 {

@@ -18,6 +18,11 @@ atexit.register(shutil.rmtree, _NODE_STATE, True)
 os.environ["GPUMR_LEASE_DIR"] = os.path.join(_NODE_STATE, "leases")
 os.environ["GPUMR_SCHEDULER_SOCKET"] = os.path.join(_NODE_STATE, "scheduler.sock")
 os.environ.pop("GPUMR_SIMULATE_GPUS", None)
+# Kernel builds (fatbins, and the host builds that simulated GPUs run) go to a cache of this
+# session's own: each session compiles the emulated kernels once, and never uses a stale build.
+os.environ["GPUMR_KERNEL_CACHE"] = os.path.join(_NODE_STATE, "kernels")
+for _name in ("GPUMR_CUDA_SOURCES", "GPUMR_EMULATE_ASAN"):
+    os.environ.pop(_name, None)
 
 #: The simulated GPU addresses the Spark workers' discovery script hands out (see ``sc``).
 ASSIGNED = ("1", "3")
@@ -53,6 +58,47 @@ def make_records(n, seed, max_size=40_000):
         size = rng.choice([0, 1, rng.randint(2, 300), rng.randint(300, max_size)])
         recs.append((f"dir/{i:04d}-é-{rng.randint(0, 9)}.jpg", rng.randbytes(size)))
     return recs
+
+
+@pytest.fixture(scope="session")
+def emulated_kernels():
+    """Both kernels built for the host once, before any test's subprocesses (tasks, executors) need them."""
+    from gpumr.gpu import emulate, kernels
+    return {name: emulate.build(name)[0] for name in kernels.KERNELS}
+
+
+@pytest.fixture
+def altered_kernel(tmp_path, monkeypatch):
+    """``altered_kernel(name, old, new)``: ``$GPUMR_CUDA_SOURCES`` now holds kernel ``name`` with ``old`` made ``new``.
+
+    For kernels deliberately broken (the self-checks must catch them) or
+    restated with other constants (``MAX_ANGLES``); ``old`` must occur.
+    """
+    import glob
+    from gpumr.gpu import kernels
+    folder = tmp_path / "altered-cuda"
+    folder.mkdir()
+    for source in glob.glob(kernels.package_path("*.cu")):  # the others as installed
+        shutil.copy(source, folder)
+
+    def alter(name, old, new):
+        with open(kernels.source_path(name), encoding="utf-8") as f:
+            text = f.read()
+        assert old in text, f"{old!r} is not in {name}.cu"
+        (folder / f"{name}.cu").write_text(text.replace(old, new))
+        monkeypatch.setenv(kernels.SOURCES_ENV, str(folder))
+        return str(folder / f"{name}.cu")
+    return alter
+
+
+def ct_phantom(folder, voxels, angles, name="proj"):
+    """Phantom projections ``folder/NAME.seq`` (geometry beside them) and ``gpumr ct reconstruct``'s volume of them."""
+    import numpy as np
+    from gpumr.cli import main
+    assert main(["ct", "geometry", "-o", str(folder / "g.json"), "--voxels", str(voxels), "--angles", str(angles)]) == 0
+    assert main(["ct", "phantom", "--geometry", str(folder / "g.json"), "-o", str(folder / f"{name}.seq")]) == 0
+    assert main(["ct", "reconstruct", str(folder / f"{name}.seq"), "-o", str(folder / "direct.npy")]) == 0
+    return str(folder / f"{name}.seq"), np.load(folder / "direct.npy")
 
 
 @pytest.fixture(scope="session")
@@ -114,12 +160,13 @@ def s3():
 
 
 @pytest.fixture(scope="session")
-def sc(tmp_path_factory, s3):
+def sc(tmp_path_factory, s3, emulated_kernels):
     """One Spark local-cluster for the session (master + two executor JVMs, one core and one simulated GPU each).
 
     Its workers discover one simulated GPU each through a discovery script
     (addresses ``ASSIGNED`` of four simulated GPUs) and every task asks for
-    one; the executors reach the ``s3`` server.
+    one; the executors reach the ``s3`` server, and find both kernels built
+    for the host (``emulated_kernels``).
     """
     import shutil
     import sys

@@ -40,10 +40,11 @@ class Chooser:
     has_gpus, simulated, why_cpu_only = True, False, ""
 
     def __init__(self):
-        self.n, self.released = 0, 0
+        self.n, self.released, self.memory = 0, 0, []
 
-    def choose(self):
+    def choose(self, memory=0):
         self.n += 1
+        self.memory.append(memory)
         if self.n % 2:
             return Choice(GPU(0, "g", "u"), "lease", self._release)
         return CPU
@@ -55,7 +56,7 @@ class Chooser:
 def run(backend, records):
     counts = Counter()
     w = Square()
-    w.gpu_backend = lambda: backend
+    w.gpu_backend = lambda simulated=False: backend
     chooser = Chooser()
     p = Processor(w, chooser, count=lambda name, n=1: counts.update({name: n}), log=lambda m: None)
     out = dict(p.process(records))
@@ -73,6 +74,17 @@ def test_every_record_once_with_gpu_batches_and_cpu_records():
     assert counts["records on GPU"] == sum(len(b) for b in backend.batches) > 0
     assert all(len(b) <= 3 for b in backend.batches)
     assert chooser.released == len(backend.batches)  # every lease given back
+
+
+def test_device_choice_is_told_each_batchs_memory():
+    w = Square()
+    w.gpu_memory_for = lambda items: 100 * sum(items)
+    w.gpu_backend = lambda simulated=False: Backend()
+    chooser = Chooser()
+    out = dict(Processor(w, chooser, log=lambda m: None).process([(f"k{i}", i) for i in range(1, 7)]))
+    assert len(out) == 6
+    # Batches of 3 wait for their choice: 1+2+3 on the GPU; then 4 on the CPU, and the rest (5, 6) chosen for.
+    assert chooser.memory == [600, 1500, 1100]
 
 
 def test_gpu_failure_reruns_on_cpu_and_counts():

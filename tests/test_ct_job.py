@@ -54,12 +54,34 @@ def test_job_volume_equals_direct_reconstruction(phantom_files, tmp_path, runner
     assert keys == sorted(keys) and keys[0] == "00000"
 
 
-def test_simulated_gpu_slabs(phantom_files, tmp_path, monkeypatch):
+def _volume(d, out, tmp_path):
+    """The job output ``out`` assembled, and the direct CPU reconstruction."""
+    assert main(["ct", "assemble", str(out), "-o", str(tmp_path / "vol.npy")]) == 0
+    g = geometry.load(str(d / "proj.geometry.json"))
+    return np.load(tmp_path / "vol.npy"), backproject(filter_projections(read_set([str(d / "proj.seq")], g), g), g)
+
+
+@pytest.mark.parametrize("runner", ["inline", pytest.param("local", marks=pytest.mark.slow)])
+def test_device_gpu_on_simulated_gpus_runs_the_kernel(phantom_files, tmp_path, monkeypatch, runner, emulated_kernels):
+    """Every slab through SlabBackprojector, its kernel executed on the host: the CPU's volume within 1e-5."""
     monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
-    monkeypatch.setenv("GPUMR_LEASE_DIR", str(tmp_path / "leases"))
-    _run_job(phantom_files, tmp_path / "out", "inline")
+    counters = _run_job(phantom_files, tmp_path / "out", runner, ["--device", "gpu"])
     values = [v for _, v in read_job_output([str(tmp_path / "out")])]
-    assert any(v["device"] == "gpu:0" and v.get("simulated") for v in values)
+    assert len(values) == 32 and all(v["device"] == "gpu:0" and v["simulated"] is True for v in values)
+    assert counters["records on GPU"] == 6 and set(counters) == {"records on GPU", "GPU milliseconds"}
+    vol, direct = _volume(phantom_files, tmp_path / "out", tmp_path)
+    assert np.linalg.norm(vol - direct) / np.linalg.norm(direct) < 1e-5
+
+
+def test_a_broken_kernel_is_caught_by_the_self_check_and_every_slab_falls_back(phantom_files, tmp_path, monkeypatch,
+                                                                                altered_kernel):
+    altered_kernel("backproject", "acc[k] += w2 * (top + fr * (bot - top));",
+                   "acc[k] += (k ? 1.5f : 1.0f) * w2 * (top + fr * (bot - top));")  # wrong in slices 2..8 only
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
+    counters = _run_job(phantom_files, tmp_path / "out", "inline", ["--device", "gpu"])
+    assert counters["GPU fallbacks"] == counters["records on CPU"] == 6 and "records on GPU" not in counters
+    vol, direct = _volume(phantom_files, tmp_path / "out", tmp_path)
+    assert np.allclose(vol, direct, rtol=1e-6, atol=1e-6)
 
 
 def test_assemble_names_missing_and_duplicate_slices(phantom_files, tmp_path):

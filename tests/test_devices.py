@@ -81,6 +81,18 @@ def test_memory_threshold(tmp_path):
     assert small.verdicts()[0].reason == "too small: 2.1 GB in all, a task needs 4.3 GB"
 
 
+def test_each_choice_asks_for_its_own_memory_unless_one_figure_was_given(tmp_path):
+    per_batch = chooser(tmp_path, [gpu(0, free=2 << 30)], memory=None)
+    assert per_batch.choose(4 << 30) is CPU  # this batch does not fit
+    ch = per_batch.choose(1 << 30)
+    assert ch.device == "gpu:0"
+    ch.release()
+    fixed = chooser(tmp_path / "fixed", [gpu(0, free=2 << 30)], memory=1 << 30)  # --gpu-memory 1GiB
+    ch = fixed.choose(4 << 30)
+    assert ch.device == "gpu:0"
+    ch.release()
+
+
 def test_exclusive_mode_uses_the_context_probe(tmp_path):
     calls = []
 

@@ -173,16 +173,36 @@ def test_map_only_run(packed, tmp_path):
     assert len(read_output(str(tmp_path / "out"))) == 12
 
 
-def test_simulated_gpus_run_the_lease_path_and_say_so(packed, tmp_path, monkeypatch, sample_frames):
+def without_device(value):
+    """A face output value less what says where it ran."""
+    return {k: v for k, v in value.items() if k not in ("device", "simulated")}
+
+
+@pytest.mark.parametrize("runner", ["inline", pytest.param("local", marks=pytest.mark.slow)])
+def test_device_gpu_on_simulated_gpus_runs_the_kernels(packed, sample_frames, tmp_path, monkeypatch, runner,
+                                                        emulated_kernels):
+    """Every frame through FaceGPU, its kernels executed on the host: the same faces as --device cpu."""
     monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
-    monkeypatch.setenv("GPUMR_LEASE_DIR", str(tmp_path / "leases"))
-    counters, _ = run_face_job([packed], str(tmp_path / "out"), "inline")
+    counters, _ = run_face_job([packed], str(tmp_path / "out"), runner, ["--device", "gpu"])
     got = parsed(read_output(str(tmp_path / "out")))
-    expected = direct_opencv(sample_frames)
-    assert {k: v["faces"] for k, v in got.items()} == expected
-    on_gpu = [v for v in got.values() if v["device"] == "gpu:0"]
-    assert on_gpu and all(v["simulated"] is True for v in on_gpu)
-    assert counters["records on GPU"] == len(on_gpu)
+    expected = direct_opencv(sample_frames)  # what --device cpu gives (test_output_equals_direct_opencv)
+    assert {k: without_device(v) for k, v in got.items()} == {
+        k: {"faces": faces, "width": 640, "height": 480} for k, faces in expected.items()}
+    assert all(v["device"] == "gpu:0" and v["simulated"] is True for v in got.values())
+    assert counters["records on GPU"] == 12 and counters["GPU milliseconds"] > 0
+    assert set(counters) == {"records on GPU", "GPU milliseconds"}  # no fallback, nothing on the CPU
+
+
+def test_a_broken_kernel_is_caught_by_the_self_check_and_every_frame_falls_back(packed, sample_frames, tmp_path,
+                                                                                 monkeypatch, altered_kernel):
+    altered_kernel("haar", "(stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 1 : 0",
+                   "(stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 0 : 1")
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
+    counters, _ = run_face_job([packed], str(tmp_path / "out"), "inline", ["--device", "gpu"])
+    got = parsed(read_output(str(tmp_path / "out")))
+    assert {k: v["faces"] for k, v in got.items()} == direct_opencv(sample_frames)
+    assert all(v["device"] == "cpu" for v in got.values())
+    assert counters["GPU fallbacks"] == counters["records on CPU"] == 12 and "records on GPU" not in counters
 
 
 def test_render_draws_white_boxes_and_a_contact_sheet(packed, tmp_path, capsys):

@@ -244,7 +244,13 @@ def test_a_bug_is_not_dressed_up_as_a_user_error(monkeypatch):
 
 
 def test_backprojection_kernel_constants_come_from_the_kernel_source():
-    from gpumr.ct import backproject_gpu
+    import numpy as np
+    from gpumr.ct import geometry
+    from gpumr.ct.backproject import pad
+    from gpumr.ct.backproject_gpu import SlabBackprojector
+    from gpumr.devices.nvml import simulated_gpus
     from gpumr.gpu import kernels
     consts = kernels.defines("backproject")
-    assert (backproject_gpu.ZB, backproject_gpu.MAX_ANGLES) == (consts["ZB"], consts["MAX_ANGLES"]) == (8, 2048)
+    g = geometry.simple(8, 6)
+    st = SlabBackprojector(pad(np.ones((6, *g.nDetector), np.float32)), g).state(simulated_gpus("1")[0])
+    assert (st["zb"], st["max_angles"]) == (consts["ZB"], consts["MAX_ANGLES"]) == (8, 2048)

@@ -67,7 +67,7 @@ def test_gpu_pyramid_table_matches_the_scan_grid(sample_frames):
     path = os.path.join(DATA, "haarcascade_frontalface_default.xml")
     grays = _photos(sample_frames)[:3]
     table, pixels, meta, n_int, n_win = FaceGPU(path).pyramid(grays)
-    expected_levels = sum(1 for g in grays for _, size, _, _ in scales(g.shape[::-1], (24, 24), 1.1, 24)
+    expected_levels = sum(1 for g in grays for _, size, _, _, _ in scales(g.shape[::-1], (24, 24), 1.1, 24)
                           if size[0] >= 24 and size[1] >= 24)
     assert len(table) == len(meta) == expected_levels
     img_off, int_off, w, h, nx, ny, step, gx, gy, win_off = table.T

@@ -4,7 +4,9 @@ Every Hadoop job costs ~15-30 s of JVM start-up here, so each test runs one
 job and checks many things about it: exactly-once output equal to the inline
 runner's, error lines, gpumr's counters as Hadoop reports them, and files
 shipped through the distributed cache (cascade, kernel fatbins, CT
-projections and geometry) being found by the tasks.
+projections and geometry) being found by the tasks. The face job with
+``--hadoop-splits`` and the CT job run ``--device gpu`` on a simulated GPU
+(the CUDA kernels executed on the host), against ``--device cpu`` inline.
 """
 
 import json
@@ -59,8 +61,17 @@ def frames_seq(sample_frames, tmp_path_factory):
     return d
 
 
-def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_frames, tmp_path):
-    """Hadoop reads and splits the files; the cascade and a kernel folder travel in the distributed cache."""
+def without_device(lines):
+    """Output lines parsed, values less what says where they ran."""
+    return {k: {f: x for f, x in v.items() if f not in ("device", "simulated")} for k, v in parsed(lines).items()}
+
+
+def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_frames, tmp_path, emulated_kernels):
+    """Hadoop reads and splits the files; the cascade and a kernel folder travel in the distributed cache.
+
+    The tasks run ``--device gpu`` on a simulated GPU: every frame goes through the
+    GPU path, its kernels executed on the host, and gives the faces ``--device cpu`` gives.
+    """
     from gpumr.jobs.face_detect import MRFaceDetect
     cascade = tmp_path / "shipped" / "my_cascade.xml"
     cascade.parent.mkdir()
@@ -74,23 +85,27 @@ def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_fra
             (kdir / f"{name}-{kernels._digest(name)}.fatbin").write_bytes(b"stand-in: no nvcc here")
     options = ["--cascade", str(cascade), "--min-neighbors", "4"]
     job = cluster.run(MRFaceDetect, [str(frames_seq), "--hadoop-splits", "--jobconf", "fs.local.block.size=65536",
-                                     "--dirs", f"{kdir}#kernels", "--cmdenv", "GPUMR_KERNEL_DIR=kernels", *options],
+                                     "--dirs", f"{kdir}#kernels", "--cmdenv", "GPUMR_KERNEL_DIR=kernels",
+                                     "--cmdenv", "GPUMR_SIMULATE_GPUS=1", "--device", "gpu", *options],
                       str(tmp_path), "splits")
-    ref_counters, ref = inline(MRFaceDetect, [str(frames_seq)], tmp_path / "inline", options)
+    ref_counters, ref = inline(MRFaceDetect, [str(frames_seq)], tmp_path / "inline", options + ["--device", "cpu"])
 
     # Hadoop cut the three files into many splits, and every record came out exactly once.
     splits = int(re.search(r"number of splits:(\d+)", job.log).group(1))
     assert splits >= 6
     keys = [json.loads(line.split("\t", 1)[0]) for line in job.output]
     assert keys == sorted(keys) and len(keys) == len(set(keys)) == 14
-    assert job.output == ref  # identical to the inline runner (which reads whole files itself)
+    # Identical to the inline runner on the CPU (which reads whole files itself), but for where it ran.
+    assert without_device(job.output) == without_device(ref)
     got = parsed(job.output)
     assert sum(len(v.get("faces", [])) for v in got.values()) > 5
+    assert all(v["device"] == "gpu:0" and v["simulated"] is True for v in got.values() if "faces" in v)
     assert "error" in got["zz_garbage.jpg"] and "empty" in got["zz_empty.jpg"]["error"]
-    # gpumr's counters, as Hadoop totals them over the tasks.
-    assert job.counters["records on CPU"] == ref_counters["records on CPU"] == 12
+    # gpumr's counters, as Hadoop totals them over the tasks: every frame on the GPU, no fallback.
+    assert job.counters["records on GPU"] == ref_counters["records on CPU"] == 12
     assert job.counters["bad records"] == ref_counters["bad records"] == 2
-    assert job.counters["CPU milliseconds"] > 12 * 10
+    assert "records on CPU" not in job.counters and "GPU fallbacks" not in job.counters
+    assert job.counters["GPU milliseconds"] > 0
     # The tasks were given the cascade by its name in the distributed cache, not by its path here.
     assert re.search(r"--mapper .*--cascade \S*my_cascade\.xml", job.log)
     assert str(cascade) not in re.search(r"--mapper .*", job.log).group(0)
@@ -102,7 +117,8 @@ def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_fra
                    for p in found)
 
 
-def test_ct_job_ships_projections_and_geometry(tmp_path):
+def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels):
+    """The tasks open the shipped projections; ``--device gpu`` on a simulated GPU: every slab through the kernel."""
     from gpumr.jobs.backproject import MRBackproject
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
@@ -110,9 +126,10 @@ def test_ct_job_ships_projections_and_geometry(tmp_path):
     assert main(["ct", "plan", "--geometry", str(d / "g.json"), "--slab", "6", "--parts", "2",
                  "-o", str(d / "plan")]) == 0
     assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
-    job = cluster.run(MRBackproject, [str(d / "plan"), "--projections", str(d / "proj.seq"),
-                                      "--cpu-threads", "1"], str(tmp_path), "ct")
-    assert job.counters["records on CPU"] == 6 and "bad records" not in job.counters
+    job = cluster.run(MRBackproject, [str(d / "plan"), "--projections", str(d / "proj.seq"), "--cpu-threads", "1",
+                                      "--cmdenv", "GPUMR_SIMULATE_GPUS=1", "--device", "gpu"], str(tmp_path), "ct")
+    assert job.counters["records on GPU"] == 6 and set(job.counters) == {"records on GPU", "GPU milliseconds"}
+    assert all(v["device"] == "gpu:0" and v["simulated"] is True for v in parsed(job.output).values())
     # The tasks opened the shipped copies (by their names in the cache), not the files here.
     mapper = re.search(r"--mapper .*", job.log).group(0)
     assert "--projections proj.seq" in mapper or re.search(r"--projections \S*/proj\.seq", mapper)
@@ -120,7 +137,7 @@ def test_ct_job_ships_projections_and_geometry(tmp_path):
     assert main(["ct", "assemble", job.output_dir, "-o", str(d / "vol.npy")]) == 0
     vol, direct = np.load(d / "vol.npy"), np.load(d / "direct.npy")
     assert vol.shape == (32, 32, 32)
-    assert np.allclose(vol, direct, rtol=1e-6, atol=1e-6)
+    assert np.linalg.norm(vol - direct) / np.linalg.norm(direct) < 1e-5
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"

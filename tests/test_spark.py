@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ASSIGNED
+from conftest import ASSIGNED, ct_phantom
 
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
@@ -29,6 +29,7 @@ pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark 
 pytestmark = pytest.mark.slow
 if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
     pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="Spark needs Java 17 (java on PATH or JAVA_HOME)")]
+
 
 def lines_of(out_dir):
     return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
@@ -117,9 +118,7 @@ def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts
 
 def test_ct_equals_reconstruct_and_assembles(sc, tmp_path):
     d = tmp_path
-    assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
-    assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
-    assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
+    ct_phantom(d, 32, 48)
     counts, _ = run("backproject", ["--projections", str(d / "proj.seq"), "--slab", "6", "-o", str(d / "out"),
                                     "--device", "cpu"], sc=sc)
     assert counts["records on CPU"] == 6 and not counts.get("bad records")  # 32 slices, 6 per slab

@@ -7,26 +7,18 @@ from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, 
 from .workload import BadRecord
 
 
-class SimulatedBackend:
-    """Stands in for a GPU implementation on simulated GPUs: the CPU function, under the lease."""
-
-    def __init__(self, workload):
-        self.workload = workload
-
-    def run(self, items, gpu):
-        return [self.workload.run_cpu(item) for item in items]
-
-
 class Processor:
     """Runs a workload over records, choosing a device per record.
 
     Records are decoded as they arrive. Without a usable GPU path each runs
     on the CPU at once. With one, decoded records wait in a batch of up to
     ``workload.gpu_batch``; when it is full (or flushed) the device is
-    chosen: a free GPU takes the whole batch, its lease held only while the
-    batch runs; otherwise the first record runs on the CPU and the choice is
-    made again for the rest, so each record goes to whatever is free when
-    its turn comes.
+    chosen for the device memory the batch needs (``workload.gpu_memory_for``):
+    a free GPU takes the whole batch, its lease held only while the batch
+    runs; otherwise the first record runs on the CPU and the choice is made
+    again for the rest, so each record goes to whatever is free when its
+    turn comes. On simulated GPUs the batch runs the same GPU path, its
+    kernels executed on the host.
 
     Parameters
     ----------
@@ -46,11 +38,9 @@ class Processor:
         self.backend = None
         self._pending = []
         if chooser.has_gpus:
-            if chooser.simulated:
-                self.backend = SimulatedBackend(workload)
-                self.log(f"gpumr: {workload.name}: GPUs are simulated; 'GPU' records run the CPU code under a lease")
-            else:
-                self.backend = workload.gpu_backend()
+            self.backend = workload.gpu_backend(simulated=chooser.simulated)
+            if self.backend is not None and chooser.simulated:
+                self.log(f"gpumr: {workload.name}: GPUs are simulated; their CUDA kernels run on the host")
         if self.backend is None:
             why = chooser.why_cpu_only or f"no GPU implementation of {workload.name} is usable here"
             self.log(f"gpumr: {workload.name}: every record runs on the CPU ({why})")
@@ -78,7 +68,7 @@ class Processor:
     def flush(self):
         """Run every decoded record still waiting; yield their outputs."""
         while self._pending:
-            choice = self.chooser.choose()
+            choice = self.chooser.choose(self.workload.gpu_memory_for([item for _, item in self._pending]))
             if choice.on_gpu:
                 batch, self._pending = self._pending, []
                 yield from self._gpu(batch, choice)

@@ -17,7 +17,8 @@ class Workload:
     name : str
         For log lines.
     gpu_memory : int
-        Device memory one GPU batch needs (bytes), told to device choice.
+        Device memory one GPU batch needs (bytes), told to device choice
+        unless :meth:`gpu_memory_for` says more exactly.
     gpu_batch : int
         Records per GPU launch.
     """
@@ -46,6 +47,14 @@ class Workload:
         """
         raise NotImplementedError
 
-    def gpu_backend(self):
-        """An object with ``run(items, gpu) -> results``, or None when no GPU path is usable here."""
+    def gpu_memory_for(self, items):
+        """Device memory (bytes) a GPU batch of these decoded items needs: :attr:`gpu_memory` unless overridden."""
+        return self.gpu_memory
+
+    def gpu_backend(self, simulated=False):
+        """An object with ``run(items, gpu) -> results``, or None when no GPU path is usable here.
+
+        ``simulated``: the GPUs are simulated (their kernels then run on the host,
+        :func:`gpumr.gpu.launch.available` says whether they can).
+        """
         return None

@@ -85,9 +85,9 @@ class Backprojection(Workload):
         nz = self.geometry.nVoxel[0]
         return [(slice_key(z), encode_slice(z, nz, volume[i], device)) for i, z in enumerate(range(*slab))]
 
-    def gpu_backend(self):
+    def gpu_backend(self, simulated=False):
         from ..gpu.launch import available
-        ok, _ = available()
+        ok, _ = available(simulated)
         if not ok:
             return None
         from .backproject_gpu import SlabBackprojector

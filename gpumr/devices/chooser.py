@@ -103,8 +103,9 @@ class DeviceChooser:
     Parameters
     ----------
     mode : {"auto", "cpu", "gpu"}
-    memory : int
-        Device memory one record's GPU work needs.
+    memory : int, optional
+        Device memory a GPU batch needs, for every choice (``--gpu-memory``);
+        None: as each :meth:`choose` says.
     slots : int
         Concurrent tasks per GPU (``--gpu-slots``), for lock-file leases.
     lease_dir : str, optional
@@ -121,12 +122,12 @@ class DeviceChooser:
         Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default.
     """
 
-    def __init__(self, mode="auto", memory=0, slots=1, lease_dir=None, scheduler=None,
+    def __init__(self, mode="auto", memory=None, slots=1, lease_dir=None, scheduler=None,
                  nvml=None, probe=None, env=None, wait_timeout=None, log=None, only=None):
         if mode not in MODES:
             raise GpumrError(f"device mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
-        self.memory = int(memory)
+        self.memory = None if memory is None else int(memory)
         self.wait_timeout = wait_timeout
         self._nvml = nvml
         self._env = os.environ if env is None else env
@@ -182,7 +183,7 @@ class DeviceChooser:
         """For ``gpumr probe``: each GPU and whether a task would get it now."""
         out = []
         for gpu in self.gpus():
-            v = check(gpu, self.memory, self._leases.sibling_pids(gpu))
+            v = check(gpu, self.memory or 0, self._leases.sibling_pids(gpu))
             if v.free and gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
                 ok = self._exclusive_probe(gpu)
                 v = Verdict(gpu, ok, "" if ok else "exclusive mode and another process owns it")
@@ -193,16 +194,21 @@ class DeviceChooser:
             out.append(v)
         return out
 
-    def choose(self):
-        """The device for the next record: a :class:`Choice` (``CPU`` when none is free)."""
+    def choose(self, memory=0):
+        """The device for the next record or batch: a :class:`Choice` (``CPU`` when none is free).
+
+        ``memory``: the device memory its GPU work needs (bytes), unless the
+        chooser was given one figure for all.
+        """
         if not self.has_gpus:
             return CPU
+        need = int(memory) if self.memory is None else self.memory
         if self.mode == "gpu":
-            got = wait_for(self._try_gpu, self.wait_timeout)
+            got = wait_for(lambda: self._try_gpu(need), self.wait_timeout)
             if got is None:
                 raise GpumrError(f"--device gpu: no GPU became free within {self.wait_timeout} s")
             return got
-        return self._try_gpu() or CPU
+        return self._try_gpu(need) or CPU
 
     def _exclusive_probe(self, gpu):
         if self._probe is not None:
@@ -242,7 +248,7 @@ class DeviceChooser:
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, SERVICE_BACKOFF[1])
 
-    def _try_gpu(self):
+    def _try_gpu(self, memory):
         client = self._service()
         if client is _FAILED:
             return None  # this record on the CPU
@@ -250,7 +256,7 @@ class DeviceChooser:
             from .client import SchedulerUnavailable
             from .protocol import RequestError
             try:
-                got = self._from_scheduler(client)
+                got = self._from_scheduler(client, memory)
             except (SchedulerUnavailable, RequestError) as exc:  # a service we cannot use: as if down
                 self._service_failed(exc)
                 return None
@@ -262,7 +268,7 @@ class DeviceChooser:
         n = len(gpus)
         self._rotate = (self._rotate + 1) % n
         for gpu in gpus[self._rotate:] + gpus[:self._rotate]:
-            verdict = check(gpu, self.memory, self._leases.sibling_pids(gpu) if gpu.processes else ())
+            verdict = check(gpu, memory, self._leases.sibling_pids(gpu) if gpu.processes else ())
             if not verdict.free:
                 continue
             if gpu.compute_mode in (_nvml.EXCLUSIVE_PROCESS, _nvml.EXCLUSIVE_THREAD):
@@ -279,10 +285,10 @@ class DeviceChooser:
                 return Choice(gpu, lease, lease.release)
         return None
 
-    def _from_scheduler(self, client):
+    def _from_scheduler(self, client, memory):
         block = self.mode == "gpu"
         wait = SERVICE_WAIT if self.wait_timeout is None else min(SERVICE_WAIT, self.wait_timeout)
-        got = client.acquire(self.memory, block=block, timeout=wait if block else 0)
+        got = client.acquire(memory, block=block, timeout=wait if block else 0)
         if got is None:
             return None
         index, lease_id = got

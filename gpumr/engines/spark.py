@@ -158,7 +158,6 @@ def run_partition(kind, args, shipped, counters, items):
 
     job, workload = _worker(kind, args, shipped)
     o = job.options
-    memory = o.gpu_memory if o.gpu_memory is not None else workload.gpu_memory
     counts = {}
 
     def count(name, n=1):
@@ -167,7 +166,7 @@ def run_partition(kind, args, shipped, counters, items):
     def log(message):
         print(message, file=sys.stderr, flush=True)
 
-    chooser = DeviceChooser(o.device, memory=memory, slots=o.gpu_slots, only=_task_gpus())
+    chooser = DeviceChooser(o.device, memory=o.gpu_memory, slots=o.gpu_slots, only=_task_gpus())
     log(f"gpumr: {describe(chooser)}")
     processor = Processor(workload, chooser, count=count, log=log)
     protocol = JSONProtocol()

@@ -138,7 +138,8 @@ class GpumrJob(MRJob):
         self.add_passthru_arg("--gpu-slots", type=int, default=1, metavar="N",
                               help=f"map tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})")
         self.add_passthru_arg("--gpu-memory", type=size_arg, default=None, metavar="SIZE",
-                              help="device memory a GPU batch needs, e.g. 2GiB (default: the workload's estimate)")
+                              help="device memory a GPU batch needs, e.g. 2GiB "
+                                   "(default: the workload's figure for each batch)")
         self.add_passthru_arg("--reducers", type=int, default=1, metavar="N",
                               help="reduce tasks (default 1: one output file, sorted by key); "
                                    "0: map-only, output not sorted")
@@ -339,8 +340,9 @@ class GpumrJob(MRJob):
     def task_init(self):
         from ..devices.chooser import DeviceChooser, describe
         workload = self.make_workload()
-        memory = self.options.gpu_memory if self.options.gpu_memory is not None else workload.gpu_memory
-        self.chooser = DeviceChooser(self.options.device, memory=memory, slots=self.options.gpu_slots, log=self.log)
+        # Without --gpu-memory each batch asks for what it needs (the workload's gpu_memory_for).
+        self.chooser = DeviceChooser(self.options.device, memory=self.options.gpu_memory, slots=self.options.gpu_slots,
+                                     log=self.log)
         self.log(f"gpumr: {describe(self.chooser)}")
         from ..gpu.kernels import describe as kernels
         self.log(f"gpumr: {kernels()}")

@@ -9,14 +9,16 @@ between groups) run on the GPU; the surviving windows come back as boxes,
 grouped per frame by OpenCV's ``groupRectangles``.
 
 Before a device is trusted, a built-in photo is run through it and compared
-with :func:`gpumr.haar.detect_reference`; a mismatch disables the GPU path
-(every batch then falls back to the CPU, and is counted).
+with :func:`gpumr.faces.reference.detect_reference` (:mod:`gpumr.gpu.trust`);
+a mismatch disables the GPU path (every batch then falls back to the CPU,
+and is counted).
 """
 
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..gpu.trust import DeviceStates
 from .cascade import Cascade
 from .cpu import DEFAULTS
 from .reference import group, scales
@@ -24,6 +26,26 @@ from .reference import group, scales
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
+#: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding.
+MEMORY_MARGIN = 32 * 1024 * 1024
+
+
+def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
+    """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
+
+    What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
+    once: per level the table row (40 bytes), the pixels (1 byte each), the
+    sum and squared-sum integrals (8 bytes per element) and the row, column
+    and window-row lists (8 bytes each); per window its first-stage code (1
+    byte) and two survivor lists (4 bytes each); plus :data:`MEMORY_MARGIN`.
+    """
+    total = MEMORY_MARGIN
+    for h, w in shapes:
+        for _, (sw, sh), step, _, rows in scales((w, h), window, scale_factor, min_size, max_size):
+            if sw >= window[0] and sh >= window[1]:
+                gx, gy = -(-(sw + 1 - window[0]) // step), -(-rows // step)
+                total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
+    return total
 
 
 def _grid(n):
@@ -39,7 +61,7 @@ class FaceGPU:
         self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
                            max_size=max_size)
         self.prefer = prefer
-        self._devices = {}
+        self._devices = DeviceStates("GPU face detection", self._setup, self._self_check)
         self._pool = ThreadPoolExecutor(max_workers=8)
 
     # -- host-side pyramid ---------------------------------------------
@@ -50,16 +72,16 @@ class FaceGPU:
         jobs = []
         for i, g in enumerate(grays):
             h, w = g.shape
-            for s, size, step, win in scales((w, h), c.window, self.params["scale_factor"],
-                                             self.params["min_size"], self.params["max_size"]):
+            for s, size, step, win, rows in scales((w, h), c.window, self.params["scale_factor"],
+                                                   self.params["min_size"], self.params["max_size"]):
                 if size[0] >= c.window[0] and size[1] >= c.window[1]:
-                    jobs.append((i, g, s, size, step, win))
+                    jobs.append((i, g, s, size, step, win, rows))
         imgs = list(self._pool.map(lambda j: cv2.resize(j[1], j[3], interpolation=cv2.INTER_LINEAR_EXACT), jobs))
         table = np.zeros((len(jobs), 10), np.int32)
         meta = []
         img_off = int_off = win_off = 0
-        for row, (i, _, s, (w, h), step, win) in enumerate(jobs):
-            nx, ny = w + 1 - c.window[0], h + 1 - c.window[1]
+        for row, (i, _, s, (w, h), step, win, rows) in enumerate(jobs):
+            nx, ny = w + 1 - c.window[0], rows
             gx, gy = -(-nx // step), -(-ny // step)
             table[row] = (img_off, int_off, w, h, nx, ny, step, gx, gy, win_off)
             meta.append((i, s, win))
@@ -70,44 +92,42 @@ class FaceGPU:
         return table, pixels, meta, int_off, win_off
 
     # -- device state ----------------------------------------------------
-    def _state(self, gpu):
-        st = self._devices.get(gpu.ordinal)
-        if st is None:
-            from ..gpu.launch import launcher
-            lx = launcher(gpu.ordinal, self.prefer)
-            c = self.cascade
-            with lx.active():
-                mod = lx.module("haar")
-                fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage",
-                                                         "row_scan", "run_stages")}
-                nodes = np.zeros((len(c.nodes), 4), np.int32)
-                nodes[:, :3] = c.nodes
-                arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
-                                                    c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
-            st = dict(lx=lx, fns=fns, cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
-                                                np.int32(c.window[1])] + arrays, checked=None)
-            self._devices[gpu.ordinal] = st
-            st["checked"] = self._self_check(gpu)
-        if st["checked"] is not True:
-            raise RuntimeError(f"GPU face detection disabled on device {gpu.ordinal}: {st['checked']}")
-        return st
+    def _setup(self, gpu):
+        from ..gpu.launch import launcher
+        lx = launcher(gpu, self.prefer)
+        c = self.cascade
+        with lx.active():
+            mod = lx.module("haar")
+            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_scan",
+                                                     "run_stages")}
+            nodes = np.zeros((len(c.nodes), 4), np.int32)
+            nodes[:, :3] = c.nodes
+            arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
+                                                c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
+        return dict(lx=lx, fns=fns, cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
+                                             np.int32(c.window[1])] + arrays)
 
-    def _self_check(self, gpu):
+    def _self_check(self, st):
         import cv2
         from skimage import data
         from .reference import detect_reference
         photo = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
-        self._devices[gpu.ordinal]["checked"] = True
-        try:
-            got = sorted(self.run([photo], gpu)[0])
-        finally:
-            self._devices[gpu.ordinal]["checked"] = None
+        got = sorted(self._run(st, [photo])[0])
         want = sorted(detect_reference(self.cascade, photo, **self.params))
         return True if got == want else f"self-check on a built-in photo gave {got}, the CPU reference {want}"
 
     # -- detection -------------------------------------------------------
     def run(self, grays, gpu):
-        st = self._state(gpu)
+        """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``.
+
+        Raises
+        ------
+        RuntimeError
+            If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
+        """
+        return self._run(self._devices.get(gpu), grays)
+
+    def _run(self, st, grays):
         table, pixels, meta, n_int, n_win = self.pyramid(grays)
         faces = [[] for _ in grays]
         if not len(table):
@@ -123,14 +143,14 @@ class FaceGPU:
             frame, s, win = meta[lv]
             x, y = (k % gx) * step, (k // gx) * step
             boxes[frame].append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
-        return [group(b, self.params["min_neighbors"]) for b in boxes]
+        return [group(b, self.params["min_neighbors"], g.shape[::-1]) for b, g in zip(boxes, grays)]
 
     def _detect(self, st, table, pixels, n_int, n_win):
         lx, f, casc = st["lx"], st["fns"], st["cascade"]
         i32 = np.int32
         levels = lx.to_device(table)
         img = lx.to_device(pixels)
-        total = lx.zeros(n_int, np.int32)
+        total = lx.zeros(n_int, np.uint32)
         sq = lx.zeros(n_int, np.uint32)
         rows = np.concatenate([np.stack([np.full(h + 1, lv), np.arange(h + 1)], 1)
                                for lv, h in enumerate(table[:, 3])]).astype(np.int32)

@@ -76,7 +76,7 @@ class Pyramid:
     def pixels(self, width, height):
         """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image."""
         p = self.params
-        return sum(sw * sh for _, (sw, sh), _, _ in scales((width, height), self.window, p["scale_factor"],
+        return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
                                                            p["min_size"], p["max_size"]))
 
     def check(self, width, height):

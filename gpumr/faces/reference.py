@@ -4,22 +4,24 @@
 does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
 (``cuda/haar.cu``):
 
-* scales ``1, f, f^2, ...`` while the window ``round(24 s)`` fits the image
+* scales ``1, f, f^2, ...`` (in double) while the window ``round(24 f)`` fits the image
   (and ``max_size``); scales whose window is below ``min_size`` are skipped;
 * at each scale the image is resized (bilinear, bit-exact: ``INTER_LINEAR_EXACT``)
   to ``round(W / s) x round(H / s)`` and
-  the fixed 24x24 window slides with a step of 2 pixels (1 once s >= 2);
+  the fixed 24x24 window slides with a step of 2 pixels (1 once s >= 2),
+  over the rows OpenCV's stripes cover (:func:`scales`);
   after a window fails the first stage, the next position is skipped;
 * a window is rejected outright unless the variance over its inner 22x22
   rectangle is high enough: ``nf = sqrt(area * sqsum - sum^2)`` with
   ``area / nf < 0.1``;
 * a feature's value is ``(sum_i w_i * rectsum_i) / nf``; each tree is walked
   (left when the value is below the node's threshold) to a leaf, whose value
-  is added to the stage's sum; a stage fails when its sum falls below the
-  stage threshold (less 1e-5);
+  is added to the stage's sum (in double); a stage fails when its sum falls
+  below the stage threshold (less 1e-5);
 * windows that pass every stage become ``(round(x s), round(y s), round(24 s))``
-  boxes, grouped by OpenCV's own ``groupRectangles`` with ``min_neighbors``
-  and eps 0.2.
+  boxes (in float arithmetic, ``s`` the scale as a float), grouped by
+  OpenCV's own ``groupRectangles`` with ``min_neighbors`` and eps 0.2, and
+  clipped to the image.
 """
 
 import itertools
@@ -34,7 +36,19 @@ GROUP_EPS = 0.2
 
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
-    """The scales detectMultiScale visits: ``(scale, scaled size, step, window size)`` each.
+    """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each.
+
+    As OpenCV 4: the factor grows in double, and the window rounded from it
+    decides where the scales stop and which are too small; the scan then
+    takes the factor as a float ``s``: the scaled image is ``round(W / s) x
+    round(H / s)`` and a box found there is ``round(24 * s)`` wide, both in
+    float arithmetic (``cvRound(origWinSize.width * scalingFactor)``).
+
+    ``rows``: window rows ``y < rows`` are scanned. OpenCV cuts each scale's
+    rows into ``nstripes`` stripes (``ceil(w0 / 32)``, ``w0`` the first
+    scale's number of window columns) of ``max((h // step + nstripes - 1) //
+    nstripes, 1) * step`` rows, ``h`` the scale's number of window rows, and
+    scans only what the stripes cover: a last row can be left out.
 
     Raises
     ------
@@ -56,9 +70,16 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
         if not (min_size and (win[0] < min_size or win[1] < min_size)):
             s = np.float32(factor)
             size = (int(np.rint(np.float32(w) / s)), int(np.rint(np.float32(h) / s)))
-            out.append((s, size, 1 if s >= 2 else 2, win))
+            box = (int(np.rint(np.float32(window[0]) * s)), int(np.rint(np.float32(window[1]) * s)))
+            out.append([s, size, 1 if s >= 2 else 2, box])
         factor *= scale_factor
-    return out
+    if out:
+        nstripes = -(-max(out[0][1][0] + 1 - window[0], 0) // 32)
+        for scale in out:
+            (_, sh), step = scale[1], scale[2]
+            height = max(sh + 1 - window[1], 0)
+            scale.append(min(height, nstripes * max((height // step + nstripes - 1) // max(nstripes, 1), 1) * step))
+    return [tuple(scale) for scale in out]
 
 
 def integrals(img):
@@ -81,11 +102,10 @@ def _compile():
     from numba import njit
 
     @njit(cache=True)
-    def scan(s, q, ww, wh, step, stages, st_thr, trees, nodes, node_thr, leaves, rects, weights):
-        # Every window position OpenCV visits at one scale, and which pass.
+    def scan(s, q, ww, wh, step, ny, stages, st_thr, trees, nodes, node_thr, leaves, rects, weights):
+        # Every window position OpenCV visits at one scale (rows y < ny), and which pass.
         hits = []
         nx = s.shape[1] - ww  # positions 0 .. scaled width - window width
-        ny = s.shape[0] - wh
         area = (ww - 2) * (wh - 2)
         for y in range(0, ny, step):
             x = 0
@@ -101,7 +121,7 @@ def _compile():
                     if area * inv < 0.1:
                         result = 1
                         for si in range(stages.shape[0]):
-                            acc = np.float32(0)
+                            acc = np.float64(0)  # leaves summed in double, as OpenCV does
                             first, count = stages[si, 0], stages[si, 1]
                             for t in range(first, first + count):
                                 idx = 0
@@ -140,26 +160,37 @@ def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=No
     h, w = gray.shape
     scan = _compile()
     boxes = []
-    for s, size, step, win in scales((w, h), cascade.window, scale_factor, min_size, max_size):
+    for s, size, step, win, rows in scales((w, h), cascade.window, scale_factor, min_size, max_size):
         if size[0] < cascade.window[0] or size[1] < cascade.window[1]:
             continue
         scaled = cv2.resize(gray, size, interpolation=interpolation)
         si, qi = integrals(scaled)
-        for x, y in scan(si, qi, cascade.window[0], cascade.window[1], step, *cascade.arrays()):
+        for x, y in scan(si, qi, cascade.window[0], cascade.window[1], step, rows, *cascade.arrays()):
             boxes.append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
     return boxes
 
 
-def group(boxes, min_neighbors):
-    """OpenCV's own ``groupRectangles`` with eps 0.2, as detectMultiScale applies it."""
+def group(boxes, min_neighbors, image_size):
+    """What detectMultiScale does last: group, then clip to the image.
+
+    OpenCV's own ``groupRectangles`` with eps 0.2 (nothing is grouped when
+    ``min_neighbors`` is 0), then each box cut to the image ``(W, H)`` and
+    dropped if nothing is left, as OpenCV 4's ``clipObjects`` does.
+    """
     import cv2
-    if min_neighbors <= 0 or not boxes:
-        return [list(b) for b in boxes]
-    grouped, _ = cv2.groupRectangles([list(b) for b in boxes], min_neighbors, GROUP_EPS)
-    return [[int(v) for v in b] for b in grouped]
+    if min_neighbors > 0 and boxes:
+        boxes, _ = cv2.groupRectangles([list(b) for b in boxes], min_neighbors, GROUP_EPS)
+    w, h = image_size
+    out = []
+    for x, y, bw, bh in boxes:
+        x0, y0, x1, y1 = max(int(x), 0), max(int(y), 0), min(int(x + bw), w), min(int(y + bh), h)
+        if x1 > x0 and y1 > y0:
+            out.append([x0, y0, x1 - x0, y1 - y0])
+    return out
 
 
 def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
                      min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], interpolation=None):
     """Faces as ``[[x, y, w, h], ...]`` by the restated OpenCV procedure (CPU reference)."""
-    return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors)
+    return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors,
+                 gray.shape[::-1])

@@ -28,7 +28,6 @@ class FaceDetection(Workload):
 
     name = "face detection"
     gpu_batch = 16
-    gpu_memory = 256 * 1024 * 1024
 
     def __init__(self, cascade=None, scale_factor=DEFAULTS["scale_factor"],
                  min_neighbors=DEFAULTS["min_neighbors"], min_size=DEFAULTS["min_size"],
@@ -51,9 +50,16 @@ class FaceDetection(Workload):
         return [(key, {"faces": faces, "device": device, "width": int(gray.shape[1]),
                        "height": int(gray.shape[0])})]
 
-    def gpu_backend(self):
+    def gpu_memory_for(self, grays):
+        """The device memory the GPU path needs for these frames (:func:`gpumr.faces.gpu.batch_memory`)."""
+        from .gpu import batch_memory
+        size = self.classifier.getOriginalWindowSize()
+        return batch_memory([g.shape for g in grays], (int(size[0]), int(size[1])), self.params["scale_factor"],
+                            self.params["min_size"], self.params["max_size"])
+
+    def gpu_backend(self, simulated=False):
         from ..gpu.launch import available
-        ok, _ = available()
+        ok, _ = available(simulated)
         if not ok:
             return None
         from .gpu import FaceGPU

@@ -6,6 +6,11 @@ nodes need no ``nvcc``. At run time a fatbin is looked for in
 ``$GPUMR_KERNEL_DIR``, beside the sources, then in the per-user cache
 (keyed by the source's hash); failing all three, the source is compiled for
 the device at hand and cached.
+
+``$GPUMR_CUDA_SOURCES`` names a folder whose ``.cu`` files replace the
+installed ones (for kernel work, and for tests that give a broken kernel);
+``$GPUMR_KERNEL_CACHE`` replaces the per-user cache folder. The host builds
+of the kernels for simulated GPUs (:mod:`gpumr.gpu.emulate`) share that cache.
 """
 
 import hashlib
@@ -23,14 +28,29 @@ ARCHS = ("75", "80", "86", "89", "90", "100", "120")
 #: Extra nvcc flags per kernel: the Haar kernel must round like OpenCV's CPU code (no fused multiply-add).
 FLAGS = {"haar": ["-fmad=false"], "backproject": ["-fmad=false"]}
 KERNEL_DIR_ENV = "GPUMR_KERNEL_DIR"
+SOURCES_ENV = "GPUMR_CUDA_SOURCES"
+CACHE_ENV = "GPUMR_KERNEL_CACHE"
+
+
+def package_path(file):
+    """Path of ``file`` among the installed kernel sources (package ``gpumr.cuda``)."""
+    import gpumr.cuda
+    return os.path.join(os.path.dirname(gpumr.cuda.__file__), file)
 
 
 def source_path(name):
-    """The installed ``.cu`` source of kernel ``name``."""
-    import gpumr.cuda
-    path = os.path.join(os.path.dirname(gpumr.cuda.__file__), f"{name}.cu")
-    if not os.path.exists(path):
-        raise GpumrError(f"no kernel source {name}.cu in {os.path.dirname(path)}")
+    """The ``.cu`` source of kernel ``name``: from ``$GPUMR_CUDA_SOURCES`` when set, else the installed one.
+
+    Raises
+    ------
+    GpumrError
+        If that folder has no such file.
+    """
+    folder = os.environ.get(SOURCES_ENV)
+    path = os.path.join(os.path.abspath(folder), f"{name}.cu") if folder else package_path(f"{name}.cu")
+    if not os.path.isfile(path):
+        where = f"${SOURCES_ENV} ({os.path.dirname(path)})" if folder else os.path.dirname(path)
+        raise GpumrError(f"no kernel source {name}.cu in {where}")
     return path
 
 
@@ -50,7 +70,9 @@ def _digest(name):
 
 
 def cache_dir():
-    """The per-user kernel cache."""
+    """The kernel cache: ``$GPUMR_KERNEL_CACHE``, else the per-user ``~/.cache/gpumr/kernels``."""
+    if os.environ.get(CACHE_ENV):
+        return os.path.abspath(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "gpumr", "kernels")
 
@@ -142,7 +164,11 @@ def describe(names=KERNELS):
     """
     parts = []
     for name in names:
-        path, place = locate(name)
+        try:
+            path, place = locate(name)
+        except GpumrError as exc:  # no such source: the GPU path will say so too
+            parts.append(f"{name}: {exc}")
+            continue
         parts.append(f"{name} from {place} ({path})" if path else
                      f"{name}: no fatbin for this source (compiled with nvcc on first GPU use)")
     return "kernels: " + "; ".join(parts)

@@ -1,9 +1,10 @@
-"""Launching gpumr's CUDA kernels: PyCUDA, or CuPy where PyCUDA is missing.
+"""Launching gpumr's CUDA kernels: PyCUDA, or CuPy where PyCUDA is missing; the host for simulated GPUs.
 
 PyCUDA is the launcher the product names (``pip install 'gpumr[gpu]'``; it
 builds against a CUDA toolkit). CuPy installs from wheels and serves behind
-the same small interface when PyCUDA is not importable. Nothing here is
-imported on the CPU path.
+the same small interface (:class:`gpumr.gpu.interface.Launcher`) when PyCUDA
+is not importable. A simulated GPU's launcher runs the same kernels on the
+host (:mod:`gpumr.gpu.emulate`). Nothing here is imported on the CPU path.
 """
 
 import contextlib
@@ -11,9 +12,10 @@ import contextlib
 import numpy as np
 
 from . import kernels
+from .interface import Launcher
 
 
-class PyCUDALauncher:
+class PyCUDALauncher(Launcher):
     """Kernels, device arrays and launches through PyCUDA, in this process's context."""
 
     name = "pycuda"
@@ -35,9 +37,6 @@ class PyCUDALauncher:
     def module(self, name):
         return self.cuda.module_from_file(kernels.fatbin(name, self.arch))
 
-    def function(self, module, name):
-        return module.get_function(name)
-
     def to_device(self, host):
         import pycuda.gpuarray as ga
         return ga.to_gpu(np.ascontiguousarray(host))
@@ -49,14 +48,7 @@ class PyCUDALauncher:
     def to_host(self, dev):
         return dev.get()
 
-    def launch(self, fn, grid, block, *args):
-        fn(*[a.gpudata if hasattr(a, "gpudata") else a for a in args], grid=grid, block=block)
-
-    def set_constant(self, module, name, host):
-        ptr, size = module.get_global(name)
-        data = np.ascontiguousarray(host)
-        if data.nbytes > size:
-            raise ValueError(f"{name}: {data.nbytes} bytes do not fit its {size}")
+    def copy_to_symbol(self, ptr, data):
         self.cuda.memcpy_htod(ptr, data)
 
     def synchronize(self):
@@ -67,7 +59,7 @@ class PyCUDALauncher:
         return self.cuda.MemoryError
 
 
-class CuPyLauncher:
+class CuPyLauncher(Launcher):
     """The same interface through CuPy."""
 
     name = "cupy"
@@ -86,9 +78,6 @@ class CuPyLauncher:
 
     def module(self, name):
         return self.cp.RawModule(path=kernels.fatbin(name, self.arch))
-
-    def function(self, module, name):
-        return module.get_function(name)
 
     def to_device(self, host):
         return self.cp.asarray(np.ascontiguousarray(host))
@@ -118,29 +107,44 @@ class CuPyLauncher:
 _launchers = {}
 
 
-def launcher(ordinal, prefer=None):
-    """The launcher for device ``ordinal``: PyCUDA if importable, else CuPy.
+def launcher(gpu, prefer=None):
+    """The launcher for ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), one per device and process.
+
+    A simulated GPU's is :class:`gpumr.gpu.emulate.EmulatedLauncher` (its
+    memory the simulated size); a real GPU's PyCUDA if importable, else CuPy
+    (``prefer="cupy"`` tries CuPy first).
 
     Raises
     ------
     RuntimeError
-        If neither is usable (with both reasons).
+        If neither PyCUDA nor CuPy is usable for a real GPU (with both reasons).
     """
-    key = (ordinal, prefer)
+    key = ("emulated", gpu.index, gpu.memory_total) if gpu.simulated else (gpu.ordinal, prefer)
     if key in _launchers:
+        return _launchers[key]
+    if gpu.simulated:
+        from .emulate import EmulatedLauncher
+        _launchers[key] = EmulatedLauncher(gpu.ordinal, gpu.memory_total)
         return _launchers[key]
     errors = []
     for cls in ((PyCUDALauncher, CuPyLauncher) if prefer != "cupy" else (CuPyLauncher, PyCUDALauncher)):
         try:
-            _launchers[key] = cls(ordinal)
+            _launchers[key] = cls(gpu.ordinal)
             return _launchers[key]
         except Exception as exc:  # ImportError, driver errors
             errors.append(f"{cls.name}: {exc}")
     raise RuntimeError("no CUDA launcher: " + "; ".join(errors))
 
 
-def available():
-    """``(True, name)`` if a launcher can be imported here (without touching a GPU), else ``(False, why)``."""
+def available(simulated=False):
+    """``(True, name)`` if kernels can be launched here (without touching a GPU), else ``(False, why)``.
+
+    For real GPUs: PyCUDA or CuPy importable. For simulated GPUs: a C++
+    compiler to build the kernels for the host.
+    """
+    if simulated:
+        from .emulate import available as host
+        return host()
     import importlib.util
     for mod in ("pycuda", "cupy"):
         if importlib.util.find_spec(mod) is not None:

@@ -1,0 +1,224 @@
+// CUDA's execution model restated in C++, so that gpumr's kernels (cuda/*.cu)
+// compile with the system C++ compiler and run on the host (gpumr/gpu/emulate.py).
+//
+// A launch runs its blocks on a pool of host threads, in any order and
+// concurrently, and the threads of one block one after another in the order
+// of their linear index (x fastest), each to its end. Restated here: the
+// built-in indices (thread-local), CUDA's vector types with CUDA's alignment,
+// the qualifiers, __ldg, the atomics (real ones: blocks run concurrently),
+// __threadfence, and the integer and float min/max. The kernels' other maths
+// (sqrt, fminf, fmaxf, float arithmetic) is the C library's and the
+// compiler's, built without floating-point contraction, as the kernels are
+// built with -fmad=false; the CUDA math library's own rounding of functions
+// that are not correctly rounded (expf, sinf, ...) is not reproduced.
+//
+// What cannot be run this way is poisoned below (and refused by name before
+// compiling, by gpumr.gpu.emulate.scan): shared memory and block barriers
+// (a block's threads run one after another), warp intrinsics, textures and
+// surfaces, launches from kernels.
+
+#ifndef GPUMR_HOST_EMULATION_CUH
+#define GPUMR_HOST_EMULATION_CUH
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+// -- qualifiers --------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+// __restrict__ is the compiler's own.
+
+// -- indices -----------------------------------------------------------------
+struct uint3 { unsigned int x, y, z; };
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+static thread_local uint3 threadIdx;
+static thread_local uint3 blockIdx;
+static thread_local dim3 blockDim;
+static thread_local dim3 gridDim;
+
+// -- vector types, aligned as CUDA aligns them -------------------------------
+#define GPUMR_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \
+    static __forceinline__ N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define GPUMR_VEC3(T, N) struct N##3 { T x, y, z; }; \
+    static __forceinline__ N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define GPUMR_VEC4(T, N, A) struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
+    static __forceinline__ N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+GPUMR_VEC2(signed char, char, 2) GPUMR_VEC4(signed char, char, 4)
+GPUMR_VEC2(unsigned char, uchar, 2) GPUMR_VEC4(unsigned char, uchar, 4)
+GPUMR_VEC2(short, short, 4) GPUMR_VEC4(short, short, 8)
+GPUMR_VEC2(unsigned short, ushort, 4) GPUMR_VEC4(unsigned short, ushort, 8)
+GPUMR_VEC2(int, int, 8) GPUMR_VEC3(int, int) GPUMR_VEC4(int, int, 16)
+GPUMR_VEC2(unsigned int, uint, 8) GPUMR_VEC4(unsigned int, uint, 16)
+GPUMR_VEC2(float, float, 8) GPUMR_VEC3(float, float) GPUMR_VEC4(float, float, 16)
+GPUMR_VEC2(double, double, 16)
+GPUMR_VEC2(long long, longlong, 16)
+static_assert(alignof(int2) == 8 && alignof(int4) == 16 && alignof(float2) == 8 && sizeof(int3) == 12,
+              "CUDA's vector type layout");
+
+// -- memory access -----------------------------------------------------------
+template <class T> static __forceinline__ T __ldg(const T* p) { return *p; }
+static __forceinline__ void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// -- atomics (device-wide, relaxed: what CUDA's atomicX promise) --------------
+#define GPUMR_ATOMIC_INT(T) \
+    static __forceinline__ T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); } \
+    static __forceinline__ T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); } \
+    static __forceinline__ T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); } \
+    static __forceinline__ T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); } \
+    static __forceinline__ T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); } \
+    static __forceinline__ T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); } \
+    static __forceinline__ T atomicCAS(T* p, T expected, T v) { \
+        __atomic_compare_exchange_n(p, &expected, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return expected; } \
+    static __forceinline__ T atomicMin(T* p, T v) { \
+        T old = __atomic_load_n(p, __ATOMIC_RELAXED); \
+        while (v < old && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {} \
+        return old; } \
+    static __forceinline__ T atomicMax(T* p, T v) { \
+        T old = __atomic_load_n(p, __ATOMIC_RELAXED); \
+        while (v > old && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {} \
+        return old; }
+GPUMR_ATOMIC_INT(int)
+GPUMR_ATOMIC_INT(unsigned int)
+GPUMR_ATOMIC_INT(unsigned long long)
+
+template <class F, class B>
+static __forceinline__ F gpumr_atomic_add_float(F* p, F v)
+{
+    B* bits = reinterpret_cast<B*>(p);
+    B old = __atomic_load_n(bits, __ATOMIC_RELAXED), want;
+    F was;
+    do {
+        std::memcpy(&was, &old, sizeof was);
+        const F sum = was + v;
+        std::memcpy(&want, &sum, sizeof want);
+    } while (!__atomic_compare_exchange_n(bits, &old, want, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return was;
+}
+static __forceinline__ float atomicAdd(float* p, float v)
+{ return gpumr_atomic_add_float<float, std::uint32_t>(p, v); }
+static __forceinline__ double atomicAdd(double* p, double v)
+{ return gpumr_atomic_add_float<double, std::uint64_t>(p, v); }
+
+// -- min and max as CUDA overloads them (float ones are fminf/fmaxf) --------
+#define GPUMR_MINMAX(T) \
+    static __forceinline__ T min(T a, T b) { return b < a ? b : a; } \
+    static __forceinline__ T max(T a, T b) { return a < b ? b : a; }
+GPUMR_MINMAX(int)
+GPUMR_MINMAX(unsigned int)
+GPUMR_MINMAX(long long)
+GPUMR_MINMAX(unsigned long long)
+static __forceinline__ float min(float a, float b) { return fminf(a, b); }
+static __forceinline__ float max(float a, float b) { return fmaxf(a, b); }
+static __forceinline__ double min(double a, double b) { return fmin(a, b); }
+static __forceinline__ double max(double a, double b) { return fmax(a, b); }
+
+// -- launching (used by the wrapper gpumr.gpu.emulate generates per kernel) --
+namespace gpumr_emu {
+
+template <class T> using bare = typename std::remove_cv<T>::type;
+
+// One parameter's type as "[p]KIND SIZE": p for a pointer (then the pointee's kind and
+// size), kind i (signed integer), u (unsigned), f (floating), s (anything else).
+template <class T> std::string kind()
+{
+    using U = bare<T>;
+    if (std::is_void<U>::value) return "v0";
+    const char k = std::is_floating_point<U>::value ? 'f'
+                 : std::is_integral<U>::value ? (std::is_signed<U>::value ? 'i' : 'u') : 's';
+    return k + std::to_string(sizeof(typename std::conditional<std::is_void<U>::value, char, U>::type));
+}
+template <class T> std::string param()
+{
+    using U = bare<T>;
+    if (std::is_pointer<U>::value) return "p" + kind<typename std::remove_pointer<U>::type>();
+    return kind<U>();
+}
+template <class... A> const char* params(void (*)(A...))
+{
+    static const std::string text = [] {
+        std::string s;
+        for (const std::string& p : {std::string(), param<A>()...}) if (!p.empty()) s += (s.empty() ? "" : ",") + p;
+        return s;
+    }();
+    return text.c_str();
+}
+
+// Run the grid: blocks taken in turn by `threads` host threads, a block's threads in order.
+template <class... A, std::size_t... I>
+int launch(void (*fn)(A...), void** args, const unsigned* grid, const unsigned* block, int threads,
+           std::index_sequence<I...>)
+{
+    const std::tuple<bare<A>...> values(*static_cast<bare<A>*>(args[I])...);
+    const unsigned long long blocks = (unsigned long long)grid[0] * grid[1] * grid[2];
+    std::atomic<unsigned long long> next(0);
+    auto work = [&] {
+        gridDim = dim3(grid[0], grid[1], grid[2]);
+        blockDim = dim3(block[0], block[1], block[2]);
+        for (unsigned long long b; (b = next.fetch_add(1)) < blocks;) {
+            blockIdx.x = (unsigned)(b % grid[0]);
+            blockIdx.y = (unsigned)(b / grid[0] % grid[1]);
+            blockIdx.z = (unsigned)(b / grid[0] / grid[1]);
+            for (unsigned z = 0; z < block[2]; ++z)
+                for (unsigned y = 0; y < block[1]; ++y)
+                    for (unsigned x = 0; x < block[0]; ++x) {
+                        threadIdx.x = x;
+                        threadIdx.y = y;
+                        threadIdx.z = z;
+                        fn(std::get<I>(values)...);
+                    }
+        }
+    };
+    std::vector<std::thread> pool;
+    try {
+        for (int t = 1; t < threads && (unsigned long long)t < blocks; ++t) pool.emplace_back(work);
+    } catch (const std::system_error&) {
+        // fewer host threads than asked: the ones started and this one share the blocks
+    }
+    work();
+    for (std::thread& t : pool) t.join();
+    return 0;
+}
+template <class... A>
+int launch(void (*fn)(A...), void** args, const unsigned* grid, const unsigned* block, int threads)
+{
+    return launch(fn, args, grid, block, threads, std::index_sequence_for<A...>());
+}
+
+}  // namespace gpumr_emu
+
+#define GPUMR_KERNEL(name) \
+    extern "C" const char* gpumr_params_##name() { return gpumr_emu::params(&name); } \
+    extern "C" int gpumr_launch_##name(void** args, const unsigned* grid, const unsigned* block, int threads) \
+    { return gpumr_emu::launch(&name, args, grid, block, threads); }
+#define GPUMR_CONSTANT(name) \
+    extern "C" void* gpumr_constant_##name(unsigned long long* size) { *size = sizeof(name); return (void*)&name; }
+
+// -- what the emulation does not restate -------------------------------------
+#pragma GCC poison __shared__ __syncthreads __syncthreads_count __syncthreads_and __syncthreads_or __syncwarp
+#pragma GCC poison __shfl __shfl_up __shfl_down __shfl_xor __shfl_sync __shfl_up_sync __shfl_down_sync __shfl_xor_sync
+#pragma GCC poison __ballot __ballot_sync __any __all __any_sync __all_sync __activemask warpSize
+#pragma GCC poison __match_any_sync __match_all_sync __reduce_add_sync __reduce_min_sync __reduce_max_sync
+#pragma GCC poison tex1D tex2D tex3D tex1Dfetch tex1DLayered tex2DLayered texCubemap tex2Dgather
+#pragma GCC poison surf1Dread surf1Dwrite surf2Dread surf2Dwrite surf3Dread surf3Dwrite
+#pragma GCC poison cudaTextureObject_t cudaSurfaceObject_t __nanosleep __threadfence_block clock64
+
+#endif

@@ -1,0 +1,86 @@
+"""The one interface every kernel launcher offers (PyCUDA, CuPy, the host emulation).
+
+The drivers of the kernels (:mod:`gpumr.faces.gpu`, :mod:`gpumr.ct.backproject_gpu`)
+use only these methods, so that the same driver code runs on a real GPU and,
+on simulated GPUs, with the kernels executed on the host.
+"""
+
+import contextlib
+
+import numpy as np
+
+
+class Launcher:
+    """Kernels, device arrays and launches on one device.
+
+    Device arrays are what :meth:`to_device` and :meth:`zeros` return; a
+    driver may slice one along its first axis (``proj[a0:a1]``) and pass the
+    slice to a kernel as a pointer to its first element.
+
+    Attributes
+    ----------
+    name : str
+        ``pycuda``, ``cupy`` or ``emulated``.
+    out_of_memory : type
+        The exception a device allocation raises when the device is full.
+    """
+
+    name = "launcher"
+
+    def active(self):
+        """A context manager that makes this device current for the calls inside it."""
+        return contextlib.nullcontext()
+
+    def module(self, name):
+        """Kernel ``name``'s compiled module (``cuda/NAME.cu``)."""
+        raise NotImplementedError
+
+    def function(self, module, name):
+        """The ``extern "C" __global__`` function ``name`` of ``module``."""
+        return module.get_function(name)
+
+    def to_device(self, host):
+        """A device array holding a copy of the host array ``host``."""
+        raise NotImplementedError
+
+    def zeros(self, shape, dtype):
+        """A zero-filled device array."""
+        raise NotImplementedError
+
+    def to_host(self, dev):
+        """A host (numpy) copy of the device array ``dev``."""
+        raise NotImplementedError
+
+    def launch(self, fn, grid, block, *args):
+        """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call).
+
+        ``args`` are numpy scalars of the parameters' exact types, and device
+        arrays (whole or sliced) for pointers. They go to the driver as they
+        are: PyCUDA (and the emulation, which takes the same call) takes a
+        device array's pointer itself, a slice's included. Its ``gpudata``
+        would not do: a slice's is a bare integer address, which PyCUDA
+        refuses ("invalid type on parameter").
+        """
+        fn(*args, grid=tuple(grid), block=tuple(block))
+
+    def set_constant(self, module, name, host):
+        """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``.
+
+        Raises
+        ------
+        ValueError
+            If it is larger than the symbol.
+        """
+        ptr, size = module.get_global(name)
+        data = np.ascontiguousarray(host)
+        if data.nbytes > size:
+            raise ValueError(f"{name}: {data.nbytes} bytes do not fit its {size}")
+        self.copy_to_symbol(ptr, data)
+
+    def copy_to_symbol(self, ptr, data):
+        """Copy the contiguous host array ``data`` to the device address ``ptr``."""
+        raise NotImplementedError
+
+    def synchronize(self):
+        """Wait for every launch queued on this device."""
+        raise NotImplementedError

@@ -1,0 +1,273 @@
+"""The host emulation of CUDA (gpumr.gpu.emulate): builds, refusals, launch checks, memory, the build cache."""
+
+import multiprocessing as mp
+import os
+import re
+
+import numpy as np
+import pytest
+
+from gpumr.errors import GpumrError
+from gpumr.gpu import emulate, kernels
+
+PROBE = r"""
+__constant__ float c_scale[4];
+
+// y[i] += a * x[i] * c_scale[0]
+extern "C" __global__ void axpy(const float* __restrict__ x, float* __restrict__ y, int n, float a)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * __ldg(x + i) * c_scale[0];
+}
+
+// Each block appends its threads' linear ids in the order they run; blocks run concurrently.
+extern "C" __global__ void order(int* __restrict__ seen, int* __restrict__ per_block, int* __restrict__ total)
+{
+    const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int threads = blockDim.x * blockDim.y * blockDim.z;
+    const int id = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    seen[block * threads + atomicAdd(per_block + block, 1)] = id;
+    atomicAdd(total, 1);
+}
+
+// Vector types keep CUDA's layout.
+extern "C" __global__ void vectors(const int4* __restrict__ in, int2* __restrict__ out, double2 d)
+{
+    const int4 v = in[threadIdx.x];
+    out[threadIdx.x] = make_int2(v.x + v.w, min(v.y, v.z) + (int)d.y);
+}
+"""
+
+
+@pytest.fixture
+def sources(tmp_path, monkeypatch):
+    """A folder given as ``$GPUMR_CUDA_SOURCES``; ``sources(name, text)`` writes ``name.cu`` there."""
+    folder = tmp_path / "cuda"
+    folder.mkdir()
+    monkeypatch.setenv(kernels.SOURCES_ENV, str(folder))
+
+    def write(name, text):
+        (folder / f"{name}.cu").write_text(text)
+        return str(folder / f"{name}.cu")
+    return write
+
+
+@pytest.fixture
+def probe(sources):
+    """The probe kernels loaded on an emulated device of 1 MiB."""
+    sources("probe", PROBE)
+    lx = emulate.EmulatedLauncher(0, 1 << 20)
+    return lx, lx.module("probe")
+
+
+def test_kernels_run_with_constant_memory_and_sliced_arrays(probe):
+    lx, mod = probe
+    axpy = mod.get_function("axpy")
+    x = np.arange(10, dtype=np.float32)
+    y = lx.to_device(np.ones(10, np.float32))
+    lx.set_constant(mod, "c_scale", np.array([2.0], np.float32))
+    lx.launch(axpy, (1, 1, 1), (4, 1, 1), lx.to_device(x[3:7]), y[3:7], np.int32(4), np.float32(0.5))
+    want = np.ones(10, np.float32)
+    want[3:7] += 0.5 * x[3:7] * 2
+    assert np.array_equal(lx.to_host(y), want)  # only the slice's four elements changed
+
+
+def test_blocks_run_concurrently_and_a_blocks_threads_in_order(probe):
+    lx, mod = probe
+    grid, block = (5, 3, 2), (4, 2, 3)
+    n_blocks, n_threads = 30, 24
+    seen, per_block = lx.zeros((n_blocks, n_threads), np.int32), lx.zeros(n_blocks, np.int32)
+    total = lx.zeros(1, np.int32)
+    lx.launch(mod.get_function("order"), grid, block, seen, per_block, total)
+    assert lx.to_host(total)[0] == n_blocks * n_threads  # atomics lose nothing across host threads
+    assert (lx.to_host(seen) == np.arange(n_threads)).all()  # x fastest, then y, then z, one after another
+    assert lx.threads == len(os.sched_getaffinity(0))
+
+
+def test_vector_types_have_cudas_layout(probe):
+    lx, mod = probe
+    v = np.arange(32, dtype=np.int32).reshape(8, 4)
+    out = lx.zeros((8, 2), np.int32)
+    d = np.array((1.5, 7.0), dtype=[("x", "<f8"), ("y", "<f8")])[()]
+    lx.launch(mod.get_function("vectors"), (1,), (8,), lx.to_device(v), out, d)
+    assert np.array_equal(lx.to_host(out), np.stack([v[:, 0] + v[:, 3], np.minimum(v[:, 1], v[:, 2]) + 7], 1))
+
+
+def test_launches_are_checked_as_a_driver_checks_them(probe):
+    lx, mod = probe
+    axpy = mod.get_function("axpy")
+    x, y = lx.zeros(8, np.float32), lx.zeros(8, np.float32)
+    ok = (x, y, np.int32(8), np.float32(1))
+    cases = [
+        ((x, y, np.int32(8)), "takes 4 arguments, 3 given"),
+        ((x, y, 8, np.float32(1)), r"invalid type on parameter #2 \(0-based\): int"),
+        ((x, y, np.int64(8), np.float32(1)), r"#2 \(0-based\) is a 4-byte signed scalar \(int32\); got int64"),
+        ((x, y, np.int32(8), np.float64(1)), "4-byte floating scalar .float32.; got float64"),
+        ((x, y.ptr, np.int32(8), np.float32(1)), r"invalid type on parameter #1 \(0-based\): int where the kernel "
+                                                 "takes a pointer"),
+        ((x, np.zeros(8, np.float32), np.int32(8), np.float32(1)), "got a host numpy array"),
+        ((x, lx.zeros(8, np.int32), np.int32(8), np.float32(1)), "points to 4-byte floating elements; got a int32"),
+        ((x, emulate.EmulatedLauncher(1, 1 << 20).zeros(8, np.float32), np.int32(8), np.float32(1)),
+         "an array of another device"),
+    ]
+    for args, message in cases:
+        with pytest.raises(TypeError, match=message):
+            lx.launch(axpy, (1,), (8,), *args)
+    for grid, block in (((1,), (1025,)), ((1,), (32, 33)), ((1,), (1, 1, 65)), ((1, 65536), (1,)), ((2 ** 31,), (1,)),
+                        ((0,), (1,))):
+        with pytest.raises(emulate.LaunchError, match="beyond CUDA's limits"):
+            lx.launch(axpy, grid, block, *ok)
+    with pytest.raises(ValueError, match="20 bytes do not fit its 16"):
+        lx.set_constant(mod, "c_scale", np.zeros(5, np.float32))
+    with pytest.raises(GpumrError, match="no extern \"C\" __global__ function nothing"):
+        mod.get_function("nothing")
+
+
+def test_constant_memory_beyond_64_kib_is_refused(sources):
+    sources("big", "__constant__ float4 c_big[4097];\n"
+                   "extern \"C\" __global__ void k(float* o) { o[0] = c_big[0].x; }\n")
+    with pytest.raises(GpumrError, match="take 65552 bytes, more than the 65536 bytes of constant memory"):
+        emulate.EmulatedLauncher(0, 1 << 20).module("big")
+
+
+def test_device_memory_is_the_simulated_size():
+    lx = emulate.EmulatedLauncher(0, 1000)
+    a = lx.zeros(600, np.uint8)
+    with pytest.raises(lx.out_of_memory, match="out of memory on simulated GPU 0: 500 bytes asked, 400 of 1000 free"):
+        lx.to_device(np.zeros(500, np.uint8))
+    assert lx.used == lx.peak == 600
+    view = a[100:200]
+    del a
+    assert lx.used == 600  # a slice keeps its allocation
+    del view
+    assert lx.used == 0 and lx.peak == 600
+    lx.zeros(1000, np.uint8)
+
+
+@pytest.mark.parametrize("snippet, feature", [
+    ("__shared__ float tile[32];", "shared memory (__shared__)"),
+    ("void f() { __syncthreads(); }", "block barriers (__syncthreads)"),
+    ("int f(int v) { return __shfl_down_sync(0xffffffff, v, 1); }", "warp shuffles (__shfl_down_sync)"),
+    ("int f(int v) { return __ballot_sync(0xffffffff, v); }", "warp votes (__ballot_sync)"),
+    ("float f(cudaTextureObject_t t) { return 0; }", "textures and surfaces (cudaTextureObject_t)"),
+    ("extern \"C\" __global__ void g(); void f() { g<<<1, 1>>>(); }", "launches from a kernel"),
+    ("void f() { asm(\"exit;\"); }", "inline PTX (asm)"),
+    ("#include <cooperative_groups.h>", "CUDA's headers (#include <cooperative_groups.h>)"),
+    ("float f(float x) { return __expf(x); }", "the device intrinsic __expf"),
+])
+def test_features_it_does_not_restate_are_refused_by_name(sources, snippet, feature):
+    path = sources("haar", "// __shared__ in a comment is fine\nextern \"C\" __global__ void k(int* o) { o[0] = 1; }\n"
+                   + snippet + "\n")
+    with pytest.raises(GpumrError) as info:
+        emulate.build("haar")
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: uses {feature}") and "does not restate" in message
+    assert "\n" not in message
+
+
+def test_the_header_poisons_what_the_scan_cannot_see(sources):
+    """A barrier hidden behind token pasting passes the scan; the compiler stops on the poisoned name."""
+    path = sources("haar", "#define SYNC(x) __sync##x()\n"
+                           "extern \"C\" __global__ void k(int* o) { SYNC(threads); o[0] = 1; }\n")
+    with pytest.raises(GpumrError, match=f"{path}: the host build with .* failed: .*poisoned \"__syncthreads\""):
+        emulate.build("haar")
+
+
+def _build_in_child(queue):
+    try:
+        queue.put(emulate.build("probe")[0])
+    except Exception as exc:  # reported to the parent
+        queue.put(repr(exc))
+
+
+def test_builds_are_cached_by_content_and_concurrent_builds_are_safe(sources, tmp_path, monkeypatch):
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path / "cache"))
+    sources("probe", PROBE)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_build_in_child, args=(queue,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    paths = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+    assert len(set(paths)) == 1 and paths[0].startswith(str(tmp_path / "cache")), paths
+    files = os.listdir(tmp_path / "cache")  # one build and its proof of authorship, no temporary left over
+    assert sorted(files) == sorted([os.path.basename(paths[0]), f".{os.path.basename(paths[0])}.gpumr"]), files
+    stamp = os.stat(paths[0]).st_mtime_ns
+    assert emulate.build("probe")[0] == paths[0] and os.stat(paths[0]).st_mtime_ns == stamp  # reused
+    sources("probe", PROBE + "\n// changed\n")
+    assert emulate.build("probe")[0] != paths[0]  # a changed source is a new build
+    assert emulate.build("probe", sanitize=True)[0].endswith("-host-asan.so")
+
+
+def test_missing_source_and_compiler_errors_are_one_line(sources, monkeypatch):
+    sources("probe", "extern \"C\" __global__ void k(int* o) { o[0] = undefined_name; }\n")
+    with pytest.raises(GpumrError, match=r"probe.cu: the host build with .* failed: .*'undefined_name' was not "):
+        emulate.build("probe")
+    with pytest.raises(GpumrError, match=r"no kernel source nothing.cu in \$GPUMR_CUDA_SOURCES"):
+        emulate.build("nothing")
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(GpumrError, match="/nonexistent/g\\+\\+"):
+        emulate.build("probe")
+
+
+def test_the_sanitizer_build_needs_libasan_first():
+    with pytest.raises(GpumrError, match=r"needs gcc's libasan loaded first: run with LD_PRELOAD="):
+        emulate.EmulatedLauncher(0, 1 << 20, sanitize=True)
+
+
+ASAN_CHILD = r"""
+import sys
+
+import cv2
+import numpy as np
+from skimage import data
+
+from gpumr.ct import geometry
+from gpumr.ct.backproject import pad
+from gpumr.ct.backproject_gpu import SlabBackprojector
+from gpumr.devices.nvml import simulated_gpus
+from gpumr.faces.cpu import cascade_path
+from gpumr.faces.gpu import FaceGPU
+from gpumr.gpu import launch
+
+gpu = simulated_gpus("1")[0]
+assert launch.launcher(gpu).sanitize
+astro = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
+faces = [] if "ct-only" in sys.argv else \
+    FaceGPU(cascade_path()).run([astro[:90, :61], cv2.resize(astro, (333, 250)), astro[300:, 100:]], gpu)
+g = geometry.simple(21, 12)
+q = np.random.default_rng(0).standard_normal((12, *g.nDetector)).astype(np.float32)
+slabs = SlabBackprojector(pad(q), g).run([(0, 21), (13, 21), (20, 21)], gpu)
+print("clean", sum(map(len, faces)), [len(s) for s in slabs])
+"""
+
+
+def _under_asan(tmp_path, *args):
+    import subprocess
+    import sys
+    libasan = subprocess.run([os.environ.get("CC", "gcc"), "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+    if not os.path.isabs(libasan) or not os.path.exists(libasan):
+        pytest.fail(f"gcc's libasan.so not found ({libasan!r}): install gcc's AddressSanitizer runtime")
+    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0", GPUMR_EMULATE_ASAN="1")
+    return subprocess.run([sys.executable, "-c", ASAN_CHILD, *args], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=600)
+
+
+@pytest.mark.slow
+def test_both_kernels_run_clean_under_address_sanitizer(tmp_path, altered_kernel):
+    """Every device allocation guarded by ASan's redzones: both kernels and their glue stay inside them.
+
+    And the check can fail: a kernel writing one slice past its slab (through
+    GPUMR_CUDA_SOURCES) is reported as a heap buffer overflow at its line in backproject_slab.
+    """
+    clean = _under_asan(tmp_path)
+    assert clean.returncode == 0 and "AddressSanitizer" not in clean.stderr, clean.stderr[-3000:]
+    assert clean.stdout.startswith("clean ") and clean.stdout.split()[-3:] == ["[21,", "8,", "1]"]
+    altered_kernel("backproject", "        if (z0 + k < nz) out[", "        if (z0 + k <= nz) out[")
+    broken = _under_asan(tmp_path, "ct-only")
+    assert broken.returncode != 0 and "ERROR: AddressSanitizer: heap-buffer-overflow" in broken.stderr
+    where = re.search(r"(READ|WRITE) of size 4 .*\n +#0 \S+ in backproject_slab \S+/backproject\.cu:\d+", broken.stderr)
+    assert where, broken.stderr[:3000]

@@ -1,0 +1,259 @@
+"""Both GPU paths, kernels and driver code, on simulated GPUs (the CUDA kernels executed on the host).
+
+Faces through ``FaceGPU`` must equal OpenCV's ``detectMultiScale``; slabs
+through ``SlabBackprojector`` must be within relative L2 1e-5 of the CPU
+backprojector; a device is trusted only after its self-check passes.
+"""
+
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+from gpumr.ct import geometry
+from gpumr.ct.backproject import backproject, pad
+from gpumr.ct.backproject_gpu import SlabBackprojector
+from gpumr.devices.nvml import simulated_gpus
+from gpumr.faces.cpu import detect, load_cascade
+from gpumr.faces.gpu import FaceGPU
+from gpumr.gpu import kernels, launch
+
+CASCADES = {c: os.path.join(cv2.data.haarcascades, f"haarcascade_frontalface_{c}.xml")
+            for c in ("default", "alt", "alt2")}
+
+
+def sim_gpu(spec="1"):
+    """A fresh simulated GPU (a device memory size of its own: a launcher of its own)."""
+    return simulated_gpus(spec)[0]
+
+
+# -- faces ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def astro():
+    from skimage import data
+    return cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
+
+
+def edge_face(astro, size):
+    """The astronaut's face (OpenCV's box: 177, 66, 95, 95) filling a ``size`` x ``size`` frame, cut by its left edge."""
+    return cv2.resize(astro[7:166, 180:339], (size, size),
+                      interpolation=cv2.INTER_AREA if size < 159 else cv2.INTER_CUBIC)
+
+
+@pytest.fixture(scope="module")
+def photos(sample_frames, astro):
+    """``(all, few)``: the sample frames, scikit-image's photos and faces that fill the frame; a subset of them.
+
+    Faces at the frame's edge give boxes that reach past it, which OpenCV 4
+    clips (alt2 at scale factors 1.05 and 1.1 without grouping, alt at 1.27).
+    """
+    from skimage import data
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
+              for n in sorted(os.listdir(sample_frames))]
+    filling = [edge_face(astro, 64), edge_face(astro, 159), cv2.resize(astro[7:166, 180:379], (199, 159)),
+               cv2.resize(astro[66:161, 177:272], (101, 101), interpolation=cv2.INTER_CUBIC)]
+    photos = [astro, data.camera(), cv2.resize(frames[3], (320, 240), interpolation=cv2.INTER_AREA)]
+    return frames + photos + filling, frames[:2] + photos + filling
+
+
+def faces_equal_opencv(images, cascade, scale_factor, min_neighbors, reference=False):
+    """Run ``FaceGPU`` on a simulated GPU (and the CPU reference if asked) and OpenCV; return OpenCV's faces.
+
+    Asserts that each gives OpenCV's faces for every image.
+    """
+    from gpumr.faces.cascade import Cascade
+    from gpumr.faces.reference import detect_reference
+    clf = load_cascade(cascade)
+    want = [sorted(detect(clf, g, scale_factor=scale_factor, min_neighbors=min_neighbors)) for g in images]
+    runs = {"GPU path": FaceGPU(cascade, scale_factor=scale_factor, min_neighbors=min_neighbors).run(images, sim_gpu())}
+    if reference:
+        runs["CPU reference"] = [detect_reference(Cascade(cascade), g, scale_factor, min_neighbors) for g in images]
+    for what, got in runs.items():
+        differ = [(i, g.shape, sorted(a), b) for i, (g, a, b) in enumerate(zip(images, got, want)) if sorted(a) != b]
+        assert not differ, what
+    return want
+
+
+@pytest.mark.parametrize("cascade, scale_factor, min_neighbors, which", [
+    ("default", 1.1, 3, "all"),
+    ("alt", 1.05, 3, "few"),
+    ("alt2", 1.27, 3, "few"),
+    ("default", 1.5, 3, "few"),
+    ("alt", 1.27, 0, "few"),
+    ("alt2", 1.05, 0, "few"),
+    ("alt2", 1.1, 0, "few"),
+    ("default", 1.5, 0, "few"),
+])
+def test_faces_equal_opencv(photos, cascade, scale_factor, min_neighbors, which):
+    images = photos[0] if which == "all" else photos[1]
+    want = faces_equal_opencv(images, CASCADES[cascade], scale_factor, min_neighbors)
+    assert sum(map(len, want)) >= (20 if min_neighbors == 0 else 3)
+
+
+def test_boxes_are_clipped_to_the_frame_as_opencv_4_clips_them(astro):
+    """A face at the frame's edge: raw windows reach a pixel or more past it; OpenCV clips them."""
+    from gpumr.faces.cascade import Cascade
+    from gpumr.faces.reference import candidates
+    images = [edge_face(astro, 64), edge_face(astro, 159)]
+    for g in images:
+        assert any(y + h > g.shape[0] for x, y, w, h in candidates(Cascade(CASCADES["alt2"]), g, 1.05))
+    want = faces_equal_opencv(images, CASCADES["alt2"], 1.05, 0, reference=True)
+    assert all(y + h == g.shape[0] for g, boxes in zip(images, want) for x, y, w, h in boxes if y + h >= g.shape[0])
+
+
+def test_only_the_rows_opencvs_stripes_cover_are_scanned(astro):
+    """OpenCV's stripes can leave a scale's last row of windows out: alt2 at 1.05 on 64 x 64, scale 14
+    has 13 rows and scans 12, and this face has a window on the 13th (box 0, 24, 40, 40) that OpenCV never sees."""
+    from gpumr.faces.reference import scales
+    s, size, step, box, rows = scales((64, 64), (20, 20), 1.05)[14]
+    assert size == (32, 32) and box == (40, 40) and step == 2 and rows == 12
+    want = faces_equal_opencv([edge_face(astro, 64)], CASCADES["alt2"], 1.05, 0, reference=True)
+    assert [0, 24, 40, 40] not in want[0]
+
+
+def test_box_size_is_rounded_from_the_float_scale(astro):
+    """At scale factor 1.27 the 15th scale's window is cvRound(24 * (float)1.27^15) = 866, not 865."""
+    big = edge_face(astro, 1450)
+    want = faces_equal_opencv([big], CASCADES["default"], 1.27, 0, reference=True)
+    assert 866 in {w for _, _, w, _ in want[0]}
+
+
+CANCELLING = """<?xml version="1.0"?>
+<opencv_storage>
+<cascade>
+  <stageType>BOOST</stageType><featureType>HAAR</featureType><height>24</height><width>24</width>
+  <stageParams><boostType>GAB</boostType><minHitRate>0.995</minHitRate><maxFalseAlarm>0.5</maxFalseAlarm>
+    <weightTrimRate>0.95</weightTrimRate><maxDepth>1</maxDepth><maxWeakCount>3</maxWeakCount></stageParams>
+  <featureParams><maxCatCount>0</maxCatCount><featSize>1</featSize><mode>BASIC</mode></featureParams>
+  <stageNum>1</stageNum>
+  <stages><_>
+    <maxWeakCount>3</maxWeakCount><stageThreshold>0.5</stageThreshold>
+    <weakClassifiers>
+      <_><internalNodes>0 -1 0 1e30</internalNodes><leafValues>1e8 1e8</leafValues></_>
+      <_><internalNodes>0 -1 0 1e30</internalNodes><leafValues>1. 1.</leafValues></_>
+      <_><internalNodes>0 -1 0 1e30</internalNodes><leafValues>-1e8 -1e8</leafValues></_>
+    </weakClassifiers></_>
+  </stages>
+  <features><_><rects><_>0 0 24 24 -1.</_><_>0 0 12 24 2.</_></rects></_></features>
+</cascade>
+</opencv_storage>
+"""
+
+
+def test_stage_sums_are_accumulated_in_double_as_opencv_does(tmp_path, astro):
+    """Leaves 1e8 + 1 - 1e8: 1 in double (every textured window passes the 0.5 threshold), 0 in float (none does)."""
+    path = str(tmp_path / "cancelling.xml")
+    open(path, "w").write(CANCELLING)
+    images = [cv2.resize(astro, (40, 40), interpolation=cv2.INTER_AREA), astro[200:250, 150:210]]
+    want = faces_equal_opencv(images, path, 1.1, 0, reference=True)
+    assert all(len(boxes) > 10 for boxes in want)
+
+
+def test_declared_memory_covers_the_batch_peak(sample_frames, astro):
+    """The face workload declares, per batch, the device memory the batch needs: at least what the driver allocates."""
+    from gpumr.faces.workload import FaceDetection
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
+              for n in sorted(os.listdir(sample_frames))]
+    work = FaceDetection()
+    fg = work.gpu_backend(simulated=True)
+    gpu = sim_gpu()
+    fg.run(frames[:1], gpu)  # set up and self-checked: the cascade is on the device
+    lx = launch.launcher(gpu)
+    for batch in ((frames * 2)[:16], [astro, cv2.resize(frames[0], (1280, 720)), frames[1][:100, :37]]):
+        lx.reset_peak()
+        fg.run(batch, gpu)
+        declared = work.gpu_memory_for(batch)
+        assert lx.peak <= declared <= 2 * lx.peak + (64 << 20), (lx.peak, declared)
+    assert 280 << 20 < work.gpu_memory_for((frames * 2)[:16]) < 400 << 20  # 16 frames of 640x480: ~300 MiB
+
+
+def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reason(altered_kernel, astro):
+    altered_kernel("haar", "int* __restrict__ out, int* __restrict__ count)\n{",
+                  "int* __restrict__ out, int* __restrict__ count, int extra)\n{")
+    fg = FaceGPU(CASCADES["default"])
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"GPU face detection disabled on gpu:0: its self-check raised "
+                                               r"TypeError: run_stages: takes 22 arguments, 21 given"):
+            fg.run([astro], sim_gpu())
+
+
+def test_a_wrong_face_kernel_is_caught_by_the_self_check(altered_kernel, astro):
+    altered_kernel("haar", "(stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 1 : 0",
+                  "(stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 0 : 1")
+    with pytest.raises(RuntimeError, match=r"disabled on gpu:0: self-check on a built-in photo gave \[\], the CPU "
+                                           r"reference \[\[177, 66, 95, 95\]\]"):
+        FaceGPU(CASCADES["default"]).run([astro], sim_gpu())
+
+
+# -- CT ---------------------------------------------------------------------------------------------
+
+def ct_case(nz=37, n_angles=40, seed=0):
+    """An odd-sized geometry with offsets on the detector and the origin, and random filtered projections."""
+    d = geometry.simple(40, n_angles).to_dict()  # its detector covers the 34 x 30 x nz volume
+    d.update(nVoxel=[nz, 30, 34], offOrigin=[0.7, -1.3, 0.4], offDetector=[1.1, -0.6])
+    g = geometry.from_dict(d)
+    q = np.random.default_rng(seed).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
+    return g, q
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_slabs_equal_the_cpu_backprojector():
+    g, q = ct_case()
+    bp = SlabBackprojector(pad(q), g)
+    slabs = [(0, 37), (0, 5), (5, 13), (13, 30), (30, 37), (36, 37)]  # heights 37, 5, 8, 17, 7, 1 (ZB is 8)
+    for (z0, z1), got in zip(slabs, bp.run(slabs, sim_gpu())):
+        assert got.shape == (z1 - z0, 30, 34)
+        assert rel_l2(got, backproject(q, g, z0, z1)) < 1e-5
+
+
+def test_more_angles_than_one_launch_holds(altered_kernel):
+    altered_kernel("backproject", "#define MAX_ANGLES 2048", "#define MAX_ANGLES 16")
+    g, q = ct_case(nz=11, n_angles=40)  # launches of 16, 16 and 8 angles
+    bp = SlabBackprojector(pad(q), g)
+    assert kernels.defines("backproject")["MAX_ANGLES"] == 16
+    (got,) = bp.run([(0, 11)], sim_gpu())
+    assert rel_l2(got, backproject(q, g)) < 1e-5
+
+
+def test_a_device_too_small_for_the_slab_halves_it():
+    g, q = ct_case(nz=37)
+    padded = pad(q)
+    axes = 4 * sum(g.nVoxel)
+    slice_bytes = 4 * 30 * 34
+    gpu = sim_gpu(f"1:{padded.nbytes + axes + 10 * slice_bytes}")  # room for 10 slices of output
+    bp = SlabBackprojector(padded, g)
+    (got,) = bp.run([(0, 37)], gpu)
+    assert rel_l2(got, backproject(q, g)) < 1e-5
+    assert launch.launcher(gpu).peak <= padded.nbytes + axes + 10 * slice_bytes
+
+
+def test_the_ct_self_check_covers_every_slice_a_thread_keeps(altered_kernel):
+    """A kernel wrong only in slices 2..ZB of each thread's ZB is caught before any slab runs."""
+    altered_kernel("backproject", "acc[k] += w2 * (top + fr * (bot - top));",
+                  "acc[k] += (k ? 1.5f : 1.0f) * w2 * (top + fr * (bot - top));")
+    g, q = ct_case()
+    with pytest.raises(RuntimeError, match=r"GPU backprojection disabled on gpu:0: slices \d+-\d+ differ from the CPU"):
+        SlabBackprojector(pad(q), g).run([(0, 8)], sim_gpu())
+
+
+def test_a_ct_self_check_that_raises_leaves_the_device_untrusted(altered_kernel):
+    """A device full at the self-check, a wrong kernel: no slab is accepted once memory frees up."""
+    altered_kernel("backproject", "acc[k] += w2 * (top + fr * (bot - top));",
+                  "acc[k] += 1.5f * w2 * (top + fr * (bot - top));")
+    g, q = ct_case()
+    padded = pad(q)
+    gpu = sim_gpu("1:64MiB")
+    lx = launch.launcher(gpu)
+    hog = lx.zeros(lx.memory - lx.used - padded.nbytes - 4 * sum(g.nVoxel), np.uint8)  # only the uploads fit
+    bp = SlabBackprojector(padded, g)
+    with pytest.raises(RuntimeError, match="its self-check raised DeviceOutOfMemory"):
+        bp.run([(0, 8)], gpu)
+    del hog
+    with pytest.raises(RuntimeError, match="GPU backprojection disabled on gpu:0: its self-check raised "
+                                           "DeviceOutOfMemory: out of memory on simulated GPU 0"):
+        bp.run([(0, 8)], gpu)
