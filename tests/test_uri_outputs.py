@@ -207,6 +207,19 @@ def test_a_publish_that_fails_on_s3_leaves_the_old_output_or_nothing(s3, tmp_pat
 
 
 # -- through gpumr spark --------------------------------------------------------------------------------
+def test_spark_refuses_an_output_uri_it_cannot_write_before_any_task(s3, tmp_path):
+    """Checked before a Spark context is made (none is given here: the checks come first)."""
+    import seqfile
+    with seqfile.Writer(str(tmp_path / "in.seq")) as w:
+        w.append("k", b"v")
+    for out, words in (("gs://b/out", "^-o gs://b/out: pyarrow has no filesystem for gs://; this output is written "
+                                      "through pyarrow only$"),
+                       (f"s3://{BUCKET}", f"^-o s3://{BUCKET}: names the top of a filesystem"),
+                       ("s3://no-such-bucket-here/out", r"^s3://no-such-bucket-here/out: no such bucket")):
+        with pytest.raises(GpumrError, match=words):
+            run("faces", [str(tmp_path / "in.seq"), "-o", out])
+
+
 @pytest.fixture(scope="module")
 def packed(sample_frames, tmp_path_factory):
     seq = str(tmp_path_factory.mktemp("packed") / "frames")
