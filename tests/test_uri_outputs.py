@@ -160,6 +160,19 @@ def test_what_gpumr_did_not_make_is_refused_before_any_work(store):
     assert {k: v for k, v in outputs(store).items() if k not in ("one.seq", "out/.nested/x")} == before
 
 
+def test_a_link_swapped_in_for_the_old_output_is_set_aside_untouched(s3, tmp_path):
+    """file://: the old folder replaced by a symbolic link while gpumr worked; nothing is deleted through it."""
+    store = Store("file", s3, tmp_path)
+    publish(store, {"part-00000": b"a\n"})
+    out = UriOutput(store.uri("out"), "gpumr test", folder=True, log=(said := []).append)
+    store.put(f"{store.rel(out.begin())}/p0", b"A\n")
+    os.rename(store.root / "out", tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", store.root / "out")
+    kept = out.commit({"part-00000": ("p0", 2, sha(b"A\n"))})
+    assert os.path.islink(store.root / store.rel(kept)) and (tmp_path / "elsewhere" / "part-00000").read_bytes() == b"a\n"
+    assert (store.root / "out" / "part-00000").read_bytes() == b"A\n" and said and kept in said[0]
+
+
 def test_pack_replaces_one_file_at_a_uri_only_while_gpumr_pack_made_it(store, sample_frames, capsys):
     uri = store.uri("one.seq")
     assert main(["pack", sample_frames, "-o", uri, "-q"]) == 0
@@ -300,7 +313,7 @@ def relay(s3, **hold):
 
 def gpumrs(s3, name):
     """Every object of output ``name`` (its parts, proof, stage, set-aside copies), "folder" markers too."""
-    return [k for k in s3.keys() if k.startswith((name, f".{name}."))]
+    return [k for k in s3.keys() if k == name or k.startswith((f"{name}/", f".{name}."))]
 
 
 @pytest.mark.slow

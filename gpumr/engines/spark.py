@@ -359,7 +359,8 @@ def parser(kind):
                                 description=f"Run the {kind} job as a Spark application. Options not listed "
                                             f"here are the mrjob job's (python -m {JOBS[kind][0]} --help).")
     p.add_argument("-h", "--help", action="store_true")
-    p.add_argument("-o", "--output", required=False, metavar="OUT", help="output folder (part-* files)")
+    p.add_argument("-o", "--output", required=False, metavar="OUT",
+                   help="output folder or URI (s3://, hdfs://, file://) of part-* files")
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master (default: spark-submit's, else local[*]), e.g. local-cluster[2,1,1024], yarn")
     if kind == "faces":
@@ -396,7 +397,7 @@ def parse(kind, argv, folder=None):
         p.print_help()
         raise SystemExit(0)
     if not opts.output:
-        raise GpumrError("-o OUT is required: the output folder")
+        raise GpumrError("-o OUT is required: the output folder or URI")
     for a in rest:
         if a.partition("=")[0] in _MRJOB_ONLY:
             raise GpumrError(f"{a}: an mrjob runner option; the Spark engine does not take it")

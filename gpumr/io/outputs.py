@@ -897,6 +897,10 @@ class UriOutput:
         if not self.folder:
             remote.delete(aside)
             return
+        local = remote.local_path(aside)
+        if local is not None and os.path.islink(local):  # not the folder that was checked: nothing in it is touched
+            self.kept = aside
+            return
         entries = [(rel, "file" if size is not None else "folder", size) for rel, size in remote.tree(aside)]
         self.kept = rule.sweep(aside, entries, _under, remote.delete, _remove_if_empty)
 
