@@ -4,8 +4,8 @@
 :attr:`S3Server.env`, what every process needs to use it: fake credentials
 and the endpoint (``AWS_ENDPOINT_URL``, which pyarrow's S3 filesystem and
 boto3 both honour). :class:`GatedProxy` is a TCP relay in front of it that
-can hold the upload stream still, so that a test can interrupt an upload
-at a known point.
+can hold the request stream still, so that a test can interrupt an upload
+or a publish at a known point.
 """
 
 import socket
@@ -54,17 +54,23 @@ class S3Server:
 
 
 class GatedProxy:
-    """A TCP relay on a free loopback port to ``target`` (``host, port``) that can hold uploads still.
+    """A TCP relay on a free loopback port to ``target`` (``host, port``) that can hold requests still.
 
     Bytes from clients to the server are counted in :attr:`sent`; once more
-    than :attr:`hold_after` have gone, the relay stops forwarding them (the
-    client blocks mid-request) and sets :attr:`holding`, until :meth:`release`.
+    than :attr:`hold_after` have gone, or when the ``hold_on[1]``-th chunk
+    holding the bytes ``hold_on[0]`` comes (e.g. the second request carrying
+    an ``x-amz-copy-source`` header: an S3 copy), the relay stops forwarding
+    (the client blocks mid-request) and sets :attr:`holding`, until :meth:`release`.
     """
 
-    def __init__(self, target, hold_after):
+    def __init__(self, target, hold_after=float("inf"), hold_on=None):
         self.target = target
         self.hold_after = hold_after
+        self.hold_on = hold_on
+        self.seen = 0
         self.sent = 0
+        #: The first line of every request that went through (``b"PUT /bucket/key HTTP/1.1"``), as far as seen.
+        self.requests = []
         self.holding = threading.Event()
         self._go = threading.Event()
         self._lock = threading.Lock()
@@ -94,7 +100,10 @@ class GatedProxy:
                 if upstream:
                     with self._lock:
                         self.sent += len(data)
-                        over = self.sent > self.hold_after
+                        if data[:4] in (b"GET ", b"PUT ", b"POST", b"HEAD", b"DELE"):
+                            self.requests.append(data.split(b"\r\n", 1)[0])
+                        self.seen += bool(self.hold_on) and self.hold_on[0] in data
+                        over = self.sent > self.hold_after or (bool(self.hold_on) and self.seen >= self.hold_on[1])
                     if over and not self._go.is_set():
                         self.holding.set()
                         self._go.wait()

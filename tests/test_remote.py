@@ -7,6 +7,7 @@ same code runs on ``file://`` URIs (pyarrow's LocalFileSystem: listing,
 ranged reads, the rename publish that HDFS gets too).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -66,6 +67,11 @@ def visible(keys):
     (pyarrow keeps S3 "folder" markers, empty objects whose keys end in "/", as S3A does: not files.)
     """
     return [k for k in keys if not k.endswith("/") and not any(p.startswith((".", "_")) for p in k.split("/"))]
+
+
+def objects(s3, prefix, skip="spark/frames/"):
+    """The objects under ``prefix`` but not under ``skip`` (the inputs), hidden ones too, but no "folder" markers."""
+    return [k for k in s3.keys(prefix) if not k.endswith("/") and not k.startswith(skip)]
 
 
 def test_splits_read_through_the_layer_give_every_record_once(s3, corrupt_stretch, tmp_path):
@@ -132,7 +138,7 @@ def test_pack_to_the_bucket_then_ls_info_cat_unpack(s3, sample_frames, tmp_path,
     s3.put("cli/frames/README", b"someone's notes")
     capsys.readouterr()
     assert main(["pack", sample_frames, "-o", f"s3://{BUCKET}/cli/notes.seq", "-q", "--force"]) == 1
-    assert "was not written by gpumr pack" in capsys.readouterr().err
+    assert "cli/notes.seq: exists and gpumr did not make it" in capsys.readouterr().err
     assert main(["pack", sample_frames, "-o", uri, "--shards", "2", "-q", "--force"]) == 1
     assert "holds README, which gpumr pack did not make" in capsys.readouterr().err
     assert s3.get("cli/notes.seq") == b"SEQ\x06 but not gpumr's" and s3.get("cli/frames/README") == b"someone's notes"
@@ -181,31 +187,46 @@ def test_file_uris_take_the_layers_rename_path(sample_frames, tmp_path, capsys):
     assert main(["pack", sample_frames, "-o", uri, "--shards", "3", "-q", "--force"]) == 0
     assert sorted(os.listdir(tmp_path / "remote")) == ["frames"]
     assert len(os.listdir(tmp_path / "remote" / "frames")) == 3
-    with pytest.raises(GpumrError, match="already exists"):
-        remote.put(str(tmp_path / "remote" / "frames" / "part-00000.seq"), uri)
+    assert main(["pack", sample_frames, "-o", uri, "-q", "--force"]) == 1  # one file: not over a folder
+    assert "is a folder, not a file that gpumr made" in capsys.readouterr().err
 
 
-def test_spark_faces_reads_from_the_bucket_like_local_files(sc, s3, corrupt_stretch, sample_frames, tmp_path):
+def bucket_lines(s3, prefix):
+    """The lines of the ``part-*`` objects under ``prefix`` (one output), in part order."""
+    return [line for key in s3.keys(prefix) if key.rsplit("/", 1)[1].startswith("part-")
+            for line in s3.get(key).decode("utf-8").splitlines()]
+
+
+def test_spark_faces_reads_from_and_writes_to_the_bucket_like_local_files(sc, s3, corrupt_stretch, sample_frames,
+                                                                          tmp_path):
     path, frames, offsets = corrupt_stretch
     local = frames_under(sample_frames, tmp_path, "frames")
     os.link(path, local / "part-00002.seq")  # the corrupt stretch, as a third file of the folder
     for name in sorted(os.listdir(local)):
         upload(s3, str(local / name), f"spark/frames/{name}")
     s3.put("spark/frames/_SUCCESS", b"")  # hidden: not an input
-    # Splits of 100 KiB: most boundaries fall inside records (frames are ~75 KB).
-    want_counts, _ = run("faces", [str(local), "-o", str(tmp_path / "want"), "--split-size", "100KiB",
-                                   "--device", "cpu"], sc=sc)
-    counts, _ = run("faces", [f"s3://{BUCKET}/spark/frames", "-o", str(tmp_path / "got"), "--split-size", "100KiB",
-                              "--device", "cpu"], sc=sc)
-    want, got = by_key(lines_of(tmp_path / "want")), by_key(lines_of(tmp_path / "got"))
+    # Splits of 100 KiB: most boundaries fall inside records (frames are ~75 KB). Two sorted parts.
+    args = ["--split-size", "100KiB", "--device", "cpu", "--reducers", "2"]
+    want_counts, _ = run("faces", [str(local), "-o", str(tmp_path / "want"), *args], sc=sc)
+    out = f"s3://{BUCKET}/spark/faces"
+    counts, _ = run("faces", [f"s3://{BUCKET}/spark/frames", "-o", out, *args], sc=sc)
+    # The local folder's files as objects, the proof beside them listing each one's size and hash; no staging left.
+    names = ["_SUCCESS", "part-00000", "part-00001"]
+    assert sorted(os.listdir(tmp_path / "want")) == names
+    assert objects(s3, "spark/") == ["spark/.faces.gpumr"] + [f"spark/faces/{n}" for n in names]
+    proof = json.loads(s3.get("spark/.faces.gpumr"))
+    assert proof["output"] == "gpumr spark" and proof["versions"] == [
+        {n: [len(s3.get(f"spark/faces/{n}")), hashlib.sha256(s3.get(f"spark/faces/{n}")).hexdigest()] for n in names}]
+    want, got = by_key(lines_of(tmp_path / "want")), by_key(bucket_lines(s3, "spark/faces/"))
     lost_local = str(local / "part-00002.seq")
     lost_uri = f"s3://{BUCKET}/spark/frames/part-00002.seq"
     assert got.pop(lost_uri)["lost"][0] == want.pop(lost_local)["lost"][0] == offsets[3]
     assert got == want and len(got) == 4 + len(frames) - 1  # every record once
+    assert len(bucket_lines(s3, "spark/faces/")) == len(got) + 1
     assert no_ms(counts) == no_ms(want_counts) and counts["bad records"] == 1
 
 
-def test_spark_backproject_reads_projections_and_geometry_from_the_bucket(sc, s3, tmp_path):
+def test_spark_backproject_reads_projections_and_geometry_from_the_bucket_and_writes_there(sc, s3, tmp_path):
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "p.geometry.json"), "--voxels", "16", "--angles", "24"]) == 0
     assert main(["ct", "phantom", "--geometry", str(d / "p.geometry.json"), "-o", str(d / "p.seq")]) == 0
@@ -214,10 +235,11 @@ def test_spark_backproject_reads_projections_and_geometry_from_the_bucket(sc, s3
     upload(s3, str(d / "p.geometry.json"), "ct/q.geometry.json")  # found beside the projections, as locally
     run("backproject", ["--projections", str(d / "p.seq"), "--slab", "4", "-o", str(d / "want"), "--device", "cpu"],
         sc=sc)
-    counts, _ = run("backproject", ["--projections", f"s3://{BUCKET}/ct/q.seq", "--slab", "4", "-o", str(d / "got"),
-                                    "--device", "cpu"], sc=sc)
-    assert counts["records on CPU"] == 4 and lines_of(d / "got") == lines_of(d / "want")
-    assert main(["ct", "assemble", str(d / "got"), "-o", str(d / "vol.npy")]) == 0
+    counts, _ = run("backproject", ["--projections", f"s3://{BUCKET}/ct/q.seq", "--slab", "4", "-o",
+                                    f"s3a://{BUCKET}/ct/out", "--device", "cpu"], sc=sc)
+    assert counts["records on CPU"] == 4 and bucket_lines(s3, "ct/out/") == lines_of(d / "want")
+    assert objects(s3, "ct/out") == ["ct/out/_SUCCESS", "ct/out/part-00000"]
+    assert main(["ct", "assemble", str(d / "want"), "-o", str(d / "vol.npy")]) == 0
     assert np.load(d / "vol.npy").shape == (16, 16, 16)
 
 

@@ -44,20 +44,20 @@ def cmd_pack(args):
 
 
 def _pack_to_uri(args, run):
-    """``pack -o URI``: pack into a local temporary folder, then :func:`gpumr.io.remote.put` it at the URI.
+    """``pack -o URI``: pack into a local temporary folder, then publish it at the URI.
 
-    What is at the URI is checked before packing and again before publishing:
+    The output at the URI is gpumr's rule's (:class:`gpumr.io.outputs.UriOutput`):
+    what is there is checked before packing and again before publishing,
     refused, or with ``--force`` replaced only if it is gpumr pack's own.
     """
-    from ..io.packing import check_replaceable_uri
-    from ..io.remote import check_put, put
+    from ..io.outputs import UriOutput
     sharded = args.shards is not None or args.shard_size is not None
-    replace = (lambda uri, kind, names: check_replaceable_uri(uri, kind, names, sharded)) if args.force else None
-    check_put(args.output, replace)
+    output = UriOutput(args.output, "gpumr pack", folder=sharded, inputs=args.sources, replace=args.force,
+                       proves_itself=True)
     with tempfile.TemporaryDirectory(prefix="gpumr-upload-") as folder:
         staged = os.path.join(folder, posixpath.basename(args.output.rstrip("/")) or "out")
         stats = run(staged)
-        stats["kept"] = put(staged, args.output, replace)
+        stats["kept"] = output.put(staged)
     print(f"uploaded to {args.output}")
     return stats
 

@@ -37,9 +37,20 @@ Spark log of a context gpumr starts is off; ``debug`` (``gpumr --debug``)
 keeps both.
 
 Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
-sorted, in ``OUT/part-*`` through ``saveAsTextFile`` (Hadoop's output
-committer: part files appear only when the job succeeds), as one output
-under gpumr's ownership rule (:mod:`gpumr.io.outputs`). Counters: one
+sorted, as ``OUT/part-NNNNN`` (one per partition, the names
+``saveAsTextFile`` gives) and ``OUT/_SUCCESS``, one output under gpumr's
+ownership rule, ``OUT`` a local folder or a URI (``s3://``, ``hdfs://``,
+``file://``): :class:`gpumr.io.outputs.FolderOutput` or
+:class:`gpumr.io.outputs.UriOutput`, checked before any task. Each task
+writes its partition through the filesystem layer into the output's hidden
+stage, under its own attempt's name (:func:`write_part`); once the job has
+succeeded the driver publishes, per partition, the one attempt whose result
+Spark kept, so an attempt re-run after a lost executor (or a speculative
+one) is never published beside it. pyspark ships no S3 connector for
+Hadoop (``hadoop-aws``), so ``saveAsTextFile`` could not write ``s3a://``
+here; one writer serves every destination. A failed or interrupted job
+stops its tasks first (the context gpumr started, or the job's group in a
+caller's context), then removes the stage. Counters: one
 Spark accumulator holding each partition's gpumr counters by partition id,
 so a partition that Spark re-runs (a lost executor) replaces its counts
 instead of adding them twice; their totals feed the same summary line as
@@ -48,8 +59,10 @@ the mrjob engine.
 
 import argparse
 import atexit
+import hashlib
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -66,6 +79,10 @@ from ..errors import GpumrError  # noqa: E402
 JOBS = {"faces": ("gpumr.jobs.face_detect", "MRFaceDetect"),
         "backproject": ("gpumr.jobs.backproject", "MRBackproject")}
 DEFAULT_SPLIT = 32 * 1024 * 1024
+#: Bytes of output lines a task gathers before each write into its part file.
+WRITE_CHUNK = 1 << 20
+#: The longest the driver waits for a failed job's tasks of a caller's context to end before removing the stage.
+END_TASKS_TIMEOUT = 60
 #: Job options that only make sense for mrjob runners.
 _MRJOB_ONLY = ("--hadoop-splits", "-r", "--runner", "-c", "--conf-path", "--output-dir")
 
@@ -189,6 +206,36 @@ def run_partition(kind, args, shipped, counters, items):
     counters.add({TaskContext.get().partitionId(): counts})
 
 
+def write_part(stage, index, lines):
+    """Write partition ``index``'s output ``lines`` into the output's hidden ``stage`` (a URI) as this attempt's file.
+
+    The file is named for the attempt (``part-NNNNN.attempt-ID``), so that
+    two attempts of one partition never write one file. Returns
+    ``[(index, name, size, sha256)]``: the driver publishes the file of the
+    attempt whose result Spark kept as ``part-NNNNN``, and lists its size
+    and hash in the output's proof.
+    """
+    from pyspark import TaskContext
+
+    from ..io.remote import open_output
+    name = f"part-{index:05d}.attempt-{TaskContext.get().taskAttemptId()}"
+    h, size, chunk, held = hashlib.sha256(), 0, [], 0
+    with open_output(f"{stage}/{name}") as f:
+        def flush():
+            data = b"".join(chunk)
+            f.write(data)
+            h.update(data)
+            chunk.clear()
+            return len(data)
+        for line in lines:
+            chunk.append(line.encode("utf-8") + b"\n")
+            held += len(chunk[-1])
+            if held >= WRITE_CHUNK:
+                size, held = size + flush(), 0
+        size += flush()
+    return [(index, name, size, h.hexdigest())]
+
+
 # -- in the driver ----------------------------------------------------------------------------------
 def splits(files, split_size):
     """``(path, start, end, name)`` byte ranges of at most ``split_size`` covering each file.
@@ -238,28 +285,60 @@ def input_splits(paths, split_size):
 
 
 def prepare_output(out, inputs=()):
-    """Check output folder ``out`` before the job; return what :func:`_save` writes to.
+    """Check the output ``out`` (a folder or URI) before the job; return the helper its parts are published through.
 
-    A local ``out`` must be new, empty, or an earlier ``gpumr spark``
-    output that its proof vouches for (:mod:`gpumr.io.outputs`), and neither
-    the current folder nor one holding an input: the result is a
-    :class:`gpumr.io.outputs.FolderOutput`, written beside ``out`` and
-    swapped in complete. A URI is returned as it is: Spark's own committer
-    writes it, and refuses an existing folder.
+    ``out`` must be new, empty, or an earlier ``gpumr spark`` output that its
+    proof vouches for (:mod:`gpumr.io.outputs`), and neither the current
+    folder nor one holding an input: a local folder is a
+    :class:`gpumr.io.outputs.FolderOutput`, a URI a
+    :class:`gpumr.io.outputs.UriOutput` (written through pyarrow only: the
+    tasks write their parts there).
     """
-    if "://" in out:
-        return out
-    from ..io.outputs import FolderOutput
-    return FolderOutput(os.path.abspath(out), "gpumr spark", inputs=inputs, make_stage=False)
+    from ..io.outputs import FolderOutput, UriOutput
+    from ..io.remote import is_remote
+    if is_remote(out):
+        return UriOutput(out, "gpumr spark", folder=True, inputs=inputs)
+    return FolderOutput(os.path.abspath(out), "gpumr spark", inputs=inputs)
 
 
-def _save(rdd, output):
-    """``rdd.saveAsTextFile`` to ``output`` (from :func:`prepare_output`)."""
-    if isinstance(output, str):
-        rdd.saveAsTextFile(output)
+def _write(result, stage):
+    """Run the job: every partition of ``result`` written into ``stage`` (:func:`write_part`).
+
+    Returns the parts to publish, ``{name: (staged name, size, sha256)}``:
+    ``part-NNNNN`` per partition, and ``_SUCCESS`` (written last into the
+    stage, as Hadoop's committer marks a complete output).
+    """
+    from ..io.remote import is_remote, write_bytes
+    target = stage if is_remote(stage) else "file://" + stage  # the tasks write through the layer either way
+    written = result.mapPartitionsWithIndex(lambda index, lines: write_part(target, index, lines)).collect()
+    parts = {f"part-{index:05d}": (name, size, sha) for index, name, size, sha in written}
+    write_bytes(f"{target}/_SUCCESS", b"")
+    parts["_SUCCESS"] = ("_SUCCESS", 0, hashlib.sha256(b"").hexdigest())
+    return parts
+
+
+def _end_tasks(sc, own, group):
+    """Stop every task of the job (group ``group``), so that none writes into the stage once it is removed.
+
+    A context gpumr started is stopped; in a caller's, the group's jobs are
+    cancelled and their running tasks waited for (at most
+    :data:`END_TASKS_TIMEOUT` seconds).
+    """
+    if own:
+        sc.stop()
         return
-    with output as stage:  # Spark makes the folder itself
-        rdd.saveAsTextFile("file://" + stage)
+    try:
+        sc.cancelJobGroup(group)
+        tracker = sc.statusTracker()
+        deadline = time.monotonic() + END_TASKS_TIMEOUT
+        while time.monotonic() < deadline:
+            jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+            stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+            if not any(stage and stage.numActiveTasks for stage in stages):
+                return
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 (a context that died meanwhile runs no task; the job's own error is reported)
+        pass
 
 
 class _CountsParam:
@@ -279,7 +358,8 @@ def parser(kind):
                                 description=f"Run the {kind} job as a Spark application. Options not listed "
                                             f"here are the mrjob job's (python -m {JOBS[kind][0]} --help).")
     p.add_argument("-h", "--help", action="store_true")
-    p.add_argument("-o", "--output", required=False, metavar="OUT", help="output folder (part-* files)")
+    p.add_argument("-o", "--output", required=False, metavar="OUT",
+                   help="output folder or URI (s3://, hdfs://, file://) of part-* files")
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master (default: spark-submit's, else local[*]), e.g. local-cluster[2,1,1024], yarn")
     if kind == "faces":
@@ -316,7 +396,7 @@ def parse(kind, argv, folder=None):
         p.print_help()
         raise SystemExit(0)
     if not opts.output:
-        raise GpumrError("-o OUT is required: the output folder")
+        raise GpumrError("-o OUT is required: the output folder or URI")
     for a in rest:
         if a.partition("=")[0] in _MRJOB_ONLY:
             raise GpumrError(f"{a}: an mrjob runner option; the Spark engine does not take it")
@@ -411,8 +491,7 @@ def run(kind, argv, sc=None, debug=False):
 
 def _run(kind, argv, sc, debug, folder):
     opts, job = parse(kind, argv, folder)
-    local = [p for p in (*job.options.args, *(path for _, path in _file_options(job))) if "://" not in p]
-    out = prepare_output(opts.output, local)
+    out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
     if job.INPUT_KIND == "seqfile":
         items = input_splits(job.options.args, opts.split_size)
     else:
@@ -424,31 +503,42 @@ def _run(kind, argv, sc, debug, folder):
     if own:
         sc = spark_context(opts.master, f"gpumr {kind}", debug=debug)
     t0 = time.perf_counter()
+    group = f"gpumr-{kind}-{secrets.token_hex(8)}"
     try:
-        shipped, names = [], set()
-        for option, path in _file_options(job):
-            name = os.path.basename(path)
-            if name in names:
-                raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
-            names.add(name)
-            sc.addFile(os.path.abspath(path))
-            shipped.append((option, name))
-        counters = sc.accumulator({}, _CountsParam())
-        args, ship = list(opts.job_args), tuple(shipped)
-        processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
-            lambda it: run_partition(kind, args, ship, counters, it))
-        reducers = job.options.reducers
-        if reducers == 0:
-            result = processed
-        else:
-            pairs = processed.map(lambda line: (line, None))
-            if reducers == 1:  # no sampling pass: one shuffle into one sorted partition
-                pairs = pairs.partitionBy(1)
+        try:
+            shipped, names = [], set()
+            for option, path in _file_options(job):
+                name = os.path.basename(path)
+                if name in names:
+                    raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
+                names.add(name)
+                sc.addFile(os.path.abspath(path))
+                shipped.append((option, name))
+            counters = sc.accumulator({}, _CountsParam())
+            args, ship = list(opts.job_args), tuple(shipped)
+            processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
+                lambda it: run_partition(kind, args, ship, counters, it))
+            reducers = job.options.reducers
+            if reducers == 0:
+                result = processed
             else:
-                from pyspark import StorageLevel
-                pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey samples it first
-            result = pairs.sortByKey(numPartitions=reducers).keys()
-        _save(result, out)
+                pairs = processed.map(lambda line: (line, None))
+                if reducers == 1:  # no sampling pass: one shuffle into one sorted partition
+                    pairs = pairs.partitionBy(1)
+                else:
+                    from pyspark import StorageLevel
+                    pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey samples it first
+                result = pairs.sortByKey(numPartitions=reducers).keys()
+            sc.setJobGroup(group, f"gpumr {kind}", interruptOnCancel=True)
+            parts = _write(result, out.begin())
+        except BaseException:
+            _end_tasks(sc, own, group)
+            out.abort()
+            raise
+        finally:
+            if own:
+                sc.stop()
+        out.commit(parts)
         counts = {}
         for part in counters.value.values():
             for name, n in part.items():
@@ -456,9 +546,6 @@ def _run(kind, argv, sc, debug, folder):
         return counts, time.perf_counter() - t0
     except Py4JJavaError as exc:
         raise GpumrError(failure(exc)) from exc
-    finally:
-        if own:
-            sc.stop()
 
 
 #: The last line of a Python traceback inside a Spark error's text: "module.Type: message".

@@ -1,5 +1,7 @@
 """I/O around SequenceFiles: input expansion, packing and unpacking, reading job output, URIs.
 
-Every local file gpumr writes goes through :mod:`seqfile.atomic`; everything
-at a URI goes through :mod:`gpumr.io.remote` (hidden name, then published).
+Every output gpumr writes, local or at a URI, is kept under one ownership
+rule by :mod:`gpumr.io.outputs`; local files are written through
+:mod:`seqfile.atomic`, everything at a URI through the filesystem layer
+:mod:`gpumr.io.remote`.
 """

@@ -33,25 +33,56 @@ or parts sees only those) and Hadoop, Spark and shell globs pass it over
 the new content, so that an interrupt at any moment leaves an output its
 proof vouches for; a proof that is lost or stale only ever makes gpumr refuse.
 
-Only local paths are handled here: a URI is refused with one line (commands
-that take URIs stage them through :mod:`gpumr.io.remote`). The public
-surface (:func:`check_output`, :class:`FileOutput`, :class:`FolderOutput`)
-takes paths as strings, so a URI backend can later serve the same calls.
+Outputs at URIs (:class:`UriOutput`: ``s3://``, ``hdfs://``, ``file://``)
+keep the same rule through the filesystem layer (:mod:`gpumr.io.remote`;
+the layer does the filesystem operations, this module decides). The proof
+of a URI output ``.../NAME`` is the object ``.../.NAME.gpumr`` beside it;
+the parts are written under the hidden prefix ``.NAME.<hex>.tmp/`` beside
+it (Hadoop's and Spark's readers pass it over), then published:
+
+* where the filesystem renames (HDFS, ``file://``): exactly as for a local
+  folder: the old output set aside as ``.NAME.<hex>.old``, the stage renamed
+  in, the old one's vouched files removed, anything else kept there.
+* on S3, which has no rename: each part copied to its name (a copy makes an
+  object appear whole, replacing an old one at once). Before the first copy,
+  objects of the old output that the proof does not vouch for (put there,
+  or changed, while gpumr worked) are moved under ``.NAME.<hex>.old/`` and
+  named in a warning; markers (``_SUCCESS``) of the old output are removed
+  first and the new ones published last, after the old output's other
+  parts are gone, so a reader that waits for ``_SUCCESS`` never takes a
+  mixture. The proof is written last when the output is new, and updated
+  first (vouching for both versions) when it replaces one.
+
+The interrupt windows on S3 (an error or Ctrl-C): before the first copy or delete at
+``NAME``, the old output stays whole (less what was moved aside, which is
+kept); once one was made, the clean-up removes every part published so far
+and every part of the old output, so that nothing of either is visible
+(S3 cannot put the old one back without a second copy of it); after the
+last copy, the output is complete. A ``kill -9`` can leave the hidden
+stage; mid-publish, over an earlier output, a mixture that the proof
+vouches for (a later run may replace it), and as a new output, parts
+without a proof (refused). Where
+pyarrow cannot serve a URI (the ``hadoop fs`` fallback) only a new
+destination is written, and only outputs that prove themselves (gpumr
+pack's), uploaded under the hidden name and renamed by ``hadoop fs -mv``.
 """
 
 import hashlib
 import json
 import os
+import posixpath
 import re
 import shutil
 import stat
 import sys
 
 from seqfile import Reader, SequenceFileError
-from seqfile.atomic import AtomicFile, NotReplaced, swap_into_place, temp_dir_beside
+from seqfile.atomic import AtomicFile, NotReplaced, aside_name, swap_into_place, temp_dir_beside, temp_name
 
 from .. import __version__
 from ..errors import GpumrError, printable
+from ..sizes import human
+from . import remote
 from .inputs import READ_FLAGS, kind
 
 #: The SequenceFile header metadata key that proves ``gpumr pack`` wrote a file (its value: gpumr's version).
@@ -72,34 +103,54 @@ def warn(message):
 
 
 # -- proof ------------------------------------------------------------------------------------------
-def proof_path(path):
-    """Where the proof of output ``path`` lies: ``.NAME.gpumr`` beside it (a shortened, hashed name for long names)."""
-    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+def _proof_name(name):
+    """The proof's name beside an output named ``name``: ``.NAME.gpumr`` (a shortened, hashed name for long names)."""
     raw = os.fsencode(name)
     if len(raw) > 200:
         name = os.fsdecode(raw[:40]) + "." + hashlib.sha256(raw).hexdigest()[:16]
-    return os.path.join(folder, f".{name}.gpumr")
+    return f".{name}.gpumr"
+
+
+def proof_path(path):
+    """Where the proof of output ``path`` (a path or URI) lies: ``.NAME.gpumr`` beside it."""
+    if remote.is_remote(path):
+        head, _, name = path.rstrip("/").rpartition("/")
+        return f"{head}/{_proof_name(name)}"
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    return os.path.join(folder, _proof_name(name))
+
+
+def _hash(f):
+    """``(size, SHA-256 hex)`` of what is left to read in binary file ``f``."""
+    h = hashlib.sha256()
+    size = 0
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            return size, h.hexdigest()
+        h.update(chunk)
+        size += len(chunk)
 
 
 def digest(path, dir_fd=None):
-    """``(size, SHA-256 hex)`` of regular file ``path``, read without following a link; None if it is not one."""
+    """``(size, SHA-256 hex)`` of regular file ``path``, read without following a link; None if it is not one.
+
+    ``path`` may be a URI (read through :mod:`gpumr.io.remote`; None if no file is there).
+    """
+    if remote.is_remote(path):
+        try:
+            with remote.open_input(path) as f:
+                return _hash(f)
+        except GpumrError:
+            return None
     try:
         fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
     with open(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        h = hashlib.sha256()
-        size = 0
-        while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-            size += len(chunk)
-        return size, h.hexdigest()
+        return _hash(f)
 
 
 def marked_sequencefile(path):
@@ -107,10 +158,9 @@ def marked_sequencefile(path):
 
     ``path`` may be a URI: its header is read through :mod:`gpumr.io.remote` (the first bytes only).
     """
-    from .remote import is_remote, read_header
     try:
-        if is_remote(path):
-            return SEQFILE_MARK in read_header(path).metadata
+        if remote.is_remote(path):
+            return SEQFILE_MARK in remote.read_header(path).metadata
         with Reader(path) as reader:
             return SEQFILE_MARK in reader.header.metadata
     except (OSError, SequenceFileError, GpumrError):
@@ -123,7 +173,7 @@ class Proof:
     Parameters
     ----------
     path : str
-        The proof file's own path (:func:`proof_path` of the output).
+        The proof file's own path or URI (:func:`proof_path` of the output).
     output : str
         The command that made the output, e.g. ``"gpumr spark"``.
     versions : list of dict
@@ -141,23 +191,9 @@ class Proof:
     @classmethod
     def load(cls, path, dir_fd=None):
         """The proof at ``path`` (in open folder ``dir_fd``), None if there is none; GpumrError if not a proof."""
-        try:
-            fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
+        data = _read_proof(path, dir_fd)
+        if data is None:
             return None
-        except OSError as exc:
-            try:
-                link = stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-            except OSError:
-                link = False
-            raise _not_a_proof(path, "a symbolic link" if link else exc.strerror) from None
-        with open(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _not_a_proof(path, kind(st.st_mode))
-            if st.st_size > MAX_PROOF:
-                raise _not_a_proof(path, f"{st.st_size} bytes, more than a proof's {MAX_PROOF}")
-            data = f.read(MAX_PROOF + 1)
         try:
             doc = json.loads(data)
             output, versions = doc["output"], doc["versions"]
@@ -179,6 +215,11 @@ class Proof:
         if len(data) > MAX_PROOF:
             raise GpumrError(f"{printable(self.path)}: the proof would take {len(data)} bytes, more than a proof's "
                              f"{MAX_PROOF}: too many files in one output")
+        if remote.is_remote(self.path):
+            if remote.exists(self.path) and not is_proof(self.path):
+                raise _not_a_proof(self.path, "a file that appeared meanwhile")
+            remote.write_bytes(self.path, data)
+            return
         try:
             with AtomicFile(self.path, dir_fd=self.dir_fd, replace=lambda old: is_proof(old, self.dir_fd)) as f:
                 f.write(data)
@@ -198,6 +239,37 @@ class Proof:
         return found is not None and any(tuple(v.get(rel, ())) == tuple(found) for v in self.versions)
 
 
+def _read_proof(path, dir_fd=None):
+    """The bytes of the proof file at ``path`` (a path in ``dir_fd``, or a URI), None if nothing is there."""
+    if remote.is_remote(path):
+        what, size = remote.stat(path)
+        if what is None:
+            return None
+        if what != "file":
+            raise _not_a_proof(path, "a folder")
+        if size > MAX_PROOF:
+            raise _not_a_proof(path, f"{size} bytes, more than a proof's {MAX_PROOF}")
+        with remote.open_input(path) as f:
+            return f.read(MAX_PROOF + 1)
+    try:
+        fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        try:
+            link = stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        except OSError:
+            link = False
+        raise _not_a_proof(path, "a symbolic link" if link else exc.strerror) from None
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_a_proof(path, kind(st.st_mode))
+        if st.st_size > MAX_PROOF:
+            raise _not_a_proof(path, f"{st.st_size} bytes, more than a proof's {MAX_PROOF}")
+        return f.read(MAX_PROOF + 1)
+
+
 def is_proof(path, dir_fd=None):
     """Whether ``path`` (in open folder ``dir_fd``) is a gpumr proof file, which gpumr may replace."""
     try:
@@ -211,24 +283,113 @@ def _not_a_proof(path, why):
                       "and leaves this alone: move it away, or choose another output name")
 
 
+# -- the rule -------------------------------------------------------------------------------------
+class _Rule:
+    """The rule's decisions about an existing output, the same for local paths and URIs.
+
+    Parameters
+    ----------
+    shown : str
+        The output, for messages.
+    output : str
+        The command writing the new output.
+    proof : Proof or None
+        The proof beside the existing output.
+    pack_parts : bool
+        ``part-NNNNN.seq`` files whose headers say ``gpumr pack`` wrote them are gpumr's without a proof.
+    """
+
+    def __init__(self, shown, output, proof, pack_parts):
+        self.shown = shown
+        self.output = output
+        self.proof = proof
+        self.pack_parts = pack_parts
+        self.folders = proof.folders() if proof is not None else set()
+
+    def check_file(self, size, path, proof_name):
+        """Refuse an existing file output (``size`` bytes, at ``path``) unless its proof or its header proves it."""
+        if (self.proof is not None and size in self.proof.sizes("")) or marked_sequencefile(path):
+            return
+        raise GpumrError(f"{self.shown}: exists and gpumr did not make it (no proof beside it, {proof_name}); choose "
+                         "another name or remove it yourself")
+
+    def check_entry(self, rel, what, size, path):
+        """Refuse unless entry ``rel`` of an existing output folder (at ``path``) is gpumr's by its size or its header.
+
+        ``what`` is "file", "folder", or what else the entry is, in words.
+        """
+        proof, output = self.proof, self.output
+        if proof is not None and proof.output != output:
+            raise GpumrError(f"{self.shown}: an output of {proof.output}, not of {output}; choose another folder")
+        if proof is not None and (rel in self.folders if what == "folder" else
+                                  what == "file" and size in proof.sizes(rel)):
+            return
+        if self.pack_parts and PACK_PART.match(rel) and what == "file":
+            if marked_sequencefile(path):
+                return
+            raise GpumrError(f"{self.shown}: {printable(rel)} was not written by gpumr pack (its header has no "
+                             f"{SEQFILE_MARK} entry); gpumr replaces only its own output: remove it yourself or "
+                             "choose another folder")
+        why = f"which changed since {output} wrote it" if proof is not None and proof.sizes(rel) else \
+            f"which {output} did not make"
+        raise GpumrError(f"{self.shown}: holds {printable(rel)}, {why}; gpumr replaces only its own {output} "
+                         "output: remove it yourself or choose another folder")
+
+    def vouched(self, rel, path):
+        """Whether the file at ``path`` (``rel`` in the output; ``""`` for a file output) is still what gpumr wrote."""
+        if self.proof is not None and self.proof.vouches(rel, digest(path)):
+            return True
+        return (rel == "" or (self.pack_parts and PACK_PART.match(rel) is not None)) and marked_sequencefile(path)
+
+    def sweep(self, old, entries, join, remove_file, remove_folder):
+        """Remove from an old output folder set aside as ``old`` what this rule vouches for.
+
+        ``entries`` are ``(relative path, what, size)`` below ``old``, a folder
+        before what it holds; ``remove_folder(path)`` removes an empty folder
+        and returns False where the folder is not empty. Returns ``old`` if
+        anything else is left in it (it is then kept), else None.
+        """
+        for rel, what, _ in entries:
+            if what == "file" and self.vouched(rel, join(old, rel)):
+                remove_file(join(old, rel))
+        for rel, what, _ in reversed(entries):  # what a folder holds before the folder
+            if what == "folder" and rel in self.folders:
+                remove_folder(join(old, rel))
+        return None if remove_folder(old) else old
+
+
+def _kept_warning(shown, kept):
+    return (f"{shown}: the old output was set aside as {printable(kept)}, not removed: it holds files gpumr did not "
+            "make, or that changed since gpumr wrote them")
+
+
 # -- the checks -------------------------------------------------------------------------------------
 def check_local(path, option):
     """Refuse a URI where only a local output can be written (one line naming the option)."""
-    from .remote import is_remote
-    if is_remote(os.fspath(path)):
+    if remote.is_remote(os.fspath(path)):
         raise GpumrError(f"{option} {path}: a URI; this output is written to a local path only")
 
 
+def _place(path):
+    """Where ``path`` (a path or URI) points, comparably: a real local path (for ``file://`` too), else the URI."""
+    local = remote.local_path(path) if remote.is_remote(path) else path
+    if local is not None:
+        return os.path.realpath(local)
+    scheme, rest = path.split("://", 1)
+    scheme = "s3" if scheme.lower() in remote.S3_SCHEMES else scheme.lower()
+    return f"{scheme}://{rest.rstrip('/')}"
+
+
 def _not_home(path, inputs):
-    """Refuse ``path`` if it is the current folder or holds it, or is or holds one of ``inputs``."""
+    """Refuse ``path`` if it is the current folder or holds it, or is or holds one of ``inputs`` (paths or URIs)."""
     shown = printable(path)
-    real = os.path.realpath(path)
-    inside = real.rstrip(os.sep) + os.sep
+    real = _place(path)
+    inside = real.rstrip("/") + "/"
     here = os.path.realpath(os.getcwd())
     if here == real or here.startswith(inside):
         raise GpumrError(f"{shown}: is the current folder or holds it; gpumr never replaces it")
     for src in inputs:
-        src_real = os.path.realpath(src)
+        src_real = _place(src)
         if src_real == real or src_real.startswith(inside):
             raise GpumrError(f"{shown}: is or holds the input {printable(src)}; gpumr never replaces the inputs")
 
@@ -248,6 +409,12 @@ def _walk(top):
             if stat.S_ISDIR(st.st_mode):
                 folders.append(sub)
         stack.extend(reversed(folders))
+
+
+def _entries(top):
+    """``(relative path, what, size)`` below local folder ``top`` (see :meth:`_Rule.sweep`)."""
+    return [(rel, "file" if stat.S_ISREG(st.st_mode) else "folder" if stat.S_ISDIR(st.st_mode) else kind(st.st_mode),
+             st.st_size) for rel, st in _walk(top)]
 
 
 def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False):
@@ -292,32 +459,16 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     if stat.S_ISLNK(st.st_mode):
         raise GpumrError(f"{shown}: is a symbolic link, not a file or folder that gpumr made; gpumr never "
                          "replaces links")
+    rule = _Rule(shown, output, proof, pack_parts)
     if not folder:
         if not stat.S_ISREG(st.st_mode):
             raise GpumrError(f"{shown}: is {kind(st.st_mode)}, not a file that gpumr made; it is not replaced")
-        if (proof is not None and st.st_size in proof.sizes("")) or marked_sequencefile(path):
-            return
-        raise GpumrError(f"{shown}: exists and gpumr did not make it (no proof beside it, "
-                         f"{os.path.basename(proof_path(path))}); choose another name or remove it yourself")
+        rule.check_file(st.st_size, path, os.path.basename(proof_path(path)))
+        return
     if not stat.S_ISDIR(st.st_mode):
         raise GpumrError(f"{shown}: is {kind(st.st_mode)}, not a folder that gpumr made; it is not replaced")
-    folders = proof.folders() if proof is not None else set()
-    for rel, est in _walk(path):
-        if proof is not None and proof.output != output:
-            raise GpumrError(f"{shown}: an output of {proof.output}, not of {output}; choose another folder")
-        if proof is not None and (rel in folders if stat.S_ISDIR(est.st_mode) else
-                                  stat.S_ISREG(est.st_mode) and est.st_size in proof.sizes(rel)):
-            continue
-        if pack_parts and PACK_PART.match(rel) and stat.S_ISREG(est.st_mode):
-            if marked_sequencefile(os.path.join(path, rel)):
-                continue
-            raise GpumrError(f"{shown}: {printable(rel)} was not written by gpumr pack (its header has no "
-                             f"{SEQFILE_MARK} entry); gpumr replaces only its own output: remove it yourself or "
-                             "choose another folder")
-        why = f"which changed since {output} wrote it" if proof is not None and proof.sizes(rel) else \
-            f"which {output} did not make"
-        raise GpumrError(f"{shown}: holds {printable(rel)}, {why}; gpumr replaces only its own {output} "
-                         "output: remove it yourself or choose another folder")
+    for rel, what, size in _entries(path):
+        rule.check_entry(rel, what, size, os.path.join(path, rel))
 
 
 # -- writing ----------------------------------------------------------------------------------------
@@ -365,8 +516,7 @@ class FileOutput:
 
     def _may_go(self, old):
         """Whether the old file, set aside as ``old``, is still what gpumr wrote."""
-        proof = self._old_proof
-        return (proof is not None and proof.vouches("", digest(old))) or marked_sequencefile(old)
+        return _Rule(printable(self.path), self.made_by, self._old_proof, False).vouched("", old)
 
     def commit(self):
         """Give the finished file its name (see the module's rule); GpumrError if the old one may not go."""
@@ -384,9 +534,7 @@ class FileOutput:
         except FileExistsError as exc:
             kept = getattr(exc, "kept", self.path)
             where = "" if kept == self.path else f"; the old file is kept as {printable(kept)}"
-            raise GpumrError(f"{printable(self.path)}: not replaced: it appeared, or changed, while gpumr was "
-                             f"writing it, and gpumr did not make what is there now{where}; the new output was "
-                             "dropped") from None
+            raise _changed_meanwhile(self.path, where) from None
         except BaseException:
             self._atomic.abort()
             raise
@@ -408,6 +556,11 @@ class FileOutput:
             self.abort()
 
 
+def _changed_meanwhile(path, where=""):
+    return GpumrError(f"{printable(path)}: not replaced: it appeared, or changed, while gpumr was writing it, and "
+                      f"gpumr did not make what is there now{where}; the new output was dropped")
+
+
 def write_file(path, data, made_by="gpumr", **checks):
     """Write ``data`` as the output file ``path`` (:class:`FileOutput`, ``checks`` as there)."""
     with FileOutput(path, made_by, **checks) as f:
@@ -427,8 +580,6 @@ class FolderOutput:
     inputs, replace, option, pack_parts
         As :func:`check_output`. With ``pack_parts`` the parts prove
         themselves (their headers) and no proof file is written.
-    make_stage : bool
-        Make :attr:`stage` (False for a writer that insists on making it, like Spark's).
     log : callable
         Receives the warning when something of the old folder is kept.
 
@@ -442,12 +593,10 @@ class FolderOutput:
     Use it as a context manager: ``with FolderOutput(...) as stage:``.
     """
 
-    def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, make_stage=True,
-                 log=warn):
+    def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, log=warn):
         self.path = os.fspath(path)
         self.output = output
         self.pack_parts = pack_parts
-        self.make_stage = make_stage
         self.log = log
         self.stage = self._holder = self.kept = None
         check_output(self.path, output, folder=True, replace=replace, inputs=inputs, option=option,
@@ -458,12 +607,22 @@ class FolderOutput:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         self._holder = temp_dir_beside(self.path)
         self.stage = os.path.join(self._holder, os.path.basename(os.path.abspath(self.path)))
-        if self.make_stage:
-            os.mkdir(self.stage)
+        os.mkdir(self.stage)
         return self.stage
 
-    def commit(self):
-        """Swap the finished stage in; remove of the old folder only what its proof vouches for."""
+    def commit(self, parts=None):
+        """Swap the finished stage in; remove of the old folder only what its proof vouches for.
+
+        Parameters
+        ----------
+        parts : dict, optional
+            ``{name: (staged name, size, sha256)}``: publish only these files
+            of the stage, under these names (a Spark job's parts, one task
+            attempt each); the rest of the stage goes. The proof is made from
+            the files themselves.
+        """
+        if parts is not None:
+            _pick(self.stage, parts)
         ppath = proof_path(self.path)
         old_proof = Proof.load(ppath)
         proof = None
@@ -479,14 +638,13 @@ class FolderOutput:
         os.rmdir(self._holder)
         self._holder = None
         if old is not None:
-            self.kept = _remove_old(old, old_proof, self.pack_parts)
+            self.kept = _remove_old(old, _Rule(printable(self.path), self.output, old_proof, self.pack_parts))
         if proof is not None:
             proof.save()
         elif old_proof is not None:  # a stale proof beside parts that prove themselves: gpumr's, and wrong now
             os.unlink(ppath)
         if self.kept:
-            self.log(f"{printable(self.path)}: the old output was set aside as {printable(self.kept)}, not "
-                     "removed: it holds files gpumr did not make, or that changed since gpumr wrote them")
+            self.log(_kept_warning(printable(self.path), self.kept))
         return self.kept
 
     def abort(self):
@@ -508,32 +666,312 @@ class FolderOutput:
             self.abort()
 
 
-def _remove_old(old, proof, pack_parts):
-    """Remove, from an old output folder set aside as ``old``, what its proof vouches for.
+def _pick(stage, parts):
+    """Give the chosen files of local folder ``stage`` their names (``parts``: see :meth:`FolderOutput.commit`)."""
+    for rel, (staged, _, _) in parts.items():
+        if staged != rel:
+            os.rename(os.path.join(stage, staged), os.path.join(stage, rel))
+    for rel, st in list(_walk(stage)):
+        if not stat.S_ISDIR(st.st_mode) and rel not in parts:
+            os.unlink(os.path.join(stage, rel))
 
-    Returns ``old`` if anything else is left in it (it is then kept), else None.
-    """
+
+def _remove_old(old, rule):
+    """Remove, from an old output folder set aside as ``old``, what ``rule`` vouches for (:meth:`_Rule.sweep`)."""
     if os.path.islink(old) or not os.path.isdir(old):
         return old  # not the folder that was checked: nothing in it is touched
-    folders = proof.folders() if proof is not None else set()
-    entries = list(_walk(old))
-    for rel, st in entries:
-        path = os.path.join(old, rel)
-        if stat.S_ISREG(st.st_mode) and ((proof is not None and proof.vouches(rel, digest(path)))
-                                         or (pack_parts and PACK_PART.match(rel) and marked_sequencefile(path))):
-            os.unlink(path)
-    for rel, st in reversed(entries):  # what a folder holds before the folder
-        if stat.S_ISDIR(st.st_mode) and rel in folders:
-            try:
-                os.rmdir(os.path.join(old, rel))
-            except OSError:
-                pass  # something else is left in it
+
+    def remove_folder(path):
+        try:
+            os.rmdir(path)
+        except OSError:
+            return False  # something else is left in it
+        return True
+    return rule.sweep(old, _entries(old), os.path.join, os.unlink, remove_folder)
+
+
+# -- outputs at URIs --------------------------------------------------------------------------------
+def _under(uri, rel):
+    """``rel`` under ``uri``; ``uri`` itself for ``""`` (a file output)."""
+    return f"{uri}/{rel}" if rel else uri
+
+
+def _beside(uri, name):
+    """The URI of ``name`` in the folder holding ``uri``."""
+    return f"{uri.rpartition('/')[0]}/{name}"
+
+
+def _parent(uri):
+    """The folder holding ``uri``, or None for the top of its filesystem (a bucket, ``/``)."""
+    scheme, _, rest = uri.partition("://")
+    authority, _, path = rest.partition("/")
+    parent = posixpath.dirname("/" + path)
+    return None if parent == "/" else f"{scheme}://{authority}{parent}"
+
+
+def _marker(rel):
+    """Whether ``rel`` is a marker (``_SUCCESS``): published last, removed first."""
+    return posixpath.basename(rel).startswith("_")
+
+
+class UriOutput:
+    """One output at a URI (``s3://``, ``hdfs://``, ``file://``): checked now, staged, published under the rule.
+
+    Parameters
+    ----------
+    uri : str
+        The destination.
+    output : str
+        The command writing it (recorded in the proof).
+    folder : bool
+        A folder of parts (else one file).
+    inputs, replace, option
+        As :func:`check_output` (inputs may be URIs).
+    proves_itself : bool
+        The parts are SequenceFiles that ``gpumr pack`` wrote, whose headers
+        are their proof (:data:`SEQFILE_MARK`): no proof object is written.
+    log : callable
+        Receives the warning when something of the old output is kept.
+
+    Attributes
+    ----------
+    stage : str
+        The hidden URI beside the destination to write the parts under
+        (``.NAME.<hex>.tmp``), set by :meth:`begin`.
+    kept : str or None
+        Where objects of the old output that gpumr did not make were kept.
+
+    Fill the stage (Spark's tasks write into it, :meth:`put` uploads a local
+    copy), then :meth:`commit` with the listing of the parts; :meth:`abort`
+    drops the stage. See the module's rule for how each filesystem publishes.
+    """
+
+    def __init__(self, uri, output, *, folder, inputs=(), replace=True, option="-o", proves_itself=False, log=warn):
+        self.uri = uri.rstrip("/")
+        self.name = self.uri.rpartition("/")[2]
+        self.output = output
+        self.folder = folder
+        self.proves_itself = proves_itself
+        self.log = log
+        self.stage = self.kept = None
+        self.shown = printable(self.uri)
+        if _parent(self.uri + "/x") is None:
+            raise GpumrError(f"{option} {self.shown}: names the top of a filesystem (a bucket); give a folder or file "
+                             "inside it")
+        self.mode = remote.publish_mode(self.uri)
+        if self.mode == "hadoop" and not proves_itself:
+            raise GpumrError(f"{option} {self.shown}: {remote.unavailable(self.uri)}; this output is written through "
+                             "pyarrow only")
+        self._check(replace, inputs)
+
+    def _check(self, replace, inputs):
+        """As :func:`check_output`, at the URI; through ``hadoop fs`` only a new destination is taken."""
+        shown = self.shown
+        if self.mode == "hadoop":
+            if remote.exists(self.uri):
+                raise GpumrError(f"{shown}: already exists; through hadoop fs gpumr replaces nothing: remove it first")
+            return
+        if self.mode == "copy":
+            scheme, _, rest = self.uri.partition("://")
+            bucket = rest.partition("/")[0]
+            if remote.stat(f"{scheme}://{bucket}")[0] is None:
+                raise GpumrError(f"{shown}: no such bucket ({printable(bucket)})")
+        proof = Proof.load(proof_path(self.uri))
+        what, size = remote.stat(self.uri)
+        if what is None:
+            return
+        if not replace:
+            raise GpumrError(f"{shown}: already exists (use --force to replace it)")
+        _not_home(self.uri, inputs)
+        local = remote.local_path(self.uri)
+        if local is not None and os.path.islink(local):
+            raise GpumrError(f"{shown}: is a symbolic link, not a file or folder that gpumr made; gpumr never "
+                             "replaces links")
+        rule = _Rule(shown, self.output, proof, self.proves_itself)
+        if what != ("folder" if self.folder else "file"):
+            raise GpumrError(f"{shown}: is a {what}, not a {'folder' if self.folder else 'file'} that gpumr made; "
+                             "it is not replaced")
+        if not self.folder:
+            rule.check_file(size, self.uri, _proof_name(self.name))
+            return
+        for rel, size in remote.tree(self.uri):
+            rule.check_entry(rel, "file" if size is not None else "folder", size, _under(self.uri, rel))
+
+    def _fits(self, parts):
+        """Refuse a part too large to publish (S3 copies :data:`gpumr.io.remote.S3_COPY_LIMIT` bytes at most)."""
+        big = [rel for rel, (_, size, _) in parts.items() if self.mode == "copy" and size > remote.S3_COPY_LIMIT]
+        if big:
+            raise GpumrError(f"{self.shown}: {big[0] or self.name} is {human(parts[big[0]][1])}, over 5 GiB, the most "
+                             "S3 publishes in one copy; cut the output into smaller parts (pack --shard-size, "
+                             "spark --reducers)")
+
+    def begin(self):
+        """Choose the hidden stage beside the destination (a folder made where folders exist); return it."""
+        self.stage = _beside(self.uri, temp_name(self.name))
+        if self.folder and self.mode == "rename":
+            remote.make_folder(self.stage)
+        elif _parent(self.uri) is not None:
+            remote.make_folder(_parent(self.uri))
+        return self.stage
+
+    def put(self, local):
+        """Publish the local file, or folder of files, ``local`` as this output: uploaded into the stage, then
+        :meth:`commit`\\ ted. Returns :attr:`kept`."""
+        if os.path.isfile(local):
+            files = {"": local}
+        else:
+            files = {rel: os.path.join(local, rel) for rel, st in _walk(local) if stat.S_ISREG(st.st_mode)}
+        parts = {rel: (rel, *((os.path.getsize(path), None) if self.proves_itself else digest(path)))
+                 for rel, path in files.items()}
+        self._fits(parts)
+        self.begin()
+        try:
+            remote.upload(local, self.stage)
+        except BaseException:
+            self.abort()
+            raise
+        return self.commit(parts)
+
+    def commit(self, parts):
+        """Publish the staged files ``{name: (staged name, size, sha256)}`` under the rule (``""``: a file output).
+
+        Staged files not named (task attempts that were not chosen) go with
+        the stage. Returns :attr:`kept`; the stage is gone after, whatever happened.
+        """
+        try:
+            if self.mode == "hadoop":
+                if remote.exists(self.uri):
+                    raise GpumrError(f"{self.shown}: appeared while gpumr was writing it; through hadoop fs gpumr "
+                                     "replaces nothing: the new output was dropped")
+                remote.move(self.stage, self.uri)
+                self.stage = None
+                return None
+            self._fits(parts)
+            ppath = proof_path(self.uri)
+            old_proof = Proof.load(ppath)
+            proof = None
+            if not self.proves_itself:
+                proof = Proof(ppath, self.output, [{rel: [size, sha] for rel, (_, size, sha) in parts.items()}])
+                if old_proof is not None and old_proof.output == self.output:
+                    proof.versions += old_proof.versions
+                if remote.exists(self.uri):
+                    proof.save()  # replacing: vouches for the old and the new output while both may be visible
+                proof.versions = proof.versions[:1]
+            rule = _Rule(self.shown, self.output, old_proof, self.proves_itself)
+            (self._swap if self.mode == "rename" else self._copy)(parts, rule)
+            if proof is not None:
+                proof.save()  # adding: written once the output is complete
+            elif old_proof is not None:  # a stale proof beside parts that prove themselves
+                remote.delete(ppath)
+        finally:
+            self.abort()
+            if self.kept:
+                self.log(_kept_warning(self.shown, self.kept))
+        return self.kept
+
+    def _swap(self, parts, rule):
+        """Publish by renames (HDFS, ``file://``): as a local folder (see the module's rule)."""
+        if self.folder:
+            for rel, (staged, _, _) in parts.items():
+                if staged != rel:
+                    remote.move(_under(self.stage, staged), _under(self.stage, rel))
+            for rel, size in remote.tree(self.stage):
+                if size is not None and rel not in parts:
+                    remote.delete(_under(self.stage, rel))
+        aside = None
+        if remote.exists(self.uri):
+            aside = _beside(self.uri, aside_name(self.name))
+            remote.move(self.uri, aside)
+            if not self.folder and not rule.vouched("", aside):
+                remote.move(aside, self.uri)
+                raise _changed_meanwhile(self.uri)
+        try:
+            remote.move(self.stage, self.uri)
+        except BaseException:
+            if aside is not None:
+                remote.move(aside, self.uri)
+            raise
+        self.stage = None
+        if aside is None:
+            return
+        if not self.folder:
+            remote.delete(aside)
+            return
+        local = remote.local_path(aside)
+        if local is not None and os.path.islink(local):  # not the folder that was checked: nothing in it is touched
+            self.kept = aside
+            return
+        entries = [(rel, "file" if size is not None else "folder", size) for rel, size in remote.tree(aside)]
+        self.kept = rule.sweep(aside, entries, _under, remote.delete, _remove_if_empty)
+
+    def _copy(self, parts, rule):
+        """Publish by copies (S3; see the module's rule for the order and the interrupt windows)."""
+        what, _ = remote.stat(self.uri)
+        if what == ("file" if self.folder else "folder") or (
+                not self.folder and what == "file" and not rule.vouched("", self.uri)):
+            raise _changed_meanwhile(self.uri)
+        if not self.folder:
+            remote.copy(_under(self.stage, parts[""][0]), self.uri)  # replaces the old object at once
+            return
+        ours, theirs = [], []
+        for rel, size in remote.tree(self.uri) if what == "folder" else ():
+            if size is not None:
+                (ours if rule.vouched(rel, _under(self.uri, rel)) else theirs).append(rel)
+        if theirs:
+            self.kept = _beside(self.uri, aside_name(self.name))
+            for rel in theirs:  # copied, then deleted: never lost
+                remote.copy(_under(self.uri, rel), _under(self.kept, rel))
+                remote.delete(_under(self.uri, rel))
+        new = sorted(parts)
+        steps = ([("delete", rel) for rel in ours if _marker(rel)]
+                 + [("copy", rel) for rel in new if not _marker(rel)]
+                 + [("delete", rel) for rel in ours if rel not in parts and not _marker(rel)]
+                 + [("copy", rel) for rel in new if _marker(rel)])
+        done = 0
+        try:
+            for op, rel in steps:
+                if op == "copy":
+                    remote.copy(_under(self.stage, parts[rel][0]), _under(self.uri, rel))
+                else:
+                    remote.delete(_under(self.uri, rel))
+                done += 1
+        except BaseException as exc:
+            if not done:
+                raise  # the old output is as it was
+            for rel in sorted(set(parts) | set(ours)):
+                _quietly(remote.delete, _under(self.uri, rel))
+            _quietly(_remove_if_empty, self.uri)  # pyarrow's folder marker, left by the deletes
+            if not self.proves_itself:
+                _quietly(remote.delete, proof_path(self.uri))  # it vouches for nothing there now
+            if isinstance(exc, GpumrError):
+                raise GpumrError(f"{exc}; publishing {self.shown} failed after {done} of {len(steps)} steps: the parts "
+                                 "published and the old output were removed, nothing of either is left") from None
+            raise
+
+    def abort(self):
+        """Remove the hidden stage and what was written in it (a warning if it cannot be)."""
+        if self.stage is not None:
+            stage, self.stage = self.stage, None
+            _quietly(remote.delete, stage)
+
+
+def _remove_if_empty(uri):
+    """Remove folder ``uri`` if nothing is under it (on S3: pyarrow's folder marker); return whether it is gone."""
+    if remote.stat(uri)[0] is None:
+        return True
+    if remote.tree(uri):
+        return False
+    remote.delete(uri)
+    return True
+
+
+def _quietly(action, *args):
+    """Run a clean-up ``action``; a failure is a warning, not an error hiding the one being handled."""
     try:
-        os.rmdir(old)
-    except OSError:
-        return old
-    return None
+        action(*args)
+    except GpumrError as exc:
+        warn(f"clean-up: {exc}")
 
 
-__all__ = ["check_output", "check_local", "FileOutput", "FolderOutput", "Proof", "write_file", "digest",
+__all__ = ["check_output", "check_local", "FileOutput", "FolderOutput", "UriOutput", "Proof", "write_file", "digest",
            "proof_path", "is_proof", "marked_sequencefile", "SEQFILE_MARK", "PACK_PART", "FOLDER_PROOF", "warn"]

@@ -249,34 +249,6 @@ def _read_regular(path):
             raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
 
 
-def check_replaceable_uri(uri, kind, names, sharded):
-    """Refuse to replace what is at ``uri`` unless it is an earlier :func:`pack` output (``pack -o URI --force``).
-
-    Replaceable are: for shards, a folder holding nothing but ``part-NNNNN.seq``
-    files; for one file, a file; either way every file's SequenceFile header
-    (read through :mod:`gpumr.io.remote`) must carry :data:`OWN`. ``kind`` and
-    ``names`` say what is there (see :func:`gpumr.io.remote.put`).
-
-    Raises
-    ------
-    GpumrError
-        Saying why ``uri`` is not replaced.
-    """
-    shown = printable(uri)
-    want = "folder" if sharded else "file"
-    if kind != want:
-        raise GpumrError(f"{shown}: is a {kind}, not an earlier gpumr pack output {want}; --force replaces only those")
-    for name in names:
-        if sharded and not PART.match(name):
-            raise GpumrError(f"{shown}: holds {printable(name)}, which gpumr pack did not make; --force replaces only "
-                             "a folder of part-NNNNN.seq files written by gpumr pack: remove it yourself or choose "
-                             "another destination")
-        path = f"{uri.rstrip('/')}/{name}" if name else uri
-        if not marked_sequencefile(path):
-            raise GpumrError(f"{printable(path)}: was not written by gpumr pack (its header has no {OWN} entry); "
-                             "--force replaces only gpumr pack's own output")
-
-
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):
     """Write every record of ``files`` as ``directory/<key>``, each file atomically.
 

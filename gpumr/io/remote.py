@@ -19,20 +19,27 @@ mrjob jobs' map tasks. The talking is done by pyarrow's filesystems:
 * ``file://`` (``file:///path``): :class:`pyarrow.fs.LocalFileSystem`.
 
 What the layer does: list a file or a folder's visible files with their
-sizes (:func:`list_files`, :func:`stat`), open a file for byte-range reads
-(:func:`open_input`: a buffered random-access file, each refill one ranged
-read), read a SequenceFile header (:func:`read_header`), copy a file here
-(:func:`fetch`), write a file or a folder complete under a hidden name and
-only then make it visible, replacing what was there only with the caller's
-proof that gpumr made it (:func:`check_put`, :func:`put`).
+sizes (:func:`list_files`, :func:`stat`, :func:`tree`), open a file for
+byte-range reads (:func:`open_input`: a buffered random-access file, each
+refill one ranged read), read a SequenceFile header (:func:`read_header`),
+copy a file here (:func:`fetch`), and the filesystem operations that
+:mod:`gpumr.io.outputs` writes an output with, under gpumr's ownership rule
+(the layer itself decides nothing about what may be replaced): write a file
+(:func:`open_output`, :func:`write_bytes`), upload a local file or folder
+(:func:`upload`), make a folder, copy, rename and delete
+(:func:`make_folder`, :func:`copy`, :func:`move`, :func:`delete`).
+:func:`publish_mode` says how an output is made visible there: by a copy
+per object on S3, which has no rename, by a rename elsewhere.
 
 Where pyarrow cannot serve a URI here (:func:`unavailable` says why: no
 pyarrow, as in ``gpumr bundle``'s archive; no ``libhdfs`` on this node; a
 scheme pyarrow lacks, e.g. ``gs://`` or ``abfs://`` through Hadoop's
 connectors), the ``hadoop fs`` command is the fallback: one JVM per call,
 whole files copied to a local temporary file (:func:`open_input`,
-:func:`list_files`), uploads by ``-put`` under a hidden name and ``-mv``
-(:func:`put`). The Spark engine has no fallback: its tasks read byte ranges.
+:func:`list_files`), ``-put``, ``-mkdir -p``, ``-mv``, ``-rm -r`` and
+``-test -e`` (:func:`upload`, :func:`make_folder`, :func:`move`,
+:func:`delete`, :func:`exists`). The Spark engine has no fallback: its tasks read byte ranges
+and write their parts through pyarrow.
 """
 
 import contextlib
@@ -44,7 +51,7 @@ import shutil
 import subprocess
 import tempfile
 
-from seqfile.atomic import AtomicFile, aside_name, temp_name
+from seqfile.atomic import AtomicFile, temp_name
 
 from ..errors import GpumrError, printable
 
@@ -168,14 +175,6 @@ def unavailable(uri):
     return None
 
 
-def _uri(uri, fs, inner):
-    """The URI of ``inner`` (a path in ``fs``) in the scheme and authority of ``uri``."""
-    scheme, _, rest = uri.partition("://")
-    if fs.type_name == "s3":
-        return f"{scheme}://{inner}"
-    return f"{scheme}://{rest.partition('/')[0]}{inner}"
-
-
 def stat(uri):
     """``("file", size)``, ``("folder", None)`` or ``(None, None)`` (nothing there) for ``uri``."""
     fs, inner = filesystem(uri)
@@ -253,155 +252,149 @@ def fetch(uri, path):
         shutil.copyfileobj(src, dst, READ_BUFFER)
 
 
-def _tree(fs, inner):
-    """Every file under folder ``inner`` (hidden ones too), as paths relative to it."""
+def publish_mode(uri):
+    """How an output is made visible at ``uri``: ``"copy"`` (S3, which has no rename), ``"rename"`` (HDFS,
+    ``file://``) or ``"hadoop"`` (pyarrow cannot serve ``uri``: ``hadoop fs -mv``)."""
+    try:
+        fs, _ = filesystem(uri)
+    except Unavailable:
+        return "hadoop"
+    return "copy" if fs.type_name == "s3" else "rename"
+
+
+def exists(uri):
+    """Whether anything is at ``uri`` (through ``hadoop fs -test -e`` where pyarrow cannot serve it)."""
+    try:
+        return stat(uri)[0] is not None
+    except Unavailable:
+        return _hadoop(["-test", "-e", uri], uri, ok=(0, 1)) == 0
+
+
+def tree(uri):
+    """Every entry under folder ``uri``, hidden ones too: ``[(relative path, size)]`` sorted, size None for a folder."""
+    fs, inner = filesystem(uri)
     from pyarrow.fs import FileSelector, FileType
-    found = fs.get_file_info(FileSelector(inner, recursive=True))
-    return sorted(i.path[len(inner) + 1:] for i in found if i.type == FileType.File)
+    with _errors(uri):
+        found = fs.get_file_info(FileSelector(inner, recursive=True))
+    return sorted((i.path[len(inner) + 1:], i.size if i.type == FileType.File else None) for i in found
+                  if i.type in (FileType.File, FileType.Directory))
 
 
-def check_put(uri, replace=None):
-    """Check that :func:`put` may write at ``uri``; ``(kind, names)`` of what is there (see :func:`put`).
+@contextlib.contextmanager
+def open_output(uri):
+    """Write the file at ``uri`` (its folder must exist; S3 has none): a context manager yielding a binary stream.
 
-    Raises
-    ------
-    GpumrError
-        If something is at ``uri`` and ``replace`` is None, or ``replace`` refuses it.
+    On S3 the object appears whole when the stream closes; elsewhere the file
+    is there from the start, so write it under a hidden name.
     """
-    uri = uri.rstrip("/")
+    fs, inner = filesystem(uri)
+    with _errors(uri):
+        stream = fs.open_output_stream(inner)
+        try:
+            yield stream
+        finally:
+            stream.close()
+
+
+def write_bytes(uri, data):
+    """Write ``data`` as the file at ``uri``, whole, replacing a file there.
+
+    S3: one request (an object appears whole). Elsewhere: written under a
+    hidden name beside it, the old file deleted, then renamed (HDFS renames
+    onto no existing file).
+    """
+    fs, inner = filesystem(uri)
+    if fs.type_name == "s3":
+        with open_output(uri) as f:
+            f.write(data)
+        return
+    parent, name = posixpath.split(inner)
+    tmp = posixpath.join(parent, temp_name(name))
+    with _errors(uri):
+        try:
+            with fs.open_output_stream(tmp) as f:
+                f.write(data)
+            _discard(fs, inner)
+            fs.move(tmp, inner)
+        except BaseException:
+            _discard(fs, tmp)
+            raise
+
+
+def make_folder(uri):
+    """Make folder ``uri`` and its parents (nothing on S3, where folders are only key prefixes)."""
     try:
         fs, inner = filesystem(uri)
     except Unavailable:
-        if _hadoop(["-test", "-e", uri], uri, ok=(0, 1)) == 0:
-            raise GpumrError(f"{printable(uri)}: already exists; through hadoop fs gpumr replaces nothing: "
-                             "remove it first") from None
-        return None, []
+        _hadoop(["-mkdir", "-p", uri], uri)
+        return
+    if fs.type_name != "s3":
+        with _errors(uri):
+            fs.create_dir(inner, recursive=True)
+
+
+def upload(local, uri):
+    """Copy the local file, or folder of files (sub-folders kept), ``local`` to ``uri`` (nothing must be there)."""
+    try:
+        fs, inner = filesystem(uri)
+    except Unavailable:
+        _hadoop(["-put", local, uri], uri)
+        return
+    with _errors(uri):
+        if os.path.isfile(local):
+            files = [("", local)]
+        else:
+            files = [(posixpath.join(*os.path.relpath(os.path.join(d, f), local).split(os.sep)), os.path.join(d, f))
+                     for d, _, names in os.walk(local) for f in names]
+            if fs.type_name != "s3":
+                fs.create_dir(inner, recursive=True)
+        for rel, path in sorted(files):
+            target = posixpath.join(inner, rel) if rel else inner
+            if rel and fs.type_name != "s3":
+                fs.create_dir(posixpath.dirname(target), recursive=True)
+            with open(path, "rb") as src, fs.open_output_stream(target) as dst:
+                shutil.copyfileobj(src, dst, READ_BUFFER)
+
+
+def copy(src, dst):
+    """Copy the file at ``src`` to ``dst`` within one filesystem, replacing a file there (S3: one
+    server-side copy, at most :data:`S3_COPY_LIMIT` bytes; the new object appears whole)."""
+    fs, inner = filesystem(src)
+    with _errors(src):
+        fs.copy_file(inner, filesystem(dst)[1])
+
+
+def move(src, dst):
+    """Rename ``src`` (a file or folder) to ``dst``, where nothing must be (``hadoop fs -mv`` where pyarrow cannot)."""
+    try:
+        fs, inner = filesystem(src)
+    except Unavailable:
+        _hadoop(["-mv", src, dst], src)
+        return
+    with _errors(src):
+        fs.move(inner, filesystem(dst)[1])
+
+
+def delete(uri):
+    """Delete the file or folder (with all it holds) at ``uri``, if anything is there."""
+    try:
+        fs, inner = filesystem(uri)
+    except Unavailable:
+        _hadoop(["-rm", "-r", "-f", uri], uri)
+        return
     kind, _ = stat(uri)
     with _errors(uri):
-        names = [""] if kind == "file" else _tree(fs, inner) if kind == "folder" else []
-    if kind is not None:
-        if replace is None:
-            raise GpumrError(f"{printable(uri)}: already exists (use --force to replace an earlier gpumr output)")
-        replace(uri, kind, names)
-    return kind, names
-
-
-def put(local, uri, replace=None):
-    """Put the local file or folder ``local`` at ``uri``: written under a hidden name, then made visible.
-
-    The upload goes to ``.NAME.<random>.tmp`` beside the destination (a name
-    Hadoop's input formats pass over) and is then published: renamed on
-    HDFS and local file systems, copied object by object on S3 (which has
-    no rename; each object appears whole). A failure or Ctrl-C before the
-    end removes the temporary upload and anything already published, so
-    nothing is left visible (a kill -9 can leave the hidden temporary).
-
-    Parameters
-    ----------
-    local : str
-        A local file, or a folder of files (sub-folders kept).
-    uri : str
-    replace : callable, optional
-        Without it an existing ``uri`` is refused. With it, ``replace(uri,
-        kind, names)`` is called with what is there (``kind`` "file" or
-        "folder", ``names`` every file under a folder, relative) and must
-        raise :class:`GpumrError` unless gpumr may replace it; the old
-        files are removed once the new ones are visible.
-
-    Returns
-    -------
-    str or None
-        Where an old folder was set aside and kept because files other than
-        ``names`` appeared in it meanwhile (HDFS, local), else None.
-    """
-    uri = uri.rstrip("/")
-    files = [""] if os.path.isfile(local) else sorted(
-        os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/") for d, _, fs_ in os.walk(local) for f in fs_)
-    try:
-        fs, inner = filesystem(uri)
-    except Unavailable:
-        return _hadoop_put(local, uri, replace)
-    s3 = fs.type_name == "s3"
-    kind, old = check_put(uri, replace)
-    with _errors(uri):
-        if s3:
-            big = [f for f in files if os.path.getsize(_at(local, f, os.path.join)) > S3_COPY_LIMIT]
-            if big:
-                raise GpumrError(f"{printable(uri)}: {big[0] or os.path.basename(local)} is over 5 GiB, the most S3 "
-                                 "publishes in one copy; cut the output into smaller shards (--shard-size)")
-        parent, name = posixpath.split(inner)
-        tmp = posixpath.join(parent, temp_name(name))
-        if not s3:
-            fs.create_dir(parent, recursive=True)
-        published, kept, done = [], None, False
-        try:
-            for rel in files:
-                target = _at(tmp, rel)
-                if rel and not s3:
-                    fs.create_dir(posixpath.dirname(target), recursive=True)
-                with open(_at(local, rel, os.path.join), "rb") as src, fs.open_output_stream(target) as dst:
-                    shutil.copyfileobj(src, dst, READ_BUFFER)
-            if s3:
-                for rel in files:  # a copy replaces an object atomically
-                    fs.move(_at(tmp, rel), _at(inner, rel))
-                    published.append(rel)
-                for rel in sorted(set(old) - set(files)):
-                    fs.delete_file(_at(inner, rel))
-            else:
-                kept = _swap(fs, tmp, inner, kind, old)
-            done = True
-        finally:
-            # The temporary upload (or, on S3, the empty "folder" marker pyarrow leaves for it) goes.
-            _discard(fs, tmp, kind="folder" if files != [""] else "file")
-            if not done and kind is None:  # a fresh destination: what was published so far goes too
-                for rel in published:
-                    _discard(fs, _at(inner, rel), "file")
-            elif not done and published:
-                raise GpumrError(f"{printable(uri)}: the upload failed after replacing {len(published)} of "
-                                 f"{len(files)} files; the output there is incomplete: run again") from None
-    return _uri(uri, fs, kept) if kept else None
-
-
-def _at(base, rel, join=posixpath.join):
-    """``rel`` under ``base``; ``base`` itself for ``""`` (the one file of a single-file output)."""
-    return join(base, rel) if rel else base
-
-
-def _swap(fs, tmp, inner, old_kind, old_names):
-    """Rename ``tmp`` to ``inner``; an existing ``inner`` is set aside first, and its ``old_names`` removed after.
-
-    Returns the set-aside folder's path if something else appeared in it meanwhile (it is then kept), else None.
-    """
-    if old_kind is None:
-        fs.move(tmp, inner)
-        return None
-    parent, name = posixpath.split(inner)
-    aside = posixpath.join(parent, aside_name(name))
-    fs.move(inner, aside)
-    try:
-        fs.move(tmp, inner)
-    except BaseException:
-        fs.move(aside, inner)
-        raise
-    if old_kind == "file":
-        fs.delete_file(aside)
-        return None
-    for rel in old_names:
-        _discard(fs, posixpath.join(aside, rel), "file")
-    if _tree(fs, aside):
-        return aside
-    fs.delete_dir(aside)
-    return None
-
-
-def _discard(fs, inner, kind):
-    """Remove ``inner`` if it is there, quietly (clean-up after a failure)."""
-    try:
         if kind == "file":
             fs.delete_file(inner)
-        else:
+        elif kind == "folder":
             fs.delete_dir(inner)
-    except OSError:
+
+
+def _discard(fs, inner):
+    """Delete the file ``inner`` if it is there."""
+    try:
+        fs.delete_file(inner)
+    except FileNotFoundError:
         pass
 
 
@@ -436,21 +429,3 @@ def _hadoop_list(uri):
         return found
     direct = [u for u in found if u.startswith(base + "/") and "/" not in u[len(base) + 1:]]
     return sorted(u for u in direct if not _hidden(posixpath.basename(u)))
-
-
-def _hadoop_put(local, uri, replace):
-    """:func:`put` through ``hadoop fs``: ``-put`` under a hidden name beside ``uri``, then ``-mv``."""
-    check_put(uri, replace)
-    parent, name = posixpath.split(uri)
-    tmp = posixpath.join(parent, temp_name(name))
-    _hadoop(["-mkdir", "-p", parent], uri)
-    try:
-        _hadoop(["-put", local, tmp], uri)
-        _hadoop(["-mv", tmp, uri], uri)
-    except BaseException:
-        try:
-            _hadoop_fs().invoke_hadoop(["fs", "-rm", "-r", "-f", tmp], ok_returncodes=[0, 1])
-        except (subprocess.CalledProcessError, OSError):
-            pass
-        raise
-    return None
