@@ -103,6 +103,20 @@ def test_a_folder_is_refused_unless_its_proof_vouches_for_all_it_holds(tmp_path,
     assert run(capsys, "sample", "d", "-n", "2")[0] == 0  # an empty folder holds nothing to lose
 
 
+def test_a_commit_that_fails_leaves_no_hidden_work(tmp_path):
+    """``gpumr spark -o DIR`` commits its FolderOutput itself (no ``with``): a failing commit must clean up too."""
+    from gpumr.errors import GpumrError
+    from gpumr.io.outputs import FolderOutput
+    out = FolderOutput(str(tmp_path / "out"), "gpumr spark")
+    with open(os.path.join(out.begin(), "part-00000.attempt-7"), "wb") as f:
+        f.write(b"x\n")
+    assert hidden_work(tmp_path, "out")
+    (tmp_path / ".out.gpumr").write_text("my notes")  # a user's file takes the proof's name meanwhile
+    with pytest.raises(GpumrError, match="not a gpumr proof file"):
+        out.commit({"part-00000": ("part-00000.attempt-7", 2, None)})
+    assert listing(tmp_path) == {".out.gpumr": b"my notes"}  # no hidden stage left, nothing published
+
+
 def test_render_never_draws_over_a_users_frames(tmp_path, capsys):
     """``faces render -d DIR`` used to overwrite files of DIR named like the keys (a user's original frames)."""
     frames = tmp_path / "frames"

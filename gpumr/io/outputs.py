@@ -613,6 +613,9 @@ class FolderOutput:
     def commit(self, parts=None):
         """Swap the finished stage in; remove of the old folder only what its proof vouches for.
 
+        The hidden folder is gone after, whatever happened (an error or
+        Ctrl-C before the swap removes it with what was written in it).
+
         Parameters
         ----------
         parts : dict, optional
@@ -621,22 +624,25 @@ class FolderOutput:
             attempt each); the rest of the stage goes. The proof is made from
             the files themselves.
         """
-        if parts is not None:
-            _pick(self.stage, parts)
-        ppath = proof_path(self.path)
-        old_proof = Proof.load(ppath)
-        proof = None
-        if not self.pack_parts:
-            listing = {rel: digest(os.path.join(self.stage, rel)) for rel, st in _walk(self.stage)
-                       if stat.S_ISREG(st.st_mode)}
-            proof = Proof(ppath, self.output, [listing])
-            if old_proof is not None and old_proof.output == self.output:
-                proof.versions += old_proof.versions
-            proof.save()  # vouches for the old and the new folder until the new one holds the name
-            proof.versions = proof.versions[:1]
-        old = swap_into_place(self.stage, self.path)
-        os.rmdir(self._holder)
-        self._holder = None
+        try:
+            if parts is not None:
+                _pick(self.stage, parts)
+            ppath = proof_path(self.path)
+            old_proof = Proof.load(ppath)
+            proof = None
+            if not self.pack_parts:
+                listing = {rel: digest(os.path.join(self.stage, rel)) for rel, st in _walk(self.stage)
+                           if stat.S_ISREG(st.st_mode)}
+                proof = Proof(ppath, self.output, [listing])
+                if old_proof is not None and old_proof.output == self.output:
+                    proof.versions += old_proof.versions
+                proof.save()  # vouches for the old and the new folder until the new one holds the name
+                proof.versions = proof.versions[:1]
+            old = swap_into_place(self.stage, self.path)
+            os.rmdir(self._holder)
+            self._holder = None
+        finally:
+            self.abort()
         if old is not None:
             self.kept = _remove_old(old, _Rule(printable(self.path), self.output, old_proof, self.pack_parts))
         if proof is not None:
@@ -658,10 +664,7 @@ class FolderOutput:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            try:
-                self.commit()
-            finally:
-                self.abort()
+            self.commit()
         else:
             self.abort()
 
