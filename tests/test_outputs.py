@@ -86,12 +86,15 @@ def test_a_folder_is_refused_unless_its_proof_vouches_for_all_it_holds(tmp_path,
     (tmp_path / "c" / "empty-folder").mkdir()
     (tmp_path / "d").mkdir()
     os.symlink(tmp_path / "a", tmp_path / "link")
+    (tmp_path / "empty").mkdir()
+    os.symlink(tmp_path / "empty", tmp_path / "to-empty")
     assert run(capsys, "sample", "e", "-n", "2")[0] == 0
     before = listing(tmp_path)
     for out, words in (("a", "holds extra.jpg, which gpumr sample did not make"),
                        ("b", "holds frame_00000.jpg, which changed since gpumr sample wrote it"),
                        ("c", "holds empty-folder, which gpumr sample did not make"),
                        ("link", "is a symbolic link"),
+                       ("to-empty/", "is a symbolic link"),  # as shell completion writes it: still the link
                        (".", "is the current folder"),
                        (str(tmp_path.parent), "is the current folder or holds it")):
         code, _, err = run(capsys, "sample", out, "-n", "2")

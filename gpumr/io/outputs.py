@@ -417,6 +417,12 @@ def _entries(top):
              st.st_size) for rel, st in _walk(top)]
 
 
+def _bare(path):
+    """``path`` without trailing separators: the entry itself (``out/`` names what a link ``out`` points to)."""
+    path = os.fspath(path)
+    return path.rstrip(os.sep) or path
+
+
 def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False):
     """Refuse ``path`` as the destination of a new output unless it is free or an earlier gpumr output.
 
@@ -448,6 +454,7 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     """
     check_local(path, option)
     shown = printable(path)
+    path = _bare(path)
     proof = Proof.load(proof_path(path))
     try:
         st = os.lstat(path)
@@ -500,7 +507,7 @@ class FileOutput:
     """
 
     def __init__(self, path, made_by="gpumr", *, inputs=(), replace=True, option="-o", proves_itself=False):
-        self.path = os.fspath(path)
+        self.path = _bare(path)
         self.made_by = made_by
         self.proves_itself = proves_itself
         self.replace = replace
@@ -594,7 +601,7 @@ class FolderOutput:
     """
 
     def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, log=warn):
-        self.path = os.fspath(path)
+        self.path = _bare(path)
         self.output = output
         self.pack_parts = pack_parts
         self.log = log
