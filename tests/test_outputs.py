@@ -181,6 +181,20 @@ def test_a_file_is_replaced_only_while_it_holds_what_gpumr_wrote(tmp_path, capsy
     assert sorted(os.listdir(tmp_path)) == [".g.json.gpumr", ".h.json.gpumr", "g.json", "h.json", "mine.json"]
 
 
+def test_reading_a_proof_sets_aside_its_size_not_the_cap(tmp_path):
+    """A proof was read with ``read(MAX_PROOF + 1)``, which allocates the 256 MiB cap on every check."""
+    import tracemalloc
+    from gpumr.io.outputs import Proof
+    write_file(str(tmp_path / "g.json"), b"{}", "gpumr ct geometry")
+    tracemalloc.start()
+    try:
+        proof = Proof.load(proof_path(tmp_path / "g.json"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert proof.output == "gpumr ct geometry" and peak < 1 << 20, peak
+
+
 def test_build_kernels_and_bundle_refuse_a_users_file_before_any_work(tmp_path, capsys, monkeypatch):
     from gpumr.engines.bundle import ARCHIVE
     monkeypatch.chdir(tmp_path)

@@ -250,7 +250,7 @@ def _read_proof(path, dir_fd=None):
         if size > MAX_PROOF:
             raise _not_a_proof(path, f"{size} bytes, more than a proof's {MAX_PROOF}")
         with remote.open_input(path) as f:
-            return f.read(MAX_PROOF + 1)
+            return f.read(size)  # (a read of n bytes sets n aside first: never the cap)
     try:
         fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -267,7 +267,7 @@ def _read_proof(path, dir_fd=None):
             raise _not_a_proof(path, kind(st.st_mode))
         if st.st_size > MAX_PROOF:
             raise _not_a_proof(path, f"{st.st_size} bytes, more than a proof's {MAX_PROOF}")
-        return f.read(MAX_PROOF + 1)
+        return f.read(st.st_size)  # (a read of n bytes sets n aside first: never the cap)
 
 
 def is_proof(path, dir_fd=None):
