@@ -233,6 +233,19 @@ def test_spark_refuses_an_output_uri_it_cannot_write_before_any_task(s3, tmp_pat
             run("faces", [str(tmp_path / "in.seq"), "-o", out])
 
 
+def test_spark_checks_its_output_against_the_inputs_as_given_before_fetching_them(s3, tmp_path):
+    """The driver fetches file options at URIs (here the projections and their geometry); the output was
+    checked only after that download, and against the local copies, never against the URIs given."""
+    prefix = f"ct-{secrets.token_hex(4)}"
+    assert main(["ct", "phantom", "--voxels", "8", "--angles", "4", "-o", str(tmp_path / "p.seq")]) == 0
+    for name in ("p.seq", "p.geometry.json"):
+        s3.put(f"{prefix}/{name}", (tmp_path / name).read_bytes())
+    with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/{prefix}: is or holds the input s3://{BUCKET}/{prefix}/"):
+        run("backproject", ["--projections", f"s3://{BUCKET}/{prefix}/p.seq", "--slab", "4",
+                            "-o", f"s3://{BUCKET}/{prefix}"])
+    assert s3.keys(prefix) == [f"{prefix}/p.geometry.json", f"{prefix}/p.seq"]
+
+
 @pytest.fixture(scope="module")
 def packed(sample_frames, tmp_path_factory):
     seq = str(tmp_path_factory.mktemp("packed") / "frames")

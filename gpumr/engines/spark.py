@@ -386,8 +386,10 @@ def _job(kind, args):
 def parse(kind, argv, folder=None):
     """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong.
 
-    File options that name URIs are fetched into ``folder`` (required then)
-    and the job is built on the local copies.
+    The output is checked first (``opts.out``, :func:`prepare_output`),
+    against the inputs as given; then file options that name URIs are
+    fetched into ``folder`` (required then) and the job is built on the
+    local copies.
     """
     from ..sizes import parse_size
     p = parser(kind)
@@ -409,6 +411,7 @@ def parse(kind, argv, folder=None):
     elif opts.slab is None or opts.slab < 1:
         raise GpumrError("--slab N is required: slices per task, at least 1")
     job = _job(kind, rest)
+    opts.out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
     if folder is not None:
         fetched = _fetch_file_options(job, rest, folder)
         if fetched != rest:
@@ -491,7 +494,7 @@ def run(kind, argv, sc=None, debug=False):
 
 def _run(kind, argv, sc, debug, folder):
     opts, job = parse(kind, argv, folder)
-    out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
+    out = opts.out
     if job.INPUT_KIND == "seqfile":
         items = input_splits(job.options.args, opts.split_size)
     else:
