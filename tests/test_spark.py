@@ -97,6 +97,17 @@ def test_output_folder_safety(tmp_path):
         run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
 
 
+def test_two_file_options_of_one_name_are_refused_before_a_context_starts(tmp_path):
+    """The refusal came after the Spark context started (here: a master that cannot start one)."""
+    assert main(["ct", "phantom", "--voxels", "8", "--angles", "4", "-o", str(tmp_path / "p.seq")]) == 0
+    for folder, src in (("p", "p.seq"), ("g", "p.geometry.json")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(tmp_path / src, tmp_path / folder / "data")
+    with pytest.raises(GpumrError, match="^--projections .*/p/data: another shipped file has the name data$"):
+        run("backproject", ["--projections", str(tmp_path / "p" / "data"), "--geometry", str(tmp_path / "g" / "data"),
+                            "--slab", "4", "-o", str(tmp_path / "out"), "--master", "no-such-master"])
+
+
 def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts(sc, corrupt_stretch, tmp_path):
     import seqfile
     path, frames, offsets = corrupt_stretch

@@ -501,6 +501,13 @@ def _run(kind, argv, sc, debug, folder):
         from ..ct import geometry
         from ..ct.workload import plan
         items = plan(geometry.load(job.options.geometry).nVoxel[0], opts.slab)
+    shipped, names = [], set()  # each file option's (option, path, name): SparkFiles keeps one file per name
+    for option, path in _file_options(job):
+        name = os.path.basename(path)
+        if name in names:
+            raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
+        names.add(name)
+        shipped.append((option, path, name))
     from py4j.protocol import Py4JJavaError
     own = sc is None
     if own:
@@ -509,16 +516,10 @@ def _run(kind, argv, sc, debug, folder):
     group = f"gpumr-{kind}-{secrets.token_hex(8)}"
     try:
         try:
-            shipped, names = [], set()
-            for option, path in _file_options(job):
-                name = os.path.basename(path)
-                if name in names:
-                    raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
-                names.add(name)
+            for _, path, _ in shipped:
                 sc.addFile(os.path.abspath(path))
-                shipped.append((option, name))
             counters = sc.accumulator({}, _CountsParam())
-            args, ship = list(opts.job_args), tuple(shipped)
+            args, ship = list(opts.job_args), tuple((option, name) for option, _, name in shipped)
             processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
                 lambda it: run_partition(kind, args, ship, counters, it))
             reducers = job.options.reducers
