@@ -440,6 +440,11 @@ def spark_context(master=None, app_name="gpumr", debug=False):
 
     Spark's own log is off unless ``debug`` (or ``spark.log.level`` is set):
     gpumr reports a failure itself, in one line (:func:`failure`).
+
+    Raises
+    ------
+    GpumrError
+        Spark did not start (a master URL it refuses, no Java): one line.
     """
     from pyspark import SparkConf, SparkContext
     conf = SparkConf().setAppName(app_name)
@@ -452,7 +457,14 @@ def spark_context(master=None, app_name="gpumr", debug=False):
     if not conf.contains("spark.pyspark.python"):
         # (PySpark takes the workers' interpreter from this variable when it starts the JVM itself.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkContext.getOrCreate(conf)
+    from py4j.protocol import Py4JJavaError
+    try:
+        return SparkContext.getOrCreate(conf)
+    except Py4JJavaError as exc:  # the JVM refused the configuration, e.g. a master URL it cannot parse
+        raise GpumrError(failure(exc, "Spark did not start")) from exc
+    except RuntimeError as exc:  # PySpark's JVM exited before it answered (its own lines above say why)
+        raise GpumrError(f"Spark did not start{f' (--master {master})' if master else ''}: its Java process "
+                         "exited (the lines above say why; Spark needs Java 17 on PATH or JAVA_HOME)") from exc
 
 
 def run(kind, argv, sc=None, debug=False):
@@ -559,8 +571,8 @@ _USER_ERRORS = ("gpumr.errors.GpumrError", "seqfile.errors.SequenceFileError", "
                 "seqfile.codecs.CodecError")
 
 
-def failure(exc):
-    """One line saying why a Spark job failed, from its error ``exc`` (a ``Py4JJavaError``).
+def failure(exc, what="the Spark job failed"):
+    """One line saying why a Spark job failed (or ``what`` else did), from its error ``exc`` (a ``Py4JJavaError``).
 
     The failing task's Python error where there is one (a gpumr error's
     message as it is; another error as ``Type: message``), else the first
@@ -575,7 +587,7 @@ def failure(exc):
         return f"a Spark task failed: {kind.rsplit('.', 1)[-1]}:{message} (gpumr --debug shows the trace)"
     java = getattr(exc, "java_exception", None)
     first = (str(java) if java is not None else text).strip().splitlines()
-    return f"the Spark job failed: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
+    return f"{what}: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
 
 
 def main(argv=None):
