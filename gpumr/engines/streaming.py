@@ -238,7 +238,7 @@ class GpumrJob(MRJob):
         self.check_options()
         self.check_this_node()
         runner = super().make_runner()
-        if self.options.runner in LOCAL_RUNNERS and self.options.reducers > 0:
+        if (self.options.runner or "inline") in LOCAL_RUNNERS and self.options.reducers > 0:
             _limit_sim_reducers(runner, self.options.reducers)
         if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits:
             _read_uris_in_tasks(runner)
