@@ -275,8 +275,8 @@ def input_splits(paths, split_size):
         through it; there is no ``hadoop fs`` fallback), and see :func:`splits`.
     """
     from ..io.inputs import expand_sized
-    from ..io.remote import unavailable
-    files = [(p if "://" in p else os.path.abspath(p), size) for p, size in expand_sized(paths)]
+    from ..io.remote import is_remote, unavailable
+    files = [(p if is_remote(p) else os.path.abspath(p), size) for p, size in expand_sized(paths)]
     for path, size in files:
         if size is None:
             raise GpumrError(f"{path}: the Spark engine's tasks read byte ranges through pyarrow, and "
