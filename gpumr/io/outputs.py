@@ -807,13 +807,21 @@ class UriOutput:
         for rel, size in remote.tree(self.uri):
             rule.check_entry(rel, "file" if size is not None else "folder", size, _under(self.uri, rel))
 
+    def check_size(self, size, name=""):
+        """Refuse a file of ``size`` bytes (``name`` in the output; ``""``: the output itself) too large to publish.
+
+        S3 copies :data:`gpumr.io.remote.S3_COPY_LIMIT` bytes at most. A
+        writer that knows its sizes before writing (``gpumr pack``) asks
+        here first, so that the refusal comes before the work.
+        """
+        if self.mode == "copy" and size > remote.S3_COPY_LIMIT:
+            raise GpumrError(f"{self.shown}: {name or self.name} is {human(size)}, over 5 GiB, the most S3 publishes "
+                             "in one copy; cut the output into smaller parts (pack --shard-size, spark --reducers)")
+
     def _fits(self, parts):
-        """Refuse a part too large to publish (S3 copies :data:`gpumr.io.remote.S3_COPY_LIMIT` bytes at most)."""
-        big = [rel for rel, (_, size, _) in parts.items() if self.mode == "copy" and size > remote.S3_COPY_LIMIT]
-        if big:
-            raise GpumrError(f"{self.shown}: {big[0] or self.name} is {human(parts[big[0]][1])}, over 5 GiB, the most "
-                             "S3 publishes in one copy; cut the output into smaller parts (pack --shard-size, "
-                             "spark --reducers)")
+        """Refuse a part too large to publish (:meth:`check_size`)."""
+        for rel, (_, size, _) in parts.items():
+            self.check_size(size, rel)
 
     def begin(self):
         """Choose the hidden stage beside the destination (a folder made where folders exist); return it."""
