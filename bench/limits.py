@@ -13,13 +13,16 @@ checks: what a record cost before the limits (or would cost without them).
   followed by ``--scans`` extra scans of a few bytes each; baseline the same
   image without them. gpumr counts the scans from the bytes and refuses it
   unread.
+* Contact sheet: ``gpumr faces render`` of 13 frames (``--sheet``, default
+  4000x3000) at ``--sheet-frames 12``; baseline ``--sheet-frames 1``. The
+  sheet's frames are kept as 320x240 tiles, so the peak is one frame's.
 * CT: ``gpumr ct plan`` of a geometry asking for 1e9 angles or 1e9 slices
   (refused) against a valid one; and the launcher's check of every
   projection (NaN/Inf, sizes) against loading and filtering them as a task
   does (``--voxels``, ``--angles``).
 
-Usage: python bench/limits.py [--frame 640x480] [--jpeg 2000x1500] [--scans 5000] [--voxels 64] [--angles 90]
-                              [--unbounded]
+Usage: python bench/limits.py [--frame 640x480] [--jpeg 2000x1500] [--scans 5000] [--sheet 4000x3000]
+                              [--voxels 64] [--angles 90] [--unbounded]
 """
 
 import argparse
@@ -126,6 +129,28 @@ def jpeg(work, size, scans):
           [[n, f"{t * 1e3:.3f}", f"{t / base:.3f}"] for n, t in rows])
 
 
+def sheet(work, size, frames=13):
+    import cv2
+    import numpy as np
+
+    import seqfile
+    w, h = size
+    data = cv2.imencode(".jpg", np.full((h, w, 3), 90, np.uint8))[1].tobytes()
+    keys = [f"f{i:02d}.jpg" for i in range(frames)]
+    with seqfile.Writer(os.path.join(work, "sheet.seq")) as wr:
+        for key in keys:
+            wr.append(key, data)
+    os.mkdir(os.path.join(work, "sheet-out"))
+    with open(os.path.join(work, "sheet-out", "part-00000"), "w") as f:
+        for key in keys:
+            f.write(json.dumps(key) + "\t" + json.dumps({"faces": [[10, 10, 50, 50]], "device": "cpu"}) + "\n")
+    render = ["-m", "gpumr", "faces", "render", "sheet-out", "--images", "sheet.seq", "--sheet-frames"]
+    results = [(f"faces render, --sheet-frames {n}", child([*render, str(n), "-d", f"pics-{n}"], work))
+               for n in (1, 12)]
+    table(f"Contact sheet: {frames} frames of {w}x{h} (baseline: --sheet-frames 1)", HEADER,
+          rows_of(results, results[0][1]))
+
+
 def ct(work, voxels, angles):
     from gpumr.ct import geometry
     g = geometry.simple(voxels, angles)
@@ -158,6 +183,7 @@ def main():
     ap.add_argument("--frame", default="640x480")
     ap.add_argument("--jpeg", default="2000x1500")
     ap.add_argument("--scans", type=int, default=5000)
+    ap.add_argument("--sheet", default="4000x3000")
     ap.add_argument("--voxels", type=int, default=64)
     ap.add_argument("--angles", type=int, default=90)
     ap.add_argument("--unbounded", action="store_true",
@@ -167,6 +193,7 @@ def main():
     try:
         faces(work, tuple(map(int, args.frame.split("x"))), args.unbounded)
         jpeg(work, tuple(map(int, args.jpeg.split("x"))), args.scans)
+        sheet(work, tuple(map(int, args.sheet.split("x"))))
         ct(work, args.voxels, args.angles)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -86,6 +86,17 @@ def test_a_bundled_cascade_is_taken_by_name_and_shipped(packed, sample_frames, t
     assert got == want and want != {n: [] for n in want}
 
 
+def test_the_default_runner_honours_reducers_too(packed, tmp_path):
+    """Without ``-r`` (mrjob's default: the inline runner) ``--reducers 1`` gave one part per piece mrjob cut."""
+    from gpumr.jobs.face_detect import MRFaceDetect
+    out = str(tmp_path / "out")
+    with MRFaceDetect(args=["--no-conf", packed, "--output-dir", out, "--device", "cpu"]).make_runner() as runner:
+        runner.run()
+    assert sorted(os.listdir(out)) == ["part-00000"]
+    keys = [json.loads(ln.split("\t")[0]) for ln in _lines(out)]
+    assert keys == sorted(keys) and len(keys) == 12
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("reducers, most", [(1, 1), (3, 3)])
 def test_reducers_are_honoured_by_the_local_runner(packed, tmp_path, reducers, most):

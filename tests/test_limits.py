@@ -211,6 +211,32 @@ def test_the_contact_sheet_is_bounded(faces):
     assert not (faces / "pics").exists()
 
 
+def test_the_contact_sheet_holds_tiles_not_frames(tmp_path):
+    """``faces render`` kept each sheet frame whole until the end: 100 frames of 50 Mpx would be 15 GB."""
+    import tracemalloc
+
+    import cv2
+    from gpumr.faces.render import TILE, render
+    w, h = 2400, 1800
+    frame = cv2.imencode(".jpg", np.full((h, w, 3), 90, np.uint8))[1].tobytes()
+    keys = [f"f{i:02d}.jpg" for i in range(13)]
+    with seqfile.Writer(str(tmp_path / "in.seq")) as wr:
+        for key in keys:
+            wr.append(key, frame)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "part-00000").write_text("".join(
+        f'{json.dumps(k)}\t{json.dumps({"faces": [[10, 10, 50, 50]], "device": "cpu", "width": w, "height": h})}\n'
+        for k in keys))
+    tracemalloc.start()
+    try:
+        got = render([str(tmp_path / "out")], [str(tmp_path / "in.seq")], str(tmp_path / "pics"), sheet_frames=12)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got["frames"] == 13 and cv2.imread(got["sheet"]).shape == (3 * (TILE[1] + 24), 4 * TILE[0], 3)
+    assert peak < 5 * w * h * 3, peak / (w * h * 3)  # a frame decoded, its boxed copy, the tiles: not 12 frames
+
+
 def test_sample_frames_are_bounded(tmp_path):
     refused(run(["-m", "gpumr", "sample", "-n", "20000", str(tmp_path / "s")], str(tmp_path)),
             "sample frames (-n, --frames) must be a whole number from 1 to 10,000, not 20000")

@@ -86,12 +86,15 @@ def test_a_folder_is_refused_unless_its_proof_vouches_for_all_it_holds(tmp_path,
     (tmp_path / "c" / "empty-folder").mkdir()
     (tmp_path / "d").mkdir()
     os.symlink(tmp_path / "a", tmp_path / "link")
+    (tmp_path / "empty").mkdir()
+    os.symlink(tmp_path / "empty", tmp_path / "to-empty")
     assert run(capsys, "sample", "e", "-n", "2")[0] == 0
     before = listing(tmp_path)
     for out, words in (("a", "holds extra.jpg, which gpumr sample did not make"),
                        ("b", "holds frame_00000.jpg, which changed since gpumr sample wrote it"),
                        ("c", "holds empty-folder, which gpumr sample did not make"),
                        ("link", "is a symbolic link"),
+                       ("to-empty/", "is a symbolic link"),  # as shell completion writes it: still the link
                        (".", "is the current folder"),
                        (str(tmp_path.parent), "is the current folder or holds it")):
         code, _, err = run(capsys, "sample", out, "-n", "2")
@@ -101,6 +104,20 @@ def test_a_folder_is_refused_unless_its_proof_vouches_for_all_it_holds(tmp_path,
     assert code == 1 and "e: an output of gpumr sample, not of gpumr faces render" in err
     assert listing(tmp_path) == before
     assert run(capsys, "sample", "d", "-n", "2")[0] == 0  # an empty folder holds nothing to lose
+
+
+def test_a_commit_that_fails_leaves_no_hidden_work(tmp_path):
+    """``gpumr spark -o DIR`` commits its FolderOutput itself (no ``with``): a failing commit must clean up too."""
+    from gpumr.errors import GpumrError
+    from gpumr.io.outputs import FolderOutput
+    out = FolderOutput(str(tmp_path / "out"), "gpumr spark")
+    with open(os.path.join(out.begin(), "part-00000.attempt-7"), "wb") as f:
+        f.write(b"x\n")
+    assert hidden_work(tmp_path, "out")
+    (tmp_path / ".out.gpumr").write_text("my notes")  # a user's file takes the proof's name meanwhile
+    with pytest.raises(GpumrError, match="not a gpumr proof file"):
+        out.commit({"part-00000": ("part-00000.attempt-7", 2, None)})
+    assert listing(tmp_path) == {".out.gpumr": b"my notes"}  # no hidden stage left, nothing published
 
 
 def test_render_never_draws_over_a_users_frames(tmp_path, capsys):
@@ -162,6 +179,20 @@ def test_a_file_is_replaced_only_while_it_holds_what_gpumr_wrote(tmp_path, capsy
     code, _, err = run(capsys, "ct", "phantom", "--geometry", h, "-o", tmp_path / "p.seq", "--truth", h)
     assert code == 1 and "h.json: is or holds the input" in err
     assert sorted(os.listdir(tmp_path)) == [".g.json.gpumr", ".h.json.gpumr", "g.json", "h.json", "mine.json"]
+
+
+def test_reading_a_proof_sets_aside_its_size_not_the_cap(tmp_path):
+    """A proof was read with ``read(MAX_PROOF + 1)``, which allocates the 256 MiB cap on every check."""
+    import tracemalloc
+    from gpumr.io.outputs import Proof
+    write_file(str(tmp_path / "g.json"), b"{}", "gpumr ct geometry")
+    tracemalloc.start()
+    try:
+        proof = Proof.load(proof_path(tmp_path / "g.json"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert proof.output == "gpumr ct geometry" and peak < 1 << 20, peak
 
 
 def test_build_kernels_and_bundle_refuse_a_users_file_before_any_work(tmp_path, capsys, monkeypatch):

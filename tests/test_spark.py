@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -95,6 +97,32 @@ def test_output_folder_safety(tmp_path):
         run("backproject", ["--slab", "4", "-o", str(tmp_path / "x")])
     with pytest.raises(GpumrError, match="--hadoop-splits"):
         run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
+
+
+def test_two_file_options_of_one_name_are_refused_before_a_context_starts(tmp_path):
+    """The refusal came after the Spark context started (here: a master that cannot start one)."""
+    assert main(["ct", "phantom", "--voxels", "8", "--angles", "4", "-o", str(tmp_path / "p.seq")]) == 0
+    for folder, src in (("p", "p.seq"), ("g", "p.geometry.json")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(tmp_path / src, tmp_path / folder / "data")
+    with pytest.raises(GpumrError, match="^--projections .*/p/data: another shipped file has the name data$"):
+        run("backproject", ["--projections", str(tmp_path / "p" / "data"), "--geometry", str(tmp_path / "g" / "data"),
+                            "--slab", "4", "-o", str(tmp_path / "out"), "--master", "no-such-master"])
+
+
+def test_a_spark_that_cannot_start_is_one_gpumr_line(tmp_path):
+    """A master URL Spark refuses (a typo) ended in a Python traceback after Java's own lines."""
+    import seqfile
+    with seqfile.Writer(str(tmp_path / "in.seq")) as w:
+        w.append("k", b"v")
+    for master, words in (("local-cluster[2]", "Spark did not start: org.apache.spark.SparkException: Could not "
+                                               "parse Master URL: 'local-cluster[2]'"),
+                          ("bogus", "Spark did not start (--master bogus): its Java process exited")):
+        proc = subprocess.run([sys.executable, "-m", "gpumr", "spark", "faces", "in.seq", "-o", "out", "--master",
+                               master], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"gpumr: error: {words}"), proc.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path)) == ["in.seq"]
 
 
 def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts(sc, corrupt_stretch, tmp_path):

@@ -193,6 +193,28 @@ def test_pack_replaces_one_file_at_a_uri_only_while_gpumr_pack_made_it(store, sa
     assert store.keys() == ["one.seq", "two.seq"] and store.get("two.seq") == b"mine, meanwhile"
 
 
+def test_pack_refuses_a_shard_s3_cannot_publish_before_packing_it(s3, tmp_path):
+    """A shard over S3's 5 GiB copy limit was refused only once packed: the whole input read (whole files in
+    memory) and written locally first. Here a sparse 5 GiB file, under a 2 GiB address-space limit."""
+    import resource
+    (tmp_path / "src").mkdir()
+    with open(tmp_path / "src" / "huge.bin", "wb") as f:
+        f.truncate((5 << 30) + 1)
+    (tmp_path / "src" / "small.bin").write_bytes(b"small")
+    prefix = f"huge-{secrets.token_hex(4)}"
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    for out, extra, words in ((f"{prefix}.seq", [], f"{prefix}.seq is 5.4 GB, over 5 GiB"),
+                              (prefix, ["--shards", "2"], "a shard is 5.4 GB, over 5 GiB")):
+        proc = subprocess.run([sys.executable, "-m", "gpumr", "pack", "src", "-o", f"s3://{BUCKET}/{out}", "-q",
+                               *extra], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              preexec_fn=limited)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+        assert proc.stderr.startswith(f"gpumr: error: s3://{BUCKET}/{out}: {words}"), proc.stderr
+    assert not [k for k in s3.keys() if prefix in k]
+
+
 def test_a_publish_that_fails_on_s3_leaves_the_old_output_or_nothing(s3, tmp_path):
     """A real failure mid-publish (a staged object gone: the copy fails): before any change the old output
     stays whole; after the first part was published, the parts published and the old output are removed."""
@@ -231,6 +253,19 @@ def test_spark_refuses_an_output_uri_it_cannot_write_before_any_task(s3, tmp_pat
                        ("s3://no-such-bucket-here/out", r"^s3://no-such-bucket-here/out: no such bucket")):
         with pytest.raises(GpumrError, match=words):
             run("faces", [str(tmp_path / "in.seq"), "-o", out])
+
+
+def test_spark_checks_its_output_against_the_inputs_as_given_before_fetching_them(s3, tmp_path):
+    """The driver fetches file options at URIs (here the projections and their geometry); the output was
+    checked only after that download, and against the local copies, never against the URIs given."""
+    prefix = f"ct-{secrets.token_hex(4)}"
+    assert main(["ct", "phantom", "--voxels", "8", "--angles", "4", "-o", str(tmp_path / "p.seq")]) == 0
+    for name in ("p.seq", "p.geometry.json"):
+        s3.put(f"{prefix}/{name}", (tmp_path / name).read_bytes())
+    with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/{prefix}: is or holds the input s3://{BUCKET}/{prefix}/"):
+        run("backproject", ["--projections", f"s3://{BUCKET}/{prefix}/p.seq", "--slab", "4",
+                            "-o", f"s3://{BUCKET}/{prefix}"])
+    assert s3.keys(prefix) == [f"{prefix}/p.geometry.json", f"{prefix}/p.seq"]
 
 
 @pytest.fixture(scope="module")

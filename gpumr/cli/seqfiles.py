@@ -26,11 +26,11 @@ def cmd_pack(args):
     elif compression == "NONE" and args.codec:
         raise GpumrError(f"--codec {args.codec} needs --compression RECORD or BLOCK (NONE stores values as they are)")
 
-    def run(out):
+    def run(out, plan=None):
         return pack(args.sources, out, shards=args.shards, shard_size=args.shard_size, include=args.include,
                     exclude=args.exclude, compression=compression, codec=args.codec, force=args.force,
-                    progress=not args.quiet)
-    stats = _pack_to_uri(args, run) if is_remote(args.output) else run(args.output)
+                    progress=not args.quiet, plan=plan)
+    stats = _pack_to_uri(args, run, compression == "NONE") if is_remote(args.output) else run(args.output)
     skipped = stats["skipped"]
     for path, reason in skipped[:SHOWN_SKIPS]:
         print(f"gpumr: warning: skipped {printable(path)}: {reason}", file=sys.stderr)
@@ -43,12 +43,14 @@ def cmd_pack(args):
     print(describe(stats) + f" -> {printable(args.output)}{links}{skips}")
 
 
-def _pack_to_uri(args, run):
+def _pack_to_uri(args, run, uncompressed):
     """``pack -o URI``: pack into a local temporary folder, then publish it at the URI.
 
     The output at the URI is gpumr's rule's (:class:`gpumr.io.outputs.UriOutput`):
     what is there is checked before packing and again before publishing,
-    refused, or with ``--force`` replaced only if it is gpumr pack's own.
+    refused, or with ``--force`` replaced only if it is gpumr pack's own. A
+    shard too large to publish there is refused once packed; ``uncompressed``
+    (its files' bytes are then a lower bound of its size), before any is packed.
     """
     from ..io.outputs import UriOutput
     sharded = args.shards is not None or args.shard_size is not None
@@ -56,7 +58,8 @@ def _pack_to_uri(args, run):
                        proves_itself=True)
     with tempfile.TemporaryDirectory(prefix="gpumr-upload-") as folder:
         staged = os.path.join(folder, posixpath.basename(args.output.rstrip("/")) or "out")
-        stats = run(staged)
+        plan = (lambda sizes: output.check_size(max(sizes), "a shard" if sharded else "")) if uncompressed else None
+        stats = run(staged, plan)
         stats["kept"] = output.put(staged)
     print(f"uploaded to {args.output}")
     return stats

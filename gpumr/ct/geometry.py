@@ -208,11 +208,11 @@ def load(path):
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise GpumrError(f"{path}: {kind(st.st_mode)}, not a geometry file")
-            raw = f.read(MAX_GEOMETRY_BYTES + 1) if st.st_size <= MAX_GEOMETRY_BYTES else b""
+            if st.st_size > MAX_GEOMETRY_BYTES:
+                raise GpumrError(f"{path}: over {MAX_GEOMETRY_BYTES:,} bytes: too large for a geometry file")
+            raw = f.read(st.st_size)  # (a read of n bytes sets n aside first: never the cap)
     except OSError as exc:
         raise GpumrError(f"{path}: cannot read: {exc.strerror}") from None
-    if max(st.st_size, len(raw)) > MAX_GEOMETRY_BYTES:
-        raise GpumrError(f"{path}: over {MAX_GEOMETRY_BYTES:,} bytes: too large for a geometry file")
     try:
         d = json.loads(raw)
     except ValueError as exc:

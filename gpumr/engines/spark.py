@@ -275,8 +275,8 @@ def input_splits(paths, split_size):
         through it; there is no ``hadoop fs`` fallback), and see :func:`splits`.
     """
     from ..io.inputs import expand_sized
-    from ..io.remote import unavailable
-    files = [(p if "://" in p else os.path.abspath(p), size) for p, size in expand_sized(paths)]
+    from ..io.remote import is_remote, unavailable
+    files = [(p if is_remote(p) else os.path.abspath(p), size) for p, size in expand_sized(paths)]
     for path, size in files:
         if size is None:
             raise GpumrError(f"{path}: the Spark engine's tasks read byte ranges through pyarrow, and "
@@ -386,8 +386,10 @@ def _job(kind, args):
 def parse(kind, argv, folder=None):
     """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong.
 
-    File options that name URIs are fetched into ``folder`` (required then)
-    and the job is built on the local copies.
+    The output is checked first (``opts.out``, :func:`prepare_output`),
+    against the inputs as given; then file options that name URIs are
+    fetched into ``folder`` (required then) and the job is built on the
+    local copies.
     """
     from ..sizes import parse_size
     p = parser(kind)
@@ -409,6 +411,7 @@ def parse(kind, argv, folder=None):
     elif opts.slab is None or opts.slab < 1:
         raise GpumrError("--slab N is required: slices per task, at least 1")
     job = _job(kind, rest)
+    opts.out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
     if folder is not None:
         fetched = _fetch_file_options(job, rest, folder)
         if fetched != rest:
@@ -437,6 +440,11 @@ def spark_context(master=None, app_name="gpumr", debug=False):
 
     Spark's own log is off unless ``debug`` (or ``spark.log.level`` is set):
     gpumr reports a failure itself, in one line (:func:`failure`).
+
+    Raises
+    ------
+    GpumrError
+        Spark did not start (a master URL it refuses, no Java): one line.
     """
     from pyspark import SparkConf, SparkContext
     conf = SparkConf().setAppName(app_name)
@@ -449,7 +457,14 @@ def spark_context(master=None, app_name="gpumr", debug=False):
     if not conf.contains("spark.pyspark.python"):
         # (PySpark takes the workers' interpreter from this variable when it starts the JVM itself.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkContext.getOrCreate(conf)
+    from py4j.protocol import Py4JJavaError
+    try:
+        return SparkContext.getOrCreate(conf)
+    except Py4JJavaError as exc:  # the JVM refused the configuration, e.g. a master URL it cannot parse
+        raise GpumrError(failure(exc, "Spark did not start")) from exc
+    except RuntimeError as exc:  # PySpark's JVM exited before it answered (its own lines above say why)
+        raise GpumrError(f"Spark did not start{f' (--master {master})' if master else ''}: its Java process "
+                         "exited (the lines above say why; Spark needs Java 17 on PATH or JAVA_HOME)") from exc
 
 
 def run(kind, argv, sc=None, debug=False):
@@ -491,13 +506,20 @@ def run(kind, argv, sc=None, debug=False):
 
 def _run(kind, argv, sc, debug, folder):
     opts, job = parse(kind, argv, folder)
-    out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
+    out = opts.out
     if job.INPUT_KIND == "seqfile":
         items = input_splits(job.options.args, opts.split_size)
     else:
         from ..ct import geometry
         from ..ct.workload import plan
         items = plan(geometry.load(job.options.geometry).nVoxel[0], opts.slab)
+    shipped, names = [], set()  # each file option's (option, path, name): SparkFiles keeps one file per name
+    for option, path in _file_options(job):
+        name = os.path.basename(path)
+        if name in names:
+            raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
+        names.add(name)
+        shipped.append((option, path, name))
     from py4j.protocol import Py4JJavaError
     own = sc is None
     if own:
@@ -506,16 +528,10 @@ def _run(kind, argv, sc, debug, folder):
     group = f"gpumr-{kind}-{secrets.token_hex(8)}"
     try:
         try:
-            shipped, names = [], set()
-            for option, path in _file_options(job):
-                name = os.path.basename(path)
-                if name in names:
-                    raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
-                names.add(name)
+            for _, path, _ in shipped:
                 sc.addFile(os.path.abspath(path))
-                shipped.append((option, name))
             counters = sc.accumulator({}, _CountsParam())
-            args, ship = list(opts.job_args), tuple(shipped)
+            args, ship = list(opts.job_args), tuple((option, name) for option, _, name in shipped)
             processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
                 lambda it: run_partition(kind, args, ship, counters, it))
             reducers = job.options.reducers
@@ -555,8 +571,8 @@ _USER_ERRORS = ("gpumr.errors.GpumrError", "seqfile.errors.SequenceFileError", "
                 "seqfile.codecs.CodecError")
 
 
-def failure(exc):
-    """One line saying why a Spark job failed, from its error ``exc`` (a ``Py4JJavaError``).
+def failure(exc, what="the Spark job failed"):
+    """One line saying why a Spark job failed (or ``what`` else did), from its error ``exc`` (a ``Py4JJavaError``).
 
     The failing task's Python error where there is one (a gpumr error's
     message as it is; another error as ``Type: message``), else the first
@@ -571,7 +587,7 @@ def failure(exc):
         return f"a Spark task failed: {kind.rsplit('.', 1)[-1]}:{message} (gpumr --debug shows the trace)"
     java = getattr(exc, "java_exception", None)
     first = (str(java) if java is not None else text).strip().splitlines()
-    return f"the Spark job failed: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
+    return f"{what}: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
 
 
 def main(argv=None):

@@ -171,12 +171,12 @@ class GpumrJob(MRJob):
         check_slots(o.gpu_slots, "--gpu-slots")
         if o.gpu_memory is not None:
             limits.number("--gpu-memory", o.gpu_memory, 1, MAX_MEMORY, integer=True)
-        local = [p for p in self.options.args if "://" not in p]
+        local = [p for p in self.options.args if not is_remote(p)]
         if not self.options.args:
             raise GpumrError("no input given")
         files = expand_inputs(local) if local else []
-        uris = [p for p in self.options.args if "://" in p]
-        if uris and (self.options.runner or "inline") in LOCAL_RUNNERS:
+        uris = [p for p in self.options.args if is_remote(p)]
+        if uris and self.runs_here:
             expand_inputs(uris)  # listed through gpumr.io.remote (for Hadoop, mrjob lists them with hadoop fs)
         # (With --hadoop-splits, Hadoop reads the files, and says so itself when one is not a SequenceFile.)
         if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits and local and not any(
@@ -185,12 +185,17 @@ class GpumrJob(MRJob):
             raise GpumrError(f"no SequenceFile among the inputs: {shown}; pack files first: "
                              f"gpumr pack {local[0]} -o {local[0].rstrip('/')}.seq")
         out = self.options.output_dir
-        if (self.options.runner or "inline") in LOCAL_RUNNERS and out and "://" not in out and os.path.lexists(out) \
+        if self.runs_here and out and not is_remote(out) and os.path.lexists(out) \
                 and not (os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out)):
             # mrjob's runners on this machine would write part-NNNNN into it over whatever is there.
             raise GpumrError(f"--output-dir {out}: already exists and is not an empty folder; choose a new folder "
                              "(gpumr never writes over files it did not make; Hadoop refuses an existing output "
                              "folder too)")
+
+    @property
+    def runs_here(self):
+        """Whether the tasks run on this machine: mrjob's inline runner (its default) or its local one."""
+        return (self.options.runner or "inline") in LOCAL_RUNNERS
 
     def check_this_node(self):
         """The checks that need the machine the tasks run on, made here when they run here.
@@ -203,7 +208,7 @@ class GpumrJob(MRJob):
         ------
         GpumrError
         """
-        if self.options.device == "gpu" and (self.options.runner or "inline") in LOCAL_RUNNERS:
+        if self.options.device == "gpu" and self.runs_here:
             from ..devices.chooser import require_gpu
             require_gpu()
 
@@ -238,7 +243,7 @@ class GpumrJob(MRJob):
         self.check_options()
         self.check_this_node()
         runner = super().make_runner()
-        if self.options.runner in LOCAL_RUNNERS and self.options.reducers > 0:
+        if self.runs_here and self.options.reducers > 0:
             _limit_sim_reducers(runner, self.options.reducers)
         if self.INPUT_KIND == "seqfile" and not self.options.hadoop_splits:
             _read_uris_in_tasks(runner)
@@ -272,13 +277,12 @@ class GpumrJob(MRJob):
             sys.exit(2)
         self.set_up_logging(quiet=self.options.quiet, verbose=self.options.verbose,
                             stream=codecs.getwriter("utf_8")(self.stderr))
-        local = (self.options.runner or "inline") in LOCAL_RUNNERS
-        self._progress_folder = tempfile.mkdtemp(prefix="gpumr-progress-") if local else None
+        self._progress_folder = tempfile.mkdtemp(prefix="gpumr-progress-") if self.runs_here else None
         t0 = time.perf_counter()
         try:
             with self.make_runner() as runner:
                 try:
-                    if local:
+                    if self._progress_folder:
                         with progress.Display(self._progress_folder, self._input_bytes(), label=type(self).__name__):
                             runner.run()
                     else:
@@ -328,11 +332,10 @@ class GpumrJob(MRJob):
         kwargs = super()._non_option_kwargs()
         if self.INPUT_KIND != "seqfile":
             return kwargs
-        sim = (self.options.runner or "inline") in LOCAL_RUNNERS
         paths = []
         for p in kwargs["input_paths"]:
             # (A URI folder for Hadoop is listed by mrjob's own `hadoop fs -ls`, one JVM, not one per file.)
-            paths += expand_inputs([p]) if (sim and is_remote(p)) or ("://" not in p and os.path.isdir(p)) else [p]
+            paths += expand_inputs([p]) if (self.runs_here if is_remote(p) else os.path.isdir(p)) else [p]
         kwargs["input_paths"] = paths
         return kwargs
 

@@ -30,16 +30,26 @@ def draw_boxes(image, faces, thickness=2):
     return out
 
 
-def contact_sheet(tiles, columns=4, tile_size=(320, 240), labels=None):
-    """Tiles (BGR images) resized into a grid with optional captions."""
+#: The size of a frame on the contact sheet (width, height).
+TILE = (320, 240)
+
+
+def tile(image):
+    """``image`` (BGR) at the contact sheet's :data:`TILE` size."""
     import cv2
-    w, h = tile_size
+    return cv2.resize(image, TILE, interpolation=cv2.INTER_AREA)
+
+
+def contact_sheet(tiles, columns=4, labels=None):
+    """Tiles (BGR images of :data:`TILE` size, :func:`tile`) laid out in a grid with optional captions."""
+    import cv2
+    w, h = TILE
     rows = max(1, -(-len(tiles) // columns))
     sheet = np.full((rows * (h + 24), columns * w, 3), 32, np.uint8)
-    for i, tile in enumerate(tiles):
+    for i, picture in enumerate(tiles):
         r, c = divmod(i, columns)
         y0, x0 = r * (h + 24), c * w
-        sheet[y0:y0 + h, x0:x0 + w] = cv2.resize(tile, (w, h), interpolation=cv2.INTER_AREA)
+        sheet[y0:y0 + h, x0:x0 + w] = picture
         if labels:
             cv2.putText(sheet, labels[i], (x0 + 4, y0 + h + 17), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
                         (230, 230, 230), 1, cv2.LINE_AA)
@@ -50,8 +60,8 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     """Draw every result's boxes onto its frame; write the frames and ``contact_sheet.png``.
 
     Frames are drawn one at a time; only the ``sheet_frames`` first (by key)
-    are kept for the sheet, so memory does not grow with the number of
-    frames. A frame is decoded only if its header's size is within
+    are kept for the sheet, each as a :data:`TILE`-sized copy, so memory
+    grows neither with the number of frames nor with their size. A frame is decoded only if its header's size is within
     :data:`gpumr.faces.decode.MAX_PIXELS`, as in the job.
 
     Parameters
@@ -98,7 +108,7 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
 def _draw(results, images, out, counts):
     """Draw each result's boxes onto its frame, written through ``out`` (a KeyFiles), counted in ``counts``.
 
-    Yields ``(key, boxed image, faces, device)`` one frame at a time.
+    Yields ``(key, boxed image as a sheet tile, faces, device)`` one frame at a time.
     """
     import cv2
     for path in expand_inputs(images):
@@ -116,4 +126,4 @@ def _draw(results, images, out, counts):
                 out.write(key if key.lower().endswith((".jpg", ".jpeg")) else key + ".jpg", buf.tobytes())
                 counts["drawn"] += 1
                 counts["faces"] += len(res["faces"])
-                yield key, boxed, len(res["faces"]), res.get("device", "?")
+                yield key, tile(boxed), len(res["faces"]), res.get("device", "?")

@@ -250,7 +250,7 @@ def _read_proof(path, dir_fd=None):
         if size > MAX_PROOF:
             raise _not_a_proof(path, f"{size} bytes, more than a proof's {MAX_PROOF}")
         with remote.open_input(path) as f:
-            return f.read(MAX_PROOF + 1)
+            return f.read(size)  # (a read of n bytes sets n aside first: never the cap)
     try:
         fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -267,7 +267,7 @@ def _read_proof(path, dir_fd=None):
             raise _not_a_proof(path, kind(st.st_mode))
         if st.st_size > MAX_PROOF:
             raise _not_a_proof(path, f"{st.st_size} bytes, more than a proof's {MAX_PROOF}")
-        return f.read(MAX_PROOF + 1)
+        return f.read(st.st_size)  # (a read of n bytes sets n aside first: never the cap)
 
 
 def is_proof(path, dir_fd=None):
@@ -417,6 +417,12 @@ def _entries(top):
              st.st_size) for rel, st in _walk(top)]
 
 
+def _bare(path):
+    """``path`` without trailing separators: the entry itself (``out/`` names what a link ``out`` points to)."""
+    path = os.fspath(path)
+    return path.rstrip(os.sep) or path
+
+
 def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False):
     """Refuse ``path`` as the destination of a new output unless it is free or an earlier gpumr output.
 
@@ -448,6 +454,7 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     """
     check_local(path, option)
     shown = printable(path)
+    path = _bare(path)
     proof = Proof.load(proof_path(path))
     try:
         st = os.lstat(path)
@@ -500,7 +507,7 @@ class FileOutput:
     """
 
     def __init__(self, path, made_by="gpumr", *, inputs=(), replace=True, option="-o", proves_itself=False):
-        self.path = os.fspath(path)
+        self.path = _bare(path)
         self.made_by = made_by
         self.proves_itself = proves_itself
         self.replace = replace
@@ -594,7 +601,7 @@ class FolderOutput:
     """
 
     def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, log=warn):
-        self.path = os.fspath(path)
+        self.path = _bare(path)
         self.output = output
         self.pack_parts = pack_parts
         self.log = log
@@ -613,6 +620,9 @@ class FolderOutput:
     def commit(self, parts=None):
         """Swap the finished stage in; remove of the old folder only what its proof vouches for.
 
+        The hidden folder is gone after, whatever happened (an error or
+        Ctrl-C before the swap removes it with what was written in it).
+
         Parameters
         ----------
         parts : dict, optional
@@ -621,22 +631,25 @@ class FolderOutput:
             attempt each); the rest of the stage goes. The proof is made from
             the files themselves.
         """
-        if parts is not None:
-            _pick(self.stage, parts)
-        ppath = proof_path(self.path)
-        old_proof = Proof.load(ppath)
-        proof = None
-        if not self.pack_parts:
-            listing = {rel: digest(os.path.join(self.stage, rel)) for rel, st in _walk(self.stage)
-                       if stat.S_ISREG(st.st_mode)}
-            proof = Proof(ppath, self.output, [listing])
-            if old_proof is not None and old_proof.output == self.output:
-                proof.versions += old_proof.versions
-            proof.save()  # vouches for the old and the new folder until the new one holds the name
-            proof.versions = proof.versions[:1]
-        old = swap_into_place(self.stage, self.path)
-        os.rmdir(self._holder)
-        self._holder = None
+        try:
+            if parts is not None:
+                _pick(self.stage, parts)
+            ppath = proof_path(self.path)
+            old_proof = Proof.load(ppath)
+            proof = None
+            if not self.pack_parts:
+                listing = {rel: digest(os.path.join(self.stage, rel)) for rel, st in _walk(self.stage)
+                           if stat.S_ISREG(st.st_mode)}
+                proof = Proof(ppath, self.output, [listing])
+                if old_proof is not None and old_proof.output == self.output:
+                    proof.versions += old_proof.versions
+                proof.save()  # vouches for the old and the new folder until the new one holds the name
+                proof.versions = proof.versions[:1]
+            old = swap_into_place(self.stage, self.path)
+            os.rmdir(self._holder)
+            self._holder = None
+        finally:
+            self.abort()
         if old is not None:
             self.kept = _remove_old(old, _Rule(printable(self.path), self.output, old_proof, self.pack_parts))
         if proof is not None:
@@ -658,10 +671,7 @@ class FolderOutput:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            try:
-                self.commit()
-            finally:
-                self.abort()
+            self.commit()
         else:
             self.abort()
 
@@ -797,13 +807,21 @@ class UriOutput:
         for rel, size in remote.tree(self.uri):
             rule.check_entry(rel, "file" if size is not None else "folder", size, _under(self.uri, rel))
 
+    def check_size(self, size, name=""):
+        """Refuse a file of ``size`` bytes (``name`` in the output; ``""``: the output itself) too large to publish.
+
+        S3 copies :data:`gpumr.io.remote.S3_COPY_LIMIT` bytes at most. A
+        writer that knows its sizes before writing (``gpumr pack``) asks
+        here first, so that the refusal comes before the work.
+        """
+        if self.mode == "copy" and size > remote.S3_COPY_LIMIT:
+            raise GpumrError(f"{self.shown}: {name or self.name} is {human(size)}, over 5 GiB, the most S3 publishes "
+                             "in one copy; cut the output into smaller parts (pack --shard-size, spark --reducers)")
+
     def _fits(self, parts):
-        """Refuse a part too large to publish (S3 copies :data:`gpumr.io.remote.S3_COPY_LIMIT` bytes at most)."""
-        big = [rel for rel, (_, size, _) in parts.items() if self.mode == "copy" and size > remote.S3_COPY_LIMIT]
-        if big:
-            raise GpumrError(f"{self.shown}: {big[0] or self.name} is {human(parts[big[0]][1])}, over 5 GiB, the most "
-                             "S3 publishes in one copy; cut the output into smaller parts (pack --shard-size, "
-                             "spark --reducers)")
+        """Refuse a part too large to publish (:meth:`check_size`)."""
+        for rel, (_, size, _) in parts.items():
+            self.check_size(size, rel)
 
     def begin(self):
         """Choose the hidden stage beside the destination (a folder made where folders exist); return it."""

@@ -178,7 +178,7 @@ def assign_shards(files, shards):
 
 
 def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), compression="NONE",
-         codec=None, force=False, progress=True):
+         codec=None, force=False, progress=True, plan=None):
     """Pack files into one SequenceFile, or a directory of ``part-NNNNN.seq`` shards.
 
     The output is written and published under gpumr's ownership rule
@@ -188,6 +188,13 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
     :data:`OWN`), never the current folder, an input or a folder holding
     one; of an old folder only its own shards are removed. What is packed
     follows :func:`collect`'s policy.
+
+    Parameters
+    ----------
+    plan : callable, optional
+        Called with the bytes of the files going into each shard (into the
+        one file), before anything is written: it may refuse the plan
+        (``gpumr pack -o URI``: a shard too large to publish there).
 
     Returns
     -------
@@ -209,6 +216,8 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
         shards = max(1, -(-total // shard_size))
     t0 = time.perf_counter()
     groups = assign_shards(files, shards) if sharded else [files]
+    if plan is not None:
+        plan([sum(size for _, _, size in group) for group in groups])
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=None if progress else True, leave=False)
     paths = []
 
