@@ -169,6 +169,30 @@ def test_declared_memory_covers_the_batch_peak(sample_frames, astro):
     assert 280 << 20 < work.gpu_memory_for((frames * 2)[:16]) < 400 << 20  # 16 frames of 640x480: ~300 MiB
 
 
+def test_a_batch_too_large_for_the_kernels_int_offsets_goes_in_turns(sample_frames, monkeypatch):
+    """16 frames of 7000x7000 (within --max-pixels) hold 4.7e9 integral-image elements: sent at once, the
+    kernels' int offsets would wrap (numpy 2 refuses the table, and the batch fell back to the CPU).
+    Each turn stays within an int; and frames sent in turns get OpenCV's faces."""
+    from gpumr.faces import gpu as face_gpu
+
+    def elements(lvs):
+        return sum((w + 1) * (h + 1) for _, (w, h), *_ in lvs)
+    big = [face_gpu.levels((7000, 7000), (24, 24), 1.1)] * 16
+    assert sum(map(elements, big)) > 2 * 2 ** 31
+    parts = list(face_gpu.turns(big, face_gpu.MAX_ELEMENTS))
+    assert [a for a, _ in parts[1:]] == [b for _, b in parts[:-1]] and parts[0][0] == 0 and parts[-1][1] == 16
+    assert len(parts) >= 3 and all(sum(map(elements, big[a:b])) <= 2 ** 31 - 1 for a, b in parts)
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
+              for n in sorted(os.listdir(sample_frames))[:3]]
+    sent = []
+    run_turn = FaceGPU._run_turn
+    monkeypatch.setattr(FaceGPU, "_run_turn", lambda self, st, grays: sent.append(len(grays)) or run_turn(self, st,
+                                                                                                           grays))
+    monkeypatch.setattr(face_gpu, "MAX_ELEMENTS", elements(face_gpu.levels(frames[0].shape, (24, 24), 1.1)))
+    faces_equal_opencv(frames, CASCADES["default"], 1.1, 3)
+    assert sent[-3:] == [1, 1, 1]  # one frame a turn (after the self-check's photo)
+
+
 def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reason(altered_kernel, astro):
     altered_kernel("haar", "int* __restrict__ out, int* __restrict__ count)\n{",
                   "int* __restrict__ out, int* __restrict__ count, int extra)\n{")
