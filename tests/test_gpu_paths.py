@@ -193,6 +193,34 @@ def test_a_batch_too_large_for_the_kernels_int_offsets_goes_in_turns(sample_fram
     assert sent[-3:] == [1, 1, 1]  # one frame a turn (after the self-check's photo)
 
 
+@pytest.mark.timeout(120)
+def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frames, tmp_path, monkeypatch):
+    """--device gpu on a 256 MiB GPU: a batch of 16 frames of 640x480 declares 358 MiB and once waited for
+    ever; now its halves run on the GPU. On a GPU too small for one frame, every record runs on the CPU."""
+    from collections import Counter
+
+    from gpumr.core import FALLBACKS, ON_CPU, ON_GPU, Processor
+    from gpumr.devices.chooser import DeviceChooser
+    from gpumr.faces.workload import FaceDetection
+    names = sorted(os.listdir(sample_frames))
+    records = [(f"{i}-{n}", open(os.path.join(sample_frames, n), "rb").read()) for i, n in enumerate(names + names)]
+    records = records[:16]
+    work = FaceDetection()
+    assert work.gpu_memory_for([work.decode(k, v) for k, v in records]) > 256 << 20
+    want = {k: work.run_cpu(work.decode(k, v)) for k, v in records}
+    for spec, device in (("1:256MiB", "gpu:0"), ("1:40MiB", "cpu")):
+        monkeypatch.setenv("GPUMR_SIMULATE_GPUS", spec)
+        counts, log = Counter(), []
+        chooser = DeviceChooser("gpu", scheduler=False, lease_dir=str(tmp_path / "leases"))
+        out = list(Processor(work, chooser, count=lambda name, n=1: counts.update({name: n}), log=log.append)
+                   .process(records))
+        assert sorted(k for k, _ in out) == sorted(want) and all(sorted(v["faces"]) == sorted(want[k]) for k, v in out)
+        assert {v["device"] for _, v in out} == {device} and not counts[FALLBACKS]
+        assert counts[ON_GPU if device != "cpu" else ON_CPU] == 16
+        too_big = [line for line in log if "needs more device memory" in line]
+        assert len(too_big) == (device == "cpu"), log  # said once
+
+
 def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reason(altered_kernel, astro):
     altered_kernel("haar", "int* __restrict__ out, int* __restrict__ count)\n{",
                   "int* __restrict__ out, int* __restrict__ count, int extra)\n{")
