@@ -9,7 +9,9 @@
   and this process holds a node-local lease on one of the GPU's slots.
 
 Leases come from the node's scheduler service when its socket exists, else
-from lock files (the service honours those too: a slot is never held twice).
+from lock files (the service honours those too: a slot is never held twice);
+a task given its GPUs (``only``: Spark's assignment) takes lock-file leases
+on them.
 A service lease comes with the task's own claim on the slot's lock file, so
 a record under way keeps its slot when the service is killed or restarted,
 and releasing it then is not an error. When the service does not answer in
@@ -120,6 +122,8 @@ class DeviceChooser:
         ``log(line)`` for the task's log (the scheduler service failing, once per outage).
     only : iterable of int, optional
         Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default.
+        Such a task takes lock-file leases on them, never the service's: the service, which does
+        not know the assignment, would pick among all the node's GPUs (and honours the lock files).
     """
 
     def __init__(self, mode="auto", memory=None, slots=1, lease_dir=None, scheduler=None,
@@ -158,7 +162,7 @@ class DeviceChooser:
             return
         self._largest = max(g.memory_total for g in gpus)
         self._leases = LockFileLeases(lease_dir, slots)
-        if scheduler is not False:
+        if scheduler is not False and self._only is None:
             from .paths import check_dir, default_socket
             self._socket = scheduler or default_socket()
             folder = os.path.dirname(os.path.abspath(self._socket))
