@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # EMR bootstrap action for every node (run as root by mrjob's `bootstrap:` lines):
-#   1. check (or make) the folders it writes in, trusting none it finds: each must be a real folder
-#      (not a symlink), root's, and not writable by others (see check_dir);
+#   1. check (or make) the folders it writes in, and the environment whose Python it runs, trusting
+#      none it finds: each must be a real folder (not a symlink), root's, and not writable by others
+#      (see check_dir); what it makes itself is made under umask 022;
 #   2. install gpumr from its sdist (the first argument; mrjob uploads it) into a virtual
 #      environment of the node's system Python (3.9+: EMR 7.x on Amazon Linux 2023);
 #   3. on a node with an NVIDIA driver (nvidia-smi), add CuPy (binary wheels, no CUDA toolkit
@@ -26,6 +27,7 @@
 #   GPUMR_PIP_OPTS  extra pip options, e.g. --no-index --find-links DIR (none)
 #   PYTHON          the Python to make the environment from   (python3)
 set -euo pipefail
+umask 022  # what it makes (the environment, the unit, its stamp) is root's alone to change
 
 SDIST=${1:?usage: bootstrap-gpu-node.sh gpumr-X.tar.gz}
 ROOT=${GPUMR_ROOT:-}
@@ -100,9 +102,14 @@ case $SERVICE in auto|systemd|nohup) ;; *) fail "GPUMR_SERVICE=$SERVICE: expecte
   || fail "$PYTHON is older than 3.9: gpumr does not install there (use EMR 7.x)"
 getent group "$GROUP" >/dev/null || fail "no group $GROUP on this node (set GPUMR_GROUP)"
 
-# The folders first, so that a refusal costs nothing. The socket's folder: root's, group = the task
+# The folders first, so that a refusal costs nothing. The environment (and the two folders above
+# it, which python -m venv makes if missing): root runs its Python and its gpumr, so one found there
+# must be root's alone, as check_dir says. The socket's folder: root's, group = the task
 # user's, setgid so that the socket keeps that group; the group may enter and connect, not add or
 # replace anything. The leases' folder in it: the group makes its lock files there.
+check_dir "$(dirname "$(dirname "$VENV")")"
+check_dir "$(dirname "$VENV")"
+check_dir "$VENV"
 own_dir "$RUN_DIR" 2750
 own_dir "$LEASES" 2770
 system_dir "$(dirname "$LOG")"

@@ -169,6 +169,58 @@ def test_declared_memory_covers_the_batch_peak(sample_frames, astro):
     assert 280 << 20 < work.gpu_memory_for((frames * 2)[:16]) < 400 << 20  # 16 frames of 640x480: ~300 MiB
 
 
+def test_a_batch_too_large_for_the_kernels_int_offsets_goes_in_turns(sample_frames, monkeypatch):
+    """16 frames of 7000x7000 (within --max-pixels) hold 4.7e9 integral-image elements: sent at once, the
+    kernels' int offsets would wrap (numpy 2 refuses the table, and the batch fell back to the CPU).
+    Each turn stays within an int; and frames sent in turns get OpenCV's faces."""
+    from gpumr.faces import gpu as face_gpu
+
+    def elements(lvs):
+        return sum((w + 1) * (h + 1) for _, (w, h), *_ in lvs)
+    big = [face_gpu.levels((7000, 7000), (24, 24), 1.1)] * 16
+    assert sum(map(elements, big)) > 2 * 2 ** 31
+    parts = list(face_gpu.turns(big, face_gpu.MAX_ELEMENTS))
+    assert [a for a, _ in parts[1:]] == [b for _, b in parts[:-1]] and parts[0][0] == 0 and parts[-1][1] == 16
+    assert len(parts) >= 3 and all(sum(map(elements, big[a:b])) <= 2 ** 31 - 1 for a, b in parts)
+    frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
+              for n in sorted(os.listdir(sample_frames))[:3]]
+    sent = []
+    run_turn = FaceGPU._run_turn
+    monkeypatch.setattr(FaceGPU, "_run_turn", lambda self, st, grays: sent.append(len(grays)) or run_turn(self, st,
+                                                                                                           grays))
+    monkeypatch.setattr(face_gpu, "MAX_ELEMENTS", elements(face_gpu.levels(frames[0].shape, (24, 24), 1.1)))
+    faces_equal_opencv(frames, CASCADES["default"], 1.1, 3)
+    assert sent[-3:] == [1, 1, 1]  # one frame a turn (after the self-check's photo)
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frames, tmp_path, monkeypatch):
+    """--device gpu on a 256 MiB GPU: a batch of 16 frames of 640x480 declares 358 MiB and once waited for
+    ever; now its halves run on the GPU. On a GPU too small for one frame, every record runs on the CPU."""
+    from collections import Counter
+
+    from gpumr.core import FALLBACKS, ON_CPU, ON_GPU, Processor
+    from gpumr.devices.chooser import DeviceChooser
+    from gpumr.faces.workload import FaceDetection
+    names = sorted(os.listdir(sample_frames))
+    records = [(f"{i}-{n}", open(os.path.join(sample_frames, n), "rb").read()) for i, n in enumerate(names + names)]
+    records = records[:16]
+    work = FaceDetection()
+    assert work.gpu_memory_for([work.decode(k, v) for k, v in records]) > 256 << 20
+    want = {k: work.run_cpu(work.decode(k, v)) for k, v in records}
+    for spec, device in (("1:256MiB", "gpu:0"), ("1:40MiB", "cpu")):
+        monkeypatch.setenv("GPUMR_SIMULATE_GPUS", spec)
+        counts, log = Counter(), []
+        chooser = DeviceChooser("gpu", scheduler=False, lease_dir=str(tmp_path / "leases"))
+        out = list(Processor(work, chooser, count=lambda name, n=1: counts.update({name: n}), log=log.append)
+                   .process(records))
+        assert sorted(k for k, _ in out) == sorted(want) and all(sorted(v["faces"]) == sorted(want[k]) for k, v in out)
+        assert {v["device"] for _, v in out} == {device} and not counts[FALLBACKS]
+        assert counts[ON_GPU if device != "cpu" else ON_CPU] == 16
+        too_big = [line for line in log if "needs more device memory" in line]
+        assert len(too_big) == (device == "cpu"), log  # said once
+
+
 def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reason(altered_kernel, astro):
     altered_kernel("haar", "int* __restrict__ out, int* __restrict__ count)\n{",
                   "int* __restrict__ out, int* __restrict__ count, int extra)\n{")

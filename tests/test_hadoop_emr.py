@@ -157,15 +157,31 @@ def test_bootstrap_installs_gpumr_and_starts_the_scheduler(installed):
     ("open", "mode 777 lets others write in it"),
     ("open-sticky", "mode 1777 lets others write in it"),
     ("log-symlink", "is a symlink; refusing to write the log through it"),
+    ("venv-symlink", "is a symlink"),
+    ("venv-foreign", f"belongs to uid {NOBODY}, not to root"),
 ])
 def test_bootstrap_refuses_what_it_cannot_trust_before_anything(tmp_path, plant, what):
-    """A run folder that is a link, someone else's or open to all, or a log that is a link: one line, exit 1."""
+    """A run folder that is a link, someone else's or open to all, a log that is a link, or an environment
+    (whose Python root would run) that is a link or someone else's: one line, exit 1, nothing run or made."""
     root = tmp_path / "root"
     run_dir, elsewhere = root / "run/gpumr", tmp_path / "elsewhere"
     (root / "run").mkdir(parents=True)
     elsewhere.mkdir(mode=0o700)
     named = run_dir
-    if plant == "symlink":
+    ran = tmp_path / "planted-python-ran"
+    if plant.startswith("venv"):
+        named = root / "opt/gpumr/venv"
+        named.parent.mkdir(parents=True)
+        env = tmp_path / "planted-env" if plant == "venv-symlink" else named
+        (env / "bin").mkdir(parents=True)
+        (env / "bin/python").write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+        os.chmod(env / "bin/python", 0o755)
+        if plant == "venv-symlink":
+            named.symlink_to(env)
+        else:
+            for p in (named, named / "bin", named / "bin/python"):
+                os.chown(p, NOBODY, NOBODY)
+    elif plant == "symlink":
         run_dir.symlink_to(elsewhere)
     elif plant == "foreign":
         run_dir.mkdir()
@@ -177,13 +193,17 @@ def test_bootstrap_refuses_what_it_cannot_trust_before_anything(tmp_path, plant,
         (root / "var/log").mkdir(parents=True)
         named = root / "var/log/gpumr-scheduler.log"
         named.symlink_to(elsewhere / "victim")
-    before = {p: os.lstat(p) for p in (run_dir, elsewhere) if os.path.lexists(p)}
+    before = {p: os.lstat(p) for p in (run_dir, elsewhere, named) if os.path.lexists(p)}
     proc = bootstrap(root)
     assert proc.returncode == 1
     assert said(proc) == [ln for ln in proc.stderr.splitlines() if ln.strip()]  # nothing but its own line
     (line,) = said(proc)
     assert str(named) in line and what in line
-    assert not (root / "opt").exists() and os.listdir(elsewhere) == []  # nothing installed, nothing made there
+    assert os.listdir(elsewhere) == [] and not ran.exists()  # nothing made there, nothing planted run
+    if plant.startswith("venv"):
+        assert os.listdir(root / "opt/gpumr") == ["venv"] and not run_dir.exists()  # refused before anything
+    else:
+        assert not (root / "opt").exists()  # nothing installed
     for p, st in before.items():
         now = os.lstat(p)
         assert (now.st_mode, now.st_uid, now.st_gid) == (st.st_mode, st.st_uid, st.st_gid)  # not "fixed" either

@@ -303,6 +303,25 @@ def test_service_honours_a_task_holding_the_lock_file_and_takes_it_itself(tmp_pa
     c.close()
 
 
+def test_a_task_given_its_gpus_takes_them_by_lock_file_and_the_service_honours_that(tmp_path, started, monkeypatch):
+    """Spark gave the task gpu:1. The service, which does not know that, picked gpu:0 (least processes, lowest
+    index) every time, the task gave it back, and its records all ran on the CPU while gpu:1 stood free."""
+    proc, path, _ = serve(tmp_path)
+    started.append(proc)
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "2:4GiB")
+    task = DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=path, only=[1])
+    got = [task.choose() for _ in range(2)]
+    assert [ch.device for ch in got] == ["gpu:1", "cpu"]  # its one GPU, one slot
+    c = SchedulerClient(path)
+    st = c.status()
+    assert [g["lock_file_leases"] for g in st["gpus"]] == [0, 1] and st["leases"] == []
+    assert c.acquire()[0] == 0 and c.acquire() is None  # the service never grants the task's slot
+    got[0].release()
+    assert c.acquire()[0] == 1
+    c.close()
+    task.close()
+
+
 def test_lease_folder_failure_is_a_coded_reply_not_a_crash(tmp_path, started):
     import shutil
     proc, path, _ = serve(tmp_path)

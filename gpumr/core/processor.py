@@ -3,6 +3,7 @@
 import sys
 import time
 
+from ..sizes import human
 from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .workload import BadRecord
 
@@ -13,9 +14,9 @@ class Processor:
     Records are decoded as they arrive. Without a usable GPU path each runs
     on the CPU at once. With one, decoded records wait in a batch of up to
     ``workload.gpu_batch``; when it is full (or flushed) the device is
-    chosen for the device memory the batch needs (``workload.gpu_memory_for``):
-    a free GPU takes the whole batch, its lease held only while the batch
-    runs; otherwise the first record runs on the CPU and the choice is made
+    chosen for the device memory the batch needs (``workload.gpu_memory_for``;
+    a batch larger than any GPU of the node is halved until it fits one):
+    a free GPU takes the batch, its lease held only while the batch runs; otherwise the first record runs on the CPU and the choice is made
     again for the rest, so each record goes to whatever is free when its
     turn comes. On simulated GPUs the batch runs the same GPU path, its
     kernels executed on the host.
@@ -37,6 +38,7 @@ class Processor:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.backend = None
         self._pending = []
+        self._oversize = False  # a record too large for every GPU here was logged
         if chooser.has_gpus:
             self.backend = workload.gpu_backend(simulated=chooser.simulated)
             if self.backend is not None and chooser.simulated:
@@ -66,15 +68,35 @@ class Processor:
             yield from self.flush()
 
     def flush(self):
-        """Run every decoded record still waiting; yield their outputs."""
+        """Run every decoded record still waiting; yield their outputs.
+
+        Records wait together for a GPU only as many as fit one of the
+        node's GPUs (``chooser.fits``): a batch larger than any is halved
+        until it fits. A single record that fits none runs on the CPU (said
+        once in the log), in ``--device gpu`` too, where it would otherwise
+        wait for ever.
+        """
         while self._pending:
-            choice = self.chooser.choose(self.workload.gpu_memory_for([item for _, item in self._pending]))
+            n = len(self._pending)
+            memory = self._memory(n)
+            while n > 1 and not self.chooser.fits(memory):
+                n //= 2
+                memory = self._memory(n)
+            if not self._oversize and not self.chooser.fits(memory):
+                self._oversize = True
+                self.log(f"gpumr: {self.workload.name}: a record needs more device memory ({human(memory)}) than "
+                         "any GPU here has; such records run on the CPU")
+            choice = self.chooser.choose(memory)
             if choice.on_gpu:
-                batch, self._pending = self._pending, []
+                batch, self._pending = self._pending[:n], self._pending[n:]
                 yield from self._gpu(batch, choice)
             else:
                 key, item = self._pending.pop(0)
                 yield from self._cpu(key, item)
+
+    def _memory(self, n):
+        """The device memory a GPU batch of the first ``n`` waiting records needs."""
+        return self.workload.gpu_memory_for([item for _, item in self._pending[:n]])
 
     def bad(self, key, reason):
         """Count a bad record and return its error output."""

@@ -9,7 +9,9 @@
   and this process holds a node-local lease on one of the GPU's slots.
 
 Leases come from the node's scheduler service when its socket exists, else
-from lock files (the service honours those too: a slot is never held twice).
+from lock files (the service honours those too: a slot is never held twice);
+a task given its GPUs (``only``: Spark's assignment) takes lock-file leases
+on them.
 A service lease comes with the task's own claim on the slot's lock file, so
 a record under way keeps its slot when the service is killed or restarted,
 and releasing it then is not an error. When the service does not answer in
@@ -120,6 +122,8 @@ class DeviceChooser:
         ``log(line)`` for the task's log (the scheduler service failing, once per outage).
     only : iterable of int, optional
         Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default.
+        Such a task takes lock-file leases on them, never the service's: the service, which does
+        not know the assignment, would pick among all the node's GPUs (and honours the lock files).
     """
 
     def __init__(self, mode="auto", memory=None, slots=1, lease_dir=None, scheduler=None,
@@ -143,19 +147,22 @@ class DeviceChooser:
         self._probe_failed = {}  # uuid -> monotonic time of the last failed exclusive probe
         self._absent = None  # reason there will never be a GPU (no driver, no GPU)
         self._only = None if only is None else frozenset(int(i) for i in only)
+        self._largest = 0  # the most memory a GPU here has: no batch needing more is ever waited for
         self.simulated = False
         if mode == "cpu":
             return
         first = _nvml.discover(self._nvml, self._env)
         self.simulated = first.simulated
-        if not first.gpus or not self.gpus():
+        gpus = first.gpus if self._only is None else self.gpus()
+        if not gpus:
             self._absent = first.reason if not first.gpus else \
                 f"none of the GPUs assigned to this task ({sorted(self._only)}) is on this node"
             if mode == "gpu":
                 raise _no_gpu(self._absent)
             return
+        self._largest = max(g.memory_total for g in gpus)
         self._leases = LockFileLeases(lease_dir, slots)
-        if scheduler is not False:
+        if scheduler is not False and self._only is None:
             from .paths import check_dir, default_socket
             self._socket = scheduler or default_socket()
             folder = os.path.dirname(os.path.abspath(self._socket))
@@ -194,15 +201,28 @@ class DeviceChooser:
             out.append(v)
         return out
 
+    def fits(self, memory=0):
+        """Whether GPU work needing ``memory`` bytes (or the one figure given for all) fits a GPU here.
+
+        That is, some GPU of the node has that much memory in all; work that
+        fits none is never waited for (:meth:`choose` gives it the CPU).
+        """
+        return self.has_gpus and self._need(memory) <= self._largest
+
+    def _need(self, memory):
+        return int(memory) if self.memory is None else self.memory
+
     def choose(self, memory=0):
         """The device for the next record or batch: a :class:`Choice` (``CPU`` when none is free).
 
         ``memory``: the device memory its GPU work needs (bytes), unless the
-        chooser was given one figure for all.
+        chooser was given one figure for all. Work that no GPU here could
+        hold (:meth:`fits`) gets the CPU at once, in ``gpu`` mode too: no
+        wait would ever end.
         """
-        if not self.has_gpus:
+        if not self.fits(memory):
             return CPU
-        need = int(memory) if self.memory is None else self.memory
+        need = self._need(memory)
         if self.mode == "gpu":
             got = wait_for(lambda: self._try_gpu(need), self.wait_timeout)
             if got is None:

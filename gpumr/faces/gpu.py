@@ -1,9 +1,10 @@
 """Face detection on a GPU (``cuda/haar.cu``): the same faces as OpenCV on the CPU.
 
-Per batch of frames: every pyramid level of every frame is resized on the
-CPU with OpenCV's bit-exact bilinear resize (``INTER_LINEAR_EXACT``, what
-``detectMultiScale`` uses, in a thread pool), packed into one buffer and
-sent over; integral images, the first stage over every window, OpenCV's
+Per batch of frames (sent in turns when their integral images would hold
+more elements than the kernels' ``int`` offsets reach): every pyramid level
+of every frame is resized on the CPU with OpenCV's bit-exact bilinear
+resize (``INTER_LINEAR_EXACT``, what ``detectMultiScale`` uses, in a thread
+pool), packed into one buffer and sent over; integral images, the first stage over every window, OpenCV's
 row-order skip rule and the remaining stages (in groups, survivors compacted
 between groups) run on the GPU; the surviving windows come back as boxes,
 grouped per frame by OpenCV's ``groupRectangles``.
@@ -28,6 +29,20 @@ STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
 #: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding.
 MEMORY_MARGIN = 32 * 1024 * 1024
+#: The kernels index a launch's buffers with ``int``: the frames sent at once hold at most this many
+#: integral-image elements (their largest buffer; pixels and windows are fewer), else they go in turns.
+MAX_ELEMENTS = 2 ** 31 - 1
+
+
+def levels(shape, window, scale_factor, min_size=None, max_size=None):
+    """The pyramid levels the GPU path scans in a frame of ``shape`` ``(height, width)``.
+
+    Those of :func:`gpumr.faces.reference.scales` whose scaled image holds
+    the window: ``(scale, (width, height), step, box size, rows)`` each.
+    """
+    h, w = shape
+    return [lv for lv in scales((w, h), window, scale_factor, min_size, max_size)
+            if lv[1][0] >= window[0] and lv[1][1] >= window[1]]
 
 
 def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
@@ -40,12 +55,30 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
     byte) and two survivor lists (4 bytes each); plus :data:`MEMORY_MARGIN`.
     """
     total = MEMORY_MARGIN
-    for h, w in shapes:
-        for _, (sw, sh), step, _, rows in scales((w, h), window, scale_factor, min_size, max_size):
-            if sw >= window[0] and sh >= window[1]:
-                gx, gy = -(-(sw + 1 - window[0]) // step), -(-rows // step)
-                total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
+    for shape in shapes:
+        for _, (sw, sh), step, _, rows in levels(shape, window, scale_factor, min_size, max_size):
+            gx, gy = -(-(sw + 1 - window[0]) // step), -(-rows // step)
+            total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
     return total
+
+
+def turns(frame_levels, limit):
+    """Cut a batch into runs of frames sent to the device at once: ``(first, end)`` each.
+
+    ``frame_levels`` holds each frame's :func:`levels`. Each run's integral
+    images hold at most ``limit`` elements (:data:`MAX_ELEMENTS`: every
+    offset the kernels take then fits an ``int``); a frame over it alone,
+    which the face workload's pyramid limit rules out, is a run of its own.
+    """
+    first, held = 0, 0
+    for i, lvs in enumerate(frame_levels):
+        n = sum((sw + 1) * (sh + 1) for _, (sw, sh), *_ in lvs)
+        if held + n > limit and i > first:
+            yield first, i
+            first, held = i, 0
+        held += n
+    if first < len(frame_levels):
+        yield first, len(frame_levels)
 
 
 def _grid(n):
@@ -65,17 +98,16 @@ class FaceGPU:
         self._pool = ThreadPoolExecutor(max_workers=8)
 
     # -- host-side pyramid ---------------------------------------------
+    def _levels(self, shape):
+        """The levels scanned in a frame of ``shape`` with this detector's parameters (:func:`levels`)."""
+        p = self.params
+        return levels(shape, self.cascade.window, p["scale_factor"], p["min_size"], p["max_size"])
+
     def pyramid(self, grays):
         """Levels table (int32 [n, 10]), packed pixels, and per level (frame, scale, window)."""
         import cv2
         c = self.cascade
-        jobs = []
-        for i, g in enumerate(grays):
-            h, w = g.shape
-            for s, size, step, win, rows in scales((w, h), c.window, self.params["scale_factor"],
-                                                   self.params["min_size"], self.params["max_size"]):
-                if size[0] >= c.window[0] and size[1] >= c.window[1]:
-                    jobs.append((i, g, s, size, step, win, rows))
+        jobs = [(i, g, *lv) for i, g in enumerate(grays) for lv in self._levels(g.shape)]
         imgs = list(self._pool.map(lambda j: cv2.resize(j[1], j[3], interpolation=cv2.INTER_LINEAR_EXACT), jobs))
         table = np.zeros((len(jobs), 10), np.int32)
         meta = []
@@ -128,6 +160,11 @@ class FaceGPU:
         return self._run(self._devices.get(gpu), grays)
 
     def _run(self, st, grays):
+        """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`)."""
+        parts = turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
+        return [faces for first, end in parts for faces in self._run_turn(st, grays[first:end])]
+
+    def _run_turn(self, st, grays):
         table, pixels, meta, n_int, n_win = self.pyramid(grays)
         faces = [[] for _ in grays]
         if not len(table):
