@@ -191,6 +191,18 @@ def test_file_uris_take_the_layers_rename_path(sample_frames, tmp_path, capsys):
     assert "is a folder, not a file that gpumr made" in capsys.readouterr().err
 
 
+def test_a_name_ending_in_a_compression_suffix_is_written_byte_for_byte(s3, tmp_path):
+    """pyarrow compresses a stream it opens for ``x.gz`` unless told not to: the layer writes what it is given."""
+    (tmp_path / "local.zst").write_bytes(b"uploaded")
+    for base, read in ((f"file://{tmp_path}", lambda name: (tmp_path / name).read_bytes()),
+                       (f"s3://{BUCKET}/suffix", lambda name: s3.get(f"suffix/{name}"))):
+        remote.write_bytes(f"{base}/whole.gz", b"whole")
+        with remote.open_output(f"{base}/streamed.bz2") as f:
+            f.write(b"streamed")
+        remote.upload(str(tmp_path / "local.zst"), f"{base}/uploaded.zst")
+        assert [read(n) for n in ("whole.gz", "streamed.bz2", "uploaded.zst")] == [b"whole", b"streamed", b"uploaded"]
+
+
 def bucket_lines(s3, prefix):
     """The lines of the ``part-*`` objects under ``prefix`` (one output), in part order."""
     return [line for key in s3.keys(prefix) if key.rsplit("/", 1)[1].startswith("part-")

@@ -280,6 +280,12 @@ def tree(uri):
                   if i.type in (FileType.File, FileType.Directory))
 
 
+def _create(fs, inner):
+    """A new stream writing ``inner`` byte for byte (pyarrow's default would compress a name ending ``.gz``,
+    ``.bz2``, ``.zst``... as it wrote: a user's file garbled by its name)."""
+    return fs.open_output_stream(inner, compression=None)
+
+
 @contextlib.contextmanager
 def open_output(uri):
     """Write the file at ``uri`` (its folder must exist; S3 has none): a context manager yielding a binary stream.
@@ -289,7 +295,7 @@ def open_output(uri):
     """
     fs, inner = filesystem(uri)
     with _errors(uri):
-        stream = fs.open_output_stream(inner)
+        stream = _create(fs, inner)
         try:
             yield stream
         finally:
@@ -312,7 +318,7 @@ def write_bytes(uri, data):
     tmp = posixpath.join(parent, temp_name(name))
     with _errors(uri):
         try:
-            with fs.open_output_stream(tmp) as f:
+            with _create(fs, tmp) as f:
                 f.write(data)
             _discard(fs, inner)
             fs.move(tmp, inner)
@@ -352,7 +358,7 @@ def upload(local, uri):
             target = posixpath.join(inner, rel) if rel else inner
             if rel and fs.type_name != "s3":
                 fs.create_dir(posixpath.dirname(target), recursive=True)
-            with open(path, "rb") as src, fs.open_output_stream(target) as dst:
+            with open(path, "rb") as src, _create(fs, target) as dst:
                 shutil.copyfileobj(src, dst, READ_BUFFER)
 
 
