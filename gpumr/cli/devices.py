@@ -140,14 +140,14 @@ def _seconds(text):
 
 def register(sub):
     """Add ``probe`` and ``scheduler`` to the ``gpumr`` parser."""
-    from ..devices.leases import MAX_SLOTS
+    from ..limits import MAX_GPU_SLOTS
     from ..devices.protocol import POLICIES
     s = command(sub, "probe", "show each GPU and whether a task here would get it now", cmd_probe)
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
     s.add_argument("--memory", type=size_arg, default=0, metavar="SIZE",
                    help="device memory a task needs, e.g. 2GiB (default 0)")
     s.add_argument("--gpu-slots", type=int, default=1, metavar="N",
-                   help=f"tasks that may share one GPU (default 1, at most {MAX_SLOTS})")
+                   help=f"tasks that may share one GPU (default 1, at most {MAX_GPU_SLOTS})")
 
     s = sub.add_parser("scheduler", help="the node-local GPU scheduler service",
                        description="The node-local GPU scheduler service and its status.")
@@ -169,7 +169,7 @@ def register(sub):
     a.add_argument("--policy", choices=POLICIES, default="least-processes",
                    help="how a GPU is picked among the free ones (default least-processes)")
     a.add_argument("--slots-per-gpu", type=int, default=1, metavar="N",
-                   help=f"leases per GPU (default 1, at most {MAX_SLOTS})")
+                   help=f"leases per GPU (default 1, at most {MAX_GPU_SLOTS})")
     a.add_argument("--lease-dir", metavar="DIR", help="lock folder shared with lock-file clients")
     a.add_argument("--pid-file", metavar="PATH",
                    help="write the service's pid here once it answers (atomically: a link there is replaced, not "

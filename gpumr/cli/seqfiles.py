@@ -2,7 +2,6 @@
 
 import json
 import os
-import posixpath
 import sys
 import tempfile
 
@@ -57,7 +56,7 @@ def _pack_to_uri(args, run, uncompressed):
     output = UriOutput(args.output, "gpumr pack", folder=sharded, inputs=args.sources, replace=args.force,
                        proves_itself=True)
     with tempfile.TemporaryDirectory(prefix="gpumr-upload-") as folder:
-        staged = os.path.join(folder, posixpath.basename(args.output.rstrip("/")) or "out")
+        staged = os.path.join(folder, output.name)
         plan = (lambda sizes: output.check_size(max(sizes), "a shard" if sharded else "")) if uncompressed else None
         stats = run(staged, plan)
         stats["kept"] = output.put(staged)

@@ -153,7 +153,7 @@ class DeviceChooser:
             return
         first = _nvml.discover(self._nvml, self._env)
         self.simulated = first.simulated
-        gpus = first.gpus if self._only is None else self.gpus()
+        gpus = self._assigned(first.gpus)
         if not gpus:
             self._absent = first.reason if not first.gpus else \
                 f"none of the GPUs assigned to this task ({sorted(self._only)}) is on this node"
@@ -183,7 +183,10 @@ class DeviceChooser:
 
     def gpus(self):
         """The GPUs as NVML (or the simulation) reports them now (only those in ``only``, if given)."""
-        gpus = _nvml.discover(self._nvml, self._env).gpus
+        return self._assigned(_nvml.discover(self._nvml, self._env).gpus)
+
+    def _assigned(self, gpus):
+        """Those of ``gpus`` this task may use (all, or those in ``only``)."""
         return gpus if self._only is None else [g for g in gpus if g.index in self._only]
 
     def verdicts(self):

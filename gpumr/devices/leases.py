@@ -29,18 +29,15 @@ from .paths import lease_dir
 
 #: How lock and context files are opened: never through a symlink, never inherited by children.
 OPEN_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-#: Most slots (leases) per GPU, as :mod:`gpumr.limits` states it.
-MAX_SLOTS = limits.MAX_GPU_SLOTS
-
 
 def check_slots(value, option="--gpu-slots"):
-    """``value`` as a slot count from 1 to :data:`MAX_SLOTS`, else a one-line error naming ``option``.
+    """``value`` as a slot count from 1 to :data:`gpumr.limits.MAX_GPU_SLOTS`, else a one-line error naming ``option``.
 
     Raises
     ------
     GpumrError
     """
-    return limits.number(option, value, 1, MAX_SLOTS, integer=True)
+    return limits.number(option, value, 1, limits.MAX_GPU_SLOTS, integer=True)
 
 
 def _safe(uuid):

@@ -73,7 +73,7 @@ class Scheduler:
         Returns the current list of :class:`gpumr.devices.nvml.GPU`.
     policy : str
     slots : int
-        Leases per GPU (1 to :data:`gpumr.devices.leases.MAX_SLOTS`).
+        Leases per GPU (1 to :data:`gpumr.limits.MAX_GPU_SLOTS`).
     siblings : callable, optional
         ``siblings(gpu)`` -> pids of gpumr processes (not foreign).
     rng : random.Random, optional

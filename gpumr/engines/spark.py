@@ -383,13 +383,13 @@ def _job(kind, args):
     return make_job(kind, [projections, *args])
 
 
-def parse(kind, argv, folder=None):
+def parse(kind, argv, folder):
     """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong.
 
     The output is checked first (``opts.out``, :func:`prepare_output`),
     against the inputs as given; then file options that name URIs are
-    fetched into ``folder`` (required then) and the job is built on the
-    local copies.
+    fetched into ``folder`` and the job is built on the
+    local copies. For ``backproject``, ``opts.slabs`` holds the slabs' plan.
     """
     from ..sizes import parse_size
     p = parser(kind)
@@ -412,15 +412,16 @@ def parse(kind, argv, folder=None):
         raise GpumrError("--slab N is required: slices per task, at least 1")
     job = _job(kind, rest)
     opts.out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
-    if folder is not None:
-        fetched = _fetch_file_options(job, rest, folder)
-        if fetched != rest:
-            rest, job = fetched, _job(kind, fetched)
+    fetched = _fetch_file_options(job, rest, folder)
+    if fetched != rest:
+        rest, job = fetched, _job(kind, fetched)
     job.check_options()
     if kind == "backproject":
         from ..ct import geometry
-        from ..ct.workload import check_slab
-        check_slab(geometry.load(job.options.geometry), opts.slab)
+        from ..ct.workload import check_slab, plan
+        g = geometry.load(job.options.geometry)
+        check_slab(g, opts.slab)
+        opts.slabs = plan(g.nVoxel[0], opts.slab)
     if job.options.device == "gpu" and _executors_here(opts.master):
         from ..devices.chooser import require_gpu
         require_gpu()
@@ -510,9 +511,7 @@ def _run(kind, argv, sc, debug, folder):
     if job.INPUT_KIND == "seqfile":
         items = input_splits(job.options.args, opts.split_size)
     else:
-        from ..ct import geometry
-        from ..ct.workload import plan
-        items = plan(geometry.load(job.options.geometry).nVoxel[0], opts.slab)
+        items = opts.slabs
     shipped, names = [], set()  # each file option's (option, path, name): SparkFiles keeps one file per name
     for option, path in _file_options(job):
         name = os.path.basename(path)
@@ -566,9 +565,10 @@ def _run(kind, argv, sc, debug, folder):
 
 #: The last line of a Python traceback inside a Spark error's text: "module.Type: message".
 _PYTHON_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?([A-Za-z_][\w.]*(?::[^\n]*)?)\n")
-#: Errors whose message is meant for the user as it is (the CLI shows them without their type).
-_USER_ERRORS = ("gpumr.errors.GpumrError", "seqfile.errors.SequenceFileError", "seqfile.errors.RecordError",
-                "seqfile.codecs.CodecError")
+#: Errors whose message is meant for the user as it is (the CLI shows them without their type): gpumr's
+#: and seqfile's error classes, by name (a traceback names them with their module).
+_USER_ERRORS = frozenset({"GpumrError", "Unavailable", "KeyRefused", "SequenceFileError", "RecordError",
+                          "CodecError"})
 
 
 def failure(exc, what="the Spark job failed"):
@@ -582,7 +582,7 @@ def failure(exc, what="the Spark job failed"):
     found = _PYTHON_ERROR.search(text)
     if found:
         kind, _, message = found.group(1).partition(":")
-        if kind.endswith(_USER_ERRORS) or kind in ("GpumrError", "SequenceFileError"):
+        if kind.rsplit(".", 1)[-1] in _USER_ERRORS:
             return f"a Spark task failed: {message.strip()}"
         return f"a Spark task failed: {kind.rsplit('.', 1)[-1]}:{message} (gpumr --debug shows the trace)"
     java = getattr(exc, "java_exception", None)

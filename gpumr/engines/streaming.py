@@ -237,11 +237,17 @@ class GpumrJob(MRJob):
             return None
         return None if None in sizes else sum(sizes)
 
+    def _check(self):
+        """:meth:`check_options` and :meth:`check_this_node`, once per job object (they read the inputs'
+        listings, the cascade, the projections: too much to do twice before the same run)."""
+        if not getattr(self, "_checked", False):
+            self.check_options()
+            self.check_this_node()
+            self._checked = True
+
     def make_runner(self):
-        """mrjob's runner, after :meth:`check_options` and :meth:`check_this_node`; on this machine,
-        ``--reducers`` is honoured."""
-        self.check_options()
-        self.check_this_node()
+        """mrjob's runner, after the checks (:meth:`_check`); on this machine, ``--reducers`` is honoured."""
+        self._check()
         runner = super().make_runner()
         if self.runs_here and self.options.reducers > 0:
             _limit_sim_reducers(runner, self.options.reducers)
@@ -270,8 +276,7 @@ class GpumrJob(MRJob):
 
         from mrjob.step import StepFailedException
         try:
-            self.check_options()
-            self.check_this_node()
+            self._check()
         except GpumrError as exc:
             print(f"{self.arg_parser.prog}: error: {exc}", file=sys.stderr)
             sys.exit(2)

@@ -45,6 +45,14 @@ def levels(shape, window, scale_factor, min_size=None, max_size=None):
             if lv[1][0] >= window[0] and lv[1][1] >= window[1]]
 
 
+def window_grid(level, window):
+    """``(nx, ny, gx, gy)`` of a pyramid ``level`` (as :func:`levels` gives it): the window columns and rows
+    scanned, and the kernels' grid of windows, one per ``step`` of each."""
+    _, (sw, _), step, _, rows = level
+    nx = sw + 1 - window[0]
+    return nx, rows, -(-nx // step), -(-rows // step)
+
+
 def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
     """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
 
@@ -56,8 +64,8 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
     """
     total = MEMORY_MARGIN
     for shape in shapes:
-        for _, (sw, sh), step, _, rows in levels(shape, window, scale_factor, min_size, max_size):
-            gx, gy = -(-(sw + 1 - window[0]) // step), -(-rows // step)
+        for lv in levels(shape, window, scale_factor, min_size, max_size):
+            (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
             total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
     return total
 
@@ -112,9 +120,9 @@ class FaceGPU:
         table = np.zeros((len(jobs), 10), np.int32)
         meta = []
         img_off = int_off = win_off = 0
-        for row, (i, _, s, (w, h), step, win, rows) in enumerate(jobs):
-            nx, ny = w + 1 - c.window[0], rows
-            gx, gy = -(-nx // step), -(-ny // step)
+        for row, (i, _, *lv) in enumerate(jobs):
+            s, (w, h), step, win, _ = lv
+            nx, ny, gx, gy = window_grid(lv, c.window)
             table[row] = (img_off, int_off, w, h, nx, ny, step, gx, gy, win_off)
             meta.append((i, s, win))
             img_off += w * h

@@ -24,6 +24,7 @@ does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
   clipped to the image.
 """
 
+import functools
 import itertools
 
 import numpy as np
@@ -37,6 +38,10 @@ GROUP_EPS = 0.2
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
     """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each.
+
+    A tuple, kept for the last :data:`SCALES_KEPT` sizes and parameters asked
+    for: one record's pyramid check, memory figure and GPU table, and the
+    frames of a job (mostly of one size), ask for the same walk.
 
     As OpenCV 4: the factor grows in double, and the window rounded from it
     decides where the scales stop and which are too small; the scan then
@@ -56,6 +61,15 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
         When more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below
         ``min_size`` included): the walk is bounded whatever the scale factor.
     """
+    return _scales(tuple(image_size), tuple(window), scale_factor, min_size, max_size)
+
+
+#: How many walks :func:`scales` keeps (each at most MAX_PYRAMID_LEVELS short tuples).
+SCALES_KEPT = 64
+
+
+@functools.lru_cache(maxsize=SCALES_KEPT)
+def _scales(image_size, window, scale_factor, min_size, max_size):
     w, h = image_size
     max_w, max_h = (max_size, max_size) if max_size else (w, h)
     out = []
@@ -79,7 +93,7 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
             (_, sh), step = scale[1], scale[2]
             height = max(sh + 1 - window[1], 0)
             scale.append(min(height, nstripes * max((height // step + nstripes - 1) // max(nstripes, 1), 1) * step))
-    return [tuple(scale) for scale in out]
+    return tuple(tuple(scale) for scale in out)
 
 
 def integrals(img):

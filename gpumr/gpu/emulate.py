@@ -167,27 +167,15 @@ def build(name, sanitize=False):
         key.update(hashlib.sha256(part).digest())
     path = os.path.join(kernels.cache_dir(), f"{name}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so")
     if not os.path.exists(path):
-        try:
-            _compile([cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++", "-"], unit,
-                     path, source)
-        except GpumrError:
-            if not os.path.isfile(path):  # another task on this node built it meanwhile: theirs serves
-                raise
-    return path, names, constants
-
-
-def _compile(cmd, unit, path, source):
-    """Compile ``unit`` (on stdin) with ``cmd`` into the shared library ``path``, under gpumr's output rule."""
-    from ..io.outputs import FileOutput
-    out = FileOutput(path, "gpumr (host build of a CUDA kernel for simulated GPUs)")
-    with out as f:
-        f.close()  # the compiler writes the temporary file by name
-        proc = subprocess.run(cmd + ["-o", out.tmp], input=unit, capture_output=True, text=True,
-                              env=dict(os.environ, LC_ALL="C"))
-        if proc.returncode:
-            lines = proc.stderr.splitlines()
+        def failed(stderr):
+            lines = stderr.splitlines()
             first = next((line for line in lines if "error" in line), lines[0] if lines else "no message")
-            raise GpumrError(f"{source}: the host build with {cmd[0]} failed: {first.strip()}")
+            return f"{source}: the host build with {cxx} failed: {first.strip()}"
+        cmd = [cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++", "-"]
+        kernels.built_meanwhile(path, lambda: kernels.compile_into(
+            path, "gpumr (host build of a CUDA kernel for simulated GPUs)", cmd, failed, stdin=unit,
+            env=dict(os.environ, LC_ALL="C")))
+    return path, names, constants
 
 
 def _asan_loaded():
@@ -225,37 +213,22 @@ class Allocation:
         _libc.free(ptr)
         launcher._release(nbytes)
 
-    def __int__(self):
-        return self.ptr
-
 
 class DeviceArray:
-    """A C-ordered array in emulated device memory, or a slice of one along its first axis.
+    """A C-ordered array in emulated device memory, or a slice of one along its first axis."""
 
-    As PyCUDA's ``GPUArray``: ``gpudata`` is the allocation for a whole
-    array and a bare integer address for a slice.
-    """
-
-    def __init__(self, allocation, offset, shape, dtype, sliced=False):
+    def __init__(self, allocation, offset, shape, dtype):
         self.allocation = allocation
         self.offset = offset
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.nbytes = self.size * self.dtype.itemsize
-        self.sliced = sliced
 
     @property
     def ptr(self):
         """The address of the first element."""
         return self.allocation.ptr + self.offset
-
-    @property
-    def gpudata(self):
-        return self.ptr if self.sliced else self.allocation
-
-    def __len__(self):
-        return self.shape[0]
 
     def __getitem__(self, key):
         if not isinstance(key, slice) or key.step not in (None, 1) or not self.shape:
@@ -263,8 +236,7 @@ class DeviceArray:
         start, stop, _ = key.indices(self.shape[0])
         stop = max(start, stop)
         row = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
-        return DeviceArray(self.allocation, self.offset + start * row, (stop - start,) + self.shape[1:], self.dtype,
-                           sliced=True)
+        return DeviceArray(self.allocation, self.offset + start * row, (stop - start,) + self.shape[1:], self.dtype)
 
 
 def _param(text):
@@ -320,8 +292,6 @@ class Kernel:
 
     def _pointer(self, i, arg, kind):
         where = f"{self.name}: parameter #{i} (0-based)"
-        if isinstance(arg, Allocation):
-            return arg.ptr
         if isinstance(arg, DeviceArray):
             if arg.allocation.launcher is not self.module.launcher:
                 raise TypeError(f"{where}: an array of another device")

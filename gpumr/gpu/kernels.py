@@ -107,13 +107,39 @@ def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
         cmd.append(f"-gencode=arch=compute_{a},code=sm_{a}")
     if ptx and archs:
         cmd.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
-    out = FileOutput(out_path, "gpumr build-kernels")
+    return compile_into(out_path, "gpumr build-kernels", cmd + [source_path(name)],
+                        lambda err: f"nvcc failed on {name}.cu: {err.strip()[-2000:]}")
+
+
+def compile_into(path, made_by, cmd, failed, stdin=None, env=None):
+    """Run compiler ``cmd`` with ``-o`` naming the temporary file of ``path``, under gpumr's output rule.
+
+    What it builds appears whole at ``path`` or not at all, and replaces
+    only an earlier build gpumr made (:class:`gpumr.io.outputs.FileOutput`,
+    recorded as ``made_by``). Returns ``path``.
+
+    Raises
+    ------
+    GpumrError
+        ``failed(compiler's stderr)`` when the compiler fails.
+    """
+    out = FileOutput(path, made_by)
     with out as f:
-        f.close()  # nvcc writes the temporary file by name
-        proc = subprocess.run(cmd + ["-o", out.tmp, source_path(name)], capture_output=True, text=True)
+        f.close()  # the compiler writes the temporary file by name
+        proc = subprocess.run(cmd + ["-o", out.tmp], input=stdin, capture_output=True, text=True, env=env)
         if proc.returncode:
-            raise GpumrError(f"nvcc failed on {name}.cu: {proc.stderr.strip()[-2000:]}")
-    return out_path
+            raise GpumrError(failed(proc.stderr))
+    return path
+
+
+def built_meanwhile(path, make):
+    """``make()``, or ``path`` when it failed because another task on this node built ``path`` meanwhile."""
+    try:
+        return make()
+    except GpumrError:
+        if os.path.isfile(path):  # theirs serves
+            return path
+        raise
 
 
 def build(out_dir=None, archs=ARCHS, names=KERNELS):
@@ -180,9 +206,4 @@ def fatbin(name, arch=None):
     if path:
         return path
     path = os.path.join(cache_dir(), f"{name}-{_digest(name)}.fatbin")
-    try:
-        return compile_fatbin(name, path, (arch,) if arch else ARCHS)
-    except GpumrError:
-        if os.path.isfile(path):  # another task on this node compiled it meanwhile: theirs serves
-            return path
-        raise
+    return built_meanwhile(path, lambda: compile_fatbin(name, path, (arch,) if arch else ARCHS))

@@ -628,7 +628,9 @@ class FolderOutput:
         parts : dict, optional
             ``{name: (staged name, size, sha256)}``: publish only these files
             of the stage, under these names (a Spark job's parts, one task
-            attempt each); the rest of the stage goes. The proof is made from
+            attempt each); the rest of the stage goes. The proof lists the
+            sizes and hashes the tasks took as they wrote (as
+            :meth:`UriOutput.commit` does); without ``parts`` it is made from
             the files themselves.
         """
         try:
@@ -638,8 +640,11 @@ class FolderOutput:
             old_proof = Proof.load(ppath)
             proof = None
             if not self.pack_parts:
-                listing = {rel: digest(os.path.join(self.stage, rel)) for rel, st in _walk(self.stage)
-                           if stat.S_ISREG(st.st_mode)}
+                if parts is not None:
+                    listing = {rel: [size, sha] for rel, (_, size, sha) in parts.items()}
+                else:
+                    listing = {rel: digest(os.path.join(self.stage, rel)) for rel, st in _walk(self.stage)
+                               if stat.S_ISREG(st.st_mode)}
                 proof = Proof(ppath, self.output, [listing])
                 if old_proof is not None and old_proof.output == self.output:
                     proof.versions += old_proof.versions

@@ -347,17 +347,21 @@ def upload(local, uri):
         _hadoop(["-put", local, uri], uri)
         return
     with _errors(uri):
+        folders = fs.type_name != "s3"  # S3 has none to make
+        made = set()  # the folders made
         if os.path.isfile(local):
             files = [("", local)]
         else:
             files = [(posixpath.join(*os.path.relpath(os.path.join(d, f), local).split(os.sep)), os.path.join(d, f))
                      for d, _, names in os.walk(local) for f in names]
-            if fs.type_name != "s3":
+            if folders:
                 fs.create_dir(inner, recursive=True)
+                made.add(inner)
         for rel, path in sorted(files):
             target = posixpath.join(inner, rel) if rel else inner
-            if rel and fs.type_name != "s3":
+            if rel and folders and posixpath.dirname(target) not in made:
                 fs.create_dir(posixpath.dirname(target), recursive=True)
+                made.add(posixpath.dirname(target))
             with open(path, "rb") as src, _create(fs, target) as dst:
                 shutil.copyfileobj(src, dst, READ_BUFFER)
 
