@@ -1,5 +1,7 @@
 """Errors that the command line reports as one line, without a traceback."""
 
+import re
+
 
 class GpumrError(Exception):
     """A user-facing failure: bad input, a missing file, an impossible request."""
@@ -29,3 +31,31 @@ def printable(name):
         else:
             out.append(repr(ch)[1:-1] if ch not in "'\"" else ch)
     return "".join(out)
+
+
+#: The exit statuses of every gpumr entry point (the ``gpumr`` command, ``python -m gpumr.jobs.X``,
+#: the service): 0 done; 1 any error, a refused option or usage error included; 130 interrupted
+#: (Ctrl-C or SIGINT). One rule, so scripts can tell "failed" from "stopped" and nothing else.
+EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
+
+# ``scheme://user[:password]@host...``: the user-info part of a URI, up to the last ``@`` before the
+# path. Credentials never reach a message, a log line or a traceback gpumr prints.
+# A secret may hold '/' (AWS secret keys do), so ``user:...@`` runs to the first ``@`` of the word:
+# this may hide more than the user-info (a path holding '@' after host:port), never less.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s:@]*:[^\s@]*@|[^/\s@]*@)")
+
+
+def redact(text):
+    """``text`` with the user-info of every URI in it replaced by ``***@``.
+
+    Parameters
+    ----------
+    text : str
+        Any message: an error line, a warning, a path list.
+
+    Returns
+    -------
+    str
+        The same text, where ``s3://KEY:SECRET@bucket/x`` reads ``s3://***@bucket/x``.
+    """
+    return _USERINFO.sub(r"\g<scheme>***@", str(text))
