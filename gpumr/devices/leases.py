@@ -13,22 +13,33 @@ lock-file leases and service leases are one system: a slot is never held
 twice. It also hands the task a descriptor of that lock (see
 :mod:`gpumr.devices.protocol`): the holder's own claim, so the slot stays held
 while the task runs even if the service dies. The folder is checked before use (:func:`gpumr.devices.paths.check_dir`)
-and lock files are opened without following symlinks (``O_NOFOLLOW``), read
-only (``flock`` needs no write access, so a group-shared folder works with
-files of any group member) and close-on-exec.
+and lock files are opened under :mod:`gpumr.trusted`'s rule (never through a
+link, never blocking, regular files only: a FIFO or device named like a lock
+file is refused at once, the slot counted as taken with one warning, so
+device choice and the service keep answering), read only (``flock`` needs no
+write access, so a shared folder works with files of any group member; a
+lock file's content is never read) and close-on-exec.
 """
 
 import errno
 import fcntl
 import os
 import time
+import warnings
 
 from .. import limits
-from ..errors import GpumrError
+from ..trusted import TrustWarning, Untrusted, open_regular
 from .paths import lease_dir
 
-#: How lock and context files are opened: never through a symlink, never inherited by children.
-OPEN_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_WARNED = set()
+
+
+def _skip(exc, then="that slot is treated as taken"):
+    """Warn once per path that a lock or context file is refused (:class:`gpumr.trusted.Untrusted`)."""
+    text = f"{exc}; {then}"
+    if text not in _WARNED:
+        _WARNED.add(text)
+        warnings.warn(text, TrustWarning, stacklevel=3)
 
 def check_slots(value, option="--gpu-slots"):
     """``value`` as a slot count from 1 to :data:`gpumr.limits.MAX_GPU_SLOTS`, else a one-line error naming ``option``.
@@ -96,14 +107,9 @@ class LockFileLeases:
         self._ctx_fd = {}
 
     def _open(self, name, create=True):
-        path = os.path.join(self.directory, name)
-        try:
-            # 0o660 less the umask: a group-shared folder's members can open each other's files.
-            return os.open(path, OPEN_FLAGS if create else OPEN_FLAGS & ~os.O_CREAT, 0o660)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise GpumrError(f"{path}: refusing a lock file that is a symlink") from None
-            raise
+        # 0o660 less the umask: a group-shared folder's members can open each other's files.
+        return open_regular(os.path.join(self.directory, name), os.O_RDONLY | (os.O_CREAT if create else 0),
+                            0o660, what="a lock file", any_owner=True)
 
     @staticmethod
     def slot_name(gpu, slot):
@@ -113,7 +119,11 @@ class LockFileLeases:
     def try_slot(self, gpu, slot):
         """A lease on ``slot`` of ``gpu`` if nobody holds it, else None."""
         name = self.slot_name(gpu, slot)
-        fd = self._open(name)
+        try:
+            fd = self._open(name)
+        except Untrusted as exc:
+            _skip(exc)
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -148,6 +158,10 @@ class LockFileLeases:
                 fd = self._open(name, create=False)
             except FileNotFoundError:
                 continue
+            except Untrusted as exc:
+                _skip(exc)
+                busy += 1
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -161,7 +175,11 @@ class LockFileLeases:
         """Mark this process as a gpumr process with a CUDA context on ``gpu``."""
         if gpu.uuid in self._ctx_fd:
             return
-        fd = self._open(f"ctx-{_safe(gpu.uuid)}-{os.getpid()}")
+        try:
+            fd = self._open(f"ctx-{_safe(gpu.uuid)}-{os.getpid()}")
+        except Untrusted as exc:  # siblings then count this process as foreign: safe
+            _skip(exc, "this process's GPU context is not registered (siblings count it as foreign)")
+            return
         fcntl.flock(fd, fcntl.LOCK_SH)
         self._ctx_fd[gpu.uuid] = fd
 
@@ -174,8 +192,8 @@ class LockFileLeases:
                 continue
             path = os.path.join(self.directory, name)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
+                fd = self._open(name, create=False)
+            except OSError:  # gone, or not a regular file (Untrusted): not a live sibling
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,192 @@
+"""Trusted paths: the one rule for every folder gpumr reads code or state from, or keeps state in.
+
+Lease and socket folders, the kernel cache (host libraries and fatbins) and
+progress folders all pass here before gpumr trusts them (the EMR bootstrap
+restates the same rule in shell for its run folder and virtual environment,
+see ``conf/bootstrap-gpu-node.sh``). The rule:
+
+* a folder is a real folder, not a symbolic link, owned by you or by root;
+* it is not writable by group or others, unless it is a documented shared
+  folder (``shared=True``: one an administrator or the user named, such as
+  ``$GPUMR_LEASE_DIR`` or ``$GPUMR_KERNEL_CACHE``): then it must have the
+  sticky bit (as ``/tmp`` has), so nobody may remove or replace a file of
+  another user in it, and a file gpumr trusts for its content must be yours
+  (or root's);
+* only regular files are opened: never through a link, and never blocking
+  (``O_NOFOLLOW | O_NONBLOCK``), then checked with ``fstat`` on the open
+  descriptor, so a FIFO or a device named like a lock file is refused at
+  once instead of blocking ``open()``.
+
+Every refusal is a :class:`Untrusted` error: one line naming the path and
+the reason. This module imports nothing of gpumr but :mod:`gpumr.errors`, so
+every layer may import it.
+"""
+
+import atexit
+import errno
+import os
+import shutil
+import stat
+import tempfile
+
+from .errors import GpumrError, printable
+
+#: How a file in a trusted folder is opened: never through a link, never blocking, never inherited.
+OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Untrusted(GpumrError):
+    """A path that the trusted-paths rule refuses; the message names it and says why."""
+
+
+class TrustWarning(UserWarning):
+    """A trusted-paths refusal that gpumr works around (a private temporary kernel cache, a slot skipped)."""
+
+
+def _kind(mode):
+    for test, what in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _owners():
+    return {os.geteuid(), 0}
+
+
+def check_folder(path, what, *, shared=False):
+    """``path`` if the rule trusts it as a folder for ``what``, else :class:`Untrusted`.
+
+    Parameters
+    ----------
+    path : str
+        An existing folder.
+    what : str
+        What gpumr keeps there, for the message ("gpumr's leases and socket").
+    shared : bool
+        A documented shared folder: group or other write permission is
+        allowed with the sticky bit.
+
+    Returns
+    -------
+    os.stat_result
+        The folder's ``lstat``.
+
+    Raises
+    ------
+    Untrusted
+        Naming the folder and the reason: missing, a link, not a folder,
+        another user's, or writable by others (without the sticky bit, for a
+        shared folder).
+    """
+    shown = printable(path)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise Untrusted(f"{shown}: cannot use it for {what} ({exc.strerror})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a file, not a folder" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        raise Untrusted(f"{shown}: refusing it for {what}: it is {kind}")
+    if st.st_uid not in _owners():
+        raise Untrusted(f"{shown}: refusing it for {what}: it belongs to uid {st.st_uid}, not to you "
+                        f"(uid {os.geteuid()}) or root; someone else made it")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not shared:
+            raise Untrusted(f"{shown}: refusing it for {what}: mode {mode:04o} lets others write in it "
+                            f"(it must be 0700; remove it or chmod 700 it)")
+        if not mode & stat.S_ISVTX:
+            raise Untrusted(f"{shown}: refusing it for {what}: mode {mode:04o} lets others write in it without "
+                            f"the sticky bit, so they could replace what gpumr keeps there (chmod +t it, "
+                            f"e.g. 1770 or 3770 for a group)")
+    return st
+
+
+def ensure_folder(path, what, *, shared=False):
+    """:func:`check_folder` ``path``, making it first (with its parents) if it is missing.
+
+    A private folder is made mode 0700 exactly. A shared one is made 0770
+    less the umask (under umask 007 the group shares it; a setgid parent
+    passes its group on), and gets the sticky bit when the group may write.
+    """
+    if not os.path.lexists(path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        try:
+            os.mkdir(path, 0o770 if shared else 0o700)
+        except FileExistsError:
+            pass  # someone made it meanwhile: the check decides
+        else:
+            # mkdir's mode passes through the umask, which only takes bits away; set it exactly
+            # without touching the process umask (other threads share it).
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                made = stat.S_IMODE(os.fstat(fd).st_mode)
+                if not shared:
+                    os.fchmod(fd, 0o700)
+                elif made & (stat.S_IWGRP | stat.S_IWOTH):
+                    os.fchmod(fd, made | stat.S_ISVTX)
+            finally:
+                os.close(fd)
+    check_folder(path, what, shared=shared)
+    return path
+
+
+def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False):
+    """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked).
+
+    Parameters
+    ----------
+    flags : int
+        ``os.O_RDONLY`` (default), ``os.O_WRONLY | os.O_CREAT`` ...; the rule's
+        flags are added.
+    any_owner : bool
+        Accept a file of another user (a lock file in a shared folder: only
+        locked, its content never trusted). By default the file must be
+        yours or root's.
+
+    Raises
+    ------
+    Untrusted
+        For a link, a FIFO, a device, a socket, a folder or another user's file.
+    OSError
+        As ``os.open`` (a missing file without ``O_CREAT`` included).
+    """
+    shown = printable(path)
+    try:
+        fd = os.open(path, flags | OPEN_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a link
+            raise Untrusted(f"{shown}: refusing {what} that is a symlink") from None
+        if exc.errno == errno.ENXIO:  # a FIFO opened for writing with nobody reading
+            raise Untrusted(f"{shown}: refusing {what} that is a FIFO") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"{shown}: refusing {what} that is {_kind(st.st_mode)}")
+        if not any_owner and st.st_uid not in _owners():
+            raise Untrusted(f"{shown}: refusing {what} of uid {st.st_uid}, not yours (uid {os.geteuid()}) "
+                            f"or root's")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path, limit, *, what="a file"):
+    """The bytes of regular file ``path`` (at most ``limit``), read under the rule (:func:`open_regular`)."""
+    fd = open_regular(path, what=what)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)
+
+
+def private_temp_dir(prefix="gpumr-"):
+    """A new folder of this process alone (``mkdtemp``: mode 0700), removed when the process exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, True)
+    return path
