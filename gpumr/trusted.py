@@ -28,6 +28,7 @@ import os
 import shutil
 import stat
 import tempfile
+import warnings
 
 from .errors import GpumrError, printable
 
@@ -41,6 +42,16 @@ class Untrusted(GpumrError):
 
 class TrustWarning(UserWarning):
     """A trusted-paths refusal that gpumr works around (a private temporary kernel cache, a slot skipped)."""
+
+
+_WARNED = set()
+
+
+def warn_once(text, stacklevel=2):
+    """``text`` as a :class:`TrustWarning`, once per process: a refusal is said once, however often it is met."""
+    if text not in _WARNED:
+        _WARNED.add(text)
+        warnings.warn(text, TrustWarning, stacklevel=stacklevel + 1)
 
 
 def _kind(mode):
@@ -189,4 +200,26 @@ def private_temp_dir(prefix="gpumr-"):
     """A new folder of this process alone (``mkdtemp``: mode 0700), removed when the process exits."""
     path = tempfile.mkdtemp(prefix=prefix)
     atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def usable_folder(path, what, *, shared=False, instead=private_temp_dir):
+    """``path`` to keep state in (made if missing), or, where the rule refuses it, a private temporary folder.
+
+    For state that gpumr can always make again (the kernel cache): a folder
+    the rule refuses (:func:`check_folder`), or one this process may not write
+    in, is never used, and never silently: one :class:`TrustWarning` names
+    it and the reason, and gpumr works in ``instead()`` (by default a new
+    :func:`private_temp_dir`, removed at exit).
+    """
+    try:
+        ensure_folder(path, what, shared=shared)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise Untrusted(f"{printable(path)}: cannot use it for {what}: you may not write in it (read-only)")
+    except (Untrusted, OSError) as exc:
+        reason = str(exc) if isinstance(exc, Untrusted) else \
+            f"{printable(path)}: cannot use it for {what} ({exc.strerror or exc})"
+        private = instead()
+        warn_once(f"{reason}; using a private temporary folder instead ({private}, removed at exit)")
+        return private
     return path

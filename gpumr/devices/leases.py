@@ -25,21 +25,15 @@ import errno
 import fcntl
 import os
 import time
-import warnings
 
 from .. import limits
-from ..trusted import TrustWarning, Untrusted, open_regular
+from ..trusted import Untrusted, open_regular, warn_once
 from .paths import lease_dir
-
-_WARNED = set()
-
 
 def _skip(exc, then="that slot is treated as taken"):
     """Warn once per path that a lock or context file is refused (:class:`gpumr.trusted.Untrusted`)."""
-    text = f"{exc}; {then}"
-    if text not in _WARNED:
-        _WARNED.add(text)
-        warnings.warn(text, TrustWarning, stacklevel=3)
+    warn_once(f"{exc}; {then}", stacklevel=3)
+
 
 def check_slots(value, option="--gpu-slots"):
     """``value`` as a slot count from 1 to :data:`gpumr.limits.MAX_GPU_SLOTS`, else a one-line error naming ``option``.

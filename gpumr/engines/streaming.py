@@ -282,6 +282,9 @@ class GpumrJob(MRJob):
             sys.exit(2)
         self.set_up_logging(quiet=self.options.quiet, verbose=self.options.verbose,
                             stream=codecs.getwriter("utf_8")(self.stderr))
+        if self.runs_here and self.options.device != "cpu":
+            from ..gpu.kernels import cache_dir
+            cache_dir()  # a kernel cache gpumr may not use is said here, once, before any task (gpumr.trusted)
         self._progress_folder = tempfile.mkdtemp(prefix="gpumr-progress-") if self.runs_here else None
         t0 = time.perf_counter()
         try:

@@ -15,7 +15,8 @@ The source is scanned first: a CUDA feature the header does not restate
 ``extern "C" __global__`` kernel unpacks the argument array by the kernel's
 own parameter types and runs the grid; ``__constant__`` symbols are reached
 through generated accessors. Builds are cached in :func:`kernels.cache_dir`,
-keyed by the hash of the source as read, header, wrappers, flags and compiler.
+keyed by the hash of the source as read, header, wrappers, flags and compiler,
+and loaded only where their proof vouches for them (:func:`kernels.cached`).
 
 At each launch the argument checks a driver makes are made: the argument
 count, a numpy scalar of the exact type for each scalar parameter, a device
@@ -165,16 +166,15 @@ def build(name, sanitize=False):
     key = hashlib.sha256()
     for part in (unit.encode(), header_bytes, " ".join(flags).encode(), _compiler_id(cxx).encode()):
         key.update(hashlib.sha256(part).digest())
-    path = os.path.join(kernels.cache_dir(), f"{name}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so")
-    if not os.path.exists(path):
-        def failed(stderr):
-            lines = stderr.splitlines()
-            first = next((line for line in lines if "error" in line), lines[0] if lines else "no message")
-            return f"{source}: the host build with {cxx} failed: {first.strip()}"
-        cmd = [cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++", "-"]
-        kernels.built_meanwhile(path, lambda: kernels.compile_into(
-            path, "gpumr (host build of a CUDA kernel for simulated GPUs)", cmd, failed, stdin=unit,
-            env=dict(os.environ, LC_ALL="C")))
+    def failed(stderr):
+        lines = stderr.splitlines()
+        first = next((line for line in lines if "error" in line), lines[0] if lines else "no message")
+        return f"{source}: the host build with {cxx} failed: {first.strip()}"
+    cmd = [cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++", "-"]
+    made_by = f"gpumr (host build of a CUDA kernel for simulated GPUs: sha256 {key.hexdigest()})"
+    path = kernels.cached(f"{name}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so", made_by,
+                          lambda path: kernels.compile_into(path, made_by, cmd, failed, stdin=unit,
+                                                            env=dict(os.environ, LC_ALL="C")))
     return path, names, constants
 
 

@@ -11,6 +11,16 @@ the device at hand and cached.
 installed ones (for kernel work, and for tests that give a broken kernel);
 ``$GPUMR_KERNEL_CACHE`` replaces the per-user cache folder. The host builds
 of the kernels for simulated GPUs (:mod:`gpumr.gpu.emulate`) share that cache.
+
+The cache holds code that every job loads, so it is trusted only under
+:mod:`gpumr.trusted`'s rule (yours or root's, no link, nobody else may write
+in it; ``$GPUMR_KERNEL_CACHE`` may be a shared folder with the sticky bit),
+and a cached build is used only when it is a regular file of yours whose
+proof beside it (:mod:`gpumr.io.outputs`) names the hash of the sources and
+flags it was built from and the size and SHA-256 of the build itself
+(:func:`cached`). A cache the rule refuses, or one this process may not
+write in, is one warning naming it and why, and the kernels are built into
+a private temporary cache: the GPU path never quietly turns into the CPU's.
 """
 
 import hashlib
@@ -19,8 +29,9 @@ import re
 import shutil
 import subprocess
 
-from ..errors import GpumrError
-from ..io.outputs import FileOutput
+from .. import trusted
+from ..errors import GpumrError, printable
+from ..io.outputs import FileOutput, Proof, digest, proof_path
 
 KERNELS = ("backproject", "haar")
 #: Real architectures in the fatbin (Turing to Blackwell), plus PTX of the newest for later GPUs.
@@ -64,17 +75,105 @@ def defines(name):
         return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*#define\s+(\w+)\s+(\d+)\s*$", f.read(), re.M)}
 
 
-def _digest(name):
+def _digest(name, full=False):
     with open(source_path(name), "rb") as f:
-        return hashlib.sha256(f.read() + " ".join(FLAGS.get(name, [])).encode()).hexdigest()[:16]
+        key = hashlib.sha256(f.read() + " ".join(FLAGS.get(name, [])).encode()).hexdigest()
+    return key if full else key[:16]
 
 
-def cache_dir():
-    """The kernel cache: ``$GPUMR_KERNEL_CACHE``, else the per-user ``~/.cache/gpumr/kernels``."""
+def configured_cache_dir():
+    """The kernel cache asked for: ``$GPUMR_KERNEL_CACHE``, else the per-user ``~/.cache/gpumr/kernels``."""
     if os.environ.get(CACHE_ENV):
         return os.path.abspath(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "gpumr", "kernels")
+
+
+_IN_USE = {}  # configured cache folder -> the folder used: itself, or the private temporary one
+_PRIVATE = []  # this process's private temporary cache, once one was needed
+
+
+def _private():
+    if not _PRIVATE:
+        _PRIVATE.append(trusted.private_temp_dir("gpumr-kernels-"))
+    return _PRIVATE[0]
+
+
+def cache_dir():
+    """The kernel cache in use: :func:`configured_cache_dir`, made if missing, where :mod:`gpumr.trusted` trusts it.
+
+    Otherwise (another user's, writable by others without the sticky bit, a
+    link, read-only ...) one :class:`gpumr.trusted.TrustWarning` names it and
+    why, and this process builds into a private temporary cache instead.
+    """
+    configured = configured_cache_dir()
+    if configured not in _IN_USE:
+        _IN_USE[configured] = trusted.usable_folder(configured, "gpumr's kernel cache", instead=_private,
+                                                    shared=bool(os.environ.get(CACHE_ENV)))
+    return _IN_USE[configured]
+
+
+def _vouched(path, made_by):
+    """Whether cached build ``path`` may be loaded: a regular file of yours that its proof vouches for.
+
+    A file of yours that its proof does not vouch for (truncated, changed,
+    built from other sources or flags, no proof) is moved aside as
+    ``.NAME.bad`` beside it, with one warning, so that it is built again.
+
+    Raises
+    ------
+    gpumr.trusted.Untrusted
+        When the rule refuses the file itself (another user's, a link, a FIFO ...): it is left alone.
+    """
+    try:
+        os.close(trusted.open_regular(path, what="a cached kernel"))
+    except FileNotFoundError:
+        return False
+    try:
+        proof = Proof.load(proof_path(path))
+    except GpumrError:
+        proof = None
+    if proof is not None and proof.output == made_by and proof.vouches("", digest(path)):
+        return True
+    aside = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.bad")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return False  # another task moved it meanwhile
+    why = "has no proof beside it" if proof is None else "does not match its proof (truncated or changed)"
+    trusted.warn_once(f"{printable(path)}: a cached kernel that {why}: moved aside as {printable(aside)} and "
+                      "built again", stacklevel=3)
+    return False
+
+
+def cached(file, made_by, make):
+    """The path of the cached build ``file``: as found where its proof vouches for it, else built by ``make(path)``.
+
+    Parameters
+    ----------
+    file : str
+        Its name in the cache (holding the hash of what it is built from).
+    made_by : str
+        What its proof must name: the builder and the full hash of the
+        sources and flags (see :func:`_vouched`).
+    make : callable
+        ``make(path)`` builds it at ``path`` under the output rule (:func:`compile_into`).
+
+    A cached file that the rule refuses (another user's in a shared cache, a
+    link ...) is never loaded nor touched: one warning, and the build goes to
+    this process's private temporary cache.
+    """
+    path = os.path.join(cache_dir(), file)
+    try:
+        if _vouched(path, made_by):
+            return path
+    except trusted.Untrusted as exc:
+        path = os.path.join(_private(), file)
+        trusted.warn_once(f"{exc}; building it in a private temporary kernel cache instead ({path}, removed at "
+                          "exit)")
+        if _vouched(path, made_by):
+            return path
+    return built_meanwhile(path, made_by, lambda: make(path))
 
 
 def nvcc():
@@ -107,8 +206,13 @@ def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
         cmd.append(f"-gencode=arch=compute_{a},code=sm_{a}")
     if ptx and archs:
         cmd.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
-    return compile_into(out_path, "gpumr build-kernels", cmd + [source_path(name)],
+    return compile_into(out_path, _made_by(name), cmd + [source_path(name)],
                         lambda err: f"nvcc failed on {name}.cu: {err.strip()[-2000:]}")
+
+
+def _made_by(name):
+    """What the proof of a fatbin of ``name`` names: the command and the hash of its source and flags."""
+    return f"gpumr build-kernels ({name}.cu and flags: sha256 {_digest(name, full=True)})"
 
 
 def compile_into(path, made_by, cmd, failed, stdin=None, env=None):
@@ -132,13 +236,19 @@ def compile_into(path, made_by, cmd, failed, stdin=None, env=None):
     return path
 
 
-def built_meanwhile(path, make):
-    """``make()``, or ``path`` when it failed because another task on this node built ``path`` meanwhile."""
+def built_meanwhile(path, made_by, make):
+    """``make()``, or ``path`` when it failed because another task on this node built ``path`` meanwhile.
+
+    Theirs serves only where its proof vouches for it (:func:`_vouched`).
+    """
     try:
         return make()
     except GpumrError:
-        if os.path.isfile(path):  # theirs serves
-            return path
+        try:
+            if _vouched(path, made_by):
+                return path
+        except trusted.Untrusted:
+            pass
         raise
 
 
@@ -176,9 +286,32 @@ def locate(name):
     """
     file = f"{name}-{_digest(name)}.fatbin"
     for place, folder in _places(name):
-        if folder and os.path.exists(os.path.join(folder, file)):
+        if folder and _usable(name, os.path.join(folder, file), place):
             return os.path.join(folder, file), place
     return None, "nowhere"
+
+
+def _usable(name, path, place):
+    """Whether fatbin ``path`` of kernel ``name`` may be loaded.
+
+    In the cache, one its proof vouches for (:func:`_vouched`; one the rule
+    refuses is left to :func:`cached`, which says so); elsewhere (shipped
+    folders need not be writable, and ship no proofs) a regular file of yours
+    or root's, else one warning.
+    """
+    try:
+        if place == "the per-user cache":
+            return _vouched(path, _made_by(name))
+        os.close(trusted.open_regular(path, what="a kernel fatbin"))
+        if place == f"${KERNEL_DIR_ENV}":
+            trusted.check_folder(os.path.dirname(path), "kernels to load", shared=True)
+        return True
+    except FileNotFoundError:
+        return False
+    except trusted.Untrusted as exc:
+        if place != "the per-user cache":
+            trusted.warn_once(f"{exc}; not loaded", stacklevel=3)
+        return False
 
 
 def describe(names=KERNELS):
@@ -205,5 +338,5 @@ def fatbin(name, arch=None):
     path, _ = locate(name)
     if path:
         return path
-    path = os.path.join(cache_dir(), f"{name}-{_digest(name)}.fatbin")
-    return built_meanwhile(path, lambda: compile_fatbin(name, path, (arch,) if arch else ARCHS))
+    return cached(f"{name}-{_digest(name)}.fatbin", _made_by(name),
+                  lambda path: compile_fatbin(name, path, (arch,) if arch else ARCHS))

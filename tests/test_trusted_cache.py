@@ -1,0 +1,191 @@
+"""Trusted paths, kernel cache (issue 25, class 1): only builds gpumr made and can vouch for are loaded.
+
+Real processes: jobs on a simulated GPU (its kernels built for and run on
+the host, from the kernel cache), a real second user (``useradd``) planting a
+library in a shared cache, and a process that may not write in the cache
+(root without CAP_DAC_OVERRIDE, through ``setpriv``).
+"""
+
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = os.geteuid() == 0
+PLANTER = "gpumr-planter"
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("gcc"),
+                                reason="needs root (a second user) and gcc (host builds of the kernels)")
+
+
+@pytest.fixture(scope="module")
+def planter():
+    """A real second user (uid), made with useradd for these tests and removed after them."""
+    made = False
+    try:
+        pwd.getpwnam(PLANTER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PLANTER],
+                       check=True, capture_output=True)
+        made = True
+    yield pwd.getpwnam(PLANTER).pw_uid
+    if made:
+        subprocess.run(["userdel", PLANTER], capture_output=True)
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder in /tmp that other users may enter (pytest's own tmp folders are root's alone)."""
+    top = tempfile.mkdtemp(prefix="gpumr-trust-")
+    os.chmod(top, 0o755)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def frames_seq(tmp_path_factory):
+    from gpumr.faces.sample import make_frames
+    from gpumr.io.packing import pack
+    d = tmp_path_factory.mktemp("trust-frames")
+    make_frames(str(d / "frames"), count=4)
+    pack([str(d / "frames")], str(d / "f.seq"), progress=False)
+    return str(d / "f.seq")
+
+
+def _env(cache):
+    return dict(os.environ, GPUMR_SIMULATE_GPUS="1", GPUMR_KERNEL_CACHE=cache)
+
+
+def _job(seq, out, cache, prefix=()):
+    return subprocess.run([*prefix, sys.executable, "-m", "gpumr.jobs.face_detect", "-r", "local", seq,
+                           "--output-dir", out, "--device", "gpu"], env=_env(cache), capture_output=True,
+                          text=True, timeout=600)
+
+
+def _all_on_gpu(proc, n=4):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert summary.startswith(f"gpumr: {n} records: 0 on CPU, {n} on GPU, 0 bad"), proc.stderr[-3000:]
+
+
+def _build(cache, prefix=()):
+    """``emulate.build('haar')`` in a fresh process: (its path, the process)."""
+    code = "from gpumr.gpu import emulate; print(emulate.build('haar')[0])"
+    proc = subprocess.run([*prefix, sys.executable, "-c", code], env=_env(cache), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip(), proc
+
+
+def _proof(path):
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.gpumr")
+
+
+def test_read_only_cache_still_runs_every_record_on_the_gpu_and_says_why(frames_seq, shared_tmp, tmp_path):
+    cache = os.path.join(shared_tmp, "ro")
+    os.mkdir(cache, 0o555)
+    no_override = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override"]  # root obeys 0555 then
+    proc = _job(frames_seq, str(tmp_path / "out"), cache, no_override)
+    _all_on_gpu(proc)  # before: "4 on CPU, 0 on GPU, 4 GPU fallbacks", and no line saying why
+    said = [ln for ln in proc.stderr.splitlines() if cache in ln]
+    assert len(said) == 1 and "you may not write in it (read-only)" in said[0], proc.stderr[-3000:]
+    assert "private temporary folder" in said[0]
+    assert os.listdir(cache) == []
+
+
+def test_planted_library_of_another_user_in_a_shared_cache_is_never_loaded(frames_seq, shared_tmp, tmp_path,
+                                                                           planter):
+    # What a genuine build is called, and what its proof says (to forge a matching one).
+    genuine, _ = _build(os.path.join(shared_tmp, "genuine"))
+    name = os.path.basename(genuine)
+    output = json.load(open(_proof(genuine)))["output"]
+    # The planted library: its constructor runs at load time, as the loading job's user (root here).
+    marker = os.path.join(shared_tmp, "planted-code-ran")
+    src = os.path.join(shared_tmp, "evil.c")
+    with open(src, "w") as f:
+        f.write('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n'
+                f'  FILE *f = fopen("{marker}", "w"); if (f) {{ fputs("ran\\n", f); fclose(f); }}\n}}\n')
+    evil = os.path.join(shared_tmp, "evil.so")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", evil, src], check=True)
+    data = open(evil, "rb").read()
+    forged = os.path.join(shared_tmp, "forged.json")
+    with open(forged, "w") as f:
+        json.dump({"gpumr": "0", "output": output,
+                   "versions": [{"": [len(data), hashlib.sha256(data).hexdigest()]}]}, f)
+    os.chmod(evil, 0o755)
+    os.chmod(forged, 0o644)
+    # A shared cache (sticky, like /tmp); the second user plants the library and its forged proof there.
+    cache = os.path.join(shared_tmp, "cache")
+    os.mkdir(cache)
+    os.chmod(cache, 0o1777)
+    for what, dest in ((evil, name), (forged, f".{name}.gpumr")):
+        subprocess.run(["/bin/cp", what, os.path.join(cache, dest)], user=planter, group=planter, check=True)
+    planted = os.path.join(cache, name)
+    assert os.stat(planted).st_uid == planter
+
+    proc = _job(frames_seq, str(tmp_path / "out"), cache)
+    assert not os.path.exists(marker), "the planted library was loaded: its constructor ran as root"
+    _all_on_gpu(proc)  # built privately instead, and used
+    assert open(planted, "rb").read() == data and os.stat(planted).st_uid == planter  # left alone
+
+    path, built = _build(cache)  # the same, seen from one process: one warning naming the file and why
+    assert not os.path.exists(marker) and path != planted and not path.startswith(cache)
+    said = [ln for ln in built.stderr.splitlines() if planted in ln]
+    assert len(said) == 1 and f"of uid {planter}" in said[0] and "private temporary kernel cache" in said[0], \
+        built.stderr
+
+
+def test_truncated_cached_library_is_rebuilt_and_the_job_succeeds(frames_seq, tmp_path):
+    cache = str(tmp_path / "cache")
+    path, _ = _build(cache)
+    whole = open(path, "rb").read()
+    os.truncate(path, len(whole) // 3)
+    proc = _job(frames_seq, str(tmp_path / "out"), cache)
+    _all_on_gpu(proc)  # before: killed by SIGBUS loading it (exit 135, no message)
+    assert open(path, "rb").read() == whole  # built again, in place
+    aside = os.path.join(cache, f".{os.path.basename(path)}.bad")
+    assert os.path.getsize(aside) == len(whole) // 3  # the damaged one kept aside, not loaded
+
+
+@pytest.mark.parametrize("how", ["another user's", "group-writable", "a symlink"])
+def test_a_cache_folder_the_rule_refuses_is_one_warning_and_a_private_cache(shared_tmp, planter, how):
+    cache = os.path.join(shared_tmp, "cache")
+    if how == "a symlink":
+        os.mkdir(os.path.join(shared_tmp, "real"), 0o700)
+        os.symlink(os.path.join(shared_tmp, "real"), cache)
+    else:
+        os.mkdir(cache)
+        os.chmod(cache, 0o775 if how == "group-writable" else 0o755)
+        if how == "another user's":
+            os.chown(cache, planter, planter)
+    path, proc = _build(cache)
+    assert not path.startswith(cache) and not path.startswith(os.path.join(shared_tmp, "real"))
+    said = [ln for ln in proc.stderr.splitlines() if "TrustWarning" in ln]
+    why = {"another user's": f"belongs to uid {planter}", "group-writable": "lets others write in it",
+           "a symlink": "it is a symlink"}[how]
+    assert len(said) == 1 and cache in said[0] and why in said[0], proc.stderr
+    assert not os.listdir(os.path.join(shared_tmp, "real") if how == "a symlink" else cache)
+
+
+def test_a_fatbin_in_the_cache_without_its_proof_is_not_used(tmp_path, monkeypatch):
+    from gpumr.gpu import kernels
+    from gpumr.io.outputs import write_file
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, str(tmp_path / "none"))
+    name = f"haar-{kernels._digest('haar')}.fatbin"
+    os.makedirs(tmp_path / "cache", mode=0o700)
+    (tmp_path / "cache" / name).write_bytes(b"planted")
+    if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
+        pytest.skip("a fatbin ships beside the sources here")
+    with pytest.warns(UserWarning, match="has no proof beside it"):
+        assert kernels.locate("haar") == (None, "nowhere")
+    write_file(str(tmp_path / "cache" / name), b"genuine", kernels._made_by("haar"))
+    assert kernels.locate("haar") == (str(tmp_path / "cache" / name), "the per-user cache")
+    assert stat.S_ISREG(os.lstat(tmp_path / "cache" / f".{name}.bad").st_mode)
