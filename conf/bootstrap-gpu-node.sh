@@ -2,13 +2,18 @@
 # EMR bootstrap action for every node (run as root by mrjob's `bootstrap:` lines):
 #   1. check (or make) the folders it writes in, and the environment whose Python it runs, trusting
 #      none it finds: each must be a real folder (not a symlink), root's, and not writable by others
-#      (see check_dir); what it makes itself is made under umask 022;
+#      (see check_dir), and everything in the environment that root would run (bin/, bin/python and
+#      where its links lead, site-packages) root's and writable by root alone (see check_tree): gpumr's
+#      trusted-paths rule (gpumr/trusted.py) restated in shell, since it runs before any gpumr is
+#      trusted; what it makes itself is made under umask 022;
 #   2. install gpumr from its sdist (the first argument; mrjob uploads it) into a virtual
 #      environment of the node's system Python (3.9+: EMR 7.x on Amazon Linux 2023);
 #   3. on a node with an NVIDIA driver (nvidia-smi), add CuPy (binary wheels, no CUDA toolkit
 #      needed) so that map tasks can launch gpumr's kernels;
 #   4. start the node-local GPU scheduler service, its socket reachable by the YARN task user's
-#      group only (folder root:$GROUP 2750, socket 660; lease folder root:$GROUP 2770, umask 007),
+#      group only (folder root:$GROUP 2750, socket 660; lease folder root:$GROUP 3770, umask 007:
+#      the group makes its lock files there, and the sticky bit keeps any member from removing or
+#      replacing another's, as gpumr's rule for a shared folder asks),
 #      and succeed only once the process it started answers there (by the socket's peer
 #      credentials, not by what a reply says). Run again, it stops the service it started before
 #      (the pid its pid file names, if that pid serves the socket) and starts the new install's.
@@ -64,6 +69,29 @@ check_dir() {
   (( (8#$mode & forbid) == 0 )) || fail "$dir: mode $mode lets others write in it; refusing to use it"
 }
 
+# check_tree DIR: what root would run from the environment DIR: every folder, file and link in it must
+# be root's, and nothing in it (links aside: a link's own mode means nothing) writable by group or others;
+# where a link leads (bin/python -> the system's Python) must be root's and not writable by others, and so
+# must the folder holding it. Anything else could have been put there, or changed, by someone else.
+check_tree() {
+  local found link target uid mode p
+  found=$(find "$1" \( ! -uid 0 -o \( ! -type l -perm /022 \) \) -print -quit) \
+    || fail "$1: cannot look through it; refusing to run anything from it"
+  if [ -n "$found" ]; then
+    read -r uid mode < <(stat -c '%u %a' -- "$found")
+    [ "$uid" -eq 0 ] || fail "$found: belongs to uid $uid, not to root; refusing to run anything from $1"
+    fail "$found: mode $mode lets others write in it; refusing to run anything from $1"
+  fi
+  while IFS= read -r -d '' link; do
+    target=$(readlink -f -- "$link") || fail "$link: leads nowhere; refusing to run anything from $1"
+    for p in "$target" "$(dirname "$target")"; do
+      read -r uid mode < <(stat -c '%u %a' -- "$p")
+      [ "$uid" -eq 0 ] || fail "$link: leads to $p, which belongs to uid $uid, not to root; refusing to run it"
+      (( (8#$mode & 8#022) == 0 )) || fail "$link: leads to $p, whose mode $mode lets others write in it; refusing to run it"
+    done
+  done < <(find "$1" -type l -print0)
+}
+
 # own_dir DIR MODE: a folder of gpumr's: check its parent and it, then make it root:$GROUP with MODE
 # (or set them on the folder found).
 own_dir() {
@@ -106,12 +134,14 @@ getent group "$GROUP" >/dev/null || fail "no group $GROUP on this node (set GPUM
 # it, which python -m venv makes if missing): root runs its Python and its gpumr, so one found there
 # must be root's alone, as check_dir says. The socket's folder: root's, group = the task
 # user's, setgid so that the socket keeps that group; the group may enter and connect, not add or
-# replace anything. The leases' folder in it: the group makes its lock files there.
+# replace anything. The leases' folder in it: the group makes its lock files there, and the sticky bit
+# keeps each member's lock files from the others (a FIFO planted under a free name is refused by gpumr).
 check_dir "$(dirname "$(dirname "$VENV")")"
 check_dir "$(dirname "$VENV")"
 check_dir "$VENV"
+[ ! -e "$VENV" ] || check_tree "$VENV"
 own_dir "$RUN_DIR" 2750
-own_dir "$LEASES" 2770
+own_dir "$LEASES" 3770
 system_dir "$(dirname "$LOG")"
 [ -L "$LOG" ] && fail "$LOG: is a symlink; refusing to write the log through it"
 [ ! -e "$LOG" ] || [ -f "$LOG" ] || fail "$LOG: exists and is not a plain file; refusing to write the log there"

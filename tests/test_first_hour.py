@@ -111,9 +111,18 @@ def test_reducers_are_honoured_by_the_local_runner(packed, tmp_path, reducers, m
 
 @pytest.mark.slow
 def test_local_run_shows_progress_while_it_runs(packed, tmp_path, monkeypatch, capfd):
+    """The job's own progress folder goes at the end; what other runs on this machine keep is not looked at."""
+    import tempfile
+
     from gpumr.engines import progress
     from gpumr.jobs.face_detect import MRFaceDetect
     monkeypatch.setattr(progress, "LINE_EVERY", 0.0)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    other = temp / "gpumr-progress-of-another-run"  # another gpumr run on this machine, still going
+    other.mkdir(mode=0o700)
+    (other / "task-1-0").write_text("x")
     job = MRFaceDetect(args=["-r", "local", "--no-conf", packed, "--output-dir", str(tmp_path / "out"),
                              "--device", "cpu"])
     job.run_job()
@@ -121,7 +130,9 @@ def test_local_run_shows_progress_while_it_runs(packed, tmp_path, monkeypatch, c
     shown = [ln for ln in err.splitlines() if ln.startswith("MRFaceDetect: ")]
     assert shown and all("records:" in ln and "records/s" in ln for ln in shown)
     assert err.strip().splitlines()[-1].startswith("gpumr: 12 records: 12 on CPU")
-    assert not any(n.startswith("gpumr-progress-") for n in os.listdir(os.path.dirname(job._progress_folder)))
+    assert os.path.dirname(job._progress_folder) == str(temp)
+    assert not os.path.exists(job._progress_folder)  # its own folder is gone
+    assert (other / "task-1-0").read_text() == "x"  # the other run's is left alone
 
 
 def test_task_progress_files_add_up(tmp_path):

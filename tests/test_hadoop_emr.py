@@ -138,7 +138,8 @@ def test_bootstrap_installs_gpumr_and_starts_the_scheduler(installed):
     # The group enters the socket's folder and connects, but cannot add or replace anything there;
     # it makes its lock files in the lease folder.
     assert stat.S_IMODE(d.st_mode) == 0o2750 and d.st_uid == 0 and grp.getgrgid(d.st_gid).gr_name == group
-    assert stat.S_IMODE(ld.st_mode) == 0o2770 and ld.st_uid == 0 and grp.getgrgid(ld.st_gid).gr_name == group
+    # sticky too: a member makes lock files there, and may not remove or replace another's (issue 25)
+    assert stat.S_IMODE(ld.st_mode) == 0o3770 and ld.st_uid == 0 and grp.getgrgid(ld.st_gid).gr_name == group
     assert stat.S_ISSOCK(s.st_mode) and stat.S_IMODE(s.st_mode) == 0o660  # group may connect, others not
     assert grp.getgrgid(s.st_gid).gr_name == group
     # The installed gpumr answers on that socket, from the process the bootstrap started.

@@ -6,6 +6,11 @@ keeps one small file in a folder the launcher made (named by
 ``$GPUMR_PROGRESS``), rewriting it at most twice a second with its counts so
 far; the launcher sums the files once a second and shows a bar on a
 terminal, or a line every :data:`LINE_EVERY` seconds otherwise.
+
+The folder is the launcher's own (``mkdtemp``: one per run, mode 0700,
+removed at the end), and both sides go through :mod:`gpumr.trusted`: a task
+writes only into a folder the rule trusts, and files are opened only as
+regular files (never through a link, never blocking on a FIFO).
 """
 
 import os
@@ -14,6 +19,8 @@ import threading
 import time
 
 from ..core.counters import BAD, FALLBACKS, ON_CPU, ON_GPU
+from ..errors import GpumrError
+from ..trusted import check_folder, open_regular, warn_once
 
 PROGRESS_ENV = "GPUMR_PROGRESS"
 #: What a task's progress file holds, in this order.
@@ -36,7 +43,11 @@ class TaskProgress:
         self._every, self._last = every, 0.0
         if folder and os.path.isdir(folder):
             path = os.path.join(folder, f"task-{os.getpid()}-{id(self):x}")
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                check_folder(folder, "gpumr's progress files")
+                self._fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, what="a progress file")
+            except GpumrError as exc:  # (gpumr.trusted.Untrusted) no progress shown, and why
+                warn_once(f"{exc}; this task's progress is not shown")
 
     def count(self, name, n=1):
         """Add ``n`` to counter ``name`` (other names are ignored)."""
@@ -75,11 +86,11 @@ def read_totals(folder):
         return totals
     for name in names:
         try:
-            with open(os.path.join(folder, name), "rb") as f:
+            with open(open_regular(os.path.join(folder, name), what="a progress file"), "rb") as f:
                 line = f.read(_WIDTH * len(FIELDS))
             values = [int(line[i * _WIDTH:(i + 1) * _WIDTH]) for i in range(len(FIELDS))]
-        except (OSError, ValueError):
-            continue  # being written this instant: next time
+        except (OSError, ValueError, GpumrError):
+            continue  # being written this instant (or not a progress file): next time
         for field, v in zip(FIELDS, values):
             totals[field] += v
     return totals
