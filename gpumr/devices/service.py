@@ -43,6 +43,7 @@ import time
 from seqfile.atomic import write_bytes
 
 from ..errors import GpumrError
+from ..trusted import open_regular
 from . import nvml as _nvml
 from . import protocol as P
 from .free import check
@@ -665,11 +666,11 @@ def write_pid_file(path):
 def remove_pid_file(path):
     """Remove ``path`` if it is still a plain file naming this process (not a later service's, not a link)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        fd = open_regular(path, what="a pid file")  # gpumr.trusted's rule: no link, no FIFO, yours or root's
+    except (OSError, GpumrError):
         return
     try:
-        ours = stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 64).strip() == str(os.getpid()).encode()
+        ours = os.read(fd, 64).strip() == str(os.getpid()).encode()
     finally:
         os.close(fd)
     if ours:
