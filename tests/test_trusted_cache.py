@@ -62,8 +62,8 @@ def _env(cache):
     return dict(os.environ, GPUMR_SIMULATE_GPUS="1", GPUMR_KERNEL_CACHE=cache)
 
 
-def _job(seq, out, cache, prefix=()):
-    return subprocess.run([*prefix, sys.executable, "-m", "gpumr.jobs.face_detect", "-r", "local", seq,
+def _job(seq, out, cache, prefix=(), runner="local"):
+    return subprocess.run([*prefix, sys.executable, "-m", "gpumr.jobs.face_detect", "-r", runner, seq,
                            "--output-dir", out, "--device", "gpu"], env=_env(cache), capture_output=True,
                           text=True, timeout=600)
 
@@ -88,11 +88,12 @@ def _proof(path):
     return os.path.join(folder, f".{name}.gpumr")
 
 
-def test_read_only_cache_still_runs_every_record_on_the_gpu_and_says_why(frames_seq, shared_tmp, tmp_path):
+@pytest.mark.parametrize("runner", ["inline", "local"])
+def test_read_only_cache_still_runs_every_record_on_the_gpu_and_says_why(frames_seq, shared_tmp, tmp_path, runner):
     cache = os.path.join(shared_tmp, "ro")
     os.mkdir(cache, 0o555)
     no_override = ["setpriv", "--inh-caps=-dac_override", "--bounding-set=-dac_override"]  # root obeys 0555 then
-    proc = _job(frames_seq, str(tmp_path / "out"), cache, no_override)
+    proc = _job(frames_seq, str(tmp_path / "out"), cache, no_override, runner)
     _all_on_gpu(proc)  # before: "4 on CPU, 0 on GPU, 4 GPU fallbacks", and no line saying why
     said = [ln for ln in proc.stderr.splitlines() if cache in ln]
     assert len(said) == 1 and "you may not write in it (read-only)" in said[0], proc.stderr[-3000:]
