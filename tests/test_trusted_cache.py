@@ -153,6 +153,13 @@ def test_truncated_cached_library_is_rebuilt_and_the_job_succeeds(frames_seq, tm
     assert open(path, "rb").read() == whole  # built again, in place
     aside = os.path.join(cache, f".{os.path.basename(path)}.bad")
     assert os.path.getsize(aside) == len(whole) // 3  # the damaged one kept aside, not loaded
+    with open(path, "r+b") as f:  # changed in place, same size: the proof's hash tells
+        f.seek(len(whole) // 2)
+        f.write(b"\0" * 64)
+    again, proc = _build(cache)
+    assert again == path and open(path, "rb").read() == whole
+    said = [ln for ln in proc.stderr.splitlines() if "TrustWarning" in ln]
+    assert len(said) == 1 and path in said[0] and "does not match its proof" in said[0], proc.stderr
 
 
 @pytest.mark.parametrize("how", ["another user's", "group-writable", "a symlink"])

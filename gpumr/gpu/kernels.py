@@ -140,7 +140,9 @@ def _vouched(path, made_by):
         os.replace(path, aside)
     except FileNotFoundError:
         return False  # another task moved it meanwhile
-    why = "has no proof beside it" if proof is None else "does not match its proof (truncated or changed)"
+    why = ("has no proof beside it" if proof is None else
+           f"another build's proof ({proof.output}) lies beside it" if proof.output != made_by else
+           "does not match its proof (truncated or changed)")
     trusted.warn_once(f"{printable(path)}: a cached kernel that {why}: moved aside as {printable(aside)} and "
                       "built again", stacklevel=3)
     return False
