@@ -160,7 +160,8 @@ def register(sub):
                                                           "printed)")
     a.add_argument("--socket-mode", metavar="OCTAL",
                    help="permissions of the socket file (default: 777 less the umask; the folder decides who "
-                        "reaches it: the per-user folder is 0700, a shared one e.g. setgid 2770 with umask 007)")
+                        "reaches it: the per-user folder is 0700, a shared one e.g. setgid 2750, or 3770 (sticky) where the "
+                        "group writes in it, with umask 007)")
     a.add_argument("--max-connections", type=positive, default=4096, metavar="N",
                    help="connections served at once; more get a too-many-connections reply (default 4096, "
                         "lowered to fit the open-file limit)")
