@@ -88,6 +88,17 @@ def test_fifo_named_like_a_lock_file_does_not_block_a_lock_file_client(tmp_path)
     assert "refusing a lock file that is a FIFO" in r.stderr
 
 
+def test_fifo_named_like_a_context_file_does_not_block_counting_siblings(tmp_path):
+    leases = str(tmp_path / "leases")
+    os.makedirs(leases, mode=0o700)
+    gpu = nvml.simulated_gpus("1")[0]
+    os.mkfifo(os.path.join(leases, f"ctx-{gpu.uuid}-12345"))
+    code = ("import sys; from gpumr.devices import nvml; from gpumr.devices.leases import LockFileLeases\n"
+            "print(sorted(LockFileLeases(sys.argv[1]).sibling_pids(nvml.simulated_gpus('1')[0])))\n")
+    r = subprocess.run([sys.executable, "-c", code, leases], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+
+
 @pytest.mark.parametrize("make", ["fifo", "symlink", "folder"])
 def test_open_regular_refuses_what_is_not_a_regular_file_at_once(tmp_path, make):
     path = str(tmp_path / "x.lock")

@@ -187,7 +187,7 @@ class LockFileLeases:
             path = os.path.join(self.directory, name)
             try:
                 fd = self._open(name, create=False)
-            except OSError:  # gone, or not a regular file (Untrusted): not a live sibling
+            except (OSError, Untrusted):  # gone, or not a regular file: not a live sibling
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
