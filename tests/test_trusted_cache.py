@@ -197,3 +197,21 @@ def test_a_fatbin_in_the_cache_without_its_proof_is_not_used(tmp_path, monkeypat
     write_file(str(tmp_path / "cache" / name), b"genuine", kernels._made_by("haar"))
     assert kernels.locate("haar") == (str(tmp_path / "cache" / name), "the per-user cache")
     assert stat.S_ISREG(os.lstat(tmp_path / "cache" / f".{name}.bad").st_mode)
+
+
+def test_a_fatbin_of_another_user_in_a_shared_cache_is_not_used_even_with_its_proof(shared_tmp, monkeypatch,
+                                                                                   planter):
+    from gpumr.gpu import kernels
+    from gpumr.io.outputs import write_file
+    cache = os.path.join(shared_tmp, "cache")
+    os.mkdir(cache)
+    os.chmod(cache, 0o1777)
+    monkeypatch.setenv(kernels.CACHE_ENV, cache)
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "none"))
+    name = f"haar-{kernels._digest('haar')}.fatbin"
+    if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
+        pytest.skip("a fatbin ships beside the sources here")
+    write_file(os.path.join(cache, name), b"planted", kernels._made_by("haar"))  # a proof that vouches for it
+    os.chown(os.path.join(cache, name), planter, planter)
+    assert kernels.locate("haar") == (None, "nowhere")
+    assert open(os.path.join(cache, name), "rb").read() == b"planted"  # left alone
