@@ -253,7 +253,15 @@ def _fail(log, exc, debug):
 
 
 def main(func, *args, **kwargs):
-    """``sys.exit(guard(func, *args, **kwargs))``: for ``if __name__ == "__main__"`` blocks."""
+    """``sys.exit(guard(func, *args, **kwargs))``: for ``if __name__ == "__main__"`` blocks.
+
+    A ``--debug`` in ``sys.argv`` is taken out (the program's own parser
+    need not know it) and turns tracebacks on here and, through
+    :data:`DEBUG_ENV`, in the processes this one starts (a job's tasks).
+    """
+    if "--debug" in sys.argv[1:]:
+        sys.argv[1:] = [a for a in sys.argv[1:] if a != "--debug"]
+        os.environ[DEBUG_ENV] = "1"
     sys.exit(guard(func, *args, **kwargs))
 
 
