@@ -74,13 +74,13 @@ import posixpath
 import re
 import shutil
 import stat
-import sys
 
 from seqfile import Reader, SequenceFileError
 from seqfile.atomic import (AtomicFile, NotReplaced, aside_name, interrupts_held, swap_into_place, temp_dir_beside,
                             temp_name)
 
 from .. import __version__
+from ..boundary import logger
 from ..errors import GpumrError, printable
 from ..sizes import human
 from . import remote
@@ -99,8 +99,8 @@ _CHUNK = 1 << 20
 
 
 def warn(message):
-    """Say ``message`` on stderr as a gpumr warning (an output kept, a proof not recorded)."""
-    print(f"gpumr: warning: {message}", file=sys.stderr, flush=True)
+    """Say ``message`` as a gpumr warning (an output kept, a proof not recorded): :mod:`gpumr.boundary`'s logger."""
+    logger(__name__).warning("%s", message)
 
 
 # -- proof ------------------------------------------------------------------------------------------
