@@ -141,6 +141,9 @@ def _worker(kind, args, shipped):
     if got is None:
         from pyspark import SparkFiles
 
+        from ..boundary import install
+        install()  # the workload's warnings (a geometry's field of view) as gpumr's one-line warnings
+
         from .streaming import with_option
         args = list(args)
         for option, name in shipped:  # the executor's copy of each shipped file
