@@ -143,6 +143,11 @@ def set_verbosity(quiet=False, verbose=False):
     logging.getLogger(ROOT).setLevel(level)
 
 
+def quiet():
+    """Whether information and progress are off (``-q``): commands then draw no progress bar either."""
+    return not logging.getLogger(ROOT).isEnabledFor(logging.INFO)
+
+
 def one_line(text):
     """``text`` on one line: lines joined with ``; ``, control characters escaped, redacted."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
@@ -265,5 +270,5 @@ def main(func, *args, **kwargs):
     sys.exit(guard(func, *args, **kwargs))
 
 
-__all__ = ["guard", "main", "describe", "one_line", "logger", "install", "set_verbosity", "debug_wanted",
+__all__ = ["guard", "main", "describe", "one_line", "logger", "install", "set_verbosity", "quiet", "debug_wanted",
            "UsageError", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]

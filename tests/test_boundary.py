@@ -177,13 +177,23 @@ def test_q_hides_information_v_shows_debug(capsys):
         set_verbosity()
 
 
-def test_q_on_a_command_line(tmp_path):
+def test_q_and_v_on_command_lines(tmp_path):
+    """``-q`` on a gpumr command and on a job (mrjob's own -q, mapped): no information, no progress, no summary;
+    an error is still its one line. ``-v`` keeps the summary."""
     geometry = ["--voxels", "8", "--angles", "4"]
     proc = run("-m", "gpumr", "ct", "phantom", *geometry, "-o", "p.seq", "-q", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     proc = run("-m", "gpumr.jobs.backproject", "-q", "--no-conf", "-r", "inline", "plan", "--projections", "p.seq",
                cwd=tmp_path)
     one_error_line(proc, "plan")
+    assert run("-m", "gpumr", "sample", "frames", "-n", "2", "-q", cwd=tmp_path).returncode == 0
+    assert run("-m", "gpumr", "pack", "frames", "-o", "f.seq", "-q", cwd=tmp_path).returncode == 0
+    for flag, said in (("-q", False), ("-v", True)):
+        proc = run("-m", "gpumr.jobs.face_detect", flag, "--no-conf", "-r", "local", "f.seq", "--device", "cpu",
+                   "--output-dir", f"out{flag}", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpumr: 2 records: 2 on CPU")]
+        assert bool(summary) == said and (said or proc.stderr == ""), proc.stderr[-3000:]
 
 
 # ---- class 7: Ctrl-C ----------------------------------------------------------------------------------

@@ -271,7 +271,7 @@ class GpumrJob(MRJob):
         try:
             with self.make_runner() as runner:
                 try:
-                    if self._progress_folder:
+                    if self._progress_folder and not self.options.quiet:
                         with progress.Display(self._progress_folder, self._input_bytes(), label=type(self).__name__):
                             runner.run()
                     else:
