@@ -112,20 +112,29 @@ _handler = StderrHandler()
 _handler.setFormatter(_Formatter())
 
 
-def install():
-    """Give the ``gpumr`` logger its handler and route Python warnings through it (idempotent)."""
+def _attach():
+    """Give the ``gpumr`` logger its handler (once): gpumr's messages, in gpumr's format, on stderr."""
     log = logging.getLogger(ROOT)
     if _handler not in log.handlers:
         log.addHandler(_handler)
         log.propagate = False
         if log.level == logging.NOTSET:
             log.setLevel(logging.INFO)
+
+
+def install():
+    """:func:`_attach`, and route Python warnings (``warnings.warn``) through the same path.
+
+    Entry points call it (through :func:`guard`), and so do Spark's Python
+    workers; merely importing gpumr changes no warning's display.
+    """
+    _attach()
     warnings.showwarning = _show_warning
 
 
 def logger(name=ROOT):
-    """The logger for module ``name`` (pass ``__name__``), a child of ``gpumr``; the handler is installed."""
-    install()
+    """The logger for module ``name`` (pass ``__name__``), a child of ``gpumr``, its handler attached."""
+    _attach()
     if name != ROOT and not name.startswith(ROOT + "."):
         name = f"{ROOT}.{name}"
     return logging.getLogger(name)
