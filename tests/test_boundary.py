@@ -55,6 +55,7 @@ def one_error_line(proc, *words):
     (["-m", "gpumr.jobs.backproject", "--filter", "nope", "plan"], ["--filter"]),
     (["-m", "gpumr.jobs.backproject", "plan"], ["plan: no such file"]),
     (["-m", "gpumr.jobs.face_detect", "missing.seq"], ["missing.seq"]),
+    (["-m", "gpumr", "spark", "faces", "x.seq"], ["-o OUT is required"]),
     (["-m", "gpumr.engines.spark"], ["usage: spark.py"]),
     (["-m", "gpumr.engines.spark", "faces", "x.seq"], ["-o OUT is required"]),
 ])
@@ -62,6 +63,13 @@ def test_every_error_is_one_line_and_exit_status_1(tmp_path, argv, words):
     """Usage errors were argparse's exit status 2 (gpumr sample -n 0, gpumr ls --max-record-size 2GiB, the
     jobs' option parser), refusals 1, and the README said 1: now 1 for every error, under every entry point."""
     one_error_line(run(*argv, cwd=tmp_path), *words)
+
+
+def test_debug_on_a_job_shows_the_traceback_above_the_line(tmp_path):
+    """``--debug`` is the boundary's (taken out before mrjob parses), and reaches the tasks through GPUMR_DEBUG."""
+    proc = run("-m", "gpumr.jobs.face_detect", "--no-conf", "missing.seq", "--debug", cwd=tmp_path)
+    assert proc.returncode == EXIT_ERROR and "Traceback (most recent call last)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "gpumr: error: missing.seq: no such file or directory"
 
 
 def test_help_and_version_exit_0(tmp_path):
