@@ -227,19 +227,21 @@ def guard(func, *args, debug=None, on_interrupt=None):
         0, 1 or 130.
     """
     install()
-    log = logging.getLogger(ROOT)
     if debug is None:
         debug = debug_wanted()
     try:
+        return _ending(func, args, debug)
+    except KeyboardInterrupt:  # however late it comes: in the work, its clean-up, or the report of an error
+        return _interrupted(on_interrupt)
+
+
+def _ending(func, args, debug):
+    """The exit status of ``func(*args)``; any failure reported in one line (an interrupt goes up)."""
+    log = logging.getLogger(ROOT)
+    try:
         status = func(*args)
     except KeyboardInterrupt:
-        with contextlib.suppress(Exception, KeyboardInterrupt):
-            if on_interrupt is not None:
-                on_interrupt()
-        with contextlib.suppress(Exception, KeyboardInterrupt):
-            discard_unfinished()
-        log.critical("interrupted", extra={"plain": True})
-        return EXIT_INTERRUPTED
+        raise
     except SystemExit as exc:
         if exc.code not in (None, 0):
             discard_unfinished()
@@ -254,6 +256,28 @@ def guard(func, *args, debug=None, on_interrupt=None):
     if isinstance(status, int) and not isinstance(status, bool):
         return EXIT_OK if status == 0 else EXIT_INTERRUPTED if status == EXIT_INTERRUPTED else EXIT_ERROR
     return EXIT_OK
+
+
+def _interrupted(on_interrupt):
+    """Ctrl-C: clean up (a second Ctrl-C meanwhile is ignored), say ``gpumr: interrupted``, return 130."""
+    import signal
+    import threading
+    saved = None
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            if on_interrupt is not None:
+                on_interrupt()
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            discard_unfinished()
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            logging.getLogger(ROOT).critical("interrupted", extra={"plain": True})
+    finally:
+        if saved is not None:
+            signal.signal(signal.SIGINT, saved)
+    return EXIT_INTERRUPTED
 
 
 def _fail(log, exc, debug):
