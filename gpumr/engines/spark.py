@@ -70,8 +70,8 @@ import time
 
 if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the package's
     from gpumr.boundary import main as _guarded  # module, whose functions the executors can import, inside the
-    from gpumr.engines.spark import main as _main  # error boundary
-    _guarded(_main, on_interrupt=lambda: __import__("gpumr.engines.spark").engines.spark.quiet_interrupt())
+    from gpumr.engines.spark import main as _main, quiet_interrupt as _quiet  # error boundary
+    _guarded(_main, on_interrupt=_quiet)
 
 from .. import limits  # noqa: E402
 from ..errors import GpumrError  # noqa: E402
