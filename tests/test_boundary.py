@@ -122,9 +122,16 @@ def test_guard_maps_every_ending_to_the_rule(capsys):
     assert guard(raises(FileNotFoundError(2, "No such file or directory", "a.seq"))) == EXIT_ERROR
     assert guard(raises(KeyboardInterrupt())) == EXIT_INTERRUPTED
     assert guard(lambda: 7) == EXIT_ERROR
+
+    def clean_up_fails_after_ctrl_c():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise OSError("Answer from Java side is empty")  # e.g. an engine's stop() once its JVM went
+    assert guard(clean_up_fails_after_ctrl_c) == EXIT_INTERRUPTED
     err = capsys.readouterr().err.splitlines()
     assert err == ["gpumr: error: stopped: s3://***@c/d", "gpumr: error: bad; input",
-                   "gpumr: error: a.seq: No such file or directory", "gpumr: interrupted"]
+                   "gpumr: error: a.seq: No such file or directory", "gpumr: interrupted", "gpumr: interrupted"]
 
 
 def test_describe_and_one_line():
