@@ -77,5 +77,6 @@ class MRBackproject(GpumrJob):
                               self.options.i0)
 
 
-if __name__ == "__main__":
-    MRBackproject.run()
+if __name__ == "__main__":  # the launcher and each task mrjob starts: inside the error boundary
+    from gpumr.boundary import main
+    main(MRBackproject.run)

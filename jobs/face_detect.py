@@ -63,5 +63,6 @@ class MRFaceDetect(GpumrJob):
         return FaceDetection(o.cascade, o.scale_factor, o.min_neighbors, o.min_size, o.max_size, o.max_pixels)
 
 
-if __name__ == "__main__":
-    MRFaceDetect.run()
+if __name__ == "__main__":  # the launcher and each task mrjob starts: inside the error boundary
+    from gpumr.boundary import main
+    main(MRFaceDetect.run)

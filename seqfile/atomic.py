@@ -12,6 +12,16 @@ the old file once it has been set aside under a hidden name, and says
 whether it may go; if not, it is put back. gpumr's ownership rule
 (:mod:`gpumr.io.outputs`) is such a function.
 
+Clean-up is safe wherever an interrupt (Ctrl-C, or any signal whose Python
+handler raises) lands: a file descriptor has one owner, the file object,
+from the moment the kernel makes it (never closed twice); a name is known
+before the file or folder it names is made, so that it can be removed; and
+the few steps that must happen together (rename the old file aside and the
+new one into place; put the old one back) run with interrupts held
+(:func:`interrupts_held`), which delivers a Ctrl-C that came meanwhile once
+they are done. What an interrupted process made and had not published is
+removed by :func:`discard_unfinished` (the error boundary calls it).
+
 The temporary file is created with ``O_EXCL`` and mode ``0o666``, which the
 kernel narrows by the process's umask, as for any new file; the umask is
 never read or changed (changing it is process-wide and not thread-safe).
@@ -19,11 +29,82 @@ gpumr uses this module too: it lives here because ``seqfile`` imports
 nothing from gpumr.
 """
 
+import contextlib
 import errno
+import functools
 import os
 import secrets
+import shutil
+import signal
+import threading
 
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+#: The signals whose Python handlers :func:`interrupts_held` holds back (where the platform has them).
+_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM") if hasattr(signal, name))
+#: Hidden files and folders this process made by path and has neither published nor removed: name -> "file" or
+#: "folder" (:func:`discard_unfinished`). A name goes in before it is made, so an interrupt cannot lose it.
+_UNFINISHED = {}
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Run the ``with`` block whole: a SIGINT or SIGTERM that comes meanwhile is delivered when it ends.
+
+    For the few steps that must not be parted (a file set aside and the new
+    one put in its place; a name made and recorded). The signals' Python
+    handlers are replaced for the block by one that only notes the signal;
+    afterwards the old handlers are back and each noted signal is raised
+    again, so Ctrl-C raises :class:`KeyboardInterrupt` just after the block.
+    Signals without a Python handler (default action, ignored) are left
+    alone, and so is everything outside the main thread (Python runs signal
+    handlers in the main thread only: nothing interrupts another thread).
+    Blocks may nest.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted, saved = [], []
+
+    def note(signum, frame):
+        noted.append(signum)
+
+    try:
+        for signum in _HELD_SIGNALS:
+            if callable(signal.getsignal(signum)):
+                saved.append((signum, signal.signal(signum, note)))
+        yield
+    finally:
+        _restore(saved)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
+
+
+def _restore(saved):
+    """Put back the signal handlers ``saved`` (``[(signum, handler)]``), every one even if a signal comes meanwhile."""
+    if saved:
+        try:
+            signal.signal(*saved[-1])
+        finally:
+            _restore(saved[:-1])
+
+
+def discard_unfinished():
+    """Remove every hidden file and folder this process made by path and has not published or removed.
+
+    The error boundary calls it when a command is interrupted or fails, so
+    that nothing it was writing stays behind, however late the interrupt
+    came (even between a name being made and its owner hearing of it).
+    Never touches a published file or one set aside (``.old``).
+    """
+    with interrupts_held():
+        for name, what in list(_UNFINISHED.items()):
+            try:
+                if what == "folder":
+                    shutil.rmtree(name, ignore_errors=True)
+                else:
+                    os.unlink(name)
+            except OSError:
+                pass
+            _UNFINISHED.pop(name, None)
 
 
 def temp_name(name):
@@ -43,34 +124,29 @@ def _split(path, dir_fd=None):
     return "", os.fspath(path)
 
 
-def _temp_beside(path, mode=0o666, dir_fd=None):
-    """Create an empty hidden file beside ``path``; return ``(fd, temp path)``.
-
-    With ``dir_fd``, ``path`` is a plain name in that open folder and the
-    temporary path returned is a plain name there too.
-    """
-    folder, name = _split(path, dir_fd)
-    while True:
-        tmp = os.path.join(folder, temp_name(name))
-        try:
-            return os.open(tmp, _FLAGS, mode, dir_fd=dir_fd), tmp
-        except FileExistsError:
-            continue
-
-
 def temp_dir_beside(path):
     """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask); return its path.
 
     For outputs made of several files: fill it, then rename it to ``path``.
+    Until then it is this process's unfinished work: :func:`discard_unfinished`
+    removes it (call it with interrupts held, :func:`interrupts_held`, and
+    keep its result, so that the caller's own clean-up knows it too).
     """
     folder, name = _split(path)
     while True:
         tmp = os.path.join(folder, temp_name(name))
+        _UNFINISHED[tmp] = "folder"  # before it exists: an interrupt just after mkdir cannot lose it
         try:
             os.mkdir(tmp, 0o777)
             return tmp
         except FileExistsError:
+            _UNFINISHED.pop(tmp, None)  # someone else's
             continue
+        except BaseException:
+            _UNFINISHED.pop(tmp, None)
+            with contextlib.suppress(OSError):
+                os.rmdir(tmp)  # made just before an interrupt, or not at all
+            raise
 
 
 def aside_name(name):
@@ -105,17 +181,20 @@ def swap_into_place(stage, path):
     caller made. If the second rename fails, the old output is put back.
     (A folder renamed onto a name never destroys anything: onto a file or a
     folder that is not empty, the rename fails.)
+
+    The two renames run with interrupts held (:func:`interrupts_held`); a
+    caller that must not lose the name returned holds them around the call
+    and its use of the result too.
     """
     path = os.fspath(path)
-    old = None
-    if os.path.lexists(path):
-        old = set_aside(path)
-    try:
-        os.rename(stage, path)
-    except BaseException:
-        if old is not None:
-            os.rename(old, path)
-        raise
+    with interrupts_held():
+        old = set_aside(path) if os.path.lexists(path) else None
+        try:
+            os.rename(stage, path)
+        except BaseException:
+            if old is not None:
+                os.rename(old, path)
+            raise
     _sync_folder(os.path.dirname(os.path.abspath(path)))
     return old
 
@@ -216,14 +295,26 @@ class AtomicFile:
         self.dir_fd = dir_fd
         self.replace = replace
         self._synced = self._done = False
-        fd, self.tmp = _temp_beside(self.path, dir_fd=dir_fd)
-        try:
-            # The descriptor made with O_EXCL, under the temporary file's name (some writers ask for it).
-            self.file = open(self.tmp, "wb", buffering=buffering, opener=lambda path, flags: fd)
-        except BaseException:
-            os.close(fd)
-            _discard(self.tmp, dir_fd)
-            raise
+        self.file = self.tmp = None
+        folder, name = _split(self.path, dir_fd)
+        # The kernel's descriptor goes straight to the file object (os.open called from C, no Python code in
+        # between), its one owner: an interrupt anywhere here can drop the object, never close the number twice.
+        opener = functools.partial(os.open, mode=0o666, dir_fd=dir_fd)
+        while True:
+            tmp = os.path.join(folder, temp_name(name))
+            self.tmp = tmp  # known before it exists, so that abort() removes it whenever the interrupt comes
+            if dir_fd is None:
+                _UNFINISHED[tmp] = "file"
+            try:
+                # "x": O_CREAT | O_EXCL, which never follows a link at the name, and O_CLOEXEC.
+                self.file = open(tmp, "xb", buffering=buffering, opener=opener)
+                return
+            except FileExistsError:
+                self.tmp = None  # someone else's name
+                _UNFINISHED.pop(tmp, None)
+            except BaseException:
+                self.abort()
+                raise
 
     def sync(self):
         """Flush the contents to disk and close the file; :meth:`commit` then only publishes it."""
@@ -247,28 +338,34 @@ class AtomicFile:
             return
         try:
             self.sync()
+            # (An interrupt just after the file took its name finds nothing left to remove under self.tmp.)
             if self.replace is True:
                 os.replace(self.tmp, self.path, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
             elif self.replace is False:
                 _link_no_replace(self.tmp, self.path, self.dir_fd)
             else:
                 _replace_if(self.tmp, self.path, self.dir_fd, self.replace)
+            self._done = True
+            _UNFINISHED.pop(self.tmp, None)
         except BaseException:
             self.abort()
             raise
-        self._done = True
         _sync_folder(os.path.dirname(os.path.abspath(self.path)), self.dir_fd)
 
     def abort(self):
-        """Drop the unfinished file (idempotent)."""
-        if self._done:
-            return
-        self._done = True
-        try:
-            self.file.close()
-        except OSError:
-            pass
-        _discard(self.tmp, self.dir_fd)
+        """Drop the unfinished file (idempotent, and whole even if interrupted meanwhile)."""
+        with interrupts_held():
+            if self._done:
+                return
+            self._done = True
+            if self.file is not None:
+                try:
+                    self.file.close()
+                except OSError:
+                    pass
+            if self.tmp is not None:
+                _discard(self.tmp, self.dir_fd)
+                _UNFINISHED.pop(self.tmp, None)
 
     def __enter__(self):
         return self.file
@@ -281,24 +378,36 @@ class AtomicFile:
 
 
 def _replace_if(tmp, path, dir_fd, may_go):
-    """Give ``tmp`` the name ``path``; an old ``path`` goes only if ``may_go`` says so once it is set aside."""
+    """Give ``tmp`` the name ``path``; an old ``path`` goes only if ``may_go`` says so once it is set aside.
+
+    Whatever happens (an error, an interrupt while ``may_go`` reads the old
+    file), the old file is back under its name unless the new one holds it.
+    """
+    old = None
     try:
-        old = set_aside(path, dir_fd)
-    except FileNotFoundError:
-        _link_no_replace(tmp, path, dir_fd)
-        return
-    try:
-        ok = may_go(old)
+        with interrupts_held():
+            try:
+                old = set_aside(path, dir_fd)
+            except FileNotFoundError:
+                _link_no_replace(tmp, path, dir_fd)
+                return
+        if not may_go(old):
+            with interrupts_held():
+                kept, old = _put_back(old, path, dir_fd), None
+            raise NotReplaced(path, kept, "it may not be replaced")
+        with interrupts_held():
+            try:
+                _link_no_replace(tmp, path, dir_fd)
+            except FileExistsError:
+                kept, old = old, None
+                raise NotReplaced(path, kept, "something else took its name meanwhile") from None
+            _discard(old, dir_fd)
+            old = None
     except BaseException:
-        _put_back(old, path, dir_fd)
+        if old is not None:
+            with interrupts_held():
+                _put_back(old, path, dir_fd)
         raise
-    if not ok:
-        raise NotReplaced(path, _put_back(old, path, dir_fd), "it may not be replaced")
-    try:
-        _link_no_replace(tmp, path, dir_fd)
-    except FileExistsError:
-        raise NotReplaced(path, old, "something else took its name meanwhile") from None
-    _discard(old, dir_fd)
 
 
 def _put_back(old, path, dir_fd):

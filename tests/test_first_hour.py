@@ -54,7 +54,7 @@ def test_gpumr_module_runs_from_the_repository_root():
 def test_a_folder_of_jpegs_is_a_one_line_error_before_any_task(sample_frames, tmp_path):
     proc = _run(["-m", "gpumr.jobs.face_detect", "-r", "local", sample_frames, "--output-dir", str(tmp_path / "o")],
                 str(tmp_path))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "no SequenceFile among the inputs" in err[0] and "a JPEG image" in err[0]
     assert "gpumr pack" in err[0] and not (tmp_path / "o").exists()
@@ -68,9 +68,9 @@ def test_a_folder_of_jpegs_is_a_one_line_error_before_any_task(sample_frames, tm
 def test_bad_job_options_are_one_line_errors(packed, tmp_path, args, message):
     proc = _run(["-m", "gpumr.jobs.face_detect", "-r", "inline", packed, "--output-dir", str(tmp_path / "o"), *args],
                 str(tmp_path))
-    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.returncode == 1, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("face_detect.py: error: ") and message in err[0]
+    assert len(err) == 1 and err[0].startswith("gpumr: error: ") and message in err[0]
 
 
 def test_a_bundled_cascade_is_taken_by_name_and_shipped(packed, sample_frames, tmp_path):
@@ -157,12 +157,12 @@ def test_backprojection_job_needs_its_projections(tmp_path):
     (tmp_path / "plan" / "p.txt").write_text("0 4\n")
     proc = _run(["-m", "gpumr.jobs.backproject", "-r", "inline", str(tmp_path / "plan"),
                  "--output-dir", str(tmp_path / "o")], str(tmp_path))
-    assert proc.returncode == 2 and "--projections is required" in proc.stderr
+    assert proc.returncode == 1 and "--projections is required" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     (tmp_path / "p.seq").write_bytes(b"\xff\xd8\xff\xe0 not a SequenceFile")
     proc = _run(["-m", "gpumr.jobs.backproject", "-r", "inline", str(tmp_path / "plan"), "--projections",
                  str(tmp_path / "p.seq"), "--output-dir", str(tmp_path / "o")], str(tmp_path))
-    assert proc.returncode == 2 and "p.seq: a JPEG image" in proc.stderr
+    assert proc.returncode == 1 and "p.seq: a JPEG image" in proc.stderr
 
 
 def test_ct_flow_carries_one_geometry_file(tmp_path, capsys):
@@ -255,14 +255,19 @@ def test_every_job_option_has_help():
             assert action.help and "``" not in action.help, (cls.__name__, dest)
 
 
-def test_a_bug_is_not_dressed_up_as_a_user_error(monkeypatch):
+def test_a_bug_is_not_dressed_up_as_a_user_error(monkeypatch, capsys):
+    """A bug is one line too (a traceback may print a secret), but it says it is one and how to see where."""
     from gpumr.cli import seqfiles
 
     def broken(args):
         raise ValueError("high <= 0")
     monkeypatch.setattr(seqfiles, "cmd_sample", broken)
-    with pytest.raises(ValueError):
-        main(["sample", "/nonexistent"])
+    assert main(["sample", "/nonexistent"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("gpumr: error: ValueError: high <= 0 (an unexpected error, a bug")
+    assert "--debug" in err[0]
+    assert main(["--debug", "sample", "/nonexistent"]) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
 
 
 def test_backprojection_kernel_constants_come_from_the_kernel_source():

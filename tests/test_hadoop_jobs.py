@@ -235,8 +235,8 @@ def test_refusals_under_hadoop_come_before_it_or_as_one_task_line(frames_seq, tm
             "--python-bin", sys.executable, str(frames_seq), "--output-dir", "file://" + str(tmp_path / "out")]
     (tmp_path / "cwd").mkdir()
     before = subprocess.run([*base, "--scale-factor", "nan"], cwd=tmp_path / "cwd", capture_output=True, text=True)
-    assert before.returncode == 2 and before.stderr.strip().splitlines() == [
-        "face_detect.py: error: --scale-factor must be a number over 1 and at most 100, not nan"]
+    assert before.returncode == 1 and before.stderr.strip().splitlines() == [
+        "gpumr: error: --scale-factor must be a number over 1 and at most 100, not nan"]
     assert not (tmp_path / "tmp").exists()  # Hadoop was never asked for anything
     env = {k: v for k, v in os.environ.items() if k != "GPUMR_SIMULATE_GPUS"}
     task = subprocess.run([*base, "--device", "gpu"], cwd=tmp_path / "cwd", capture_output=True, text=True, env=env)

@@ -123,3 +123,28 @@ def test_max_record_size_reaches_the_tasks(tmp_path):
     assert "faces" in got["small.jpg"]
     assert "over the size cap of 1000 bytes" in got["big.png"]["error"] and "sizes.seq" in got["big.png"]["error"]
     assert counters["bad records"] == 1 and counters["records on CPU"] == 1
+
+
+# ---- warnings inside tasks (issue 25, class 8) ---------------------------------------------------------
+
+@pytest.mark.parametrize("runner", ["inline", "local"])
+def test_a_warning_in_a_task_goes_out_through_the_one_path(tmp_path, runner):
+    """The README's "normal cone-beam case": a geometry that gets the field-of-view warning. With the inline
+    runner (mrjob's default), whose tasks have a binary stderr, the warning was a TypeError ("a bytes-like
+    object is required, not 'str'") and a traceback; ``-r local`` ran it. Made as the issue says."""
+    def gpumr(*argv):
+        return subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    made = gpumr("-m", "gpumr", "ct", "phantom", "--voxels", "48", "--angles", "72", "--detector", "40", "64",
+                 "--off-detector", "1.5", "-2", "--off-origin", "2", "-1.5", "1", "-o", "proj.seq")
+    assert made.returncode == 0, made.stderr
+    fov = "part of the volume lies outside the field of view"
+    assert made.stderr.count(fov) == 1 and made.stderr.startswith("gpumr: warning: "), made.stderr
+    plan = gpumr("-m", "gpumr", "ct", "plan", "proj.seq", "-o", "plan")
+    assert plan.returncode == 0 and fov in plan.stderr, plan.stderr
+    job = gpumr("-m", "gpumr.jobs.backproject", "-r", runner, "--no-conf", "plan", "--projections", "proj.seq",
+                "--output-dir", "out", "--device", "cpu")
+    assert job.returncode == 0 and "Traceback" not in job.stderr, job.stderr[-3000:]
+    warned = [ln for ln in job.stderr.splitlines() if fov in ln]
+    assert warned and all(ln.startswith("gpumr: warning: ") for ln in warned), job.stderr[-3000:]
+    assert job.stderr.strip().splitlines()[-1].startswith("gpumr: 3 records: 3 on CPU")
+    assert sorted(n for n in os.listdir(tmp_path / "out") if n.startswith("part-"))

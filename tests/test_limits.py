@@ -66,7 +66,7 @@ def face_command(engine, d, args):
     if engine == "spark":
         return ["-m", "gpumr", "spark", "faces", seq, "-o", out, "--master", "local[1]", *args], "gpumr: error: ", 1
     return (["-m", "gpumr.jobs.face_detect", "-r", engine, "--no-conf", seq, "--output-dir", out, *args],
-            "face_detect.py: error: ", 2)
+            "gpumr: error: ", 1)
 
 
 SCALE = "--scale-factor must be a number over 1 and at most 100, not "
@@ -201,7 +201,7 @@ def test_a_task_that_finds_no_gpu_fails_with_one_line_the_client_prints(faces, t
         assert proc.returncode == status and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         lines = [ln for ln in proc.stderr.splitlines() if "--device gpu: no GPU on this node" in ln]
         assert len(lines) == 1, proc.stderr[-3000:]
-        assert lines[0].startswith("face_detect.py: error: " if runner == "inline" else "gpumr: error: ")
+        assert lines[0].startswith("gpumr: error: ")
 
 
 def test_the_contact_sheet_is_bounded(faces):
@@ -277,7 +277,7 @@ def ct_commands(d, geometry=None, projections="p.seq", extra=()):
                             "gpumr: error: ", 1),
             "phantom": (["-m", "gpumr", "ct", "phantom", *g, "-o", str(d / "never.seq"), *extra], "gpumr: error: ", 1),
             "job": (["-m", "gpumr.jobs.backproject", "-r", "inline", "--no-conf", str(d / "plan"), "--projections", p,
-                     *g, "--output-dir", str(d / "never"), *extra], "backproject.py: error: ", 2),
+                     *g, "--output-dir", str(d / "never"), *extra], "gpumr: error: ", 1),
             "spark": (["-m", "gpumr", "spark", "backproject", "--projections", p, *g, "--slab", "8", "-o",
                        str(d / "never"), "--master", "local[1]", *extra], "gpumr: error: ", 1)}
 

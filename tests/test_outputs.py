@@ -247,7 +247,7 @@ def test_a_job_on_this_machine_never_writes_into_a_users_output_folder(tmp_path,
     (tmp_path / "out" / "part-00000").write_text("my results")
     proc = subprocess.run([sys.executable, "-m", "gpumr.jobs.face_detect", "-r", "inline", str(tmp_path / "in.seq"),
                            "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "--output-dir" in proc.stderr and "already exists and is not an empty folder" in proc.stderr
     assert listing(tmp_path / "out") == {"part-00000": b"my results"}
 

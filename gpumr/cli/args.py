@@ -1,6 +1,22 @@
-"""Argument types and help formatting shared by the ``gpumr`` subcommands."""
+"""Argument parsing shared by the ``gpumr`` subcommands: the parser class, argument types, common options."""
 
 import argparse
+
+from ..boundary import UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are :class:`gpumr.boundary.UsageError`, not exit status 2.
+
+    The error boundary shows one line and exits 1, as for every other error
+    (:data:`gpumr.errors.EXIT_ERROR`); ``--help`` and ``--version`` still
+    print and exit 0. Subcommands' parsers are of this class too
+    (``add_subparsers`` makes them of the parent's class).
+    """
+
+    def error(self, message):
+        where = self.prog.partition(" ")[2]  # "gpumr ct plan" -> "ct plan"
+        raise UsageError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
 
 
 def positive(text):
@@ -20,3 +36,32 @@ def command(sub, name, help, func, description=None):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=func)
     return p
+
+
+def add_common(parser):
+    """Give ``parser`` and every subcommand under it ``-q``, ``-v`` and ``--debug`` (where it has none of its own).
+
+    On a subcommand they default to "not given" (``argparse.SUPPRESS``), so
+    that ``gpumr -v ls ...`` and ``gpumr ls -v ...`` mean the same. A
+    subcommand's own ``-q`` (``pack``: no progress bar) keeps its help and
+    also quiets the messages.
+    """
+    _add_common(parser, top=True)
+
+
+def _add_common(parser, top):
+    default = False if top else argparse.SUPPRESS
+    have = {s for a in parser._actions for s in a.option_strings}
+    if "-q" not in have and "--quiet" not in have:
+        parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                            help="warnings and errors only (no information or progress lines)")
+    if "-v" not in have and "--verbose" not in have:
+        parser.add_argument("-v", "--verbose", action="store_true", default=default,
+                            help="debug lines too")
+    if "--debug" not in have:
+        parser.add_argument("--debug", action="store_true", default=default,
+                            help="show the traceback above an error's line")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # (aliases name one parser twice)
+                _add_common(sub, top=False)

@@ -97,7 +97,9 @@ def cmd_phantom(args):
     _check_outputs([("-o", args.output), ("-o", None if same else geo_out), ("--truth", args.truth)], inputs)
     t0 = time.perf_counter()
     stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
-    write_set(args.output, tqdm(stream, total=g.n_angles, desc="projections", unit="proj", disable=None, leave=False),
+    from ..boundary import quiet
+    write_set(args.output, tqdm(stream, total=g.n_angles, desc="projections", unit="proj",
+                                disable=True if quiet() else None, leave=False),
               inputs=inputs)
     if not same:
         g.save(geo_out)

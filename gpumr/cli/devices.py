@@ -54,6 +54,8 @@ def _raise_nofile_limit():
 
 def cmd_serve(args):
     import signal
+
+    from seqfile.atomic import interrupts_held
     from ..devices.leases import check_slots
     from ..devices.service import make_server, node_scheduler, remove_pid_file, write_pid_file
     check_slots(args.slots_per_gpu, "--slots-per-gpu")
@@ -73,8 +75,11 @@ def cmd_serve(args):
     where = f"127.0.0.1:{server.address[1]}" if args.tcp is not None else server.address
     sim = " (simulated)" if any(g.simulated for g in gpus) else ""
 
+    class Stopped(BaseException):  # (not an Exception: nothing in the loop may take it for an error)
+        """SIGTERM: the service's normal end (exit status 0)."""
+
     def stop(signum, frame):
-        raise KeyboardInterrupt  # the same clean end as Ctrl-C: leases end, the socket file goes
+        raise Stopped  # the same clean end as Ctrl-C: leases end, the socket file goes
 
     signal.signal(signal.SIGTERM, stop)
     try:
@@ -84,12 +89,13 @@ def cmd_serve(args):
               f"{args.slots_per_gpu} slot(s) each, serving on {where} "
               f"(at most {cap} connections, idle timeout {args.idle_timeout:g} s)", flush=True)
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    except Stopped:
+        pass  # (Ctrl-C goes on to the error boundary once the service is down: "gpumr: interrupted", 130)
     finally:
-        server.server_close()
-        if args.pid_file:
-            remove_pid_file(args.pid_file)
+        with interrupts_held():  # leases end and the socket and pid files go, whatever comes meanwhile
+            server.server_close()
+            if args.pid_file:
+                remove_pid_file(args.pid_file)
 
 
 def cmd_status(args):

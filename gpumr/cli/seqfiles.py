@@ -7,11 +7,14 @@ import tempfile
 
 from seqfile.codecs import SHORT_NAMES
 
+from ..boundary import logger
 from ..errors import GpumrError, printable
 from ..io.records import open_reader
 from ..io.remote import is_remote, local_path
 from ..sizes import human, size_arg
 from .args import command, positive
+
+_log = logger(__name__)
 
 #: How many skipped inputs ``pack`` names one by one (then only how many more).
 SHOWN_SKIPS = 20
@@ -32,10 +35,9 @@ def cmd_pack(args):
     stats = _pack_to_uri(args, run, compression == "NONE") if is_remote(args.output) else run(args.output)
     skipped = stats["skipped"]
     for path, reason in skipped[:SHOWN_SKIPS]:
-        print(f"gpumr: warning: skipped {printable(path)}: {reason}", file=sys.stderr)
+        _log.warning("skipped %s: %s", printable(path), reason)
     if len(skipped) > SHOWN_SKIPS:
-        print(f"gpumr: warning: skipped {len(skipped) - SHOWN_SKIPS} more entries that are not regular files "
-              "or not followed", file=sys.stderr)
+        _log.warning("skipped %d more entries that are not regular files or not followed", len(skipped) - SHOWN_SKIPS)
     links = f"; followed {stats['linked']} symbolic link{'s' if stats['linked'] != 1 else ''} to files inside " \
             "the packed folders" if stats["linked"] else ""
     skips = f"; skipped {len(skipped)} (see warnings)" if skipped else ""
@@ -114,7 +116,7 @@ def cmd_unpack(args):
     from ..io.packing import unpack
 
     def refused(message):
-        print(f"gpumr: error: {message}", file=sys.stderr)
+        _log.error("%s", message)  # one record refused; the command goes on
     directory = args.directory
     if is_remote(directory):  # file:///PATH is the local folder PATH; other URIs are refused
         directory = local_path(directory)

@@ -1,14 +1,18 @@
 """``gpumr spark faces|backproject``: the jobs as a Spark application (:mod:`gpumr.engines.spark`)."""
 
-import sys
+from ..boundary import logger
 
 
 def _runner(kind):
     def cmd(args):
         from ..core.counters import summary
-        from ..engines.spark import run
-        counts, seconds = run(kind, args.rest, debug=args.debug)
-        print(f"gpumr: {summary(counts, seconds)}", file=sys.stderr)
+        from ..engines.spark import quiet_interrupt, run
+        try:
+            counts, seconds = run(kind, args.rest, debug=args.debug)
+        except KeyboardInterrupt:
+            quiet_interrupt()  # the boundary's "gpumr: interrupted" is the one line
+            raise
+        logger(__name__).info(summary(counts, seconds))
     return cmd
 
 

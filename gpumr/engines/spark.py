@@ -69,8 +69,9 @@ import tempfile
 import time
 
 if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the package's
-    from gpumr.engines.spark import main as _main  # module, whose functions the executors can import
-    sys.exit(_main())
+    from gpumr.boundary import main as _guarded  # module, whose functions the executors can import, inside the
+    from gpumr.engines.spark import main as _main, quiet_interrupt as _quiet  # error boundary
+    _guarded(_main, on_interrupt=_quiet)
 
 from .. import limits  # noqa: E402
 from ..errors import GpumrError  # noqa: E402
@@ -139,6 +140,9 @@ def _worker(kind, args, shipped):
     got = _WORKERS.get(key)
     if got is None:
         from pyspark import SparkFiles
+
+        from ..boundary import install
+        install()  # the workload's warnings (a geometry's field of view) as gpumr's one-line warnings
 
         from .streaming import with_option
         args = list(args)
@@ -451,6 +455,11 @@ def spark_context(master=None, app_name="gpumr", debug=False):
     conf = SparkConf().setAppName(app_name)
     if not debug and not conf.contains("spark.log.level"):
         conf.set("spark.log.level", "OFF")
+        if not conf.contains("spark.ui.showConsoleProgress"):
+            conf.set("spark.ui.showConsoleProgress", "false")  # (gpumr's own progress is the summary line)
+        if "PYSPARK_GATEWAY_PORT" not in os.environ and not conf.contains("spark.driver.extraJavaOptions"):
+            # The JVM pyspark starts here logs before spark.log.level applies: a log4j2 profile that logs nothing.
+            conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}")
     if master:
         conf.setMaster(master)
     elif not conf.contains("spark.master"):
@@ -460,7 +469,9 @@ def spark_context(master=None, app_name="gpumr", debug=False):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from py4j.protocol import Py4JJavaError
     try:
-        return SparkContext.getOrCreate(conf)
+        sc = SparkContext.getOrCreate(conf)
+        _interrupt_quietly()
+        return sc
     except Py4JJavaError as exc:  # the JVM refused the configuration, e.g. a master URL it cannot parse
         raise GpumrError(failure(exc, "Spark did not start")) from exc
     except RuntimeError as exc:  # PySpark's JVM exited before it answered (its own lines above say why)
@@ -590,25 +601,79 @@ def failure(exc, what="the Spark job failed"):
     return f"{what}: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
 
 
+def _quiet_log4j():
+    """A log4j2 configuration file (in the temp folder, made once per process) that logs nothing."""
+    global _QUIET_LOG4J
+    if _QUIET_LOG4J is None:
+        fd, path = tempfile.mkstemp(prefix="gpumr-log4j2-", suffix=".properties")
+        with os.fdopen(fd, "w") as f:
+            f.write("status = off\nappender.null.type = Null\nappender.null.name = null\n"
+                    "rootLogger.level = off\nrootLogger.appenderRef.null.ref = null\n")
+        atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+        _QUIET_LOG4J = path
+    return _QUIET_LOG4J
+
+
+_QUIET_LOG4J = None
+
+
+def _interrupt_quietly():
+    """Replace pyspark's SIGINT handler (main thread only) by one that silences Spark's Python side first.
+
+    pyspark's handler calls into the JVM from inside the call that Ctrl-C
+    interrupted (a re-entrant Py4J call that fails, with a traceback) and
+    Py4J logs the interrupt with another; gpumr's handler silences them
+    (:func:`quiet_interrupt`) and raises ``KeyboardInterrupt``; the job is
+    then stopped on the way out (the context gpumr started is stopped).
+    """
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _on_sigint(signum, frame):
+    quiet_interrupt()
+    raise KeyboardInterrupt
+
+
+def quiet_interrupt():
+    """On Ctrl-C: silence pyspark's and Py4J's loggers and the context's threads, so the boundary's line is the last.
+
+    Spark's Python side answers an interrupt with tracebacks from several
+    places (the call in progress, Py4J's callback and gateway threads as the
+    JVM goes, pyspark's SIGINT handler); none of them says more than
+    ``gpumr: interrupted``. The loggers are turned off and the
+    threads' exceptions are dropped; the JVM's own stderr is already quiet
+    (``spark.log.level`` OFF unless ``--debug``).
+    """
+    import logging
+    import threading
+    # Py4J logs through the root logger too (logging.exception(...)): all but gpumr's own logger go quiet.
+    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())  # (else logging.exception() would add one)
+    threading.excepthook = lambda args: None
+
+
 def main(argv=None):
-    """``spark-submit .../gpumr/engines/spark.py KIND ...`` or ``python -m gpumr.engines.spark KIND ...``."""
+    """``spark-submit .../gpumr/engines/spark.py KIND ...`` or ``python -m gpumr.engines.spark KIND ...``.
+
+    Runs inside the error boundary when started as a program (one line, exit
+    status 0, 1 or 130); ``--debug`` keeps Spark's log and shows tracebacks.
+    """
+    from ..boundary import UsageError, debug_wanted, logger
     from ..core.counters import summary
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    debug = debug_wanted(argv)
     argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] not in JOBS:
-        print(f"usage: spark.py {{{','.join(JOBS)}}} [--debug] [options]", file=sys.stderr)
-        return 2
-    try:
-        counts, seconds = run(argv[0], argv[1:], debug=debug)
-    except GpumrError as exc:
-        if debug:
-            raise
-        print(f"gpumr: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"gpumr: {summary(counts, seconds)}", file=sys.stderr)
-    return 0
+        raise UsageError(f"usage: spark.py {{{','.join(JOBS)}}} [--debug] [options]")
+    counts, seconds = run(argv[0], argv[1:], debug=debug)
+    logger(__name__).info(summary(counts, seconds))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..boundary import main as _guarded
+    _guarded(main, on_interrupt=quiet_interrupt)

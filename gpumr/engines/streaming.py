@@ -36,6 +36,7 @@ from mrjob.protocol import JSONProtocol, RawValueProtocol
 from mrjob.step import MRStep
 
 from .. import limits
+from ..boundary import UsageError, logger, set_verbosity
 from ..core import GROUP, Processor
 from ..core.counters import summary, total
 from ..devices.chooser import MODES
@@ -113,8 +114,12 @@ class GpumrJob(MRJob):
     def load_args(self, args):
         if self._from_command_line:
             # mrjob makes a bad option raise ValueError when given a list of arguments; from the command
-            # line (the list is only the rewritten sys.argv), argparse's own message and exit status 2.
-            self.arg_parser.error = type(self.arg_parser).error.__get__(self.arg_parser)
+            # line (the list is only the rewritten sys.argv), the error boundary's one line and exit status 1.
+            prog = self.arg_parser.prog
+
+            def error(message):
+                raise UsageError(f"{message} (see {prog} --help)")
+            self.arg_parser.error = error
         super().load_args(args)
 
     def _usage(self):
@@ -212,24 +217,6 @@ class GpumrJob(MRJob):
             from ..devices.chooser import require_gpu
             require_gpu()
 
-    def execute(self):
-        """mrjob's entry point, where a task started as a process of its own fails with one line.
-
-        A :class:`GpumrError` raised in such a task (a refusal that only the
-        node can make, e.g. ``--device gpu`` on a node without a GPU) becomes
-        one ``gpumr: error: ...`` line on the task's stderr and exit status
-        1, which mrjob shows as the job's probable cause of failure. Where
-        the job object was made by a caller in Python (the inline runner's
-        tasks, :func:`run_job`) the error goes up to that caller instead.
-        """
-        try:
-            super().execute()
-        except GpumrError as exc:
-            if not self._from_command_line:
-                raise
-            print(f"gpumr: error: {exc}", file=sys.stderr)
-            sys.exit(1)
-
     def _input_bytes(self):
         try:
             sizes = [size for _, size in expand_sized(self.options.args)]
@@ -267,19 +254,16 @@ class GpumrJob(MRJob):
 
         As mrjob's own ``run_job`` (log set-up, a failed step exits 1, output
         to stdout unless ``--output-dir``), plus the checks before any task
-        starts (a one-line error, exit 2), the progress display on this
-        machine and the summary line at the end. A refusal raised by a task
-        in this process (the inline runner) is one line too, exit status 1.
+        starts, the progress display on this machine and the summary line at
+        the end. A refusal, a failed step or a task's error raised in this
+        process (the inline runner) goes up to the error boundary
+        (:mod:`gpumr.boundary`): one line, exit status 1.
         """
         import codecs
-        import logging
 
         from mrjob.step import StepFailedException
-        try:
-            self._check()
-        except GpumrError as exc:
-            print(f"{self.arg_parser.prog}: error: {exc}", file=sys.stderr)
-            sys.exit(2)
+        set_verbosity(quiet=self.options.quiet, verbose=self.options.verbose)  # mrjob's -q/-v, for gpumr's lines
+        self._check()  # (a refusal is the boundary's one line, exit status 1)
         self.set_up_logging(quiet=self.options.quiet, verbose=self.options.verbose,
                             stream=codecs.getwriter("utf_8")(self.stderr))
         if self.runs_here and self.options.device != "cpu":
@@ -290,17 +274,13 @@ class GpumrJob(MRJob):
         try:
             with self.make_runner() as runner:
                 try:
-                    if self._progress_folder:
+                    if self._progress_folder and not self.options.quiet:
                         with progress.Display(self._progress_folder, self._input_bytes(), label=type(self).__name__):
                             runner.run()
                     else:
                         runner.run()
                 except StepFailedException as exc:
-                    logging.getLogger("mrjob").error(str(exc))
-                    sys.exit(1)
-                except GpumrError as exc:
-                    print(f"{self.arg_parser.prog}: error: {exc}", file=sys.stderr)
-                    sys.exit(1)
+                    raise GpumrError(str(exc)) from None
                 if self._should_cat_output():
                     for chunk in runner.cat_output():
                         self.stdout.write(chunk)
@@ -309,7 +289,7 @@ class GpumrJob(MRJob):
         finally:
             if self._progress_folder:
                 shutil.rmtree(self._progress_folder, ignore_errors=True)
-        print(f"gpumr: {summary(counts, time.perf_counter() - t0)}", file=sys.stderr)
+        logger(__name__).info(summary(counts, time.perf_counter() - t0))
 
     # -- steps -----------------------------------------------------------
     def steps(self):

@@ -74,12 +74,13 @@ import posixpath
 import re
 import shutil
 import stat
-import sys
 
 from seqfile import Reader, SequenceFileError
-from seqfile.atomic import AtomicFile, NotReplaced, aside_name, swap_into_place, temp_dir_beside, temp_name
+from seqfile.atomic import (AtomicFile, NotReplaced, aside_name, interrupts_held, swap_into_place, temp_dir_beside,
+                            temp_name)
 
 from .. import __version__
+from ..boundary import logger
 from ..errors import GpumrError, printable
 from ..sizes import human
 from . import remote
@@ -98,8 +99,8 @@ _CHUNK = 1 << 20
 
 
 def warn(message):
-    """Say ``message`` on stderr as a gpumr warning (an output kept, a proof not recorded)."""
-    print(f"gpumr: warning: {message}", file=sys.stderr, flush=True)
+    """Say ``message`` as a gpumr warning (an output kept, a proof not recorded): :mod:`gpumr.boundary`'s logger."""
+    logger(__name__).warning("%s", message)
 
 
 # -- proof ------------------------------------------------------------------------------------------
@@ -517,8 +518,13 @@ class FileOutput:
     def begin(self):
         """Make the hidden temporary file beside the destination; return ``self``."""
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self._atomic = AtomicFile(self.path, replace=self._may_go if self.replace else False)
-        self.file, self.tmp = self._atomic.file, self._atomic.tmp
+        try:
+            with interrupts_held():  # made and recorded together (abort() then finds it)
+                self._atomic = AtomicFile(self.path, replace=self._may_go if self.replace else False)
+                self.file, self.tmp = self._atomic.file, self._atomic.tmp
+        except BaseException:
+            self.abort()  # (``with`` calls no __exit__ when __enter__ fails)
+            raise
         return self
 
     def _may_go(self, old):
@@ -612,9 +618,14 @@ class FolderOutput:
     def begin(self):
         """Make the hidden folder beside the destination; return :attr:`stage`."""
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self._holder = temp_dir_beside(self.path)
-        self.stage = os.path.join(self._holder, os.path.basename(os.path.abspath(self.path)))
-        os.mkdir(self.stage)
+        try:
+            with interrupts_held():  # made and recorded together (abort() then finds it)
+                self._holder = temp_dir_beside(self.path)
+            self.stage = os.path.join(self._holder, os.path.basename(os.path.abspath(self.path)))
+            os.mkdir(self.stage)
+        except BaseException:
+            self.abort()  # (``with`` calls no __exit__ when __enter__ fails)
+            raise
         return self.stage
 
     def commit(self, parts=None):
@@ -650,26 +661,28 @@ class FolderOutput:
                     proof.versions += old_proof.versions
                 proof.save()  # vouches for the old and the new folder until the new one holds the name
                 proof.versions = proof.versions[:1]
-            old = swap_into_place(self.stage, self.path)
-            os.rmdir(self._holder)
-            self._holder = None
+            with interrupts_held():  # swapped in and the old folder cleaned up whole: Ctrl-C comes after
+                old = swap_into_place(self.stage, self.path)
+                os.rmdir(self._holder)
+                self._holder = None
+                if old is not None:
+                    self.kept = _remove_old(old, _Rule(printable(self.path), self.output, old_proof, self.pack_parts))
+                if proof is not None:
+                    proof.save()
+                elif old_proof is not None:  # a stale proof beside parts that prove themselves: gpumr's, wrong now
+                    os.unlink(ppath)
         finally:
             self.abort()
-        if old is not None:
-            self.kept = _remove_old(old, _Rule(printable(self.path), self.output, old_proof, self.pack_parts))
-        if proof is not None:
-            proof.save()
-        elif old_proof is not None:  # a stale proof beside parts that prove themselves: gpumr's, and wrong now
-            os.unlink(ppath)
         if self.kept:
             self.log(_kept_warning(printable(self.path), self.kept))
         return self.kept
 
     def abort(self):
-        """Remove the hidden folder and what was written in it."""
-        if self._holder is not None:
-            shutil.rmtree(self._holder, ignore_errors=True)
-            self._holder = None
+        """Remove the hidden folder and what was written in it (whole, even if interrupted meanwhile)."""
+        with interrupts_held():
+            if self._holder is not None:
+                shutil.rmtree(self._holder, ignore_errors=True)
+                self._holder = None
 
     def __enter__(self):
         return self.begin()
