@@ -212,6 +212,17 @@ class Proof:
         except FileExistsError:
             raise _not_a_proof(self.path, "a file that appeared meanwhile") from None
 
+    def record(self, written):
+        """Add files written one by one into the output (``{rel: [size, sha256]}``) to the newest version, and
+        drop them from the older ones (what they held there is gone); then :meth:`save`."""
+        if not self.versions:
+            self.versions.append({})
+        for v in self.versions[1:]:
+            for rel in written:
+                v.pop(rel, None)
+        self.versions[0].update(written)
+        self.save()
+
     def folders(self):
         """The folders that the listed files lie in (relative paths)."""
         return {rel.rsplit("/", i)[0] for v in self.versions for rel in v for i in range(1, rel.count("/") + 1)}
@@ -277,7 +288,7 @@ def _not_a_proof(path, why):
 
 
 # -- the rule -------------------------------------------------------------------------------------
-class _Rule:
+class Rule:
     """The rule's decisions about an existing output, the same for local paths and URIs.
 
     Parameters
@@ -328,10 +339,13 @@ class _Rule:
         raise GpumrError(f"{self.shown}: holds {printable(rel)}, {why}; gpumr replaces only its own {output} "
                          "output: remove it yourself or choose another folder")
 
-    def vouched(self, rel, path):
-        """Whether the file at ``path`` (``rel`` in the output; ``""`` for a file output) is still what gpumr wrote."""
-        if self.proof is not None and self.proof.vouches(rel, digest(path)):
+    def vouched(self, rel, path, dir_fd=None):
+        """Whether the file at ``path`` (``rel`` in the output; ``""`` for a file output; a name in open folder
+        ``dir_fd`` if given) is still what gpumr wrote."""
+        if self.proof is not None and self.proof.vouches(rel, digest(path, dir_fd)):
             return True
+        if dir_fd is not None:
+            return False
         return (rel == "" or (self.pack_parts and PACK_PART.match(rel) is not None)) and marked_sequencefile(path)
 
     def sweep(self, old):
@@ -442,7 +456,7 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     want = "folder" if folder else "file"
     if what != want:
         raise GpumrError(f"{loc.shown}: is {_words(what)}, not a {want} that gpumr made; it is not replaced")
-    rule = _Rule(loc.shown, output, proof, pack_parts)
+    rule = Rule(loc.shown, output, proof, pack_parts)
     if not folder:
         rule.check_file(size, loc, _proof_name(loc.name))
         return
@@ -503,7 +517,7 @@ class _Transaction:
                     proof.versions += old_proof.versions
                 proof.save()  # vouches for the new output and the old one while either may be visible
                 proof.versions = proof.versions[:1]
-            self.kept = self._publish(parts, _Rule(self.shown, self.output, old_proof, self.proves_itself))
+            self.kept = self._publish(parts, Rule(self.shown, self.output, old_proof, self.proves_itself))
         finally:
             self.abort()
             if self.kept:
