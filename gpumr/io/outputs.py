@@ -32,6 +32,16 @@ or parts sees only those) and Hadoop, Spark and shell globs pass it over
 (a hidden name). Before a replacement the proof vouches for both the old and
 the new content, so that an interrupt at any moment leaves an output its
 proof vouches for; a proof that is lost or stale only ever makes gpumr refuse.
+Proofs are read and written as streams, in bounded memory (:mod:`gpumr.io.proofs`).
+
+The sequence (stage hidden, proof saved vouching for both versions,
+publish, remove of the old output only what its proof vouches for and keep
+and name the rest, proof trimmed) is written once, in :class:`_Transaction`;
+a local file (:class:`FileOutput`), a local folder (:class:`FolderOutput`)
+and an output at a URI (:class:`UriOutput`) are its policies: where they
+stage and how they publish. Files written one by one into a folder
+(:mod:`gpumr.io.keyfiles`) take its rule's test (:meth:`Rule.vouched`) and
+its proof's update (:meth:`~gpumr.io.proofs.Proof.record`).
 
 Outputs at URIs (:class:`UriOutput`: ``s3://``, ``hdfs://``, ``file://``)
 keep the same rule through the filesystem layer (:mod:`gpumr.io.remote`;
@@ -68,7 +78,6 @@ pack's), uploaded under the hidden name and renamed by ``hadoop fs -mv``.
 """
 
 import hashlib
-import json
 import os
 import posixpath
 import re
@@ -79,10 +88,10 @@ import sys
 from seqfile import SequenceFileError
 from seqfile.atomic import AtomicFile, aside_name, swap_into_place, temp_dir_beside, temp_name
 
-from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
 from .inputs import kind
+from .proofs import Proof, is_proof
 from .remote import READ_FLAGS, S3_COPY_LIMIT, locate, shown
 
 #: The SequenceFile header metadata key that proves ``gpumr pack`` wrote a file (its value: gpumr's version).
@@ -91,8 +100,6 @@ SEQFILE_MARK = "gpumr.pack"
 PACK_PART = re.compile(r"part-[0-9]{5}\.seq\Z")
 #: The proof of the files written one by one into a folder the user named (``gpumr unpack -d DIR``) lies in it.
 FOLDER_PROOF = ".gpumr"
-#: The largest proof file read (about two million files listed); a larger one is not gpumr's.
-MAX_PROOF = 256 * 1024 * 1024
 
 _CHUNK = 1 << 20
 
@@ -155,138 +162,6 @@ def marked_sequencefile(path):
         return False
 
 
-class Proof:
-    """The proof beside an output: the command that made it and what it held.
-
-    Parameters
-    ----------
-    path : str
-        The proof file's own path or URI (:func:`proof_path` of the output).
-    output : str
-        The command that made the output, e.g. ``"gpumr spark"``.
-    versions : list of dict
-        Listings ``{relative path: [size, sha256]}`` (``""`` for a file
-        output itself), newest first: during a replacement, the new one and
-        the old one.
-    """
-
-    def __init__(self, path, output, versions=(), dir_fd=None):
-        self.path = path
-        self.output = output
-        self.versions = [dict(v) for v in versions]
-        self.dir_fd = dir_fd
-
-    @classmethod
-    def load(cls, path, dir_fd=None):
-        """The proof at ``path`` (in open folder ``dir_fd``), None if there is none; GpumrError if not a proof."""
-        data = _read_proof(path, dir_fd)
-        if data is None:
-            return None
-        try:
-            doc = json.loads(data)
-            output, versions = doc["output"], doc["versions"]
-            ok = (isinstance(doc.get("gpumr"), str) and isinstance(output, str) and isinstance(versions, list)
-                  and all(isinstance(v, dict) and all(isinstance(k, str) and isinstance(e, list) and len(e) == 2
-                                                      and isinstance(e[0], int) and isinstance(e[1], str)
-                                                      for k, e in v.items()) for v in versions))
-        except (ValueError, TypeError, KeyError):
-            ok = False
-        if not ok:
-            raise _not_a_proof(path, "not the JSON gpumr writes")
-        return cls(path, output, versions, dir_fd)
-
-    def save(self):
-        """Write the proof atomically (replacing only an earlier gpumr proof)."""
-        doc = {"gpumr": __version__, "output": self.output,
-               "versions": [{k: list(e) for k, e in v.items()} for v in self.versions]}
-        data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        if len(data) > MAX_PROOF:
-            raise GpumrError(f"{shown(self.path)}: the proof would take {len(data)} bytes, more than a proof's "
-                             f"{MAX_PROOF}: too many files in one output")
-        try:
-            if self.dir_fd is not None:  # a name in an open folder (gpumr unpack's DIR/.gpumr)
-                with AtomicFile(self.path, dir_fd=self.dir_fd, replace=lambda old: is_proof(old, self.dir_fd)) as f:
-                    f.write(data)
-            else:
-                locate(self.path).publish_bytes(data, is_proof)
-        except FileExistsError:
-            raise _not_a_proof(self.path, "a file that appeared meanwhile") from None
-
-    def record(self, written):
-        """Add files written one by one into the output (``{rel: [size, sha256]}``) to the newest version, and
-        drop them from the older ones (what they held there is gone); then :meth:`save`."""
-        if not self.versions:
-            self.versions.append({})
-        for v in self.versions[1:]:
-            for rel in written:
-                v.pop(rel, None)
-        self.versions[0].update(written)
-        self.save()
-
-    def folders(self):
-        """The folders that the listed files lie in (relative paths)."""
-        return {rel.rsplit("/", i)[0] for v in self.versions for rel in v for i in range(1, rel.count("/") + 1)}
-
-    def sizes(self, rel):
-        """The sizes a file at ``rel`` had in the listed versions."""
-        return {v[rel][0] for v in self.versions if rel in v}
-
-    def vouches(self, rel, found):
-        """Whether ``found`` (a :func:`digest`, or None) is what gpumr wrote at ``rel``."""
-        return found is not None and any(tuple(v.get(rel, ())) == tuple(found) for v in self.versions)
-
-
-def _read_proof(path, dir_fd=None):
-    """The bytes of the proof file at ``path`` (a path or URI, or a name in open folder ``dir_fd``), None if
-    nothing is there."""
-    if dir_fd is not None:
-        try:
-            fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            try:
-                link = stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-            except OSError:
-                link = False
-            raise _not_a_proof(path, "a symbolic link" if link else exc.strerror) from None
-        with open(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _not_a_proof(path, kind(st.st_mode))
-            if st.st_size > MAX_PROOF:
-                raise _not_a_proof(path, f"{st.st_size} bytes, more than a proof's {MAX_PROOF}")
-            return f.read(st.st_size)  # (a read of n bytes sets n aside first: never the cap)
-    loc = locate(path)
-    if loc.is_link():
-        raise _not_a_proof(path, "a symbolic link")
-    what, size = loc.stat()
-    if what is None:
-        return None
-    if what != "file":
-        raise _not_a_proof(path, what if what != "folder" else "a folder")
-    if size > MAX_PROOF:
-        raise _not_a_proof(path, f"{size} bytes, more than a proof's {MAX_PROOF}")
-    try:
-        with loc.open_input(64 << 10, follow=False) as f:
-            return f.read(size)  # (a read of n bytes sets n aside first: never the cap)
-    except GpumrError as exc:
-        raise _not_a_proof(path, str(exc).rpartition(": ")[2]) from None
-
-
-def is_proof(path, dir_fd=None):
-    """Whether ``path`` (in open folder ``dir_fd``) is a gpumr proof file, which gpumr may replace."""
-    try:
-        return Proof.load(path, dir_fd) is not None
-    except GpumrError:
-        return False
-
-
-def _not_a_proof(path, why):
-    return GpumrError(f"{shown(path)}: {why}, not a gpumr proof file; gpumr writes an output beside its proof "
-                      "and leaves this alone: move it away, or choose another output name")
-
-
 # -- the rule -------------------------------------------------------------------------------------
 class Rule:
     """The rule's decisions about an existing output, the same for local paths and URIs.
@@ -308,11 +183,16 @@ class Rule:
         self.output = output
         self.proof = proof
         self.pack_parts = pack_parts
-        self.folders = proof.folders() if proof is not None else set()
+        self.folders = set()
+
+    def know_folders(self, entries):
+        """Find which folders among ``entries`` (``(rel, what, size)`` of an output) the proof lists (one pass)."""
+        if self.proof is not None:
+            self.folders = self.proof.listed_folders(rel for rel, what, _ in entries if what == "folder")
 
     def check_file(self, size, path, proof_name):
         """Refuse an existing file output (``size`` bytes, at ``path``) unless its proof or its header proves it."""
-        if (self.proof is not None and size in self.proof.sizes("")) or marked_sequencefile(path):
+        if (self.proof is not None and self.proof.has_size("", size)) or marked_sequencefile(path):
             return
         raise GpumrError(f"{self.shown}: exists and gpumr did not make it (no proof beside it, {proof_name}); choose "
                          "another name or remove it yourself")
@@ -326,7 +206,7 @@ class Rule:
         if proof is not None and proof.output != output:
             raise GpumrError(f"{self.shown}: an output of {proof.output}, not of {output}; choose another folder")
         if proof is not None and (rel in self.folders if what == "folder" else
-                                  what == "file" and size in proof.sizes(rel)):
+                                  what == "file" and proof.has_size(rel, size)):
             return
         if self.pack_parts and PACK_PART.match(rel) and what == "file":
             if marked_sequencefile(path):
@@ -334,7 +214,7 @@ class Rule:
             raise GpumrError(f"{self.shown}: {printable(rel)} was not written by gpumr pack (its header has no "
                              f"{SEQFILE_MARK} entry); gpumr replaces only its own output: remove it yourself or "
                              "choose another folder")
-        why = f"which changed since {output} wrote it" if proof is not None and proof.sizes(rel) else \
+        why = f"which changed since {output} wrote it" if proof is not None and proof.lists(rel) else \
             f"which {output} did not make"
         raise GpumrError(f"{self.shown}: holds {printable(rel)}, {why}; gpumr replaces only its own {output} "
                          "output: remove it yourself or choose another folder")
@@ -358,6 +238,7 @@ class Rule:
         if old.is_link() or old.stat()[0] != "folder":
             return str(old)
         entries = old.entries()
+        self.know_folders(entries)
         for rel, what, _ in entries:
             if what == "file" and self.vouched(rel, old.child(rel)):
                 old.child(rel).delete()
@@ -460,7 +341,9 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     if not folder:
         rule.check_file(size, loc, _proof_name(loc.name))
         return
-    for rel, what, size in loc.entries():
+    entries = loc.entries()
+    rule.know_folders(entries)
+    for rel, what, size in entries:
         rule.check_entry(rel, what, size, loc.child(rel))
 
 

@@ -335,15 +335,32 @@ class Location:
         a hidden name beside it, the old file deleted, then renamed (HDFS
         renames onto no existing file).
         """
+        self.publish_from(io.BytesIO(data), lambda old: True)
+
+    def publish_from(self, f, may_replace):
+        """Write what is left in binary file ``f`` as this file, appearing whole; an existing file goes only if
+        ``may_replace(old)`` says so (as :meth:`publish_bytes`)."""
+        if self.local is not None:
+            replace = (lambda old: may_replace(locate(old))) if may_replace else False
+            try:
+                with AtomicFile(self.local, replace=replace) as out:
+                    shutil.copyfileobj(f, out, READ_BUFFER)
+            except FileExistsError:
+                raise
+            except OSError as exc:
+                raise GpumrError(f"{self.shown}: {exc.strerror or _first_line(exc)}") from None
+            return
+        if self.exists() and not (may_replace and may_replace(self)):
+            raise FileExistsError(0, "exists", self.text)
         with _errors(self):
-            if self.publish_mode == "copy":
-                with self.open_output() as f:
-                    f.write(data)
+            if self.publish_mode == "copy":  # an object appears whole when its stream closes
+                with self.open_output() as out:
+                    shutil.copyfileobj(f, out, READ_BUFFER)
                 return
             tmp = self.beside(temp_name(self.name))
             try:
-                with tmp.open_output() as f:
-                    f.write(data)
+                with tmp.open_output() as out:
+                    shutil.copyfileobj(f, out, READ_BUFFER)
                 if self.stat()[0] == "file":
                     self.delete()
                 tmp.move(self)
@@ -364,19 +381,7 @@ class Location:
         FileExistsError
             When a file is here that may not go (it is kept as it was).
         """
-        if self.local is not None:
-            replace = (lambda old: may_replace(locate(old))) if may_replace else False
-            try:
-                with AtomicFile(self.local, replace=replace) as f:
-                    f.write(data)
-            except FileExistsError:
-                raise
-            except OSError as exc:
-                raise GpumrError(f"{self.shown}: {exc.strerror or _first_line(exc)}") from None
-            return
-        if self.exists() and not (may_replace and may_replace(self)):
-            raise FileExistsError(0, "exists", self.text)
-        self.write_bytes(data)
+        self.publish_from(io.BytesIO(data), may_replace)
 
     def make_folder(self):
         """Make this folder and its parents (nothing on S3, where folders are only key prefixes)."""
