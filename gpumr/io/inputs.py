@@ -13,7 +13,7 @@ import stat
 from seqfile.header import MAGIC
 
 from ..errors import GpumrError, printable
-from .remote import READ_FLAGS, shown
+from .remote import READ_FLAGS, locate, shown  # noqa: F401 (READ_FLAGS: where gpumr's callers import it)
 
 
 
@@ -40,7 +40,6 @@ def expand_sized(paths):
     (:meth:`gpumr.io.remote.Location.list_files`); a size is None where the
     ``hadoop fs`` fallback listed a URI.
     """
-    from .remote import locate
     out = []
     for p in paths:
         out += [(str(loc), size) for loc, size in locate(p).list_files()]
@@ -51,7 +50,6 @@ def expand_sized(paths):
 
 def is_file(path):
     """Whether a file is at ``path``, a local path or a URI (False where that cannot be found out)."""
-    from .remote import locate
     try:
         return locate(path).stat()[0] == "file"
     except GpumrError:
@@ -69,21 +67,24 @@ def kind(mode):
 
 
 def looks_like_sequencefile(path):
-    """Whether ``path`` starts with a SequenceFile's magic bytes ``SEQ``."""
+    """Whether ``path`` (a path or URI) starts with a SequenceFile's magic bytes ``SEQ``."""
+    return _head(path, len(MAGIC)) == MAGIC
+
+
+def _head(path, n):
+    """The first ``n`` bytes of the regular file at ``path`` (through the filesystem layer), or the GpumrError."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
+        with locate(path).open_input(4096) as f:
+            return f.read(n)
+    except GpumrError as exc:
+        return exc
 
 
 def describe_file(path):
     """A few words on what ``path`` holds, for errors about files that are not SequenceFiles."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
+    head = _head(path, 16)
+    if isinstance(head, GpumrError):
+        return f"unreadable ({str(head).rpartition(': ')[2]})"
     if not head:
         return "empty"
     for magic, kind in ((b"\xff\xd8\xff", "a JPEG image"), (b"\x89PNG", "a PNG image"), (b"II*\x00", "a TIFF image"),

@@ -11,10 +11,10 @@ It is the only place that tells a URI from a path.
 the place, and the implementation that serves it, chosen there and only
 there:
 
-* a local path (and ``file:///PATH``, which names one): the operating
-  system (:class:`_Local`);
-* ``s3://``, ``s3a://``, ``s3n://``, ``hdfs://``, ``viewfs://``: pyarrow's
-  filesystems (:class:`_Arrow`). S3 through :class:`pyarrow.fs.S3FileSystem`
+* a local path: the operating system (:class:`_Local`);
+* ``s3://``, ``s3a://``, ``s3n://``, ``hdfs://``, ``viewfs://`` and
+  ``file://`` (``file:///PATH``, which names the local path PATH:
+  :attr:`Location.local`): pyarrow's filesystems (:class:`_Arrow`). S3 through :class:`pyarrow.fs.S3FileSystem`
   (the AWS SDK for C++): credentials come from where every AWS SDK looks
   (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
   ``~/.aws/credentials`` with ``AWS_PROFILE``, an instance or container
@@ -340,7 +340,7 @@ class Location:
     def publish_from(self, f, may_replace):
         """Write what is left in binary file ``f`` as this file, appearing whole; an existing file goes only if
         ``may_replace(old)`` says so (as :meth:`publish_bytes`)."""
-        if self.local is not None:
+        if self.impl is _LOCAL:
             replace = (lambda old: may_replace(locate(old))) if may_replace else False
             try:
                 with AtomicFile(self.local, replace=replace) as out:
@@ -456,7 +456,7 @@ def locate(path):
 
 def _choose(loc):
     """The implementation for ``loc``: the one choice among the operating system, pyarrow, boto3 and ``hadoop fs``."""
-    if loc.local is not None:
+    if loc.scheme is None:
         return _LOCAL
     scheme = "s3" if loc.scheme in S3_SCHEMES else loc.scheme
     key = (scheme, loc.authority)
@@ -481,6 +481,8 @@ def _connect(kind, authority):
         if kind == "s3":
             # from_uri asks the bucket for its region and honours AWS_ENDPOINT_URL(_S3).
             return fs.FileSystem.from_uri(f"s3://{authority}")[0]
+        if kind == "file":
+            return fs.LocalFileSystem()
         if kind in HDFS_SCHEMES:
             host, _, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
             if kind == "viewfs":
