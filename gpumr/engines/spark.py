@@ -125,11 +125,14 @@ def _fetch_file_options(job, args, folder):
     from .streaming import with_option
     for option, value in _file_options(job):
         loc = locate(value)
-        if loc.local is None:  # a file the executors cannot open by path: a local copy is shipped
+        if not loc.is_uri:
+            continue
+        local = loc.local  # file:///PATH: the path; any other URI: a local copy, shipped
+        if local is None:
             local = os.path.join(folder, option.lstrip("-"), loc.name or "file")
             os.makedirs(os.path.dirname(local))
             loc.fetch(local)
-            args = with_option(args, option, local)
+        args = with_option(args, option, local)
     return args
 
 

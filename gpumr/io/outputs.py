@@ -60,8 +60,8 @@ it (Hadoop's and Spark's readers pass it over), then published:
   named in a warning; markers (``_SUCCESS``) of the old output are removed
   first and the new ones published last, after the old output's other
   parts are gone, so a reader that waits for ``_SUCCESS`` never takes a
-  mixture. The proof is written last when the output is new, and updated
-  first (vouching for both versions) when it replaces one.
+  mixture. The proof is saved first, vouching for the new output (and
+  the old one it replaces), and trimmed to the new one last.
 
 The interrupt windows on S3 (an error or Ctrl-C): before the first copy or delete at
 ``NAME``, the old output stays whole (less what was moved aside, which is
@@ -71,7 +71,7 @@ and every part of the old output, so that nothing of either is visible
 last copy, the output is complete. A ``kill -9`` can leave the hidden
 stage; mid-publish, over an earlier output, a mixture that the proof
 vouches for (a later run may replace it), and as a new output, parts
-without a proof (refused). Where
+that the proof saved first vouches for (a later run may replace them). Where
 pyarrow cannot serve a URI (the ``hadoop fs`` fallback) only a new
 destination is written, and only outputs that prove themselves (gpumr
 pack's), uploaded under the hidden name and renamed by ``hadoop fs -mv``.
