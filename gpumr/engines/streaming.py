@@ -382,12 +382,11 @@ class GpumrJob(MRJob):
         empty; an empty one read at its URI is reported the same way.)
         """
         from ..io.records import process, read_split, size
-        from ..io.remote import unavailable
 
         source = path
         if locate(uri).is_uri and (locate(path).is_uri or os.path.getsize(path) == 0):
             source = uri
-            why = unavailable(uri)
+            why = locate(uri).unavailable()
             self.log(f"gpumr: reading {uri} " + (f"through hadoop fs -copyToLocal ({why})" if why
                                                   else "through pyarrow"))
         done = self.progress.counts["input bytes"]

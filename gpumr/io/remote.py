@@ -1000,39 +1000,9 @@ def _hadoop_fs():
 
 
 # -- the same operations by path or URI (each parses once and calls the location) ------------------
-def stat(path):
-    """:meth:`Location.stat` of ``path``."""
-    return locate(path).stat()
-
-
-def exists(path):
-    """:meth:`Location.exists` of ``path``."""
-    return locate(path).exists()
-
-
 def list_files(path):
     """:meth:`Location.list_files` of ``path``, as ``[(path or URI, size)]``."""
     return [(str(loc), size) for loc, size in locate(path).list_files()]
-
-
-def tree(path):
-    """:meth:`Location.tree` of ``path``."""
-    return locate(path).tree()
-
-
-def open_input(path, buffer_size=READ_BUFFER, follow=True):
-    """:meth:`Location.open_input` of ``path``."""
-    return locate(path).open_input(buffer_size, follow)
-
-
-def read_header(path):
-    """:meth:`Location.read_header` of ``path``."""
-    return locate(path).read_header()
-
-
-def fetch(path, local):
-    """:meth:`Location.fetch` of ``path``."""
-    locate(path).fetch(local)
 
 
 def open_output(path):
@@ -1045,36 +1015,6 @@ def write_bytes(path, data):
     locate(path).write_bytes(data)
 
 
-def make_folder(path):
-    """:meth:`Location.make_folder` of ``path``."""
-    locate(path).make_folder()
-
-
 def upload(local, path):
     """:meth:`Location.upload` of ``path``."""
     locate(path).upload(local)
-
-
-def copy(src, dst):
-    """:meth:`Location.copy` of ``src``."""
-    locate(src).copy(dst)
-
-
-def move(src, dst):
-    """:meth:`Location.move` of ``src``."""
-    locate(src).move(dst)
-
-
-def delete(path):
-    """:meth:`Location.delete` of ``path``."""
-    locate(path).delete()
-
-
-def unavailable(path):
-    """Why pyarrow cannot serve ``path`` here (a sentence), or None when it can."""
-    return locate(path).unavailable()
-
-
-def local_path(path):
-    """The local path ``path`` names (itself, or ``file:///PATH``'s), or None for a URI of another filesystem."""
-    return locate(path).local
