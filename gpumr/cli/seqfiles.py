@@ -10,7 +10,7 @@ from seqfile.codecs import SHORT_NAMES
 from ..boundary import logger
 from ..errors import GpumrError, printable
 from ..io.records import open_reader
-from ..io.remote import is_remote, local_path
+from ..io.remote import locate
 from ..sizes import human, size_arg
 from .args import command, positive
 
@@ -32,7 +32,7 @@ def cmd_pack(args):
         return pack(args.sources, out, shards=args.shards, shard_size=args.shard_size, include=args.include,
                     exclude=args.exclude, compression=compression, codec=args.codec, force=args.force,
                     progress=not args.quiet, plan=plan)
-    stats = _pack_to_uri(args, run, compression == "NONE") if is_remote(args.output) else run(args.output)
+    stats = _pack_to_uri(args, run, compression == "NONE") if locate(args.output).is_uri else run(args.output)
     skipped = stats["skipped"]
     for path, reason in skipped[:SHOWN_SKIPS]:
         _log.warning("skipped %s: %s", printable(path), reason)
@@ -109,7 +109,7 @@ def cmd_cat(args):
                     sys.stdout.buffer.write(value if isinstance(value, (bytes, bytearray)) else bytes(value or b""))
                     sys.stdout.buffer.flush()
                     return
-    raise GpumrError(f"{args.file}: no record with key {args.key!r}")
+    raise GpumrError(f"{locate(args.file).shown}: no record with key {args.key!r}")
 
 
 def cmd_unpack(args):
@@ -117,12 +117,10 @@ def cmd_unpack(args):
 
     def refused(message):
         _log.error("%s", message)  # one record refused; the command goes on
-    directory = args.directory
-    if is_remote(directory):  # file:///PATH is the local folder PATH; other URIs are refused
-        directory = local_path(directory)
-        if directory is None:
-            raise GpumrError(f"-d {printable(args.directory)}: unpack writes into a folder of this machine; "
-                             "give a path (or file:///PATH)")
+    directory = locate(args.directory).local  # file:///PATH is the local folder PATH; other URIs are refused
+    if directory is None:
+        raise GpumrError(f"-d {locate(args.directory).shown}: unpack writes into a folder of this machine; "
+                         "give a path (or file:///PATH)")
     stats = unpack(args.files, directory, progress=not args.quiet, force=args.force, on_refused=refused,
                    max_record_size=args.max_record_size)
     where = printable(args.directory)

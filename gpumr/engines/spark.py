@@ -122,14 +122,18 @@ def _fetch_file_options(job, args, folder):
     The copies are fetched through :mod:`gpumr.io.remote` on the driver, then
     shipped to the executors like local files (``SparkContext.addFile``).
     """
-    from ..io.remote import fetch, is_remote
+    from ..io.remote import locate
     from .streaming import with_option
     for option, value in _file_options(job):
-        if is_remote(value):
-            local = os.path.join(folder, option.lstrip("-"), os.path.basename(value.rstrip("/")) or "file")
+        loc = locate(value)
+        if not loc.is_uri:
+            continue
+        local = loc.local  # file:///PATH: the path; any other URI: a local copy, shipped
+        if local is None:
+            local = os.path.join(folder, option.lstrip("-"), loc.name or "file")
             os.makedirs(os.path.dirname(local))
-            fetch(value, local)
-            args = with_option(args, option, local)
+            loc.fetch(local)
+        args = with_option(args, option, local)
     return args
 
 
@@ -221,10 +225,10 @@ def write_part(stage, index, lines):
     """
     from pyspark import TaskContext
 
-    from ..io.remote import open_output
+    from ..io.remote import locate
     name = f"part-{index:05d}.attempt-{TaskContext.get().taskAttemptId()}"
     h, size, chunk, held = hashlib.sha256(), 0, [], 0
-    with open_output(f"{stage}/{name}") as f:
+    with locate(stage).child(name).open_output() as f:
         def flush():
             data = b"".join(chunk)
             f.write(data)
@@ -279,12 +283,12 @@ def input_splits(paths, split_size):
         through it; there is no ``hadoop fs`` fallback), and see :func:`splits`.
     """
     from ..io.inputs import expand_sized
-    from ..io.remote import is_remote, unavailable
-    files = [(p if is_remote(p) else os.path.abspath(p), size) for p, size in expand_sized(paths)]
+    from ..io.remote import locate
+    files = [(locate(p).absolute(), size) for p, size in expand_sized(paths)]
     for path, size in files:
         if size is None:
-            raise GpumrError(f"{path}: the Spark engine's tasks read byte ranges through pyarrow, and "
-                             f"{unavailable(path)}")
+            raise GpumrError(f"{locate(path).shown}: the Spark engine's tasks read byte ranges through pyarrow, and "
+                             f"{locate(path).unavailable()}")
     return splits(files, split_size)
 
 
@@ -298,11 +302,8 @@ def prepare_output(out, inputs=()):
     :class:`gpumr.io.outputs.UriOutput` (written through pyarrow only: the
     tasks write their parts there).
     """
-    from ..io.outputs import FolderOutput, UriOutput
-    from ..io.remote import is_remote
-    if is_remote(out):
-        return UriOutput(out, "gpumr spark", folder=True, inputs=inputs)
-    return FolderOutput(os.path.abspath(out), "gpumr spark", inputs=inputs)
+    from ..io.outputs import open_output
+    return open_output(out, "gpumr spark", folder=True, inputs=inputs)
 
 
 def _write(result, stage):
@@ -312,11 +313,10 @@ def _write(result, stage):
     ``part-NNNNN`` per partition, and ``_SUCCESS`` (written last into the
     stage, as Hadoop's committer marks a complete output).
     """
-    from ..io.remote import is_remote, write_bytes
-    target = stage if is_remote(stage) else "file://" + stage  # the tasks write through the layer either way
-    written = result.mapPartitionsWithIndex(lambda index, lines: write_part(target, index, lines)).collect()
+    from ..io.remote import locate
+    written = result.mapPartitionsWithIndex(lambda index, lines: write_part(stage, index, lines)).collect()
     parts = {f"part-{index:05d}": (name, size, sha) for index, name, size, sha in written}
-    write_bytes(f"{target}/_SUCCESS", b"")
+    locate(stage).child("_SUCCESS").write_bytes(b"")
     parts["_SUCCESS"] = ("_SUCCESS", 0, hashlib.sha256(b"").hexdigest())
     return parts
 

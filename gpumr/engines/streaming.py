@@ -45,7 +45,7 @@ from ..devices.protocol import MAX_MEMORY
 from ..errors import GpumrError
 from ..io.inputs import describe_file, expand_inputs, expand_sized, looks_like_sequencefile
 from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
-from ..io.remote import is_remote, list_files
+from ..io.remote import ANY_URI, list_files, locate
 from ..sizes import size_arg
 from . import progress
 
@@ -176,11 +176,11 @@ class GpumrJob(MRJob):
         check_slots(o.gpu_slots, "--gpu-slots")
         if o.gpu_memory is not None:
             limits.number("--gpu-memory", o.gpu_memory, 1, MAX_MEMORY, integer=True)
-        local = [p for p in self.options.args if not is_remote(p)]
+        local = [p for p in self.options.args if not locate(p).is_uri]
         if not self.options.args:
             raise GpumrError("no input given")
         files = expand_inputs(local) if local else []
-        uris = [p for p in self.options.args if is_remote(p)]
+        uris = [p for p in self.options.args if locate(p).is_uri]
         if uris and self.runs_here:
             expand_inputs(uris)  # listed through gpumr.io.remote (for Hadoop, mrjob lists them with hadoop fs)
         # (With --hadoop-splits, Hadoop reads the files, and says so itself when one is not a SequenceFile.)
@@ -190,7 +190,7 @@ class GpumrJob(MRJob):
             raise GpumrError(f"no SequenceFile among the inputs: {shown}; pack files first: "
                              f"gpumr pack {local[0]} -o {local[0].rstrip('/')}.seq")
         out = self.options.output_dir
-        if self.runs_here and out and not is_remote(out) and os.path.lexists(out) \
+        if self.runs_here and out and not locate(out).is_uri and os.path.lexists(out) \
                 and not (os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out)):
             # mrjob's runners on this machine would write part-NNNNN into it over whatever is there.
             raise GpumrError(f"--output-dir {out}: already exists and is not an empty folder; choose a new folder "
@@ -323,7 +323,7 @@ class GpumrJob(MRJob):
         paths = []
         for p in kwargs["input_paths"]:
             # (A URI folder for Hadoop is listed by mrjob's own `hadoop fs -ls`, one JVM, not one per file.)
-            paths += expand_inputs([p]) if (self.runs_here if is_remote(p) else os.path.isdir(p)) else [p]
+            paths += expand_inputs([p]) if (self.runs_here if locate(p).is_uri else os.path.isdir(p)) else [p]
         kwargs["input_paths"] = paths
         return kwargs
 
@@ -365,12 +365,11 @@ class GpumrJob(MRJob):
         empty; an empty one read at its URI is reported the same way.)
         """
         from ..io.records import process, read_split, size
-        from ..io.remote import unavailable
 
         source = path
-        if is_remote(uri) and (is_remote(path) or os.path.getsize(path) == 0):
+        if locate(uri).is_uri and (locate(path).is_uri or os.path.getsize(path) == 0):
             source = uri
-            why = unavailable(uri)
+            why = locate(uri).unavailable()
             self.log(f"gpumr: reading {uri} " + (f"through hadoop fs -copyToLocal ({why})" if why
                                                   else "through pyarrow"))
         done = self.progress.counts["input bytes"]
@@ -402,7 +401,7 @@ class _UriFilesystem(Filesystem):
     """mrjob's view of URIs through :mod:`gpumr.io.remote`, for the inline and local runners (local paths only)."""
 
     def can_handle_path(self, path):
-        return is_remote(path)
+        return locate(path).is_uri
 
     def ls(self, path_glob):
         for uri, _ in list_files(path_glob):
@@ -428,7 +427,7 @@ def _read_uris_in_tasks(runner):
     mrjob's input checks and the manifest's listing.
     """
     if hasattr(runner, "_manifest_download_commands"):
-        runner._manifest_download_commands = lambda: [("*://*", _LEAVE_TO_TASK)]
+        runner._manifest_download_commands = lambda: [(ANY_URI, _LEAVE_TO_TASK)]
     if runner.alias in LOCAL_RUNNERS:
         runner.fs.add_fs("gpumr", _UriFilesystem())
 

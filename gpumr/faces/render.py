@@ -9,7 +9,6 @@ import os
 
 import numpy as np
 
-from seqfile import Reader
 from seqfile.atomic import write_bytes
 
 from .. import limits
@@ -18,6 +17,7 @@ from ..io.inputs import expand_inputs
 from ..io.joboutput import read_job_output
 from ..io.keyfiles import KeyFiles
 from ..io.outputs import FolderOutput
+from ..io.records import open_reader
 from .decode import MAX_PIXELS, image_size
 
 
@@ -67,9 +67,9 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     Parameters
     ----------
     outputs : list of str
-        Job output files or directories.
+        Job output files or directories (local paths or URIs).
     images : list of str
-        The SequenceFiles the job read.
+        The SequenceFiles the job read (local paths or URIs).
     directory : str
         The folder of ``<key>`` pictures (boxes drawn, JPEG) and
         ``contact_sheet.png``: one output (:class:`gpumr.io.outputs.FolderOutput`),
@@ -112,7 +112,7 @@ def _draw(results, images, out, counts):
     """
     import cv2
     for path in expand_inputs(images):
-        with Reader(path) as reader:
+        with open_reader(path) as reader:  # a local path or a URI, through the filesystem layer
             for key, value, _ in reader:
                 res = results.get(key)
                 size = image_size(value) if res and "faces" in res else None

@@ -13,9 +13,8 @@ import stat
 from seqfile.header import MAGIC
 
 from ..errors import GpumrError, printable
+from .remote import READ_FLAGS, locate, shown  # noqa: F401 (READ_FLAGS: where gpumr's callers import it)
 
-#: Flags to open an input for reading: never through a symbolic link, never blocking on a FIFO.
-READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def expand_inputs(paths):
@@ -37,43 +36,22 @@ def expand_inputs(paths):
 def expand_sized(paths):
     """Like :func:`expand_inputs`, as ``(path, size in bytes)`` pairs.
 
-    A size is None where the ``hadoop fs`` fallback listed a URI
-    (:func:`gpumr.io.remote.list_files`).
+    Each path is listed through the filesystem layer
+    (:meth:`gpumr.io.remote.Location.list_files`); a size is None where the
+    ``hadoop fs`` fallback listed a URI.
     """
-    from .remote import is_remote, list_files
     out = []
     for p in paths:
-        if is_remote(p):
-            out += list_files(p)
-            continue
-        if os.path.isdir(p):
-            names = sorted(n for n in os.listdir(p) if not n.startswith((".", "_")))
-            found = [os.path.join(p, n) for n in names if not os.path.isdir(os.path.join(p, n))]
-        elif os.path.lexists(p):
-            found = [p]
-        else:
-            raise GpumrError(f"{printable(p)}: no such file or directory")
-        for f in found:
-            try:
-                st = os.stat(f)
-            except OSError as exc:
-                raise GpumrError(f"{printable(f)}: {exc.strerror}") from None
-            if not stat.S_ISREG(st.st_mode):
-                raise GpumrError(f"{printable(f)}: {kind(st.st_mode)}, not a regular file; only files are read "
-                                 "(copy a stream to a file first)")
-            out.append((f, st.st_size))
+        out += [(str(loc), size) for loc, size in locate(p).list_files()]
     if not out:
-        raise GpumrError(f"no files in {', '.join(printable(p) for p in paths)}")
+        raise GpumrError(f"no files in {', '.join(shown(p) for p in paths)}")
     return out
 
 
 def is_file(path):
     """Whether a file is at ``path``, a local path or a URI (False where that cannot be found out)."""
-    from .remote import is_remote, stat
-    if not is_remote(path):
-        return os.path.isfile(path)
     try:
-        return stat(path)[0] == "file"
+        return locate(path).stat()[0] == "file"
     except GpumrError:
         return False
 
@@ -89,21 +67,24 @@ def kind(mode):
 
 
 def looks_like_sequencefile(path):
-    """Whether ``path`` starts with a SequenceFile's magic bytes ``SEQ``."""
+    """Whether ``path`` (a path or URI) starts with a SequenceFile's magic bytes ``SEQ``."""
+    return _head(path, len(MAGIC)) == MAGIC
+
+
+def _head(path, n):
+    """The first ``n`` bytes of the regular file at ``path`` (through the filesystem layer), or the GpumrError."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
+        with locate(path).open_input(4096) as f:
+            return f.read(n)
+    except GpumrError as exc:
+        return exc
 
 
 def describe_file(path):
     """A few words on what ``path`` holds, for errors about files that are not SequenceFiles."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
+    head = _head(path, 16)
+    if isinstance(head, GpumrError):
+        return f"unreadable ({str(head).rpartition(': ')[2]})"
     if not head:
         return "empty"
     for magic, kind in ((b"\xff\xd8\xff", "a JPEG image"), (b"\x89PNG", "a PNG image"), (b"II*\x00", "a TIFF image"),

@@ -24,7 +24,7 @@ from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
 from .inputs import kind
-from .outputs import FOLDER_PROOF, Proof, check_local, digest, warn
+from .outputs import FOLDER_PROOF, Proof, Rule, local_output, warn
 
 #: The most folders a key may name before its file (deeper keys are refused).
 MAX_DEPTH = 255
@@ -63,11 +63,12 @@ class KeyFiles:
         self.record = record
         self._seen = set()
         self._written = {}
-        check_local(self.directory, "-d")
+        self.directory = local_output(self.directory, "-d")
         os.makedirs(self.directory, exist_ok=True)
         self._root = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
             self._proof = Proof.load(FOLDER_PROOF, self._root) if record else None
+            self._rule = Rule(printable(self.directory), "gpumr unpack", self._proof, False)
         except BaseException:
             self.close()
             raise
@@ -90,13 +91,7 @@ class KeyFiles:
     def _record(self):
         try:
             proof = Proof.load(FOLDER_PROOF, self._root) or Proof(FOLDER_PROOF, "gpumr unpack", [{}], self._root)
-            if not proof.versions:
-                proof.versions.append({})
-            for v in proof.versions[1:]:
-                for key in self._written:
-                    v.pop(key, None)
-            proof.versions[0].update(self._written)
-            proof.save()
+            proof.record(self._written)
         except (OSError, GpumrError) as exc:
             warn(f"could not record the files written in {printable(self.directory)} as gpumr's "
                  f"({FOLDER_PROOF}: {getattr(exc, 'strerror', None) or exc}); --force will not replace them")
@@ -208,8 +203,9 @@ class KeyFiles:
         self._written[key] = [len(data), hashlib.sha256(data).hexdigest()]
 
     def _ours(self, key, name, folder):
-        """Whether file ``name`` in open folder ``folder`` holds what the proof says gpumr wrote at ``key``."""
-        return self._proof is not None and self._proof.vouches(key, digest(name, dir_fd=folder))
+        """Whether file ``name`` in open folder ``folder`` holds what the proof says gpumr wrote at ``key``
+        (the output rule's test, :meth:`gpumr.io.outputs.Rule.vouched`)."""
+        return self._rule.vouched(key, name, dir_fd=folder)
 
 
 __all__ = ["KeyFiles", "KeyRefused", "MAX_DEPTH"]

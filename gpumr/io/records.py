@@ -17,7 +17,7 @@ from seqfile import Reader, SequenceFileError
 from seqfile.errors import RecordError
 from seqfile.reader import DEFAULT_MAX_RECORD_SIZE, MAX_BUFFER
 
-from ..errors import GpumrError
+from ..errors import GpumrError, redact
 from ..sizes import parse_size
 from . import remote
 
@@ -60,25 +60,25 @@ def max_record_size_arg(text):
 def open_reader(path, **kwargs):
     """A :class:`seqfile.Reader` of the SequenceFile at ``path``, a local path or a URI; a context manager.
 
-    A URI is read through :mod:`gpumr.io.remote` (pyarrow: only the byte
-    ranges read are fetched; else a ``hadoop fs`` copy). Errors name
-    ``kwargs["name"]`` if given, else ``path``. ``kwargs`` are the reader's.
+    The file is opened through the filesystem layer (:func:`gpumr.io.remote.locate`):
+    a local file directly, a remote one by byte ranges (pyarrow; else a
+    ``hadoop fs`` copy). Errors name ``kwargs["name"]`` if given, else ``path``
+    (user-info hidden). ``kwargs`` are the reader's.
     """
-    if not remote.is_remote(path):
-        with Reader(path, **kwargs) as reader:
+    loc = remote.locate(path)
+    if loc.local is not None:
+        with Reader(loc.local, **{"name": kwargs.pop("name", None) or str(path), **kwargs}) as reader:
             yield reader
         return
-    with remote.open_input(path) as f, Reader(f, **{"name": path, **kwargs}) as reader:
+    with loc.open_input() as f, Reader(f, **{"name": loc.shown, **kwargs}) as reader:
         yield reader
 
 
 def size(path):
     """The size in bytes of the file at ``path`` (a local path or a URI), or None if it cannot be found."""
     try:
-        if remote.is_remote(path):
-            return remote.stat(path)[1]
-        return os.path.getsize(path)
-    except (OSError, GpumrError):
+        return remote.locate(path).stat()[1]
+    except GpumrError:
         return None
 
 
@@ -104,7 +104,7 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
         gives one :class:`Lost` covering the whole file, from the split that
         starts at byte 0 only (so it is reported once over all splits).
     """
-    name = name or path
+    name = redact(str(name or path))
     problems = []
 
     def on_error(exc):
@@ -123,10 +123,19 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
                 yield Lost(name, 0, size(path), getattr(exc, "message", None) or getattr(exc, "strerror", None)
                            or str(exc))
             return
-        for record in reader:
-            while problems:
-                yield problems.pop(0)
-            yield record
+        after = start
+        try:
+            for record in reader:
+                while problems:
+                    yield problems.pop(0)
+                yield record
+                after = record.offset + 1
+        except (OSError, SequenceFileError, GpumrError) as exc:
+            # The file changed (shrank, went away) under the reader: the rest of the split is lost, and named.
+            yield from problems
+            problems = []
+            why = getattr(exc, "message", None) or getattr(exc, "strerror", None) or str(exc)
+            yield Lost(name, after, reader.end if end is None else end, f"reading stopped: {why}")
     yield from problems
 
 
