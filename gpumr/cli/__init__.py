@@ -15,10 +15,10 @@ from seqfile.codecs import CodecError
 
 from .. import __version__
 from ..errors import GpumrError
-from . import bundle, ct, devices, faces, kernels, seqfiles, spark
+from . import bundle, ct, devices, faces, kernels, run, seqfiles, spark
 
 #: The modules that add subcommands, in the order ``gpumr --help`` lists them.
-GROUPS = (seqfiles, devices, faces, ct, kernels, spark, bundle)
+GROUPS = (seqfiles, devices, faces, ct, kernels, run, spark, bundle)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

@@ -148,20 +148,22 @@ def values_of(declaration, o):
     return {opt.name: getattr(o, opt.dest, None) for opt in declaration.options}
 
 
-def parse(declaration, argv, parser):
+def parse(declaration, argv, parser, known=False):
     """Parse ``argv`` with ``parser`` (which already has the engine's options) plus the declaration's.
 
     The launcher's resolutions (:meth:`Declaration.prepare`) are applied;
     nothing is checked yet. A usage error is a :class:`GpumrError` (one line,
-    exit status 1 through the error boundary).
+    exit status 1 through the error boundary). With ``known``, returns
+    ``(options, the arguments not parsed)`` (an mrjob runner's own options).
     """
     declaration.add_to(parser)
 
     def error(message):
         raise GpumrError(message)
     parser.error = error
-    o = parser.parse_args(argv)
-    return apply(o, declaration.prepare(values_of(declaration, o)))
+    o, rest = parser.parse_known_args(argv) if known else (parser.parse_args(argv), None)
+    apply(o, declaration.prepare(values_of(declaration, o)))
+    return (o, rest) if known else o
 
 
 def _device_modes():

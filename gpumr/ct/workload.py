@@ -53,6 +53,18 @@ def plan(nz, slab):
     return [f"{z} {min(z + slab, nz)}" for z in range(0, nz, slab)]
 
 
+def write_plan(folder, lines, parts):
+    """Write slab ``lines`` into ``parts`` plan files ``part-NNNNN.txt`` in ``folder`` (one map task each);
+    returns how many files were written (at most one per line)."""
+    import os
+
+    from seqfile.atomic import write_bytes
+    parts = max(1, min(parts, len(lines)))
+    for p in range(parts):
+        write_bytes(os.path.join(folder, f"part-{p:05d}.txt"), "".join(ln + "\n" for ln in lines[p::parts]).encode())
+    return parts
+
+
 class Backprojection(Workload):
     """FDK slab reconstruction.
 

@@ -5,7 +5,13 @@ mrjob runs a job's module as its task script (``python mrjob_task.py
 options. ``jobs/`` keeps one named class per workload for mrjob users.
 """
 
-from gpumr.engines.streaming import GpumrJob
+import os
+import sys
+
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]  # run as a script: this folder's modules (dask.py, spark.py) must not hide the packages
+
+from gpumr.engines.streaming import GpumrJob  # noqa: E402
 
 
 class MRWorkload(GpumrJob):
