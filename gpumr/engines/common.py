@@ -255,6 +255,7 @@ def add_up(parts):
 # -- in the tasks ---------------------------------------------------------------------------------------
 # One workload per task process (engines reuse processes across tasks), keyed by its options.
 _WORKLOADS = {}
+_SAID = set()
 
 
 def workload(kind, task_options, locate):
@@ -304,7 +305,10 @@ class Task:
 
     @staticmethod
     def log(message):
-        print(message, file=sys.stderr, flush=True)
+        """A line to the task's stderr, once per process (a process runs many tasks that say the same)."""
+        if message not in _SAID:
+            _SAID.add(message)
+            print(message, file=sys.stderr, flush=True)
 
     def lines(self, items):
         """Yield the ``"key"<TAB>json`` line of every output of ``items`` (splits or slab lines), each once."""

@@ -49,6 +49,8 @@ MADE_BY = "gpumr dask"
 END_TASKS_TIMEOUT = 60
 #: Lines each map task samples for the reduce tasks' ranges (``--reducers`` over 1).
 SAMPLES = 32
+#: Seconds to wait for a scheduler given by --scheduler to answer.
+CONNECT_TIMEOUT = 10
 
 
 def _options(parser):
@@ -108,7 +110,7 @@ def _cluster(scheduler, workers, debug):
     from distributed import Client, LocalCluster
     if scheduler:
         try:
-            client = Client(scheduler, timeout=30)
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as exc:
             raise GpumrError(f"--scheduler {scheduler}: no Dask scheduler answered ({exc})") from None
         try:
@@ -189,7 +191,10 @@ def _run(kind, argv, client, debug, folder):
         task_options = dict(o.task)
         for option, path, name in o.side:
             if shipped:
-                client.upload_file(path, load=False)
+                try:
+                    client.upload_file(path, load=False)
+                except OSError as exc:
+                    raise GpumrError(f"{option} {path}: {exc.strerror or exc}") from None
             else:
                 task_options[option.lstrip("-").replace("-", "_")] = path
         t0 = time.perf_counter()
