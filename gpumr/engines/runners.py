@@ -104,27 +104,30 @@ def run(kind, argv, engine="inline", dry_run_only=False, debug=False):
     temp = tempfile.mkdtemp(prefix="gpumr-run-")
     out = None
     try:
+        d.check(o)  # as on every engine, before the inputs are listed (the job checks them again)
         if d.input != "seqfile":  # the command makes the plan the mrjob job reads
             from ..ct.workload import write_plan
-            d.check(o)
             lines = d.plan(o)
             write_plan(temp, lines, min(len(lines), max(2, os.cpu_count() or 1)))
             args.append(temp)
         if dry_run_only:
             dry_run(_job([*args, "--output-dir", o.output]), engine, [*args, "--output-dir", o.output])
             return None
+        if engine == "emr" and not is_remote(o.output):
+            raise GpumrError(f"-o {o.output}: EMR writes its output to a URI (s3://BUCKET/...), not a local folder")
         out = common.open_output(o.output, MADE_BY, [*inputs, *(path for _, path in d.side_files(o))])
+        target = given = None
         if not is_remote(o.output):
-            stage = out.begin()
-            os.rmdir(stage)  # mrjob's runners make it (Hadoop refuses one that exists)
-            target = stage
+            target = out.begin()
+            os.rmdir(target)  # mrjob's runners make it (Hadoop refuses one that exists)
+            given = "file://" + target if engine == "hadoop" else target  # (Hadoop: not its default filesystem)
         elif engine in ("inline", "local"):
             target = os.path.join(temp, "out")  # written here, then published through the transaction
         else:
             from ..io.remote import delete
             target = out.begin()
             delete(target)
-        job = _job([*args, "--output-dir", target])
+        job = _job([*args, "--output-dir", given or target])
         t0 = time.perf_counter()
         with job.make_runner() as runner:
             runner.run()
