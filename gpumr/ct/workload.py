@@ -124,7 +124,8 @@ class Backproject(Declaration):
         Option("--geometry", "geometry JSON (default: the .geometry.json beside --projections; shipped)",
                metavar="JSON", side_file=True),
         Option("--filter", f"ramp filter window (default {FILTERS[0]})", default=FILTERS[0], choices=FILTERS),
-        Option("--i0", "projections are raw intensities: use -log(I/I0) (I0 over 0)", type=float, above=0),
+        Option("--i0", "projections are raw intensities: use -log(I/I0) (I0 over 0)", type=float, above=0,
+               most=limits.MAX_I0),
         Option("--cpu-threads", "threads of the CPU backprojector per task (default: all cores)", type=int,
                metavar="N", least=1, most=limits.MAX_THREADS, integer=True),
     )

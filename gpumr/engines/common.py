@@ -188,7 +188,7 @@ def prepare(kind, argv, engine, made_by, folder, here=True, add_options=None):
         The workload's name.
     argv : list of str
     engine : str
-        For messages (``"the Dask engine"``).
+        Its name in ``--engine`` (``"dask"``); messages say "the Dask engine".
     made_by : str
         The command an earlier output must be from to be replaced.
     folder : str
@@ -201,9 +201,10 @@ def prepare(kind, argv, engine, made_by, folder, here=True, add_options=None):
     from ..io.remote import is_remote
     from ..sizes import parse_size
     d = get(kind)
+    title = f"the {engine.title()} engine"
     for a in argv:
         if a.partition("=")[0] in MRJOB_ONLY:
-            raise GpumrError(f"{a}: an mrjob runner option; {engine} does not take it")
+            raise GpumrError(f"{a}: an mrjob runner option; {title} does not take it")
     p = parser(kind, engine)
     if add_options:
         add_options(p)
@@ -227,7 +228,7 @@ def prepare(kind, argv, engine, made_by, folder, here=True, add_options=None):
             fetch_side_file(value, local)
             declare.apply(o, {option: local})
     d.check(o)
-    o.items = plan_splits(inputs, o.split_size, engine) if d.input == "seqfile" else d.plan(o)
+    o.items = plan_splits(inputs, o.split_size, title) if d.input == "seqfile" else d.plan(o)
     o.side, names = [], set()  # each side file's (option, path, name): shipped files are found by name
     for option, path in sorted(d.side_files(o)):
         name = os.path.basename(path)

@@ -8,7 +8,20 @@ Run::
 By default the command starts an embedded ``LocalCluster`` of worker
 processes (one per core, ``--workers``) and stops it at the end;
 ``--scheduler ADDRESS`` uses a running cluster instead (dask-jobqueue on
-SLURM or PBS, Kubernetes: see the README). The client parses, checks and
+SLURM or PBS, Kubernetes). On SLURM, with gpumr installed where the jobs run::
+
+    # cluster.py, kept running while jobs use it
+    from dask_jobqueue import SLURMCluster
+    cluster = SLURMCluster(cores=8, processes=8, memory="64GB", job_extra_directives=["--gres=gpu:1"],
+                           worker_extra_args=["--resources", "GPU=1"])
+    cluster.scale(jobs=4)
+    print(cluster.scheduler_address)
+    input("serving; Enter stops it")
+
+    gpumr run faces /shared/frames.seq -o /shared/out --engine dask --scheduler tcp://HOST:PORT
+
+(The tasks write a local output folder on their own machines: give one on a
+shared filesystem, or a URI.) The client parses, checks and
 plans exactly as the Spark engine does (:func:`gpumr.engines.common.prepare`):
 SequenceFile byte ranges or the slab plan, one task each. Each task reads
 its range through the one split reader, chooses the device per record
@@ -182,7 +195,7 @@ def _run(kind, argv, client, debug, folder):
     _options(peek)
     given = peek.parse_known_args(argv)[0]
     here = client is None and given.scheduler is None
-    o = common.prepare(kind, argv, "the Dask engine", MADE_BY, folder, here, _options)
+    o = common.prepare(kind, argv, "dask", MADE_BY, folder, here, _options)
     with contextlib.ExitStack() as stack:
         stop = None
         if client is None:

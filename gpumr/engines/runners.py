@@ -96,7 +96,10 @@ def run(kind, argv, engine="inline", dry_run_only=False, debug=False):
     if not debug:
         logging.getLogger("mrjob").setLevel(logging.ERROR)
     d = get(kind)
-    o, _ = declare.parse(d, argv, common.parser(kind, engine, split_size=False), known=True)
+    p = common.parser(kind, engine, split_size=False)
+    p.epilog = (f"mrjob's own options (-c mrjob.conf, --hadoop-streaming-jar, --jobconf, ...) go to its {engine} "
+                "runner as given; --dry-run prints the job and the runner's settings and runs nothing")
+    o, _ = declare.parse(d, argv, p, known=True)
     if not o.output:
         raise GpumrError("-o OUT is required: the output folder or URI")
     inputs = list(getattr(o, "inputs", []))

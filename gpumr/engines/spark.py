@@ -178,7 +178,7 @@ def parse(kind, argv, folder):
     master = argparse.ArgumentParser(add_help=False)
     _master_option(master)
     here = _executors_here(master.parse_known_args(argv)[0].master)
-    return prepare(kind, argv, "the Spark engine", MADE_BY, folder, here, _master_option)
+    return prepare(kind, argv, "spark", MADE_BY, folder, here, _master_option)
 
 
 def _executors_here(master):
