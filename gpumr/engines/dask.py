@@ -121,6 +121,8 @@ def _gpu_resources(client, device):
 def _cluster(scheduler, workers, debug):
     """``(client, stop)``: a client of ``scheduler``, or of an embedded LocalCluster that ``stop()`` ends."""
     from distributed import Client, LocalCluster
+    if not debug:  # a job stopped mid-gather leaves the client's waits to say "Task exception was never retrieved"
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     if scheduler:
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT)
