@@ -1,7 +1,9 @@
 """The mrjob engine: what every gpumr job shares, and running one from Python.
 
-A job (``jobs/``) subclasses :class:`GpumrJob` and provides its options and
-``make_workload()``; this class wires that to the record-processing core.
+A job (``jobs/``, or :class:`gpumr.engines.mrjob_task.MRWorkload` with
+``--workload NAME``) names a declared workload (:mod:`gpumr.workloads`);
+this class takes its options, checks and record function from the
+declaration and wires them to the record-processing core.
 
 Input is read either by the map task itself (each task reads whole
 SequenceFiles with ``seqfile``; every runner) or, with ``--hadoop-splits`` on
@@ -84,10 +86,8 @@ def with_option(args, option, value):
 class GpumrJob(MRJob):
     """Mapper over records through :class:`gpumr.core.Processor`; identity reducer.
 
-    Subclasses set :attr:`INPUT_KIND`, add their options in
-    ``configure_args`` (after calling this class's), and implement
-    :meth:`make_workload`; they may extend :meth:`prepare_args` and
-    :meth:`check_options`.
+    Subclasses set :attr:`WORKLOAD`; the options, their checks and the
+    workload come from its declaration (:mod:`gpumr.core.declare`).
     """
 
     INPUT_PROTOCOL = RawValueProtocol
@@ -119,7 +119,9 @@ class GpumrJob(MRJob):
 
     def _usage(self):
         # mrjob's usage line, with what the job does (the declaration's summary).
-        return f"%(prog)s [options] INPUT... [--output-dir OUT]\n\n{self.declaration.summary}"
+        inputs = "" if self.INPUT_KIND == "seqfile" else (
+            " INPUT: plan files of slab lines \"z0 z1\" (gpumr ct plan; gpumr run makes them itself).")
+        return f"%(prog)s [options] INPUT... [--output-dir OUT]\n\n{self.declaration.summary}{inputs}"
 
     def prepare_args(self, args):
         """Rewrite the launcher's command line before it is parsed (:meth:`Declaration.prepare`).
