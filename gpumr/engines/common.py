@@ -155,6 +155,14 @@ def fetch_side_file(uri, local):
 
 
 # -- the launcher ---------------------------------------------------------------------------------------
+def require(output=True, inputs=True):
+    """Refuse a command line without an output (``-o``) or without inputs: the one wording of every engine."""
+    if not output:
+        raise GpumrError("-o OUT is required: the output folder or URI")
+    if not inputs:
+        raise GpumrError("no input given")
+
+
 def parser(kind, engine, split_size=True):
     """The argparse parser of ``gpumr run KIND --engine ENGINE``: output, split size or plan, the workload's.
 
@@ -210,11 +218,9 @@ def prepare(kind, argv, engine, made_by, folder, here=True, add_options=None):
         add_options(p)
     o = declare.parse(d, argv, p)
     o.declaration = d
-    if not o.output:
-        raise GpumrError("-o OUT is required: the output folder or URI")
+    require(o.output)
     if d.input == "seqfile":
-        if not o.inputs:
-            raise GpumrError("no input given")
+        require(inputs=o.inputs)
         try:
             o.split_size = parse_size(o.split_size)
         except ValueError as exc:

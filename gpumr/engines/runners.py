@@ -100,8 +100,7 @@ def run(kind, argv, engine="inline", dry_run_only=False, debug=False):
     p.epilog = (f"mrjob's own options (-c mrjob.conf, --hadoop-streaming-jar, --jobconf, ...) go to its {engine} "
                 "runner as given; --dry-run prints the job and the runner's settings and runs nothing")
     o, _ = declare.parse(d, argv, p, known=True)
-    if not o.output:
-        raise GpumrError("-o OUT is required: the output folder or URI")
+    common.require(o.output)
     inputs = list(getattr(o, "inputs", []))
     args = ["-r", engine, "--workload", kind, *_without(argv, _OWN)]
     temp = tempfile.mkdtemp(prefix="gpumr-run-")

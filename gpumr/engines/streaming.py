@@ -44,6 +44,7 @@ from ..io.inputs import describe_file, expand_inputs, expand_sized, looks_like_s
 from ..io.records import DEFAULT_MAX_RECORD_SIZE
 from ..io.remote import is_remote, list_files
 from . import progress
+from .common import require
 
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives a job it runs as a task.
@@ -161,8 +162,7 @@ class GpumrJob(MRJob):
             Naming the option or input and what is wrong with it.
         """
         local = [p for p in self.options.args if not is_remote(p)]
-        if not self.options.args:
-            raise GpumrError("no input given")
+        require(inputs=self.options.args)
         files = expand_inputs(local) if local else []
         uris = [p for p in self.options.args if is_remote(p)]
         if uris and self.runs_here:
