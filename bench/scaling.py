@@ -217,15 +217,16 @@ def _engine_args(engine, n, work):
                 "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
                 "--jobconf", f"mapreduce.local.map.tasks.maximum={n}", "--python-bin", sys.executable]
     if engine == "spark":
-        return ["--master", f"local-cluster[{n},1,1024]", "--split-size", "1GiB"]
-    return ["--workers", str(n), "--split-size", "1GiB"]  # dask
+        return ["--master", f"local-cluster[{n},1,1024]"]
+    return ["--workers", str(n)]  # dask
 
 
 def _timed(kind, engine, n, work, argv, repeat):
     """Best and median wall time of ``gpumr run KIND`` on ``engine`` with ``n`` workers; and its counters."""
     from gpumr.cli.run import run as gpumr_run
     out = os.path.join(work, f"table-out-{engine}-{n}")
-    return best_of(lambda: gpumr_run(kind, engine, [*argv, "-o", out, "--device", "cpu",
+    whole = ["--split-size", "1GiB"] if kind == "faces" and engine in ("spark", "dask") else []  # a task per file
+    return best_of(lambda: gpumr_run(kind, engine, [*argv, "-o", out, "--device", "cpu", *whole,
                                                     *_engine_args(engine, n, work)])[0], repeat)
 
 
