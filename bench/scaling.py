@@ -23,8 +23,19 @@ frames packed into shards of equal estimated cost (pixels, read from the
 image headers with :func:`gpumr.faces.decode.image_size`, greedy longest
 first), and the new ratio.
 
+Engines (seed 004's table): ``gpumr run`` with the same face and CT work on
+every engine named by ``--table-engines`` (inline, local, hadoop in local
+mode, spark on ``local-cluster[N,1,1024]``, dask on a ``LocalCluster`` of N
+worker processes) with each worker count: whole runs as a user sees them
+(start-up included), strong and weak scaling efficiency against the same
+engine's first worker count, and the per-record overhead: the extra time of
+``--tiny`` x 2 over ``--tiny`` records of a 32x32 image (no face work to
+speak of), in ms per record. inline runs one process, so only its first
+worker count. The same baseline for every row: the inline engine.
+
 Usage: python bench/scaling.py [--workers 1 2] [--frames 48] [--repeat 3] [--engines spark hadoop]
        [--modes strong weak] [--skip-scaling] [--skip-balance]
+       [--table-engines inline local hadoop spark dask] [--tiny 200] [--skip-table]
 """
 
 import argparse
@@ -192,6 +203,96 @@ def balance(a, work, frames):
           ["partitioning", "tasks", "frames", "max/mean best", "max/mean median", "wall best s"], rows)
 
 
+def _engine_args(engine, n, work):
+    """``gpumr run`` options that give ``engine`` ``n`` workers here."""
+    if engine == "local":
+        return ["--no-conf", "--num-cores", str(n)]
+    if engine == "inline":
+        return ["--no-conf"]
+    if engine == "hadoop":
+        os.environ["PATH"] = os.path.join(HADOOP, "bin") + os.pathsep + os.environ["PATH"]
+        os.environ.setdefault("PYTHON", sys.executable)
+        from hadoop import cluster
+        return ["-c", cluster.CONF, "--hadoop-streaming-jar", cluster.streaming_jar(),
+                "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
+                "--jobconf", f"mapreduce.local.map.tasks.maximum={n}", "--python-bin", sys.executable]
+    if engine == "spark":
+        return ["--master", f"local-cluster[{n},1,1024]"]
+    return ["--workers", str(n)]  # dask
+
+
+def _timed(kind, engine, n, work, argv, repeat):
+    """Best and median wall time of ``gpumr run KIND`` on ``engine`` with ``n`` workers; and its counters."""
+    from gpumr.cli.run import run as gpumr_run
+    out = os.path.join(work, f"table-out-{engine}-{n}")
+    whole = ["--split-size", "1GiB"] if kind == "faces" and engine in ("spark", "dask") else []  # a task per file
+    return best_of(lambda: gpumr_run(kind, engine, [*argv, "-o", out, "--device", "cpu", *whole,
+                                                    *_engine_args(engine, n, work)])[0], repeat)
+
+
+def _tiny(work, count):
+    """``count`` records of a 32x32 JPEG, packed into 4 SequenceFiles (as many tasks)."""
+    import cv2
+    import numpy as np
+    d = os.path.join(work, f"tiny-{count}")
+    os.makedirs(d)
+    ok, data = cv2.imencode(".jpg", np.full((32, 32), 128, np.uint8))
+    for i in range(count):
+        with open(os.path.join(d, f"t{i:06d}.jpg"), "wb") as f:
+            f.write(data.tobytes())
+    out = d + ".seq"
+    pack([d], out, shards=4, progress=False)
+    return out
+
+
+def _phantom(work, z):
+    """Projections of a phantom of ``z`` x 48 x 48 voxels (48 angles); returns the SequenceFile."""
+    from gpumr.cli import main as gpumr
+    seq = os.path.join(work, f"ct-{z}.seq")
+    if os.path.exists(seq):
+        return seq
+    assert gpumr(["ct", "geometry", "-o", seq + ".json", "--voxels", str(z), "48", "48", "--angles", "48"]) == 0
+    assert gpumr(["ct", "phantom", "--geometry", seq + ".json", "-o", seq]) == 0
+    return seq
+
+
+def engine_table(a, work, frames):
+    """Seed 004's table: every engine, face and CT work, strong/weak scaling and per-record overhead."""
+    rows, base = [], {}
+    tiny = {k: _tiny(work, k) for k in (a.tiny, 2 * a.tiny)}
+    for engine in a.table_engines:
+        counts = a.workers[:1] if engine == "inline" else a.workers
+        t1 = {}
+        for n in counts:
+            row = [engine, n]
+            for mode in a.modes:
+                m = n if mode == "weak" else 1
+                seq = packed(work, f"t-{mode}-{engine}-{n}", frames[:a.frames * m], a.tasks_per_worker * max(counts) * m)
+                best, _, c = _timed("faces", engine, n, work, [seq], a.repeat)
+                assert c.get("records on CPU", 0) == a.frames * m, c
+                ct = _phantom(work, 16 * a.slabs * m)
+                cbest, _, c = _timed("backproject", engine, n, work, ["--projections", ct, "--slab", "16"], a.repeat)
+                assert c.get("records on CPU", 0) == a.slabs * m, c
+                for what, t in ((f"faces {mode}", best), (f"ct {mode}", cbest)):
+                    t1.setdefault(what, t)
+                    base.setdefault(what, t)
+                    eff = t1[what] / t / (1 if mode == "weak" else n)
+                    row += [f"{t:.1f}", f"{eff:.2f}", f"{base[what] / t:.2f}"]
+            small, _, _ = _timed("faces", engine, n, work, [tiny[a.tiny]], 1)
+            large, _, _ = _timed("faces", engine, n, work, [tiny[2 * a.tiny]], 1)
+            row.append(f"{max(large - small, 0) / a.tiny * 1000:.2f}")
+            rows.append(row)
+            print(rows[-1], flush=True)
+    header = ["engine", "workers"]
+    for mode in a.modes:
+        for what in ("faces", "ct"):
+            header += [f"{what} {mode} s", "eff", "vs inline"]
+    table(f"Engines, gpumr run --device cpu, best of {a.repeat} (whole runs, start-up included): faces "
+          f"{a.frames} frames (weak: x workers), CT {a.slabs} slabs of 16x48x48 (weak: x workers); eff = scaling "
+          f"efficiency against the engine's first worker count; vs inline = the inline run's time over this one; "
+          f"last column: ms per extra tiny record", header + ["ms/record"], rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts (default 1 2)")
@@ -204,6 +305,11 @@ def main():
     ap.add_argument("--modes", nargs="+", choices=["strong", "weak"], default=["strong", "weak"])
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-balance", action="store_true")
+    ap.add_argument("--table-engines", nargs="+", choices=["inline", "local", "hadoop", "spark", "dask"],
+                    default=["inline", "local", "hadoop", "spark", "dask"])
+    ap.add_argument("--tiny", type=int, default=200, help="tiny records for the per-record overhead (and twice as many)")
+    ap.add_argument("--slabs", type=int, default=4, help="CT slabs of 16 slices per run (weak: per worker)")
+    ap.add_argument("--skip-table", action="store_true")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gpumr-bench-scaling-")
     try:
@@ -212,6 +318,8 @@ def main():
             scaling(a, work, frames)
         if not a.skip_balance:
             balance(a, work, frames)
+        if not a.skip_table:
+            engine_table(a, work, frames)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

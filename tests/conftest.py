@@ -194,3 +194,23 @@ def sc(tmp_path_factory, s3, emulated_kernels):
     context.setLogLevel("ERROR")
     yield context
     context.stop()
+
+
+@pytest.fixture(scope="session")
+def dask_client(s3, emulated_kernels):
+    """One Dask ``LocalCluster`` for the session: two worker processes of one thread, each with a ``GPU`` resource.
+
+    The workers see two simulated GPUs (``GPUMR_SIMULATE_GPUS=2``: tests not about GPUs run ``--device cpu``),
+    reach the ``s3`` server, and find both kernels built for the host (``emulated_kernels``).
+    """
+    pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")
+    import logging
+
+    from distributed import Client, LocalCluster
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           resources={"GPU": 1}, env={"GPUMR_SIMULATE_GPUS": "2", **s3.env},
+                           silence_logs=logging.CRITICAL)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()

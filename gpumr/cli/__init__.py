@@ -12,11 +12,11 @@ import sys
 
 from .. import __version__
 from ..boundary import debug_wanted, guard, set_verbosity
-from . import bundle, ct, devices, faces, kernels, seqfiles, spark
+from . import bundle, ct, devices, faces, kernels, run, seqfiles, spark
 from .args import Parser, add_common
 
 #: The modules that add subcommands, in the order ``gpumr --help`` lists them.
-GROUPS = (seqfiles, devices, faces, ct, kernels, spark, bundle)
+GROUPS = (seqfiles, devices, faces, ct, kernels, run, spark, bundle)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

@@ -111,19 +111,15 @@ def cmd_phantom(args):
 
 
 def cmd_plan(args):
-    from seqfile.atomic import write_bytes
-
     from ..ct import geometry
-    from ..ct.workload import check_slab, plan
+    from ..ct.workload import check_slab, plan, write_plan
     from ..io.outputs import FolderOutput
     geometry_file = _find_geometry(args)
     g = geometry.load(geometry_file)
     check_slab(g, args.slab)
     lines = plan(g.nVoxel[0], args.slab)
-    parts = max(1, min(args.parts, len(lines)))
     with FolderOutput(args.output, "gpumr ct plan", inputs=[geometry_file, *filter(None, [args.projections])]) as stage:
-        for p in range(parts):
-            write_bytes(os.path.join(stage, f"part-{p:05d}.txt"), "".join(ln + "\n" for ln in lines[p::parts]).encode())
+        parts = write_plan(stage, lines, args.parts)
     print(f"wrote {len(lines)} slabs of {args.slab} slices in {parts} plan file(s) to {args.output}")
 
 

@@ -36,8 +36,8 @@ def demo(output, frames=48, shards=2, runner="local", log=print):
         log(f"[2/4] packing them into {shards} SequenceFiles in {os.path.join(output, 'frames.seq')}")
         pack([frame_dir], seq_dir, shards=shards, progress=False)
         log(f"[3/4] running the face-detection job (mrjob {runner} runner, {shards} map tasks)")
-        from gpumr.jobs.face_detect import MRFaceDetect
-        counts, seconds = run_job(MRFaceDetect, [seq_dir], job_out, runner)
+        from ..engines.mrjob_task import MRWorkload
+        counts, seconds = run_job(MRWorkload, [seq_dir], job_out, runner, ["--workload", "faces"])
         log(f"      {summary(counts, seconds)}")
         log(f"[4/4] drawing the boxes and the contact sheet in {os.path.join(output, 'pictures')}")
         pics = render([job_out], [seq_dir], pictures)

@@ -6,16 +6,13 @@ Run::
     gpumr spark backproject --projections proj.seq --slab 16 -o out/ --master ...
     spark-submit --master yarn -m gpumr.engines.spark faces ...   (see README, "Spark")
 
-The options of each workload are the mrjob job's own: the driver builds the
-job class (:mod:`gpumr.jobs.face_detect`, :mod:`gpumr.jobs.backproject`)
-from the command line, runs its ``check_options``, and sends the plain
-argument list to the executors, where each Python worker builds the same job
-once and asks it for its workload (``make_workload``; for CT that loads and
-filters the projections once per Python worker, not per task). Per partition
-a :class:`gpumr.devices.chooser.DeviceChooser` and a
-:class:`gpumr.core.Processor` run exactly as in an mrjob map task; when Spark
-gave the task GPU addresses (``spark.task.resource.gpu.amount``), the chooser
-uses only those.
+The options of each workload are its declaration's (:mod:`gpumr.core.declare`),
+parsed, checked and planned on the driver by :func:`gpumr.engines.common.prepare`
+(shared with the Dask engine); each Python worker builds the workload once
+(for CT that loads and filters the projections once per Python worker, not
+per task) and runs a :class:`gpumr.engines.common.Task` per partition, as an
+mrjob map task does; when Spark gave the task GPU addresses
+(``spark.task.resource.gpu.amount``), the device choice uses only those.
 
 Input: local paths or URIs (``s3://``, ``s3a://``, ``hdfs://``, ``file://``).
 The driver lists and sizes the SequenceFiles (:func:`gpumr.io.inputs.expand_sized`;
@@ -59,7 +56,6 @@ the mrjob engine.
 
 import argparse
 import atexit
-import hashlib
 import os
 import re
 import secrets
@@ -73,90 +69,21 @@ if __name__ == "__main__" and not __package__:  # spark-submit runs this file as
     from gpumr.engines.spark import main as _main, quiet_interrupt as _quiet  # error boundary
     _guarded(_main, on_interrupt=_quiet)
 
-from .. import limits  # noqa: E402
 from ..errors import GpumrError  # noqa: E402
 
-#: Workload name -> (module, job class name): the mrjob jobs whose options and workload Spark runs.
-JOBS = {"faces": ("gpumr.jobs.face_detect", "MRFaceDetect"),
-        "backproject": ("gpumr.jobs.backproject", "MRBackproject")}
-DEFAULT_SPLIT = 32 * 1024 * 1024
-#: Bytes of output lines a task gathers before each write into its part file.
-WRITE_CHUNK = 1 << 20
+from .common import DEFAULT_SPLIT, Task, add_up, open_output, plan_splits, prepare, publish, splits, stage_of  # noqa: E402,F401
+from .common import write_part as _write_file  # noqa: E402
+from ..workloads import NAMES  # noqa: E402
+
+#: The workloads ``gpumr spark`` runs (every declared one).
+JOBS = NAMES
 #: The longest the driver waits for a failed job's tasks of a caller's context to end before removing the stage.
 END_TASKS_TIMEOUT = 60
-#: Job options that only make sense for mrjob runners.
-_MRJOB_ONLY = ("--hadoop-splits", "-r", "--runner", "-c", "--conf-path", "--output-dir")
-
-# One job and its workload per Python worker (Spark reuses workers across tasks), keyed by the arguments.
-_WORKERS = {}
-
-
-def job_class(kind):
-    """The mrjob job class of workload ``kind`` ("faces" or "backproject")."""
-    import importlib
-    module, name = JOBS[kind]
-    return getattr(importlib.import_module(module), name)
-
-
-def make_job(kind, args):
-    """The mrjob job of ``kind`` built from ``args``; GpumrError for an option it refuses."""
-    try:
-        return job_class(kind)(list(args))
-    except ValueError as exc:  # mrjob's way of refusing an option given as a list
-        raise GpumrError(str(exc)) from None
-
-
-def _file_options(job):
-    """``(option string, path)`` of the job's file options (mrjob ``add_file_arg``) that are set."""
-    out = []
-    for dest in sorted(job._file_arg_dests):
-        value = getattr(job.options, dest, None)
-        if value:
-            out.append(("--" + dest.replace("_", "-"), value))
-    return out
-
-
-def _fetch_file_options(job, args, folder):
-    """``args`` with every file option that names a URI pointed at a local copy in ``folder``.
-
-    The copies are fetched through :mod:`gpumr.io.remote` on the driver, then
-    shipped to the executors like local files (``SparkContext.addFile``).
-    """
-    from ..io.remote import locate
-    from .streaming import with_option
-    for option, value in _file_options(job):
-        loc = locate(value)
-        if not loc.is_uri:
-            continue
-        local = loc.local  # file:///PATH: the path; any other URI: a local copy, shipped
-        if local is None:
-            local = os.path.join(folder, option.lstrip("-"), loc.name or "file")
-            os.makedirs(os.path.dirname(local))
-            loc.fetch(local)
-        args = with_option(args, option, local)
-    return args
+#: The command an output of this engine is proved to be from (an earlier one is replaced).
+MADE_BY = "gpumr spark"
 
 
 # -- in the executors -------------------------------------------------------------------------------
-def _worker(kind, args, shipped):
-    """The (job, workload) of this Python worker for these arguments; built (and filtered) once."""
-    key = (kind, tuple(args), tuple(shipped))
-    got = _WORKERS.get(key)
-    if got is None:
-        from pyspark import SparkFiles
-
-        from ..boundary import install
-        install()  # the workload's warnings (a geometry's field of view) as gpumr's one-line warnings
-
-        from .streaming import with_option
-        args = list(args)
-        for option, name in shipped:  # the executor's copy of each shipped file
-            args = with_option(args, option, SparkFiles.get(name))
-        job = make_job(kind, args)
-        got = _WORKERS[key] = (job, job.make_workload())
-    return got
-
-
 def _task_gpus():
     """GPU indices Spark assigned to this task (``spark.task.resource.gpu.amount``), or None."""
     from pyspark import TaskContext
@@ -167,158 +94,44 @@ def _task_gpus():
     return [int(a) for a in info.addresses]
 
 
-def run_partition(kind, args, shipped, counters, items):
-    """Process one partition's items; yield output lines; add its counters to the accumulator.
-
-    ``items`` are ``(path, start, end, name)`` SequenceFile splits (faces)
-    or slab lines (backproject). The device choice and record processing
-    are the mrjob task's (:meth:`GpumrJob.task_init`, ``mapper_raw``).
-    """
-    from mrjob.protocol import JSONProtocol
-    from pyspark import TaskContext
-
-    from ..core import Processor
-    from ..devices.chooser import DeviceChooser, describe
-    from ..io.records import DEFAULT_MAX_RECORD_SIZE, process, read_split
-
-    job, workload = _worker(kind, args, shipped)
-    o = job.options
-    counts = {}
-
-    def count(name, n=1):
-        counts[name] = counts.get(name, 0) + n
-
-    def log(message):
-        print(message, file=sys.stderr, flush=True)
-
-    chooser = DeviceChooser(o.device, memory=o.gpu_memory, slots=o.gpu_slots, only=_task_gpus())
-    log(f"gpumr: {describe(chooser)}")
-    processor = Processor(workload, chooser, count=count, log=log)
-    protocol = JSONProtocol()
-
-    def lines(outputs):
-        for k, v in outputs:
-            yield protocol.write(k, v).decode("utf-8")
-
-    try:
-        for item in items:
-            if job.INPUT_KIND == "lines":
-                yield from lines(processor.feed(item, item))
-                continue
-            path, start, end, name = item
-            cap = getattr(o, "max_record_size", None) or DEFAULT_MAX_RECORD_SIZE
-            yield from lines(process(processor, read_split(path, start, end, name, max_record_size=cap)))
-        yield from lines(processor.flush())
-    finally:
-        chooser.close()
-    counters.add({TaskContext.get().partitionId(): counts})
+def run_partition(kind, task_options, counters, items):
+    """Process one partition's items (splits or slab lines); yield output lines; add its counters to the accumulator."""
+    from pyspark import SparkFiles, TaskContext
+    task = Task(kind, task_options, SparkFiles.get, gpus=_task_gpus())
+    yield from task.lines(items)
+    counters.add({TaskContext.get().partitionId(): task.counts})
 
 
 def write_part(stage, index, lines):
-    """Write partition ``index``'s output ``lines`` into the output's hidden ``stage`` (a URI) as this attempt's file.
+    """Write partition ``index``'s output ``lines`` into the output's hidden ``stage`` as this attempt's file.
 
-    The file is named for the attempt (``part-NNNNN.attempt-ID``), so that
-    two attempts of one partition never write one file. Returns
-    ``[(index, name, size, sha256)]``: the driver publishes the file of the
-    attempt whose result Spark kept as ``part-NNNNN``, and lists its size
-    and hash in the output's proof.
+    Returns ``[(index, name, size, sha256)]``: the driver publishes the file
+    of the attempt whose result Spark kept as ``part-NNNNN``.
     """
     from pyspark import TaskContext
-
-    from ..io.remote import locate
     name = f"part-{index:05d}.attempt-{TaskContext.get().taskAttemptId()}"
-    h, size, chunk, held = hashlib.sha256(), 0, [], 0
-    with locate(stage).child(name).open_output() as f:
-        def flush():
-            data = b"".join(chunk)
-            f.write(data)
-            h.update(data)
-            chunk.clear()
-            return len(data)
-        for line in lines:
-            chunk.append(line.encode("utf-8") + b"\n")
-            held += len(chunk[-1])
-            if held >= WRITE_CHUNK:
-                size, held = size + flush(), 0
-        size += flush()
-    return [(index, name, size, h.hexdigest())]
+    return [(index, name, *_write_file(stage, name, lines))]
 
 
 # -- in the driver ----------------------------------------------------------------------------------
-def splits(files, split_size):
-    """``(path, start, end, name)`` byte ranges of at most ``split_size`` covering each file.
-
-    ``files`` are ``(path or URI, size)`` pairs. The number of ranges is
-    counted before any is made and refused above :data:`gpumr.limits.MAX_SPLITS`.
-
-    Raises
-    ------
-    GpumrError
-        Naming the split size that keeps the job within the limit.
-    """
-    from ..sizes import human
-    count = sum(max(1, -(-size // split_size)) for _, size in files)
-    if len(files) > limits.MAX_SPLITS:
-        raise GpumrError(f"{len(files)} input files: each is at least one task, over the limit of "
-                         f"{limits.MAX_SPLITS}; pack them into fewer SequenceFiles (gpumr pack --shards N)")
-    if count > limits.MAX_SPLITS:
-        total = sum(size for _, size in files)
-        need = -(-total // max(1, limits.MAX_SPLITS - len(files)) // (1 << 20)) << 20  # enough, in whole MiB
-        raise GpumrError(f"--split-size {split_size}: {count} splits of {human(total)} of input, over the limit of "
-                         f"{limits.MAX_SPLITS} tasks; use --split-size {need >> 20}MiB or more")
-    out = []
-    for path, size in files:
-        for start in range(0, max(size, 1), split_size):
-            out.append((path, start, min(start + split_size, size), path))
-    return out
-
-
 def input_splits(paths, split_size):
-    """The splits of the SequenceFiles ``paths`` (files, folders, URIs) name; see :func:`splits`.
-
-    Raises
-    ------
-    GpumrError
-        For a URI that pyarrow cannot serve here (the tasks read byte ranges
-        through it; there is no ``hadoop fs`` fallback), and see :func:`splits`.
-    """
-    from ..io.inputs import expand_sized
-    from ..io.remote import locate
-    files = [(locate(p).absolute(), size) for p, size in expand_sized(paths)]
-    for path, size in files:
-        if size is None:
-            raise GpumrError(f"{locate(path).shown}: the Spark engine's tasks read byte ranges through pyarrow, and "
-                             f"{locate(path).unavailable()}")
-    return splits(files, split_size)
+    """The splits of the SequenceFiles ``paths`` name (:func:`gpumr.engines.common.plan_splits`)."""
+    return plan_splits(paths, split_size, "the Spark engine")
 
 
 def prepare_output(out, inputs=()):
-    """Check the output ``out`` (a folder or URI) before the job; return the helper its parts are published through.
+    """Check the output ``out`` (a folder or URI) before the job; return its output transaction."""
+    return open_output(out, MADE_BY, inputs)
 
-    ``out`` must be new, empty, or an earlier ``gpumr spark`` output that its
-    proof vouches for (:mod:`gpumr.io.outputs`), and neither the current
-    folder nor one holding an input: a local folder is a
-    :class:`gpumr.io.outputs.FolderOutput`, a URI a
-    :class:`gpumr.io.outputs.UriOutput` (written through pyarrow only: the
-    tasks write their parts there).
+
+def _write(result, out):
+    """Run the job: every partition of ``result`` written into ``out``'s stage (:func:`write_part`).
+
+    Returns ``(stage, parts)``, the parts to publish ``{name: (staged name, size, sha256)}``.
     """
-    from ..io.outputs import open_output
-    return open_output(out, "gpumr spark", folder=True, inputs=inputs)
-
-
-def _write(result, stage):
-    """Run the job: every partition of ``result`` written into ``stage`` (:func:`write_part`).
-
-    Returns the parts to publish, ``{name: (staged name, size, sha256)}``:
-    ``part-NNNNN`` per partition, and ``_SUCCESS`` (written last into the
-    stage, as Hadoop's committer marks a complete output).
-    """
-    from ..io.remote import locate
-    written = result.mapPartitionsWithIndex(lambda index, lines: write_part(stage, index, lines)).collect()
-    parts = {f"part-{index:05d}": (name, size, sha) for index, name, size, sha in written}
-    locate(stage).child("_SUCCESS").write_bytes(b"")
-    parts["_SUCCESS"] = ("_SUCCESS", 0, hashlib.sha256(b"").hexdigest())
-    return parts
+    target = stage_of(out)
+    written = result.mapPartitionsWithIndex(lambda index, lines: write_part(target, index, lines)).collect()
+    return target, {f"part-{index:05d}": (name, size, sha) for index, name, size, sha in written}
 
 
 def _end_tasks(sc, own, group):
@@ -356,81 +169,17 @@ class _CountsParam:
         return a
 
 
-def parser(kind):
-    """The Spark engine's own options; everything else goes to the job (see its ``--help``)."""
-    p = argparse.ArgumentParser(prog=f"gpumr spark {kind}", add_help=False,
-                                description=f"Run the {kind} job as a Spark application. Options not listed "
-                                            f"here are the mrjob job's (python -m {JOBS[kind][0]} --help).")
-    p.add_argument("-h", "--help", action="store_true")
-    p.add_argument("-o", "--output", required=False, metavar="OUT",
-                   help="output folder or URI (s3://, hdfs://, file://) of part-* files")
-    p.add_argument("--master", default=None, metavar="URL",
-                   help="Spark master (default: spark-submit's, else local[*]), e.g. local-cluster[2,1,1024], yarn")
-    if kind == "faces":
-        p.add_argument("--split-size", default=str(DEFAULT_SPLIT), metavar="SIZE",
-                       help="bytes of SequenceFile per task (default 32MiB)")
-    else:
-        p.add_argument("--slab", type=int, default=None, metavar="N", help="slices per task (required)")
-    return p
-
-
-def _job(kind, args):
-    """The job of ``kind`` for the engine's ``args`` (the job's own options and, for faces, its inputs)."""
-    if kind == "faces":
-        return make_job(kind, args)
-    # The mrjob job's inputs are plan files; here the driver makes the slabs, so the
-    # job's input check (existence, for a "lines" job) is given the projections file.
-    from .streaming import option_value
-    projections = option_value(args, "--projections")
-    if not projections:
-        raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
-    return make_job(kind, [projections, *args])
+def _master_option(parser):
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="Spark master (default: spark-submit's, else local[*]), e.g. local-cluster[2,1,1024], yarn")
 
 
 def parse(kind, argv, folder):
-    """``(engine options, job)`` from a ``gpumr spark KIND`` command line; GpumrError when wrong.
-
-    The output is checked first (``opts.out``, :func:`prepare_output`),
-    against the inputs as given; then file options that name URIs are
-    fetched into ``folder`` and the job is built on the
-    local copies. For ``backproject``, ``opts.slabs`` holds the slabs' plan.
-    """
-    from ..sizes import parse_size
-    p = parser(kind)
-    opts, rest = p.parse_known_args(argv)
-    if opts.help:
-        p.print_help()
-        raise SystemExit(0)
-    if not opts.output:
-        raise GpumrError("-o OUT is required: the output folder or URI")
-    for a in rest:
-        if a.partition("=")[0] in _MRJOB_ONLY:
-            raise GpumrError(f"{a}: an mrjob runner option; the Spark engine does not take it")
-    if kind == "faces":
-        try:
-            opts.split_size = parse_size(opts.split_size)
-        except ValueError as exc:
-            raise GpumrError(f"--split-size: {exc}") from None
-        limits.number("--split-size", opts.split_size, limits.MIN_SPLIT_SIZE, integer=True)
-    elif opts.slab is None or opts.slab < 1:
-        raise GpumrError("--slab N is required: slices per task, at least 1")
-    job = _job(kind, rest)
-    opts.out = prepare_output(opts.output, [*job.options.args, *(path for _, path in _file_options(job))])
-    fetched = _fetch_file_options(job, rest, folder)
-    if fetched != rest:
-        rest, job = fetched, _job(kind, fetched)
-    job.check_options()
-    if kind == "backproject":
-        from ..ct import geometry
-        from ..ct.workload import check_slab, plan
-        g = geometry.load(job.options.geometry)
-        check_slab(g, opts.slab)
-        opts.slabs = plan(g.nVoxel[0], opts.slab)
-    if job.options.device == "gpu" and _executors_here(opts.master):
-        from ..devices.chooser import require_gpu
-        require_gpu()
-    opts.job_args = rest
-    return opts, job
+    """The options of a ``gpumr spark KIND`` command line, checked and planned (:func:`gpumr.engines.common.prepare`)."""
+    master = argparse.ArgumentParser(add_help=False)
+    _master_option(master)
+    here = _executors_here(master.parse_known_args(argv)[0].master)
+    return prepare(kind, argv, "spark", MADE_BY, folder, here, _master_option)
 
 
 def _executors_here(master):
@@ -455,11 +204,11 @@ def spark_context(master=None, app_name="gpumr", debug=False):
     conf = SparkConf().setAppName(app_name)
     if not debug and not conf.contains("spark.log.level"):
         conf.set("spark.log.level", "OFF")
-        if not conf.contains("spark.ui.showConsoleProgress"):
-            conf.set("spark.ui.showConsoleProgress", "false")  # (gpumr's own progress is the summary line)
-        if "PYSPARK_GATEWAY_PORT" not in os.environ and not conf.contains("spark.driver.extraJavaOptions"):
-            # The JVM pyspark starts here logs before spark.log.level applies: a log4j2 profile that logs nothing.
-            conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}")
+    if not conf.contains("spark.ui.showConsoleProgress"):
+        conf.set("spark.ui.showConsoleProgress", "false")  # (gpumr's own progress is the summary line)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and not conf.contains("spark.driver.extraJavaOptions"):
+        # The JVM pyspark starts here logs before spark.log.level applies: a log4j2 profile that logs nothing.
+        conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}")
     if master:
         conf.setMaster(master)
     elif not conf.contains("spark.master"):
@@ -517,46 +266,34 @@ def run(kind, argv, sc=None, debug=False):
 
 
 def _run(kind, argv, sc, debug, folder):
-    opts, job = parse(kind, argv, folder)
-    out = opts.out
-    if job.INPUT_KIND == "seqfile":
-        items = input_splits(job.options.args, opts.split_size)
-    else:
-        items = opts.slabs
-    shipped, names = [], set()  # each file option's (option, path, name): SparkFiles keeps one file per name
-    for option, path in _file_options(job):
-        name = os.path.basename(path)
-        if name in names:
-            raise GpumrError(f"{option} {path}: another shipped file has the name {name}")
-        names.add(name)
-        shipped.append((option, path, name))
+    o = parse(kind, argv, folder)
+    out, items = o.out, o.items
     from py4j.protocol import Py4JJavaError
     own = sc is None
     if own:
-        sc = spark_context(opts.master, f"gpumr {kind}", debug=debug)
+        sc = spark_context(o.master, f"gpumr {kind}", debug=debug)
     t0 = time.perf_counter()
     group = f"gpumr-{kind}-{secrets.token_hex(8)}"
     try:
         try:
-            for _, path, _ in shipped:
-                sc.addFile(os.path.abspath(path))
+            for _, path, _ in o.side:
+                sc.addFile(path)
             counters = sc.accumulator({}, _CountsParam())
-            args, ship = list(opts.job_args), tuple((option, name) for option, _, name in shipped)
+            task_options = o.task
             processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
-                lambda it: run_partition(kind, args, ship, counters, it))
-            reducers = job.options.reducers
-            if reducers == 0:
+                lambda it: run_partition(kind, task_options, counters, it))
+            if o.reducers == 0:
                 result = processed
             else:
                 pairs = processed.map(lambda line: (line, None))
-                if reducers == 1:  # no sampling pass: one shuffle into one sorted partition
+                if o.reducers == 1:  # no sampling pass: one shuffle into one sorted partition
                     pairs = pairs.partitionBy(1)
                 else:
                     from pyspark import StorageLevel
                     pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey samples it first
-                result = pairs.sortByKey(numPartitions=reducers).keys()
+                result = pairs.sortByKey(numPartitions=o.reducers).keys()
             sc.setJobGroup(group, f"gpumr {kind}", interruptOnCancel=True)
-            parts = _write(result, out.begin())
+            stage, parts = _write(result, out)
         except BaseException:
             _end_tasks(sc, own, group)
             out.abort()
@@ -564,12 +301,8 @@ def _run(kind, argv, sc, debug, folder):
         finally:
             if own:
                 sc.stop()
-        out.commit(parts)
-        counts = {}
-        for part in counters.value.values():
-            for name, n in part.items():
-                counts[name] = counts.get(name, 0) + n
-        return counts, time.perf_counter() - t0
+        publish(out, stage, parts)
+        return add_up(counters.value.values()), time.perf_counter() - t0
     except Py4JJavaError as exc:
         raise GpumrError(failure(exc)) from exc
 
@@ -672,6 +405,7 @@ def main(argv=None):
         raise UsageError(f"usage: spark.py {{{','.join(JOBS)}}} [--debug] [options]")
     counts, seconds = run(argv[0], argv[1:], debug=debug)
     logger(__name__).info(summary(counts, seconds))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The mrjob engine: what every gpumr job shares, and running one from Python.
 
-A job (``jobs/``) subclasses :class:`GpumrJob` and provides its options and
-``make_workload()``; this class wires that to the record-processing core.
+A job (``jobs/``, or :class:`gpumr.engines.mrjob_task.MRWorkload` with
+``--workload NAME``) names a declared workload (:mod:`gpumr.workloads`);
+this class takes its options, checks and record function from the
+declaration and wires them to the record-processing core.
 
 Input is read either by the map task itself (each task reads whole
 SequenceFiles with ``seqfile``; every runner) or, with ``--hadoop-splits`` on
@@ -35,19 +37,15 @@ from mrjob.job import MRJob
 from mrjob.protocol import JSONProtocol, RawValueProtocol
 from mrjob.step import MRStep
 
-from .. import limits
 from ..boundary import UsageError, logger, set_verbosity
 from ..core import GROUP, Processor
 from ..core.counters import summary, total
-from ..devices.chooser import MODES
-from ..devices.leases import check_slots
-from ..devices.protocol import MAX_MEMORY
 from ..errors import GpumrError
 from ..io.inputs import describe_file, expand_inputs, expand_sized, looks_like_sequencefile
-from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
+from ..io.records import DEFAULT_MAX_RECORD_SIZE
 from ..io.remote import ANY_URI, list_files, locate
-from ..sizes import size_arg
 from . import progress
+from .common import require
 
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives a job it runs as a task.
@@ -90,26 +88,29 @@ def with_option(args, option, value):
 class GpumrJob(MRJob):
     """Mapper over records through :class:`gpumr.core.Processor`; identity reducer.
 
-    Subclasses set :attr:`INPUT_KIND`, add their options in
-    ``configure_args`` (after calling this class's), and implement
-    :meth:`make_workload`; they may extend :meth:`prepare_args` and
-    :meth:`check_options`.
+    Subclasses set :attr:`WORKLOAD`; the options, their checks and the
+    workload come from its declaration (:mod:`gpumr.core.declare`).
     """
 
     INPUT_PROTOCOL = RawValueProtocol
     OUTPUT_PROTOCOL = JSONProtocol
-    #: "seqfile": records are SequenceFile records; "lines": each input line is a record.
-    INPUT_KIND = "seqfile"
+    #: The declared workload's name (:mod:`gpumr.workloads`); None: given by ``--workload NAME``.
+    WORKLOAD = None
 
     def __init__(self, args=None):
+        from ..workloads import get
         self._from_command_line = args is None
         args = list(sys.argv[1:] if args is None else args)
+        #: The workload's declaration (:class:`gpumr.core.declare.Declaration`): options, checks, record function.
+        self.declaration = get(self.WORKLOAD or option_value(args, "--workload") or "faces")
         if not _TASK_SWITCHES.intersection(a.partition("=")[0] for a in args):
-            try:
-                args = self.prepare_args(args)
-            except GpumrError:
-                pass  # reported by check_options, with the rest
+            args = self.prepare_args(args)
         super().__init__(args)
+
+    @property
+    def INPUT_KIND(self):
+        """"seqfile": records are SequenceFile records; "lines": each input line is a record (a slab plan)."""
+        return "seqfile" if self.declaration.input == "seqfile" else "lines"
 
     def load_args(self, args):
         if self._from_command_line:
@@ -123,44 +124,38 @@ class GpumrJob(MRJob):
         super().load_args(args)
 
     def _usage(self):
-        # mrjob's usage line, with what the job does (its class docstring's first line).
-        return f"%(prog)s [options] INPUT... [--output-dir OUT]\n\n{(type(self).__doc__ or '').strip().splitlines()[0]}"
+        # mrjob's usage line, with what the job does (the declaration's summary).
+        inputs = "" if self.INPUT_KIND == "seqfile" else (
+            " INPUT: plan files of slab lines \"z0 z1\" (gpumr ct plan; gpumr run makes them itself).")
+        return f"%(prog)s [options] INPUT... [--output-dir OUT]\n\n{self.declaration.summary}{inputs}"
 
-    @classmethod
-    def prepare_args(cls, args):
-        """Rewrite the launcher's command line before it is parsed (e.g. resolve a bundled file's name).
+    def prepare_args(self, args):
+        """Rewrite the launcher's command line before it is parsed (:meth:`Declaration.prepare`).
 
         Runs only where the job is launched, not in tasks: mrjob passes the
         rewritten values on to the tasks (and ships files named by file options).
         """
+        values = {opt.name: option_value(args, opt.name) for opt in self.declaration.options}
+        for name, value in self.declaration.prepare(values).items():
+            args = with_option(args, name, value)
         return args
 
     def configure_args(self):
         super().configure_args()
-        self.add_passthru_arg("--device", choices=MODES, default="auto",
-                              help="auto: per record, a GPU if one is free now, else the CPU (default); "
-                                   "cpu: never touch CUDA; gpu: wait for a GPU")
-        self.add_passthru_arg("--gpu-slots", type=int, default=1, metavar="N",
-                              help=f"map tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})")
-        self.add_passthru_arg("--gpu-memory", type=size_arg, default=None, metavar="SIZE",
-                              help="device memory a GPU batch needs, e.g. 2GiB "
-                                   "(default: the workload's figure for each batch)")
-        self.add_passthru_arg("--reducers", type=int, default=1, metavar="N",
-                              help="reduce tasks (default 1: one output file, sorted by key); "
-                                   "0: map-only, output not sorted")
+        if self.WORKLOAD is None:
+            self.add_passthru_arg("--workload", default="faces", help="the declared workload to run (gpumr run)")
+        for opt in self.declaration.all_options():
+            if opt.side_file:
+                self.add_file_arg(opt.name, **opt.kwargs())
+            else:
+                self.add_passthru_arg(opt.name, **opt.kwargs())
         if self.INPUT_KIND == "seqfile":
             self.add_passthru_arg("--hadoop-splits", action="store_true",
                                   help="let Hadoop read and split the SequenceFiles (hadoop/emr runners)")
-            self.add_passthru_arg("--max-record-size", type=max_record_size_arg,
-                                  default=DEFAULT_MAX_RECORD_SIZE,
-                                  metavar="SIZE",
-                                  help="refuse a record, or a block of a block-compressed file, larger than "
-                                       "SIZE once decompressed: an error line, not the task's memory "
-                                       "(default 256MiB)")
 
     def make_workload(self):
-        """The :class:`gpumr.core.Workload` each task runs."""
-        raise NotImplementedError
+        """The :class:`gpumr.core.Workload` each task runs (:meth:`Declaration.make`)."""
+        return self.declaration.make(self.options)
 
     # -- the launcher's side ---------------------------------------------
     def check_options(self):
@@ -171,14 +166,8 @@ class GpumrJob(MRJob):
         GpumrError
             Naming the option or input and what is wrong with it.
         """
-        o = self.options
-        limits.number("--reducers", o.reducers, 0, limits.MAX_REDUCERS, integer=True)
-        check_slots(o.gpu_slots, "--gpu-slots")
-        if o.gpu_memory is not None:
-            limits.number("--gpu-memory", o.gpu_memory, 1, MAX_MEMORY, integer=True)
         local = [p for p in self.options.args if not locate(p).is_uri]
-        if not self.options.args:
-            raise GpumrError("no input given")
+        require(inputs=self.options.args)
         files = expand_inputs(local) if local else []
         uris = [p for p in self.options.args if locate(p).is_uri]
         if uris and self.runs_here:
@@ -196,6 +185,7 @@ class GpumrJob(MRJob):
             raise GpumrError(f"--output-dir {out}: already exists and is not an empty folder; choose a new folder "
                              "(gpumr never writes over files it did not make; Hadoop refuses an existing output "
                              "folder too)")
+        self.declaration.check(self.options)
 
     @property
     def runs_here(self):

@@ -1,8 +1,10 @@
 """Face detection as a gpumr workload: one image record in, its faces out."""
 
+from .. import limits
 from ..core import BadRecord, Workload
+from ..core.declare import Declaration, Option
 from ..errors import GpumrError
-from .cpu import DEFAULTS, cascade_path, detect, load_cascade
+from .cpu import DEFAULT_CASCADE, DEFAULTS, cascade_path, detect, load_cascade
 from .decode import MAX_PIXELS, decode_gray
 from .pyramid import Pyramid
 
@@ -67,3 +69,51 @@ class FaceDetection(Workload):
             return FaceGPU(self.cascade_file, **self.params)
         except GpumrError:  # a cascade the GPU kernel does not take (tilted features, ...)
             return None
+
+
+class Faces(Declaration):
+    """Face detection, declared once for every engine (:mod:`gpumr.core.declare`)."""
+
+    name = "faces"
+    summary = "Face detection (OpenCV's Haar cascades) over SequenceFiles of images; per record a free GPU or the CPU."
+    input = "seqfile"
+    options = (
+        Option("--cascade", f"cascade XML file, or the bare name of one opencv ships (default {DEFAULT_CASCADE}); "
+                            "shipped to the tasks", metavar="XML", side_file=True),
+        Option("--scale-factor", f"pyramid step between scales, over 1 and at most {limits.MAX_SCALE_FACTOR:g} "
+                                 f"(default {DEFAULTS['scale_factor']})", type=float, default=DEFAULTS["scale_factor"]),
+        Option("--min-neighbors", f"overlapping detections a face needs (default {DEFAULTS['min_neighbors']})",
+               type=int, default=DEFAULTS["min_neighbors"], least=0, integer=True),
+        Option("--min-size", f"smallest face, pixels (default {DEFAULTS['min_size']})", type=int,
+               default=DEFAULTS["min_size"], metavar="PX"),
+        Option("--max-size", "largest face, pixels (default: no limit)", type=int, default=DEFAULTS["max_size"],
+               metavar="PX"),
+        Option("--max-pixels", f"refuse larger images as bad records, from their header (default {MAX_PIXELS:,}, "
+                               f"at most {limits.MAX_PIXELS_CEILING:,}); an image's pyramid may hold "
+                               f"{limits.PYRAMID_PIXELS_PER_PIXEL} times this", type=int, default=MAX_PIXELS,
+               metavar="N"),
+        Option("--opencv-threads", "OpenCV threads per task (default 1: engines run one task per core)", type=int,
+               default=1, metavar="N", least=1, most=limits.MAX_THREADS, integer=True),
+    )
+
+    def prepare(self, values):
+        # A cascade opencv ships may be given by its file name; ship it by its path.
+        name = values.get("--cascade")
+        try:
+            return {"--cascade": cascade_path(name)} if name else {}
+        except GpumrError:
+            return {}  # said by check
+
+    def check(self, o):
+        super().check(o)
+        window = load_cascade(o.cascade).getOriginalWindowSize()
+        Pyramid(window, o.scale_factor, o.min_size, o.max_size, o.max_pixels)
+
+    def make(self, o):
+        import cv2
+        cv2.setNumThreads(o.opencv_threads)
+        return FaceDetection(o.cascade, o.scale_factor, o.min_neighbors, o.min_size, o.max_size, o.max_pixels)
+
+
+#: The declaration of face detection.
+DECLARATION = Faces()

@@ -90,7 +90,6 @@ from seqfile.atomic import AtomicFile, aside_name, interrupts_held, swap_into_pl
 from ..boundary import logger
 from ..errors import GpumrError, printable
 from ..sizes import human
-from .inputs import kind
 from .proofs import Proof, is_proof
 from .remote import READ_FLAGS, S3_COPY_LIMIT, locate, shown
 

@@ -1,0 +1,214 @@
+"""The Dask engine on a real ``LocalCluster`` of two worker processes (``dask_client`` in conftest).
+
+Both workloads give the lines an inline ``--device cpu`` run gives; on the
+workers' simulated GPUs every record runs on a GPU; input and output at
+S3 URIs (the moto server); a worker killed mid-job, and every record still
+comes out exactly once; a failed job leaves nothing visible.
+"""
+
+import glob
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+from conftest import ct_phantom
+from s3server import BUCKET
+
+from gpumr.engines.runners import run as mrjob_run
+from gpumr.errors import GpumrError
+from gpumr.io.packing import pack
+
+pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")
+from gpumr.engines.dask import run  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def lines_of(out_dir):
+    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
+            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
+
+
+def no_ms(counts):
+    return {k: v for k, v in counts.items() if "milliseconds" not in k}
+
+
+def without_device(lines):
+    """Output values less what says where they ran."""
+    out = {}
+    for line in lines:
+        key, value = line.split("\t", 1)
+        out[json.loads(key)] = {k: v for k, v in json.loads(value).items() if k not in ("device", "simulated")}
+    return out
+
+
+def inline(kind, argv, out):
+    """The reference: the same workload on mrjob's inline runner, ``--device cpu``."""
+    counts, _ = mrjob_run(kind, [*argv, "-o", str(out), "--device", "cpu", "--no-conf"], "inline")
+    return counts, lines_of(str(out))
+
+
+@pytest.fixture(scope="module")
+def packed(sample_frames, tmp_path_factory):
+    seq = str(tmp_path_factory.mktemp("packed") / "frames")
+    pack([sample_frames], seq, shards=2, progress=False)
+    return seq
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory):
+    return ct_phantom(tmp_path_factory.mktemp("ct"), 16, 24)
+
+
+def test_faces_equal_inline_every_record_once(dask_client, packed, tmp_path):
+    want_counts, want = inline("faces", [packed], tmp_path / "inline")
+    # Splits much smaller than the files: most split boundaries fall inside records.
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "20KiB", "--device", "cpu"],
+                    client=dask_client)
+    assert lines_of(str(tmp_path / "out")) == want and len(want) == 12
+    assert no_ms(counts) == no_ms(want_counts) and counts["records on CPU"] == 12
+    assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000"]
+    # Three reducers: the parts together are the same sorted lines; the earlier output (gpumr dask's) is replaced.
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "20KiB", "--device", "cpu",
+                              "--reducers", "3"], client=dask_client)
+    assert lines_of(str(tmp_path / "out")) == want and counts["records on CPU"] == 12
+    assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000", "part-00001", "part-00002"]
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out0"), "--device", "cpu", "--reducers", "0"],
+                    client=dask_client)
+    assert sorted(lines_of(str(tmp_path / "out0"))) == want and counts["records on CPU"] == 12
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".")) == [".inline.gpumr", ".out.gpumr", ".out0.gpumr"]
+
+
+def test_backproject_equals_inline(dask_client, phantom, tmp_path):
+    seq, _ = phantom
+    argv = ["--projections", seq, "--slab", "5"]
+    want_counts, want = inline("backproject", argv, tmp_path / "inline")
+    counts, _ = run("backproject", [*argv, "-o", str(tmp_path / "out"), "--device", "cpu"], client=dask_client)
+    assert lines_of(str(tmp_path / "out")) == want and len(want) == 16
+    assert no_ms(counts) == no_ms(want_counts) and counts["records on CPU"] == 4  # 16 slices, 5 per slab
+
+
+def test_simulated_gpus_take_every_record(dask_client, packed, phantom, tmp_path):
+    """The workers see two simulated GPUs and declare a GPU resource: ``--device gpu`` runs every record there."""
+    _, want = inline("faces", [packed], tmp_path / "inline")
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "faces"), "--split-size", "40KiB", "--device", "gpu"],
+                    client=dask_client)
+    got = lines_of(str(tmp_path / "faces"))
+    assert counts["records on GPU"] == 12 and not counts.get("records on CPU")
+    assert all(json.loads(line.split("\t", 1)[1])["device"].startswith("gpu:") for line in got)
+    assert all(json.loads(line.split("\t", 1)[1])["simulated"] is True for line in got)
+    assert without_device(got) == without_device(want)
+    seq, _ = phantom
+    counts, _ = run("backproject", ["--projections", seq, "--slab", "8", "-o", str(tmp_path / "ct"), "--device", "gpu"],
+                    client=dask_client)
+    assert counts["records on GPU"] == 2 and not counts.get("records on CPU")
+    assert len(lines_of(str(tmp_path / "ct"))) == 16
+
+
+def test_s3_input_and_output(dask_client, s3, packed, tmp_path):
+    _, want = inline("faces", [packed], tmp_path / "inline")
+    for name in os.listdir(packed):
+        if not name.startswith("."):
+            with open(os.path.join(packed, name), "rb") as f:
+                s3.put(f"dask/in/{name}", f.read())
+    out = f"s3://{BUCKET}/dask/out"
+    counts, _ = run("faces", [f"s3://{BUCKET}/dask/in", "-o", out, "--split-size", "20KiB", "--device", "cpu"],
+                    client=dask_client)
+    assert counts["records on CPU"] == 12
+    keys = s3.keys("dask/")
+    assert sorted(k for k in keys if k.startswith("dask/out/")) == ["dask/out/_SUCCESS", "dask/out/part-00000"]
+    assert s3.get("dask/out/part-00000").decode().splitlines() == want
+    assert not [k for k in keys if "/." in k and ".tmp" in k]  # no stage left
+
+
+def test_a_worker_killed_mid_job_every_record_once(dask_client, sample_frames, tmp_path):
+    """SIGKILL one worker process once the first task has written its file: Dask re-runs its tasks on the other
+    (and on the worker its nanny restarts); the client publishes one attempt per split."""
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i in range(4):
+        for name in sorted(os.listdir(sample_frames)):
+            os.link(os.path.join(sample_frames, name), frames / f"{i}-{name}")
+    pack([str(frames)], str(tmp_path / "seq"), shards=2, progress=False)
+    _, want = inline("faces", [str(tmp_path / "seq")], tmp_path / "inline")
+    pids = dask_client.run(os.getpid)
+    killed = []
+
+    def kill_when_started():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not glob.glob(str(tmp_path / ".out.*" / "out" / "map-*")):
+            time.sleep(0.01)
+        pid = sorted(pids.values())[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    t = threading.Thread(target=kill_when_started)
+    t.start()
+    counts, _ = run("faces", [str(tmp_path / "seq"), "-o", str(tmp_path / "out"), "--split-size", "8KiB",
+                              "--device", "cpu"], client=dask_client)
+    t.join()
+    assert killed
+    got = lines_of(str(tmp_path / "out"))
+    keys = [json.loads(line.split("\t", 1)[0]) for line in got]
+    assert got == want and len(keys) == len(set(keys)) == 48
+    assert counts["records on CPU"] == 48 and not counts.get("bad records")
+    dask_client.wait_for_workers(2, timeout=60)  # the nanny restarted it, for the tests after this one
+
+
+def test_refusals_and_failures_are_one_line_and_leave_nothing(dask_client, packed, tmp_path):
+    with pytest.raises(GpumrError, match="^--projections is required: "):
+        run("backproject", ["--slab", "4", "-o", str(tmp_path / "x")])
+    with pytest.raises(GpumrError, match="^-o OUT is required"):
+        run("faces", [packed])
+    with pytest.raises(GpumrError, match="^--hadoop-splits: an mrjob runner option; the Dask engine does not take it$"):
+        run("faces", [packed, "-o", str(tmp_path / "x"), "--hadoop-splits"])
+    with pytest.raises(GpumrError, match="^--scheduler tcp://127.0.0.1:9: no Dask scheduler answered"):
+        run("faces", [packed, "-o", str(tmp_path / "x"), "--scheduler", "tcp://127.0.0.1:9"])
+    # A task that fails (a cascade the workers cannot load: spoilt after the client checked it): one line, the
+    # task's own error; nothing visible.
+    import shutil
+
+    import cv2
+    cascade = tmp_path / "gone.xml"
+    shutil.copy(os.path.join(cv2.data.haarcascades, "haarcascade_frontalface_alt2.xml"), cascade)
+    from gpumr.faces.workload import Faces
+    check = Faces.check
+
+    def check_then_remove(self, o):
+        check(self, o)
+        cascade.write_text("<opencv_storage>not a cascade</opencv_storage>")
+    Faces.check = check_then_remove
+    try:
+        with pytest.raises(GpumrError, match="gone.xml") as info:
+            run("faces", [packed, "-o", str(tmp_path / "out"), "--cascade", str(cascade), "--device", "cpu"],
+                client=dask_client)
+    finally:
+        Faces.check = check
+    assert "\n" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == ["gone.xml"]
+
+
+def test_ctrl_c_stops_the_job_and_leaves_nothing(sample_frames, tmp_path):
+    """``gpumr run --engine dask`` interrupted once a task has written its file: status 130, one line, the embedded
+    cluster stopped, and neither the output nor its stage left."""
+    import subprocess
+    import sys
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i in range(4):
+        for name in sorted(os.listdir(sample_frames)):
+            os.link(os.path.join(sample_frames, name), frames / f"{i}-{name}")
+    pack([str(frames)], str(tmp_path / "seq"), shards=2, progress=False)
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "faces", str(tmp_path / "seq"), "-o",
+                             str(tmp_path / "out"), "--engine", "dask", "--workers", "1", "--split-size", "8KiB",
+                             "--device", "cpu"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not glob.glob(str(tmp_path / ".out.*" / "out" / "map-*")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == "gpumr: interrupted" and "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["frames", "seq"]

@@ -1,0 +1,157 @@
+"""``gpumr run WORKLOAD --engine E`` on each of the six engines: the same output, summary line, errors and exit statuses.
+
+inline and local (mrjob's runners on this machine), hadoop (the real local
+Hadoop, see .ci/run), emr (``--dry-run``: the job and the runner's settings
+resolved from conf/mrjob.emr.conf, without AWS), spark (``local[1]``, a
+process of its own) and dask (an embedded ``LocalCluster``, a process of its own).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ct_phantom
+
+import gpumr.conf
+from gpumr.cli import main
+from gpumr.io.packing import pack
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONF_DIR = os.path.dirname(gpumr.conf.__file__)
+
+
+def lines_of(out_dir):
+    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
+            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
+
+
+def summary_of(stderr):
+    said = [ln for ln in stderr.splitlines() if ln.startswith("gpumr: ") and " records: " in ln]
+    assert len(said) == 1, stderr[-3000:]
+    return said[0].split(" in ")[0]  # less the time
+
+
+def gpumr(args, cwd, timeout=600):
+    """``python -m gpumr ARGS`` as its own process."""
+    return subprocess.run([sys.executable, "-m", "gpumr", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def packed(sample_frames, tmp_path_factory):
+    seq = str(tmp_path_factory.mktemp("packed") / "frames")
+    pack([sample_frames], seq, shards=2, progress=False)
+    return seq
+
+
+@pytest.fixture(scope="module")
+def reference(packed, tmp_path_factory):
+    """The inline engine's output lines and summary (``gpumr run faces``'s default engine)."""
+    out = tmp_path_factory.mktemp("ref") / "out"
+    proc = gpumr(["run", "faces", packed, "-o", str(out), "--device", "cpu", "--no-conf"], out.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "part-00000"] and os.path.exists(out.parent / ".out.gpumr")
+    return lines_of(str(out)), summary_of(proc.stderr)
+
+
+def check_same(reference, out, proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want, summary = reference
+    assert lines_of(str(out)) == want and len(want) == 12
+    assert "_SUCCESS" in os.listdir(out) and os.path.exists(out.parent / f".{out.name}.gpumr")  # the proof
+    assert summary_of(proc.stderr) == summary == "gpumr: 12 records: 12 on CPU, 0 on GPU, 0 bad"
+
+
+def test_inline_and_local(packed, reference, tmp_path):
+    check_same(reference, tmp_path / "local", gpumr(["run", "faces", packed, "-o", str(tmp_path / "local"), "--engine",
+                                                      "local", "--device", "cpu", "--no-conf"], tmp_path))
+    # An output of gpumr run is replaced; one gpumr did not make is refused and kept.
+    check_same(reference, tmp_path / "local", gpumr(["run", "faces", packed, "-o", str(tmp_path / "local"),
+                                                      "--device", "cpu", "--no-conf"], tmp_path))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    proc = gpumr(["run", "faces", packed, "-o", str(tmp_path / "mine"), "--no-conf"], tmp_path)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "gpumr run did not make" in proc.stderr
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_dask(packed, reference, tmp_path):
+    pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")
+    check_same(reference, tmp_path / "out", gpumr(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine",
+                                                    "dask", "--workers", "2", "--device", "cpu",
+                                                    "--split-size", "64KiB"], tmp_path))
+
+
+@pytest.mark.slow
+def test_spark(packed, reference, tmp_path):
+    import shutil
+    pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17 (java on PATH or JAVA_HOME)")
+    check_same(reference, tmp_path / "out", gpumr(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine",
+                                                    "spark", "--master", "local[1]", "--device", "cpu"], tmp_path))
+
+
+@pytest.mark.slow
+def test_hadoop(packed, reference, tmp_path):
+    from hadoop import cluster
+    why = cluster.unavailable()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"the Hadoop tests must run in CI: {why}")
+        pytest.skip(why)
+    check_same(reference, tmp_path / "out", gpumr(
+        ["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "hadoop", "--device", "cpu",
+         "-c", cluster.CONF, "--hadoop-streaming-jar", cluster.streaming_jar(),
+         "--hadoop-tmp-dir", "file://" + str(tmp_path / "tmp"), "--python-bin", sys.executable], tmp_path))
+    assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000"]  # no .crc files published
+
+
+def test_emr_dry_run_resolves_the_config_without_aws(packed, capsys, monkeypatch):
+    pytest.importorskip("boto3", reason="mrjob's EMR runner needs boto3 (pip install '.[dev]')")
+    monkeypatch.chdir(CHECKOUT)  # the config names the bootstrap and the sdist from the checkout's root
+    assert main(["run", "faces", "s3://bucket/frames/", "-o", "s3://bucket/out/", "--engine", "emr", "--dry-run",
+                 "-c", os.path.join(CONF_DIR, "mrjob.emr.conf"), "--cloud-tmp-dir", "s3://bucket/tmp/",
+                 "--device", "gpu", "--scale-factor", "1.2"]) == 0
+    said = capsys.readouterr().out
+    first, rest = said.split("\n", 1)
+    assert first.startswith("gpumr run: would run on emr: ") and "-r emr --workload faces s3://bucket/frames/" in first
+    assert "--device gpu --scale-factor 1.2" in first and first.endswith("--output-dir s3://bucket/out/")
+    settings = json.loads(rest)
+    o = settings["options"]
+    assert settings["runner"] == "emr" and settings["python_bin"] == ["/opt/gpumr/venv/bin/python"]
+    assert o["release_label"].startswith("emr-7") and o["cloud_tmp_dir"] == "s3://bucket/tmp/"
+    types = [g["InstanceType"] for g in o["instance_groups"] if g["InstanceRole"] != "MASTER"]
+    assert types and all(t.split(".")[0] in ("g4dn", "g5") for t in types)
+    assert o["cmdenv"]["GPUMR_SCHEDULER_SOCKET"] == "/run/gpumr/scheduler.sock"
+    # The declaration's checks run before: a wrong option is the same one line as on every engine.
+    assert main(["run", "faces", "s3://bucket/frames/", "-o", "s3://bucket/out/", "--engine", "emr", "--dry-run",
+                 "-c", os.path.join(CONF_DIR, "mrjob.emr.conf"), "--scale-factor", "nan"]) == 1
+    assert capsys.readouterr().err == "gpumr: error: --scale-factor must be a number over 1 and at most 100, not nan\n"
+
+
+def test_backproject_plans_its_slabs_on_local(tmp_path):
+    """No ``gpumr ct plan`` first: the command makes the plan the mrjob job reads."""
+    seq, direct = ct_phantom(tmp_path, 12, 16)
+    proc = gpumr(["run", "backproject", "--projections", seq, "--slab", "5", "-o", str(tmp_path / "out"),
+                  "--engine", "local", "--device", "cpu", "--no-conf"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary_of(proc.stderr) == "gpumr: 3 records: 3 on CPU, 0 on GPU, 0 bad"
+    assert main(["ct", "assemble", str(tmp_path / "out"), "-o", str(tmp_path / "vol.npy")]) == 0
+    import numpy as np
+    assert np.allclose(np.load(tmp_path / "vol.npy"), direct, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["inline", "local", "hadoop", "emr", "spark", "dask"])
+def test_one_message_and_exit_status_on_every_engine(engine, tmp_path, capsys):
+    """Said once, in the declaration: the same line (and status 1) whatever the engine; nothing is started."""
+    assert main(["run", "backproject", "--slab", "4", "-o", str(tmp_path / "out"), "--engine", engine]) == 1
+    assert capsys.readouterr().err == ("gpumr: error: --projections is required: the SequenceFile of projections "
+                                       "(gpumr ct phantom makes one)\n")
+    assert main(["run", "faces", "in.seq", "-o", str(tmp_path / "out"), "--engine", engine,
+                 "--min-neighbors", "-1"]) == 1
+    assert capsys.readouterr().err == "gpumr: error: --min-neighbors must be a whole number of at least 0, not -1\n"
+    assert os.listdir(tmp_path) == []
