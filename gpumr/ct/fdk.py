@@ -1,25 +1,7 @@
 """FDK pre-processing: cosine weighting and ramp filtering of cone-beam projections.
 
-Feldkamp, Davis & Kress (1984) with the detector scaled to the rotation axis
-(pitch ``tau = dDetector * DSO / DSD``):
-
-1. weight each projection by ``DSO / sqrt(DSO^2 + u^2 + v^2)``;
-2. filter each detector row with the ramp filter: the band-limited
-   Ram-Lak kernel of Kak & Slaney, ``h[0] = 1 / (4 tau^2)``,
-   ``h[n odd] = -1 / (n pi tau)^2``, zero for even n, applied by FFT with
-   zero padding to at least twice the row, times an optional window;
-3. scale by ``d_beta / 2`` (full-scan weighting, ``d_beta`` each angle's share
-   of the turn), so that backprojection is the plain weighted sum
-   ``f(x) = sum_b (DSO / (DSO - t))^2 q_b(u(x), v(x))``.
-
-Short scans (angles covering less than a turn, but at least ``pi + 2 delta``
-with ``delta`` the half fan angle) are weighted with Parker's (1982)
-weights ``w(beta, gamma)`` instead, scaled by ``d_beta``: each ray measured
-twice then counts once in total.
-
-Windows (``f`` in cycles per sample, |f| <= 1/2): ram-lak 1, shepp-logan
-``sinc(f)``, cosine ``cos(pi f)``, hamming ``0.54 + 0.46 cos(2 pi f)``, hann
-``0.5 + 0.5 cos(2 pi f)``.
+The method, its scaling and the filter windows are in the documentation's
+reference, "The geometry file", section "The reconstruction".
 """
 
 import numpy as np
