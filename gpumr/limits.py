@@ -5,8 +5,8 @@ and pyramid sizes, JPEG scans, CT volume and projection sizes, threads,
 reducers, ...) is checked against one of these limits before anything is
 allocated for it. What is over its limit is refused with one line naming
 the option, file or field: before any task when the options or the metadata
-alone decide it, else as that record's ``error`` line. The README's "Limits
-and safety" section lists them.
+alone decide it, else as that record's ``error`` line. The documentation's Concepts, "Size
+caps and bounds", lists them.
 """
 
 import math

@@ -1,22 +1,8 @@
 """Atomic file writes: the one helper every writer of this project uses.
 
-A file is written under a hidden temporary name in its own folder, flushed
-to disk (``fsync``) and renamed over its final name, so a reader sees the
-old file or the whole new one, never a part. On any failure (an exception,
-Ctrl-C) the temporary file is removed and the final name is untouched.
-
-Whether an existing file may be replaced is the caller's decision, taken
-at the last moment: ``replace`` is True (always), False (never: the new
-file takes the name only while it is free) or a function that is shown
-the old file once it has been set aside under a hidden name, and says
-whether it may go; if not, it is put back. gpumr's ownership rule
-(:mod:`gpumr.io.outputs`) is such a function.
-
-The temporary file is created with ``O_EXCL`` and mode ``0o666``, which the
-kernel narrows by the process's umask, as for any new file; the umask is
-never read or changed (changing it is process-wide and not thread-safe).
-gpumr uses this module too: it lives here because ``seqfile`` imports
-nothing from gpumr.
+A file is written under a hidden temporary name in its own folder, flushed and renamed over its
+final name; whether an existing file may be replaced is the caller's decision (``replace``). The
+rule and its reasons are in the documentation's Concepts, "Outputs and ownership".
 """
 
 import errno

@@ -1,17 +1,8 @@
 """Compression codecs, named by their Hadoop class names.
 
-Each codec compresses one whole buffer into the byte stream Hadoop's codec of
-the same class writes for it, and decompresses such a stream. Hadoop's
-Snappy and LZ4 codecs wrap raw blocks in ``BlockCompressorStream`` framing:
-``<int32 raw length>`` followed by ``<int32 compressed length><bytes>``
-chunks until that many raw bytes are covered, repeated to the end.
-zstd, Snappy and LZ4 need the optional ``cramjam`` package; reading zstd
-also needs ``backports.zstd`` (built into Python 3.14 as ``compression.zstd``).
-
-Decompression never produces more than the caller's ``limit``: zlib, gzip,
-bzip2 and zstd are decompressed as streams with an output limit, and the raw
-sizes Snappy and LZ4 streams declare are checked against it before any
-buffer is allocated, so a small "bomb" costs at most ``limit`` bytes.
+Each codec writes and reads the byte stream Hadoop's codec of the same class does; decompression never
+produces more than the caller's ``limit``. The framing is in the documentation's reference, "The
+SequenceFile format", section "Codecs".
 """
 
 import bz2

@@ -125,11 +125,28 @@ def _columns(n=100):
             os.environ["COLUMNS"] = old
 
 
+def _wrap(line, width=90):
+    """A usage line written by hand (not wrapped by argparse) cut before ``[`` groups to ``width``."""
+    if len(line) <= width:
+        return [line]
+    indent = " " * (line.index(" ") + 1)
+    out, current = [], ""
+    for piece in re.split(r" (?=\[)", line):
+        if current and len(current) + 1 + len(piece) > width:
+            out.append(current)
+            current = indent + piece
+        else:
+            current = f"{current} {piece}" if current else piece
+    return out + [current]
+
+
 def _usage_lines(parser):
     with _columns():
         usage = parser.format_usage().strip()
-    usage = re.sub(r"^usage:\s*", "", usage)
-    return ["::", ""] + ["   " + line for line in usage.splitlines()] + [""]
+    # mrjob's usage text goes on with the job's description (shown above it): keep the usage lines.
+    usage = re.sub(r"^usage:\s*", "", usage).split("\n\n")[0]
+    lines = [w for line in usage.splitlines() for w in _wrap(line)]
+    return [".. code-block:: text", ""] + ["   " + line for line in lines] + [""]
 
 
 def subparsers(parser):

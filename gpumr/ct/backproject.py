@@ -1,21 +1,8 @@
 """Voxel-driven cone-beam backprojection of a slab of slices, on the CPU.
 
-For every voxel centre ``X = (x, y, z)`` of slices ``[z0, z1)`` and every
-angle ``b`` (see :mod:`gpumr.ct` for the frame)::
-
-    t = x cos b + y sin b          s = -x sin b + y cos b
-    L = DSO - t                    (distance from the source along the axis)
-    col = (s DSD / L - offDetector[col]) / dDetector[col] + (cols - 1) / 2
-    row = (z DSD / L - offDetector[row]) / dDetector[row] + (rows - 1) / 2
-    vol[X] += (DSO / L)^2 * bilinear(q_b, row, col)
-
-with bilinear interpolation that reads zero outside the detector. The GPU
-kernel (``cuda/backproject.cu``) computes the same sum.
-
-:func:`backproject_reference` is the plain numpy statement of this, kept
-obviously correct; :func:`backproject` is the fast one (numba, all cores),
-which pads each projection with a zero border so that clamping coordinates
-replaces branches and the inner loop vectorises.
+:func:`backproject_reference` is the plain numpy statement, :func:`backproject` the fast one
+(numba, all cores); the GPU kernel (``cuda/backproject.cu``) computes the same sum. The formula is in
+the documentation's reference, "The geometry file", section "The backprojection".
 """
 
 import numpy as np

@@ -1,27 +1,8 @@
 """OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel.
 
-:func:`detect_reference` restates what ``CascadeClassifier.detectMultiScale``
-does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
-(``cuda/haar.cu``):
-
-* scales ``1, f, f^2, ...`` (in double) while the window ``round(24 f)`` fits the image
-  (and ``max_size``); scales whose window is below ``min_size`` are skipped;
-* at each scale the image is resized (bilinear, bit-exact: ``INTER_LINEAR_EXACT``)
-  to ``round(W / s) x round(H / s)`` and
-  the fixed 24x24 window slides with a step of 2 pixels (1 once s >= 2),
-  over the rows OpenCV's stripes cover (:func:`scales`);
-  after a window fails the first stage, the next position is skipped;
-* a window is rejected outright unless the variance over its inner 22x22
-  rectangle is high enough: ``nf = sqrt(area * sqsum - sum^2)`` with
-  ``area / nf < 0.1``;
-* a feature's value is ``(sum_i w_i * rectsum_i) / nf``; each tree is walked
-  (left when the value is below the node's threshold) to a leaf, whose value
-  is added to the stage's sum (in double); a stage fails when its sum falls
-  below the stage threshold (less 1e-5);
-* windows that pass every stage become ``(round(x s), round(y s), round(24 s))``
-  boxes (in float arithmetic, ``s`` the scale as a float), grouped by
-  OpenCV's own ``groupRectangles`` with ``min_neighbors`` and eps 0.2, and
-  clipped to the image.
+:func:`detect_reference` restates ``CascadeClassifier.detectMultiScale`` of OpenCV 4 step for step,
+as the CPU reference of the CUDA kernel (``cuda/haar.cu``); the steps are in the documentation's
+Concepts, "Device choice and leases", section "The face detector, step by step".
 """
 
 import functools
