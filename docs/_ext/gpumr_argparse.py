@@ -253,6 +253,7 @@ class JobDirective(CommandDirective):
 
     def run(self):
         cls = _load(self.arguments[0])
+        self.env.note_dependency(__file__)
         module = self.options.get("module") or cls.__module__
         job = cls(args=[])
         parser = job.arg_parser
