@@ -15,8 +15,17 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | ge
 def temp_name(name):
     """A fresh hidden name for a temporary twin of ``name``, short enough for any file system.
 
-    At most 40 bytes of ``name`` are kept, so that a name near the 255-byte
-    limit still has a temporary twin.
+    Parameters
+    ----------
+    name : str
+        The final file name (no folder).
+
+    Returns
+    -------
+    str
+        ``.NAME.xxxxxxxx.tmp`` with 8 random hex digits; at most 40 bytes of
+        ``name`` are kept, so that a name near the 255-byte limit still has a
+        temporary twin.
     """
     stem = os.fsdecode(os.fsencode(name)[:40])
     return f".{stem}.{secrets.token_hex(4)}.tmp"
@@ -45,9 +54,20 @@ def _temp_beside(path, mode=0o666, dir_fd=None):
 
 
 def temp_dir_beside(path):
-    """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask); return its path.
+    """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask).
 
-    For outputs made of several files: fill it, then rename it to ``path``.
+    For outputs made of several files: fill it, then rename it to ``path``
+    (:func:`swap_into_place`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output's final path.
+
+    Returns
+    -------
+    str
+        The new folder's path.
     """
     folder, name = _split(path)
     while True:
@@ -60,15 +80,40 @@ def temp_dir_beside(path):
 
 
 def aside_name(name):
-    """A fresh hidden name for an old ``name`` set aside (``.NAME.xxxxxxxx.old``)."""
+    """A fresh hidden name for an old ``name`` set aside.
+
+    Parameters
+    ----------
+    name : str
+        The file's name (no folder).
+
+    Returns
+    -------
+    str
+        ``.NAME.xxxxxxxx.old``.
+    """
     return temp_name(name)[:-4] + ".old"
 
 
 def set_aside(path, dir_fd=None):
     """Rename ``path`` to a fresh hidden name beside it and return that name.
 
-    With ``dir_fd``, ``path`` is a plain name in that open folder and so is
-    the name returned. Raises FileNotFoundError if ``path`` does not exist.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        What to set aside; with ``dir_fd``, a plain name in that open folder.
+    dir_fd : int, optional
+        An open folder in which ``path`` is looked up.
+
+    Returns
+    -------
+    str
+        The hidden name (a plain name with ``dir_fd``, else a path).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
     """
     folder, name = _split(path, dir_fd)
     while True:
@@ -91,6 +136,23 @@ def swap_into_place(stage, path):
     caller made. If the second rename fails, the old output is put back.
     (A folder renamed onto a name never destroys anything: onto a file or a
     folder that is not empty, the rename fails.)
+
+    Parameters
+    ----------
+    stage : str
+        The filled hidden folder (:func:`temp_dir_beside`).
+    path : str or os.PathLike
+        The output's final path.
+
+    Returns
+    -------
+    str or None
+        Where the old output is now, or None if there was none.
+
+    Raises
+    ------
+    OSError
+        If a rename fails (the old output is then back at ``path``).
     """
     path = os.fspath(path)
     old = None
@@ -297,6 +359,19 @@ def _put_back(old, path, dir_fd):
 
 
 def write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically."""
+    """Write ``data`` to ``path`` atomically, replacing a file there.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The final name.
+    data : bytes-like
+        The whole content.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written; ``path`` is then untouched.
+    """
     with AtomicFile(path) as f:
         f.write(data)

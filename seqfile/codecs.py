@@ -56,7 +56,24 @@ def _zstd():
 
 
 def resolve(name):
-    """Map a short codec name or a Hadoop class name to the class name."""
+    """Map a short codec name or a Hadoop class name to the class name.
+
+    Parameters
+    ----------
+    name : str
+        A short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
+        ``zstd``, as ``gpumr pack --codec`` takes them) or a Hadoop class name.
+
+    Returns
+    -------
+    str
+        The codec's Hadoop class name.
+
+    Raises
+    ------
+    CodecError
+        For a name that is neither.
+    """
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if name in SHORT_NAMES.values():
@@ -65,7 +82,20 @@ def resolve(name):
 
 
 def check_available(codec_class):
-    """Raise :class:`CodecError` unless ``codec_class`` can be used here."""
+    """Raise :class:`CodecError` unless ``codec_class`` can be used here.
+
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+
+    Raises
+    ------
+    CodecError
+        For a class gpumr does not support, or one whose optional library
+        (``cramjam``, ``backports.zstd``) is not installed; the message says
+        what to install.
+    """
     if codec_class not in SHORT_NAMES.values():
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):
@@ -75,7 +105,26 @@ def check_available(codec_class):
 
 
 def compress(codec_class, data):
-    """Compress ``data`` as one stream of ``codec_class``."""
+    """Compress ``data`` as one stream of ``codec_class``.
+
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+    data : bytes-like
+        What to compress.
+
+    Returns
+    -------
+    bytes
+        The stream Hadoop's codec of that class writes for ``data`` (Snappy
+        and LZ4 in Hadoop's block framing).
+
+    Raises
+    ------
+    CodecError
+        For an unsupported or unavailable codec.
+    """
     if codec_class in (DEFAULT, DEFLATE):
         return zlib.compress(data, 6)
     if codec_class == GZIP:
@@ -104,10 +153,25 @@ def compress(codec_class, data):
 def decompress(codec_class, data, limit, head=0):
     """Decompress one stream of ``codec_class`` into at most ``limit`` bytes.
 
-    With ``head`` > 0, returns ``(first head bytes, the rest)`` as two
-    objects, so that a caller stripping a length prefix (a BytesWritable's)
-    need not copy a large value to do it; zlib, gzip, bzip2 and zstd produce
-    the two directly, Snappy and LZ4 by slicing.
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+    data : bytes-like
+        One whole stream.
+    limit : int
+        The most bytes the output may have (the reader's ``max_record_size``);
+        decompression stops there instead of allocating more.
+    head : int, optional
+        With ``head`` > 0, return ``(first head bytes, the rest)`` as two
+        objects, so that a caller stripping a length prefix (a BytesWritable's)
+        need not copy a large value to do it; zlib, gzip, bzip2 and zstd
+        produce the two directly, Snappy and LZ4 by slicing.
+
+    Returns
+    -------
+    bytes or (bytes, bytes)
+        The decompressed data, or its head and the rest.
 
     Raises
     ------
@@ -149,6 +213,20 @@ def measure(codec_class, data, limit):
     The stream is decompressed piece by piece (at most about 1 MiB held at
     once for zlib, gzip, bzip2 and zstd; one framed chunk for Snappy and
     LZ4), checked as :func:`decompress` checks it.
+
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+    data : bytes-like
+        One whole stream.
+    limit : int
+        The most bytes the output may have.
+
+    Returns
+    -------
+    int
+        The size of the decompressed data.
 
     Raises
     ------

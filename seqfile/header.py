@@ -116,6 +116,18 @@ class _Cursor:
 def read_header(f, path):
     """Read and check the header at the start of binary file ``f``.
 
+    Parameters
+    ----------
+    f : binary file
+        Open for reading, positioned at the file's first byte.
+    path : str
+        The file's name, for error messages.
+
+    Returns
+    -------
+    Header
+        What the header says; ``f`` is left at the first byte after it.
+
     Raises
     ------
     SequenceFileError

@@ -139,9 +139,17 @@ class Reader:
     def sync_position(self, position):
         """Where Hadoop's ``Reader.sync(position)`` lands.
 
-        The offset of the first sync escape at or after ``position`` whose
-        16-byte marker is followed by at least one more byte of the file, or
-        the file size when there is none.
+        Parameters
+        ----------
+        position : int
+            A byte offset in the file.
+
+        Returns
+        -------
+        int
+            The offset of the first sync escape at or after ``position`` whose
+            16-byte marker is followed by at least one more byte of the file, or
+            the file size when there is none.
         """
         position = max(position, self.header.size)
         f = self._f
@@ -510,6 +518,24 @@ def _open_regular(path):
 
 
 def read_records(path, **kwargs):
-    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`)."""
+    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`).
+
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+        The file, as :class:`Reader` takes it.
+    **kwargs
+        :class:`Reader`'s other arguments (``start``, ``end``, ``max_record_size``, ``on_error``...).
+
+    Yields
+    ------
+    (object, object)
+        Each record's key and value, decoded by their classes.
+
+    Raises
+    ------
+    SequenceFileError
+        For a malformed file, unless ``on_error`` takes the damage.
+    """
     with Reader(path, **kwargs) as reader:
         yield from reader

@@ -103,7 +103,19 @@ class Writer:
             self.abort()
 
     def append(self, key, value):
-        """Append one record; ``key`` and ``value`` as :func:`seqfile.writable.encode` takes them."""
+        """Append one record.
+
+        Parameters
+        ----------
+        key, value : object
+            As :func:`seqfile.writable.encode` takes them for the header's key and
+            value classes (``str`` for ``Text``, bytes-like for ``BytesWritable``).
+
+        Raises
+        ------
+        ValueError
+            If the writer is closed.
+        """
         hdr = self.header
         if hdr.value_class == BYTES and hdr.compression == NONE:
             self._append_bytes_value(encode(hdr.key_class, key), value)
@@ -120,7 +132,19 @@ class Writer:
         self.records += 1
 
     def append_serialized(self, key, value):
-        """Append a record from its already-serialized key and value fields."""
+        """Append a record from its already-serialized key and value fields.
+
+        Parameters
+        ----------
+        key, value : bytes-like
+            The fields as Hadoop serializes the header's classes (what
+            :func:`seqfile.writable.encode` returns).
+
+        Raises
+        ------
+        ValueError
+            If the writer is closed.
+        """
         if self._f is None:
             raise ValueError("writer is closed")
         if self.header.compression == BLOCK:
