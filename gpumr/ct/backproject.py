@@ -25,7 +25,22 @@ def _axes(geometry):
 
 
 def backproject_reference(filtered, geometry, z0=0, z1=None):
-    """Plain numpy backprojection of slices [z0, z1) (float64 maths), float32 [z, y, x]."""
+    """Plain numpy backprojection of slices [z0, z1) in float64 maths: the obviously correct statement.
+
+    Parameters
+    ----------
+    filtered : numpy.ndarray
+        Filtered projections [angle, row, col] (:func:`gpumr.ct.fdk.filter_projections`).
+    geometry : Geometry
+        The scan's geometry.
+    z0, z1 : int, optional
+        The slab's first slice and the one after its last (default: the whole volume).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [z, y, x], ``z1 - z0`` slices.
+    """
     z1 = geometry.nVoxel[0] if z1 is None else z1
     k = _scalars(geometry)
     zs, ys, xs = _axes(geometry)
@@ -51,7 +66,18 @@ def backproject_reference(filtered, geometry, z0=0, z1=None):
 
 
 def pad(filtered):
-    """Projections with a one-pixel zero border, float32 [angle, rows + 2, cols + 2]."""
+    """Projections with a one-pixel zero border, so that clamped coordinates read zero outside the detector.
+
+    Parameters
+    ----------
+    filtered : numpy.ndarray
+        Filtered projections [angle, row, col].
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [angle, rows + 2, cols + 2].
+    """
     na, nv, nu = filtered.shape
     out = np.zeros((na, nv + 2, nu + 2), np.float32)
     out[:, 1:-1, 1:-1] = filtered
@@ -122,7 +148,18 @@ def _compile():
 
 
 def set_threads(n):
-    """Use ``n`` CPU threads in :func:`backproject` (at most numba's pool, the machine's cores); returns the number set."""
+    """Use ``n`` CPU threads in :func:`backproject`.
+
+    Parameters
+    ----------
+    n : int
+        Threads wanted (``--cpu-threads``); at most numba's pool, the machine's cores.
+
+    Returns
+    -------
+    int
+        The number of threads set.
+    """
     import numba
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)

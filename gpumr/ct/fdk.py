@@ -12,7 +12,25 @@ FILTERS = ("ram-lak", "shepp-logan", "cosine", "hamming", "hann")
 
 
 def window(name, f):
-    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample)."""
+    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`FILTERS`: ``ram-lak`` (1), ``shepp-logan``, ``cosine``, ``hamming``, ``hann``.
+    f : numpy.ndarray
+        Frequencies, ``|f| <= 1/2``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The window's value at each frequency.
+
+    Raises
+    ------
+    GpumrError
+        For an unknown filter name (the message lists the known ones).
+    """
     if name == "ram-lak":
         return np.ones_like(f)
     if name == "shepp-logan":
@@ -27,7 +45,23 @@ def window(name, f):
 
 
 def ramp(n_cols, tau, name="ram-lak"):
-    """Frequency response (length ``N``, a power of two >= 2 n_cols) of the windowed ramp filter, times tau."""
+    """Frequency response of the windowed ramp filter, times ``tau``.
+
+    Parameters
+    ----------
+    n_cols : int
+        Detector columns; the response has length ``N``, the power of two at
+        least ``2 n_cols`` (zero padding against wrap-around).
+    tau : float
+        Detector pitch scaled to the rotation axis, mm.
+    name : str, optional
+        The window (:func:`window`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``N`` real values, in numpy's FFT order.
+    """
     n = 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
     k = np.fft.fftfreq(n, d=1.0 / n).astype(int)  # 0, 1, ..., -1 : circular sample offsets
     h = np.zeros(n)
@@ -39,7 +73,18 @@ def ramp(n_cols, tau, name="ram-lak"):
 
 
 def angle_weights(angles):
-    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans."""
+    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans.
+
+    Parameters
+    ----------
+    angles : array_like
+        Projection angles, radians, in any order.
+
+    Returns
+    -------
+    numpy.ndarray
+        Half the gaps to each angle's two neighbours around the circle; they sum to ``2 pi``.
+    """
     a = np.unwrap(np.asarray(angles, dtype=np.float64))
     if len(a) == 1:
         return np.array([2 * np.pi])
@@ -54,6 +99,18 @@ def angle_weights(angles):
 
 def parker_weights(angles, gamma):
     """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns.
+
+    Parameters
+    ----------
+    angles : array_like
+        Projection angles, radians, covering at least ``pi + 2 delta``.
+    gamma : numpy.ndarray
+        Each detector column's fan angle, radians (``delta`` is the largest).
+
+    Returns
+    -------
+    numpy.ndarray
+        Weights in [0, 1], shape (angles, columns): each ray measured twice counts once in total.
 
     Raises
     ------
@@ -83,7 +140,18 @@ def parker_weights(angles, gamma):
 
 
 def is_short_scan(angles):
-    """Whether ``angles`` cover less than a full turn."""
+    """Whether ``angles`` cover less than a full turn.
+
+    Parameters
+    ----------
+    angles : array_like
+        Projection angles, radians.
+
+    Returns
+    -------
+    bool
+        True when the arc they span (plus one step) is short of ``2 pi``: such a scan needs Parker's weights.
+    """
     a = np.sort(np.unwrap(np.asarray(angles, np.float64)))
     if len(a) < 2:
         return True
