@@ -65,13 +65,29 @@ class Pyramid:
         self.budget = limits.PYRAMID_PIXELS_PER_PIXEL * max_pixels
 
     def pixels(self, width, height):
-        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image."""
+        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image.
+
+        Parameters
+        ----------
+        width, height : int
+            The image's size, from its header.
+
+        Returns
+        -------
+        int
+            The sum of the resized images' pixels over the scales visited.
+        """
         p = self.params
         return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
                                                            p["min_size"], p["max_size"]))
 
     def check(self, width, height):
         """Refuse an image whose pyramid is over :attr:`budget`, from its size alone.
+
+        Parameters
+        ----------
+        width, height : int
+            The image's size, from its header.
 
         Raises
         ------
