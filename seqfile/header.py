@@ -1,13 +1,6 @@
 """The SequenceFile header (format version 6), as ``SequenceFile.Writer`` writes it.
 
-Layout::
-
-    'SEQ' <version byte 6>
-    <key class name: Text> <value class name: Text>
-    <compressed: bool byte> <block compressed: bool byte>
-    [<codec class name: Text>]            if compressed
-    <metadata: int32 count, then count x (Text key, Text value)>
-    <sync marker: 16 bytes>
+Its layout is in the documentation's reference, "The SequenceFile format".
 """
 
 import os

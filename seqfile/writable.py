@@ -1,9 +1,5 @@
-"""Hadoop Writable encodings used by SequenceFiles.
-
-The variable-length integers follow ``WritableUtils.writeVLong`` /
-``readVLong``: values in [-112, 127] take one byte; otherwise a first byte
-gives sign and byte count, followed by the magnitude big-endian (negative
-values stored one's-complemented).
+"""Hadoop Writable encodings used by SequenceFiles: ``Text``, ``BytesWritable``, ``IntWritable``,
+``LongWritable``, ``NullWritable`` and the variable-length integers (``WritableUtils.writeVLong``).
 """
 
 import struct

@@ -1,10 +1,7 @@
 """Writing SequenceFiles that Hadoop's ``SequenceFile.Reader`` reads.
 
-Records are written as Hadoop's writers write them: before a record, a sync
-entry (``-1`` then the marker) once ``SYNC_INTERVAL`` bytes have passed since
-the last one; with block compression, a sync entry before every block and a
-block once its keys and values reach ``block_size`` bytes
-(``io.seqfile.compress.blocksize``, 1,000,000 by default).
+Records, sync entries and blocks are written where Hadoop's writers put them (``SYNC_INTERVAL``,
+``block_size``); the layout is in the documentation's reference, "The SequenceFile format".
 """
 
 import os
