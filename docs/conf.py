@@ -17,7 +17,6 @@ release = version = gpumr.__version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
-    "sphinx.ext.viewcode",
     "gpumr_argparse",
 ]
 
