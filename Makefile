@@ -1,12 +1,13 @@
 # Two commands that work on a fresh machine, each doing its own set-up:
 #   make demo   - the face-detection job end to end on built-in sample data
 #   make test   - the whole test suite
+# and `make docs` builds the documentation (docs/) into docs/_build/html, warnings as errors.
 # Both install gpumr into .venv; `. .venv/bin/activate` puts the gpumr command on PATH.
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo test install gpu bench clean
+.PHONY: demo test install gpu bench docs clean
 
 $(VENV)/.ready: setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +36,13 @@ demo: install
 test: install
 	cd tests && ../$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# -W: a warning (a broken link, a command missing from the reference) fails the build; --keep-going lists them all.
+docs: install
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "the documentation is in docs/_build/html/index.html"
+
 bench: install
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-out .demo-out.gpumr bench-out
+	rm -rf $(VENV) build *.egg-info demo-out .demo-out.gpumr bench-out docs/_build

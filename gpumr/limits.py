@@ -5,8 +5,8 @@ and pyramid sizes, JPEG scans, CT volume and projection sizes, threads,
 reducers, ...) is checked against one of these limits before anything is
 allocated for it. What is over its limit is refused with one line naming
 the option, file or field: before any task when the options or the metadata
-alone decide it, else as that record's ``error`` line. The README's "Limits
-and safety" section lists them.
+alone decide it, else as that record's ``error`` line. The documentation's Concepts, "Size
+caps and bounds", lists them.
 """
 
 import math
@@ -79,7 +79,18 @@ MAX_SAMPLE_FRAMES = 10000
 
 
 def shown(value):
-    """``value`` for an error message: its ``repr`` (one line), cut to 60 characters."""
+    """``value`` for an error message: its ``repr`` (one line), cut to 60 characters.
+
+    Parameters
+    ----------
+    value : object
+        What the user gave (an option's value, a field of a file).
+
+    Returns
+    -------
+    str
+        At most 60 characters, ending in ``...`` when cut.
+    """
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -138,7 +149,29 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
 
 
 def at_most(name, amount, most, what):
-    """Refuse ``amount`` (a product of checked sizes) over ``most``: ``"{name}: {amount} {what} ..."``."""
+    """Refuse ``amount`` (a product of checked sizes) over ``most``: ``"{name}: {amount} {what} ..."``.
+
+    Parameters
+    ----------
+    name : str
+        What is refused, as the user knows it (an option, a file and its field).
+    amount : int
+        The product, e.g. voxels of a volume or samples of a projection set.
+    most : int
+        The limit (one of this module's constants).
+    what : str
+        The unit named in the message (``"voxels"``).
+
+    Returns
+    -------
+    int
+        ``amount``, when it is within the limit.
+
+    Raises
+    ------
+    GpumrError
+        When ``amount`` is over ``most``.
+    """
     if amount > most:
         raise GpumrError(f"{name}: {amount:,} {what}, over the limit of {most:,}")
     return amount

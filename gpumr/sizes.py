@@ -10,6 +10,20 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb":
 def parse_size(text):
     """Parse ``"256MB"``, ``"1GiB"``, ``"64k"`` or ``"1000"`` into bytes.
 
+    Decimal units (``k``, ``MB``, ``GB``, ``TB``) are powers of 1000 and binary
+    ones (``KiB``, ``MiB``, ``GiB``, ``TiB``) powers of 1024, case-insensitive,
+    as people write them in options such as ``--shard-size`` and ``--gpu-memory``.
+
+    Parameters
+    ----------
+    text : str or int
+        A positive number, optionally with a fraction and a unit.
+
+    Returns
+    -------
+    int
+        The size in bytes (a fraction rounded down).
+
     Raises
     ------
     ValueError
@@ -25,7 +39,18 @@ def parse_size(text):
 
 
 def human(n):
-    """Format a byte count for people: ``'76.3 KB'``."""
+    """Format a byte count for people: ``'76.3 KB'``.
+
+    Parameters
+    ----------
+    n : int or float
+        A number of bytes.
+
+    Returns
+    -------
+    str
+        The count in decimal units (B, KB, MB, GB, TB), one decimal above bytes.
+    """
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -33,7 +58,23 @@ def human(n):
 
 
 def size_arg(text):
-    """``argparse`` type for sizes: :func:`parse_size` with argparse's error."""
+    """``argparse`` type for sizes: :func:`parse_size` with argparse's error.
+
+    Parameters
+    ----------
+    text : str
+        The option's value as given.
+
+    Returns
+    -------
+    int
+        The size in bytes.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If ``text`` is not a positive size; argparse turns it into a usage error.
+    """
     import argparse
     try:
         return parse_size(text)

@@ -1,32 +1,9 @@
 """Atomic file writes: the one helper every writer of this project uses.
 
-A file is written under a hidden temporary name in its own folder, flushed
-to disk (``fsync``) and renamed over its final name, so a reader sees the
-old file or the whole new one, never a part. On any failure (an exception,
-Ctrl-C) the temporary file is removed and the final name is untouched.
-
-Whether an existing file may be replaced is the caller's decision, taken
-at the last moment: ``replace`` is True (always), False (never: the new
-file takes the name only while it is free) or a function that is shown
-the old file once it has been set aside under a hidden name, and says
-whether it may go; if not, it is put back. gpumr's ownership rule
-(:mod:`gpumr.io.outputs`) is such a function.
-
-Clean-up is safe wherever an interrupt (Ctrl-C, or any signal whose Python
-handler raises) lands: a file descriptor has one owner, the file object,
-from the moment the kernel makes it (never closed twice); a name is known
-before the file or folder it names is made, so that it can be removed; and
-the few steps that must happen together (rename the old file aside and the
-new one into place; put the old one back) run with interrupts held
-(:func:`interrupts_held`), which delivers a Ctrl-C that came meanwhile once
-they are done. What an interrupted process made and had not published is
-removed by :func:`discard_unfinished` (the error boundary calls it).
-
-The temporary file is created with ``O_EXCL`` and mode ``0o666``, which the
-kernel narrows by the process's umask, as for any new file; the umask is
-never read or changed (changing it is process-wide and not thread-safe).
-gpumr uses this module too: it lives here because ``seqfile`` imports
-nothing from gpumr.
+A file is written under a hidden temporary name in its own folder, flushed and renamed over its
+final name; whether an existing file may be replaced is the caller's decision (``replace``). Clean-up
+is safe wherever an interrupt lands (:func:`interrupts_held`, :func:`discard_unfinished`). The rule
+and its reasons are in the documentation's Concepts, "Outputs and ownership".
 """
 
 import contextlib
@@ -110,8 +87,17 @@ def discard_unfinished():
 def temp_name(name):
     """A fresh hidden name for a temporary twin of ``name``, short enough for any file system.
 
-    At most 40 bytes of ``name`` are kept, so that a name near the 255-byte
-    limit still has a temporary twin.
+    Parameters
+    ----------
+    name : str
+        The final file name (no folder).
+
+    Returns
+    -------
+    str
+        ``.NAME.xxxxxxxx.tmp`` with 8 random hex digits; at most 40 bytes of
+        ``name`` are kept, so that a name near the 255-byte limit still has a
+        temporary twin.
     """
     stem = os.fsdecode(os.fsencode(name)[:40])
     return f".{stem}.{secrets.token_hex(4)}.tmp"
@@ -125,12 +111,22 @@ def _split(path, dir_fd=None):
 
 
 def temp_dir_beside(path):
-    """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask); return its path.
+    """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask).
 
     For outputs made of several files: fill it, then rename it to ``path``.
     Until then it is this process's unfinished work: :func:`discard_unfinished`
     removes it (call it with interrupts held, :func:`interrupts_held`, and
     keep its result, so that the caller's own clean-up knows it too).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output's final path.
+
+    Returns
+    -------
+    str
+        The new folder's path.
     """
     folder, name = _split(path)
     while True:
@@ -150,15 +146,40 @@ def temp_dir_beside(path):
 
 
 def aside_name(name):
-    """A fresh hidden name for an old ``name`` set aside (``.NAME.xxxxxxxx.old``)."""
+    """A fresh hidden name for an old ``name`` set aside.
+
+    Parameters
+    ----------
+    name : str
+        The file's name (no folder).
+
+    Returns
+    -------
+    str
+        ``.NAME.xxxxxxxx.old``.
+    """
     return temp_name(name)[:-4] + ".old"
 
 
 def set_aside(path, dir_fd=None):
     """Rename ``path`` to a fresh hidden name beside it and return that name.
 
-    With ``dir_fd``, ``path`` is a plain name in that open folder and so is
-    the name returned. Raises FileNotFoundError if ``path`` does not exist.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        What to set aside; with ``dir_fd``, a plain name in that open folder.
+    dir_fd : int, optional
+        An open folder in which ``path`` is looked up.
+
+    Returns
+    -------
+    str
+        The hidden name (a plain name with ``dir_fd``, else a path).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
     """
     folder, name = _split(path, dir_fd)
     while True:
@@ -185,6 +206,23 @@ def swap_into_place(stage, path):
     The two renames run with interrupts held (:func:`interrupts_held`); a
     caller that must not lose the name returned holds them around the call
     and its use of the result too.
+
+    Parameters
+    ----------
+    stage : str
+        The filled hidden folder (:func:`temp_dir_beside`).
+    path : str or os.PathLike
+        The output's final path.
+
+    Returns
+    -------
+    str or None
+        Where the old output is now, or None if there was none.
+
+    Raises
+    ------
+    OSError
+        If a rename fails (the old output is then back at ``path``).
     """
     path = os.fspath(path)
     with interrupts_held():
@@ -420,6 +458,19 @@ def _put_back(old, path, dir_fd):
 
 
 def write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically."""
+    """Write ``data`` to ``path`` atomically, replacing a file there.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The final name.
+    data : bytes-like
+        The whole content.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written; ``path`` is then untouched.
+    """
     with AtomicFile(path) as f:
         f.write(data)

@@ -1,17 +1,8 @@
 """Compression codecs, named by their Hadoop class names.
 
-Each codec compresses one whole buffer into the byte stream Hadoop's codec of
-the same class writes for it, and decompresses such a stream. Hadoop's
-Snappy and LZ4 codecs wrap raw blocks in ``BlockCompressorStream`` framing:
-``<int32 raw length>`` followed by ``<int32 compressed length><bytes>``
-chunks until that many raw bytes are covered, repeated to the end.
-zstd, Snappy and LZ4 need the optional ``cramjam`` package; reading zstd
-also needs ``backports.zstd`` (built into Python 3.14 as ``compression.zstd``).
-
-Decompression never produces more than the caller's ``limit``: zlib, gzip,
-bzip2 and zstd are decompressed as streams with an output limit, and the raw
-sizes Snappy and LZ4 streams declare are checked against it before any
-buffer is allocated, so a small "bomb" costs at most ``limit`` bytes.
+Each codec writes and reads the byte stream Hadoop's codec of the same class does; decompression never
+produces more than the caller's ``limit``. The framing is in the documentation's reference, "The
+SequenceFile format", section "Codecs".
 """
 
 import bz2
@@ -65,7 +56,24 @@ def _zstd():
 
 
 def resolve(name):
-    """Map a short codec name or a Hadoop class name to the class name."""
+    """Map a short codec name or a Hadoop class name to the class name.
+
+    Parameters
+    ----------
+    name : str
+        A short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
+        ``zstd``, as ``gpumr pack --codec`` takes them) or a Hadoop class name.
+
+    Returns
+    -------
+    str
+        The codec's Hadoop class name.
+
+    Raises
+    ------
+    CodecError
+        For a name that is neither.
+    """
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if name in SHORT_NAMES.values():
@@ -74,7 +82,20 @@ def resolve(name):
 
 
 def check_available(codec_class):
-    """Raise :class:`CodecError` unless ``codec_class`` can be used here."""
+    """Raise :class:`CodecError` unless ``codec_class`` can be used here.
+
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+
+    Raises
+    ------
+    CodecError
+        For a class gpumr does not support, or one whose optional library
+        (``cramjam``, ``backports.zstd``) is not installed; the message says
+        what to install.
+    """
     if codec_class not in SHORT_NAMES.values():
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):
@@ -84,7 +105,26 @@ def check_available(codec_class):
 
 
 def compress(codec_class, data):
-    """Compress ``data`` as one stream of ``codec_class``."""
+    """Compress ``data`` as one stream of ``codec_class``.
+
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+    data : bytes-like
+        What to compress.
+
+    Returns
+    -------
+    bytes
+        The stream Hadoop's codec of that class writes for ``data`` (Snappy
+        and LZ4 in Hadoop's block framing).
+
+    Raises
+    ------
+    CodecError
+        For an unsupported or unavailable codec.
+    """
     if codec_class in (DEFAULT, DEFLATE):
         return zlib.compress(data, 6)
     if codec_class == GZIP:
@@ -113,10 +153,25 @@ def compress(codec_class, data):
 def decompress(codec_class, data, limit, head=0):
     """Decompress one stream of ``codec_class`` into at most ``limit`` bytes.
 
-    With ``head`` > 0, returns ``(first head bytes, the rest)`` as two
-    objects, so that a caller stripping a length prefix (a BytesWritable's)
-    need not copy a large value to do it; zlib, gzip, bzip2 and zstd produce
-    the two directly, Snappy and LZ4 by slicing.
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+    data : bytes-like
+        One whole stream.
+    limit : int
+        The most bytes the output may have (the reader's ``max_record_size``);
+        decompression stops there instead of allocating more.
+    head : int, optional
+        With ``head`` > 0, return ``(first head bytes, the rest)`` as two
+        objects, so that a caller stripping a length prefix (a BytesWritable's)
+        need not copy a large value to do it; zlib, gzip, bzip2 and zstd
+        produce the two directly, Snappy and LZ4 by slicing.
+
+    Returns
+    -------
+    bytes or (bytes, bytes)
+        The decompressed data, or its head and the rest.
 
     Raises
     ------
@@ -158,6 +213,20 @@ def measure(codec_class, data, limit):
     The stream is decompressed piece by piece (at most about 1 MiB held at
     once for zlib, gzip, bzip2 and zstd; one framed chunk for Snappy and
     LZ4), checked as :func:`decompress` checks it.
+
+    Parameters
+    ----------
+    codec_class : str
+        A Hadoop codec class name.
+    data : bytes-like
+        One whole stream.
+    limit : int
+        The most bytes the output may have.
+
+    Returns
+    -------
+    int
+        The size of the decompressed data.
 
     Raises
     ------

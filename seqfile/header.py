@@ -1,13 +1,6 @@
 """The SequenceFile header (format version 6), as ``SequenceFile.Writer`` writes it.
 
-Layout::
-
-    'SEQ' <version byte 6>
-    <key class name: Text> <value class name: Text>
-    <compressed: bool byte> <block compressed: bool byte>
-    [<codec class name: Text>]            if compressed
-    <metadata: int32 count, then count x (Text key, Text value)>
-    <sync marker: 16 bytes>
+Its layout is in the documentation's reference, "The SequenceFile format".
 """
 
 import os
@@ -115,6 +108,18 @@ class _Cursor:
 
 def read_header(f, path):
     """Read and check the header at the start of binary file ``f``.
+
+    Parameters
+    ----------
+    f : binary file
+        Open for reading, positioned at the file's first byte.
+    path : str
+        The file's name, for error messages.
+
+    Returns
+    -------
+    Header
+        What the header says; ``f`` is left at the first byte after it.
 
     Raises
     ------

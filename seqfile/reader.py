@@ -1,23 +1,8 @@
 """Reading SequenceFiles, whole or by split, with Hadoop's semantics.
 
-A reader over the byte range ``[start, end)`` returns exactly the records
-that Hadoop's ``mapred.SequenceFileRecordReader`` returns for a ``FileSplit``
-of that range:
-
-* if ``start`` lies past the header, reading begins at the first sync marker
-  whose escape starts at or after ``start`` (``SequenceFile.Reader.sync``);
-  otherwise at the first record, so a split that ends inside the header is
-  empty;
-* a record is returned unless it starts at or after ``end`` *and* a sync
-  marker was read just before it; the first such record ends the split.
-
-Together these give every record to exactly one split, whatever the cuts.
-
-Memory is bounded on any input: no record, and no block of a block-compressed
-file, may take more than ``max_record_size`` bytes (256 MiB by default) once
-decompressed. Lengths are checked before anything is allocated and
-decompression stops at the cap, so a corrupt or hostile file costs at most
-about the cap, never what its length fields or a "decompression bomb" claim.
+A reader over ``[start, end)`` returns exactly Hadoop's ``SequenceFileRecordReader`` records for that
+split, within ``max_record_size`` of memory; the rules are in the documentation's reference, "The
+SequenceFile format".
 """
 
 import functools
@@ -154,9 +139,17 @@ class Reader:
     def sync_position(self, position):
         """Where Hadoop's ``Reader.sync(position)`` lands.
 
-        The offset of the first sync escape at or after ``position`` whose
-        16-byte marker is followed by at least one more byte of the file, or
-        the file size when there is none.
+        Parameters
+        ----------
+        position : int
+            A byte offset in the file.
+
+        Returns
+        -------
+        int
+            The offset of the first sync escape at or after ``position`` whose
+            16-byte marker is followed by at least one more byte of the file, or
+            the file size when there is none.
         """
         position = max(position, self.header.size)
         f = self._f
@@ -525,6 +518,24 @@ def _open_regular(path):
 
 
 def read_records(path, **kwargs):
-    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`)."""
+    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`).
+
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+        The file, as :class:`Reader` takes it.
+    **kwargs
+        :class:`Reader`'s other arguments (``start``, ``end``, ``max_record_size``, ``on_error``...).
+
+    Yields
+    ------
+    (object, object)
+        Each record's key and value, decoded by their classes.
+
+    Raises
+    ------
+    SequenceFileError
+        For a malformed file, unless ``on_error`` takes the damage.
+    """
     with Reader(path, **kwargs) as reader:
         yield from reader

@@ -1,9 +1,5 @@
-"""Hadoop Writable encodings used by SequenceFiles.
-
-The variable-length integers follow ``WritableUtils.writeVLong`` /
-``readVLong``: values in [-112, 127] take one byte; otherwise a first byte
-gives sign and byte count, followed by the magnitude big-endian (negative
-values stored one's-complemented).
+"""Hadoop Writable encodings used by SequenceFiles: ``Text``, ``BytesWritable``, ``IntWritable``,
+``LongWritable``, ``NullWritable`` and the variable-length integers (``WritableUtils.writeVLong``).
 """
 
 import struct
@@ -19,7 +15,18 @@ _INT64 = struct.Struct(">q")
 
 
 def encode_vlong(value):
-    """Return ``value`` in Hadoop's zero-compressed VLong encoding."""
+    """Return ``value`` in Hadoop's zero-compressed VLong encoding (``WritableUtils.writeVLong``).
+
+    Parameters
+    ----------
+    value : int
+        A signed 64-bit integer.
+
+    Returns
+    -------
+    bytes
+        One byte for -112..127, else a length byte and 1 to 8 big-endian bytes.
+    """
     if -112 <= value <= 127:
         return struct.pack(">b", value)
     prefix = -112
@@ -32,6 +39,13 @@ def encode_vlong(value):
 
 def decode_vlong(buf, pos):
     """Decode a VLong from ``buf`` at ``pos``.
+
+    Parameters
+    ----------
+    buf : bytes-like
+        The bytes holding the number.
+    pos : int
+        Offset of its first byte.
 
     Returns
     -------
@@ -60,7 +74,18 @@ def decode_vlong(buf, pos):
 
 
 def vlong_size(first_byte):
-    """Total encoded size of a VLong whose first byte is ``first_byte``."""
+    """Total encoded size of a VLong whose first byte is ``first_byte``.
+
+    Parameters
+    ----------
+    first_byte : int
+        The first byte, 0 to 255.
+
+    Returns
+    -------
+    int
+        1 to 9: how many bytes the whole number takes.
+    """
     first = first_byte - 256 if first_byte >= 128 else first_byte
     if first >= -112:
         return 1
@@ -68,13 +93,41 @@ def vlong_size(first_byte):
 
 
 def encode_text(value):
-    """Serialize a ``Text``: VInt byte length, then UTF-8 bytes."""
+    """Serialize a ``Text``: VInt byte length, then UTF-8 bytes.
+
+    Parameters
+    ----------
+    value : str or bytes-like
+        The text; bytes are taken as already UTF-8.
+
+    Returns
+    -------
+    bytes
+        The serialized field.
+    """
     data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
     return encode_vlong(len(data)) + data
 
 
 def decode_text(buf):
-    """Deserialize a whole ``Text`` record field to ``str``."""
+    """Deserialize a whole ``Text`` record field to ``str``.
+
+    Parameters
+    ----------
+    buf : bytes-like
+        The whole field: VInt length, then that many UTF-8 bytes.
+
+    Returns
+    -------
+    str
+        The text.
+
+    Raises
+    ------
+    ValueError
+        If the length does not match the field, or the bytes are not UTF-8
+        (:class:`UnicodeDecodeError`).
+    """
     length, pos = decode_vlong(buf, 0)
     if length < 0 or pos + length != len(buf):
         raise ValueError(f"Text length {length} does not match its field of {len(buf) - pos} bytes")
@@ -82,7 +135,23 @@ def decode_text(buf):
 
 
 def decode_bytes_writable(buf):
-    """Deserialize a whole ``BytesWritable`` field: int32 length, then bytes."""
+    """Deserialize a whole ``BytesWritable`` field: int32 length, then bytes.
+
+    Parameters
+    ----------
+    buf : bytes-like
+        The whole field.
+
+    Returns
+    -------
+    bytes-like
+        The value's bytes, a slice of ``buf`` (no copy for a memoryview).
+
+    Raises
+    ------
+    ValueError
+        If the field is shorter than 4 bytes or its length does not match.
+    """
     if len(buf) < 4:
         raise ValueError("BytesWritable shorter than its 4-byte length")
     (length,) = _INT32.unpack_from(buf, 0)
@@ -94,9 +163,20 @@ def decode_bytes_writable(buf):
 def encode(class_name, value):
     """Serialize ``value`` as the Writable ``class_name``.
 
-    ``Text`` takes ``str`` (or UTF-8 bytes), ``BytesWritable`` bytes-like,
-    ``IntWritable``/``LongWritable`` ints, ``NullWritable`` ``None``; any
-    other class takes its already-serialized bytes.
+    Parameters
+    ----------
+    class_name : str
+        A Java class name: ``Text`` takes ``str`` (or UTF-8 bytes),
+        ``BytesWritable`` bytes-like, ``IntWritable``/``LongWritable`` ints,
+        ``NullWritable`` ``None``; any other class takes its already-serialized
+        bytes.
+    value : object
+        The value, as above.
+
+    Returns
+    -------
+    bytes
+        The serialized field, as Hadoop's ``write(DataOutput)`` writes it.
     """
     if class_name == TEXT:
         return encode_text(value)
@@ -113,6 +193,20 @@ def encode(class_name, value):
 
 def decode(class_name, buf):
     """Deserialize one field of class ``class_name``; unknown classes give raw bytes.
+
+    Parameters
+    ----------
+    class_name : str
+        The Java class name from the file's header.
+    buf : bytes-like
+        The whole field.
+
+    Returns
+    -------
+    str, bytes, int or None
+        ``Text`` as str, ``BytesWritable`` as bytes, ``IntWritable`` and
+        ``LongWritable`` as int, ``NullWritable`` as None, other classes as
+        their raw bytes.
 
     Raises
     ------

@@ -1,10 +1,7 @@
 """Writing SequenceFiles that Hadoop's ``SequenceFile.Reader`` reads.
 
-Records are written as Hadoop's writers write them: before a record, a sync
-entry (``-1`` then the marker) once ``SYNC_INTERVAL`` bytes have passed since
-the last one; with block compression, a sync entry before every block and a
-block once its keys and values reach ``block_size`` bytes
-(``io.seqfile.compress.blocksize``, 1,000,000 by default).
+Records, sync entries and blocks are written where Hadoop's writers put them (``SYNC_INTERVAL``,
+``block_size``); the layout is in the documentation's reference, "The SequenceFile format".
 """
 
 import os
@@ -103,7 +100,19 @@ class Writer:
             self.abort()
 
     def append(self, key, value):
-        """Append one record; ``key`` and ``value`` as :func:`seqfile.writable.encode` takes them."""
+        """Append one record.
+
+        Parameters
+        ----------
+        key, value : object
+            As :func:`seqfile.writable.encode` takes them for the header's key and
+            value classes (``str`` for ``Text``, bytes-like for ``BytesWritable``).
+
+        Raises
+        ------
+        ValueError
+            If the writer is closed.
+        """
         hdr = self.header
         if hdr.value_class == BYTES and hdr.compression == NONE:
             self._append_bytes_value(encode(hdr.key_class, key), value)
@@ -120,7 +129,19 @@ class Writer:
         self.records += 1
 
     def append_serialized(self, key, value):
-        """Append a record from its already-serialized key and value fields."""
+        """Append a record from its already-serialized key and value fields.
+
+        Parameters
+        ----------
+        key, value : bytes-like
+            The fields as Hadoop serializes the header's classes (what
+            :func:`seqfile.writable.encode` returns).
+
+        Raises
+        ------
+        ValueError
+            If the writer is closed.
+        """
         if self._f is None:
             raise ValueError("writer is closed")
         if self.header.compression == BLOCK:

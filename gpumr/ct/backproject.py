@@ -1,21 +1,8 @@
 """Voxel-driven cone-beam backprojection of a slab of slices, on the CPU.
 
-For every voxel centre ``X = (x, y, z)`` of slices ``[z0, z1)`` and every
-angle ``b`` (see :mod:`gpumr.ct` for the frame)::
-
-    t = x cos b + y sin b          s = -x sin b + y cos b
-    L = DSO - t                    (distance from the source along the axis)
-    col = (s DSD / L - offDetector[col]) / dDetector[col] + (cols - 1) / 2
-    row = (z DSD / L - offDetector[row]) / dDetector[row] + (rows - 1) / 2
-    vol[X] += (DSO / L)^2 * bilinear(q_b, row, col)
-
-with bilinear interpolation that reads zero outside the detector. The GPU
-kernel (``cuda/backproject.cu``) computes the same sum.
-
-:func:`backproject_reference` is the plain numpy statement of this, kept
-obviously correct; :func:`backproject` is the fast one (numba, all cores),
-which pads each projection with a zero border so that clamping coordinates
-replaces branches and the inner loop vectorises.
+:func:`backproject_reference` is the plain numpy statement, :func:`backproject` the fast one
+(numba, all cores); the GPU kernel (``cuda/backproject.cu``) computes the same sum. The formula is in
+the documentation's reference, "The geometry file", section "The backprojection".
 """
 
 import numpy as np
@@ -38,7 +25,22 @@ def _axes(geometry):
 
 
 def backproject_reference(filtered, geometry, z0=0, z1=None):
-    """Plain numpy backprojection of slices [z0, z1) (float64 maths), float32 [z, y, x]."""
+    """Plain numpy backprojection of slices [z0, z1) in float64 maths: the obviously correct statement.
+
+    Parameters
+    ----------
+    filtered : numpy.ndarray
+        Filtered projections [angle, row, col] (:func:`gpumr.ct.fdk.filter_projections`).
+    geometry : Geometry
+        The scan's geometry.
+    z0, z1 : int, optional
+        The slab's first slice and the one after its last (default: the whole volume).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [z, y, x], ``z1 - z0`` slices.
+    """
     z1 = geometry.nVoxel[0] if z1 is None else z1
     k = _scalars(geometry)
     zs, ys, xs = _axes(geometry)
@@ -64,7 +66,18 @@ def backproject_reference(filtered, geometry, z0=0, z1=None):
 
 
 def pad(filtered):
-    """Projections with a one-pixel zero border, float32 [angle, rows + 2, cols + 2]."""
+    """Projections with a one-pixel zero border, so that clamped coordinates read zero outside the detector.
+
+    Parameters
+    ----------
+    filtered : numpy.ndarray
+        Filtered projections [angle, row, col].
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [angle, rows + 2, cols + 2].
+    """
     na, nv, nu = filtered.shape
     out = np.zeros((na, nv + 2, nu + 2), np.float32)
     out[:, 1:-1, 1:-1] = filtered
@@ -135,7 +148,18 @@ def _compile():
 
 
 def set_threads(n):
-    """Use ``n`` CPU threads in :func:`backproject` (at most numba's pool, the machine's cores); returns the number set."""
+    """Use ``n`` CPU threads in :func:`backproject`.
+
+    Parameters
+    ----------
+    n : int
+        Threads wanted (``--cpu-threads``); at most numba's pool, the machine's cores.
+
+    Returns
+    -------
+    int
+        The number of threads set.
+    """
     import numba
     n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)

@@ -1,25 +1,7 @@
 """FDK pre-processing: cosine weighting and ramp filtering of cone-beam projections.
 
-Feldkamp, Davis & Kress (1984) with the detector scaled to the rotation axis
-(pitch ``tau = dDetector * DSO / DSD``):
-
-1. weight each projection by ``DSO / sqrt(DSO^2 + u^2 + v^2)``;
-2. filter each detector row with the ramp filter: the band-limited
-   Ram-Lak kernel of Kak & Slaney, ``h[0] = 1 / (4 tau^2)``,
-   ``h[n odd] = -1 / (n pi tau)^2``, zero for even n, applied by FFT with
-   zero padding to at least twice the row, times an optional window;
-3. scale by ``d_beta / 2`` (full-scan weighting, ``d_beta`` each angle's share
-   of the turn), so that backprojection is the plain weighted sum
-   ``f(x) = sum_b (DSO / (DSO - t))^2 q_b(u(x), v(x))``.
-
-Short scans (angles covering less than a turn, but at least ``pi + 2 delta``
-with ``delta`` the half fan angle) are weighted with Parker's (1982)
-weights ``w(beta, gamma)`` instead, scaled by ``d_beta``: each ray measured
-twice then counts once in total.
-
-Windows (``f`` in cycles per sample, |f| <= 1/2): ram-lak 1, shepp-logan
-``sinc(f)``, cosine ``cos(pi f)``, hamming ``0.54 + 0.46 cos(2 pi f)``, hann
-``0.5 + 0.5 cos(2 pi f)``.
+The method, its scaling and the filter windows are in the documentation's
+reference, "The geometry file", section "The reconstruction".
 """
 
 import numpy as np
@@ -30,7 +12,25 @@ FILTERS = ("ram-lak", "shepp-logan", "cosine", "hamming", "hann")
 
 
 def window(name, f):
-    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample)."""
+    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`FILTERS`: ``ram-lak`` (1), ``shepp-logan``, ``cosine``, ``hamming``, ``hann``.
+    f : numpy.ndarray
+        Frequencies, ``|f| <= 1/2``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The window's value at each frequency.
+
+    Raises
+    ------
+    GpumrError
+        For an unknown filter name (the message lists the known ones).
+    """
     if name == "ram-lak":
         return np.ones_like(f)
     if name == "shepp-logan":
@@ -45,7 +45,23 @@ def window(name, f):
 
 
 def ramp(n_cols, tau, name="ram-lak"):
-    """Frequency response (length ``N``, a power of two >= 2 n_cols) of the windowed ramp filter, times tau."""
+    """Frequency response of the windowed ramp filter, times ``tau``.
+
+    Parameters
+    ----------
+    n_cols : int
+        Detector columns; the response has length ``N``, the power of two at
+        least ``2 n_cols`` (zero padding against wrap-around).
+    tau : float
+        Detector pitch scaled to the rotation axis, mm.
+    name : str, optional
+        The window (:func:`window`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``N`` real values, in numpy's FFT order.
+    """
     n = 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
     k = np.fft.fftfreq(n, d=1.0 / n).astype(int)  # 0, 1, ..., -1 : circular sample offsets
     h = np.zeros(n)
@@ -57,7 +73,18 @@ def ramp(n_cols, tau, name="ram-lak"):
 
 
 def angle_weights(angles):
-    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans."""
+    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans.
+
+    Parameters
+    ----------
+    angles : array_like
+        Projection angles, radians, in any order.
+
+    Returns
+    -------
+    numpy.ndarray
+        Half the gaps to each angle's two neighbours around the circle; they sum to ``2 pi``.
+    """
     a = np.unwrap(np.asarray(angles, dtype=np.float64))
     if len(a) == 1:
         return np.array([2 * np.pi])
@@ -72,6 +99,18 @@ def angle_weights(angles):
 
 def parker_weights(angles, gamma):
     """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns.
+
+    Parameters
+    ----------
+    angles : array_like
+        Projection angles, radians, covering at least ``pi + 2 delta``.
+    gamma : numpy.ndarray
+        Each detector column's fan angle, radians (``delta`` is the largest).
+
+    Returns
+    -------
+    numpy.ndarray
+        Weights in [0, 1], shape (angles, columns): each ray measured twice counts once in total.
 
     Raises
     ------
@@ -101,7 +140,18 @@ def parker_weights(angles, gamma):
 
 
 def is_short_scan(angles):
-    """Whether ``angles`` cover less than a full turn."""
+    """Whether ``angles`` cover less than a full turn.
+
+    Parameters
+    ----------
+    angles : array_like
+        Projection angles, radians.
+
+    Returns
+    -------
+    bool
+        True when the arc they span (plus one step) is short of ``2 pi``: such a scan needs Parker's weights.
+    """
     a = np.sort(np.unwrap(np.asarray(angles, np.float64)))
     if len(a) < 2:
         return True

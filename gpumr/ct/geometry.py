@@ -55,7 +55,18 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`)."""
+        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`).
+
+        Parameters
+        ----------
+        path : str
+            The JSON file; replaced only if gpumr wrote it.
+
+        Raises
+        ------
+        GpumrError
+            If a file of someone else's is in the way.
+        """
         write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
@@ -94,6 +105,18 @@ def from_dict(d, source="geometry"):
     :mod:`gpumr.limits`: numbers must be JSON numbers (not strings, lists or
     objects), finite, counts whole; sizes and distances positive; the
     detector, the projection set and the volume within their limits.
+
+    Parameters
+    ----------
+    d : dict
+        The fields, as parsed from JSON (:doc:`/reference/geometry`).
+    source : str, optional
+        What to name in an error (the file).
+
+    Returns
+    -------
+    Geometry
+        The checked geometry.
 
     Raises
     ------
@@ -189,12 +212,33 @@ def _check_coverage(g):
 
 
 def beside(projections):
-    """Where the geometry of the projections file ``projections`` lives: ``<name>.geometry.json`` beside it."""
+    """Where the geometry of the projections file ``projections`` lives: ``<name>.geometry.json`` beside it.
+
+    Parameters
+    ----------
+    projections : str
+        The projections' SequenceFile (a path or a URI), e.g. ``scan.seq``.
+
+    Returns
+    -------
+    str
+        ``scan.geometry.json`` in the same folder.
+    """
     return os.path.splitext(projections)[0] + ".geometry.json"
 
 
 def load(path):
     """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`).
+
+    Parameters
+    ----------
+    path : str
+        The file (a regular file; no FIFO or device).
+
+    Returns
+    -------
+    Geometry
+        The checked geometry (:func:`from_dict`).
 
     Raises
     ------
@@ -282,5 +326,25 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
 
 
 def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=None):
-    """A cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, a full turn, a square detector that covers it."""
+    """A cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, a full turn, a square detector that covers it.
+
+    Parameters
+    ----------
+    n_voxel : int, optional
+        Voxels per side.
+    n_angles : int, optional
+        Projections, equally spaced over a full turn.
+    n_detector : int, optional
+        Detector pixels per side (default: 15% more than the voxels across).
+    voxel : float, optional
+        Voxel size, mm.
+    dso, dsd : float, optional
+        Source to axis and source to detector, mm (defaults: 4 times the
+        volume's side, and 1.5 times DSO).
+
+    Returns
+    -------
+    Geometry
+        The checked geometry.
+    """
     return build(n_voxel, voxel, n_angles, dso, dsd, n_detector)

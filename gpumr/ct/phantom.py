@@ -38,7 +38,21 @@ def _rotation(phi, theta, psi):
 
 
 def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
-    """Each ellipsoid in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``."""
+    """Each ellipsoid in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    table : sequence, optional
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
+        (default: the 3D modified Shepp-Logan phantom).
+
+    Returns
+    -------
+    list of tuple
+        The ellipsoids scaled to the volume.
+    """
     sz, sy, sx = geometry.volume_size
     half = np.array([sx, sy, sz]) / 2
     origin = np.array(geometry.offOrigin[::-1], dtype=float)
@@ -50,7 +64,20 @@ def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
 
 
 def voxel_centres(geometry, z0=0, z1=None):
-    """World coordinates (x, y, z) of the voxel centres of slices [z0, z1), each of shape (nz, ny, nx)."""
+    """World coordinates (x, y, z) of the voxel centres of slices [z0, z1).
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    z0, z1 : int, optional
+        The first slice and the one after the last (default: all).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        x, y and z, each of shape (nz, ny, nx), mm.
+    """
     nz, ny, nx = geometry.nVoxel
     dz, dy, dx = geometry.dVoxel
     oz, oy, ox = geometry.offOrigin
@@ -66,6 +93,19 @@ def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     """The phantom sampled at the voxel centres, float32 [z, y, x].
 
     Sampled a slice at a time: besides the volume, memory holds one slice's coordinates.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    table : sequence, optional
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
+        (default: the 3D modified Shepp-Logan phantom).
+
+    Returns
+    -------
+    numpy.ndarray
+        The true volume, float32 [z, y, x].
     """
     shapes = ellipsoids(geometry, table)
     vol = np.zeros(tuple(geometry.nVoxel), np.float32)
@@ -78,7 +118,20 @@ def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
 
 
 def detector_pixels(geometry, angle):
-    """World coordinates of every detector pixel centre at ``angle``: shape (rows, cols, 3)."""
+    """World coordinates of every detector pixel centre at ``angle``.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    angle : float
+        The source's angle, radians.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (rows, cols, 3), mm.
+    """
     nv, nu = geometry.nDetector
     dv, du = geometry.dDetector
     ov, ou = geometry.offDetector
@@ -91,7 +144,23 @@ def detector_pixels(geometry, angle):
 
 
 def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
-    """Exact line integrals through the phantom for one angle, float32 [rows, cols]."""
+    """Exact line integrals through the phantom for one angle.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    angle : float
+        The source's angle, radians.
+    table : sequence, optional
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
+        (default: the 3D modified Shepp-Logan phantom).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [rows, cols].
+    """
     source = geometry.DSO * np.array([np.cos(angle), np.sin(angle), 0.0])
     d = detector_pixels(geometry, angle) - source
     d /= np.linalg.norm(d, axis=-1, keepdims=True)
@@ -126,12 +195,52 @@ def add_noise(projection, i0, mu_scale=0.01, rng=None):
 
 
 def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """All projections, float32 [angle, row, col]; optional Poisson noise (:func:`add_noise`)."""
+    """All projections of the phantom, with optional Poisson noise.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    noise_i0 : float, optional
+        Incident photon count per ray for Poisson noise (:func:`add_noise`); None: exact.
+    mu_scale : float, optional
+        Line integrals are scaled by this before the noise is drawn.
+    seed : int, optional
+        The noise's random seed.
+    table : sequence, optional
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
+        (default: the 3D modified Shepp-Logan phantom).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [angle, row, col].
+    """
     return np.stack(list(iter_projections(geometry, noise_i0, mu_scale, seed, table)))
 
 
 def iter_projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """The projections one angle at a time, float32 [row, col] each; optional Poisson noise."""
+    """The projections one angle at a time, so that memory holds one: optional Poisson noise.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        The scan's geometry (the volume's size and place, the detector).
+    noise_i0 : float, optional
+        Incident photon count per ray for Poisson noise (:func:`add_noise`); None: exact.
+    mu_scale : float, optional
+        Line integrals are scaled by this before the noise is drawn.
+    seed : int, optional
+        The noise's random seed.
+    table : sequence, optional
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
+        (default: the 3D modified Shepp-Logan phantom).
+
+    Yields
+    ------
+    numpy.ndarray
+        float32 [row, col], in angle order.
+    """
     rng = np.random.default_rng(seed) if noise_i0 else None
     for angle in geometry.angles:
         p = project(geometry, angle, table)

@@ -19,7 +19,18 @@ from ..io.outputs import FileOutput
 
 
 def encode_tiff(image):
-    """A 32-bit float TIFF of ``image``."""
+    """A 32-bit float TIFF of ``image``.
+
+    Parameters
+    ----------
+    image : array_like
+        A 2-D projection.
+
+    Returns
+    -------
+    bytes
+        The TIFF file's bytes.
+    """
     import tifffile
     buf = io.BytesIO()
     tifffile.imwrite(buf, np.asarray(image, np.float32))
@@ -27,10 +38,22 @@ def encode_tiff(image):
 
 
 def header_shape(name, data):
-    """The shape a projection file's header declares, read without decoding pixels; None if it has none.
+    """The shape a projection file's header declares, read without decoding pixels.
 
     ``.npy``: the array header; TIFF: the first series' shape (a stack of
     pages included); PNG: the IHDR chunk (height, width).
+
+    Parameters
+    ----------
+    name : str
+        The record's key; its extension says the format.
+    data : bytes
+        The file's bytes.
+
+    Returns
+    -------
+    tuple of int or None
+        The declared shape, or None if the header does not give one.
     """
     ext = os.path.splitext(name)[1].lower()
     try:
@@ -102,10 +125,26 @@ def decode(name, data, i0=None, shape=None):
 
 
 def write_set(path, projections, prefix="proj_", inputs=()):
-    """Write projections (an iterable of 2-D arrays) as float TIFF records ``proj_0000.tif``...
+    """Write projections as float TIFF records ``proj_0000.tif``... into one SequenceFile.
 
     The SequenceFile is written under gpumr's output rule
     (:class:`gpumr.io.outputs.FileOutput`; never replacing one of ``inputs``).
+
+    Parameters
+    ----------
+    path : str
+        The SequenceFile.
+    projections : iterable of numpy.ndarray
+        2-D projections, in angle order.
+    prefix : str, optional
+        The keys' prefix; the key is ``PREFIX0000.tif`` and so on.
+    inputs : sequence of str, optional
+        The command's inputs, which are never replaced.
+
+    Raises
+    ------
+    GpumrError
+        If a file is in the way that gpumr did not write, or is an input.
     """
     with Writer(path, out=FileOutput(path, "gpumr ct phantom", inputs=inputs).begin()) as w:
         for i, p in enumerate(projections):

@@ -16,7 +16,25 @@ from ..io.outputs import FileOutput, write_file
 
 
 def encode_slice(z, nz, image, device):
-    """The output value of slice ``z`` of ``nz``."""
+    """The output value of slice ``z`` of ``nz``.
+
+    Parameters
+    ----------
+    z : int
+        The slice's index in the volume.
+    nz : int
+        Slices in the whole volume.
+    image : numpy.ndarray
+        The slice [y, x].
+    device : str
+        Where it was computed (``cpu``, ``gpu:N``).
+
+    Returns
+    -------
+    dict
+        ``z``, ``nz``, ``shape``, ``device`` and ``data``: the float32
+        little-endian pixels, zlib-compressed, base64.
+    """
     data = np.ascontiguousarray(image, dtype="<f4").tobytes()
     return {"z": int(z), "nz": int(nz), "shape": list(image.shape), "device": device,
             "data": base64.b64encode(zlib.compress(data, 1)).decode("ascii")}
@@ -28,6 +46,18 @@ def slice_key(z):
 
 def decode_slice(value, where="slice"):
     """``(z, nz, image)`` from an output value, its sizes checked before anything is decompressed.
+
+    Parameters
+    ----------
+    value : dict
+        A slice record's value (:func:`encode_slice`).
+    where : str, optional
+        What to name in an error (the record's key).
+
+    Returns
+    -------
+    (int, int, numpy.ndarray)
+        The slice's index, the volume's slice count, and the float32 image [y, x].
 
     Raises
     ------
@@ -57,13 +87,25 @@ def decode_slice(value, where="slice"):
 
 
 def assemble(results):
-    """A volume [z, y, x] from ``{key: value}`` slice records.
+    """A volume [z, y, x] from slice records.
+
+    Parameters
+    ----------
+    results : iterable of (str, dict)
+        ``(key, value)`` of every slice record, in any order, e.g.
+        :func:`gpumr.io.joboutput.read_job_output` of a job's output.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shape (nz, ny, nx).
 
     Raises
     ------
     GpumrError
         For missing or duplicate slices (naming them), records that are not
-        slices, or a volume over :data:`gpumr.limits.MAX_VOXELS`.
+        slices (an ``error`` record's reason included), or a volume over
+        :data:`gpumr.limits.MAX_VOXELS`.
     """
     seen = {}
     nz = shape = None
@@ -97,6 +139,22 @@ def save_volume(volume, path, tiff=None, inputs=()):
 
     Each file appears whole or not at all and replaces only an earlier
     gpumr output, never one of ``inputs`` (:class:`gpumr.io.outputs.FileOutput`).
+
+    Parameters
+    ----------
+    volume : numpy.ndarray
+        The volume [z, y, x].
+    path : str
+        The ``.npy`` file.
+    tiff : str, optional
+        A multi-page TIFF to write as well.
+    inputs : sequence of str, optional
+        The command's inputs, which are never replaced.
+
+    Raises
+    ------
+    GpumrError
+        If a file is in the way that gpumr did not write, or is an input.
     """
     with FileOutput(path, "gpumr ct", inputs=inputs) as f:
         np.save(f, volume.astype(np.float32, copy=False))
@@ -107,7 +165,25 @@ def save_volume(volume, path, tiff=None, inputs=()):
 
 
 def preview(volume, path, inputs=()):
-    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side (see :func:`save_volume`)."""
+    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side.
+
+    Grey levels span the volume's 1st to 99.5th percentile; the file is written
+    as :func:`save_volume` writes.
+
+    Parameters
+    ----------
+    volume : numpy.ndarray
+        The volume [z, y, x].
+    path : str
+        The PNG file.
+    inputs : sequence of str, optional
+        The command's inputs, which are never replaced.
+
+    Raises
+    ------
+    GpumrError
+        If a file is in the way that gpumr did not write, or is an input.
+    """
     import cv2
     nz, ny, nx = volume.shape
     views = [volume[nz // 2], volume[:, ny // 2, :], volume[:, :, nx // 2]]

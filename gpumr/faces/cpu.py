@@ -24,6 +24,16 @@ def cascade_path(name=None):
     name one of opencv's bundled cascades (``cv2.data.haarcascades``): a
     path to a missing file is an error, never a bundled file of the same name.
 
+    Parameters
+    ----------
+    name : str, optional
+        ``--cascade`` as given; None: OpenCV's ``haarcascade_frontalface_default.xml``.
+
+    Returns
+    -------
+    str
+        The cascade file's path.
+
     Raises
     ------
     GpumrError
@@ -46,6 +56,16 @@ def cascade_path(name=None):
 
 def load_cascade(path=None):
     """A ready ``cv2.CascadeClassifier``.
+
+    Parameters
+    ----------
+    path : str, optional
+        A cascade file or bundled name, as :func:`cascade_path` takes it.
+
+    Returns
+    -------
+    cv2.CascadeClassifier
+        The loaded classifier.
 
     Raises
     ------
@@ -72,7 +92,26 @@ def load_cascade(path=None):
 
 def detect(classifier, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
            min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"]):
-    """Faces in a grey image as ``[[x, y, w, h], ...]`` (ints, image pixels), as OpenCV finds them."""
+    """Faces in a grey image, as OpenCV's ``detectMultiScale`` finds them.
+
+    Parameters
+    ----------
+    classifier : cv2.CascadeClassifier
+        A loaded cascade (:func:`load_cascade`).
+    gray : numpy.ndarray
+        A grey image, uint8 [y, x].
+    scale_factor : float, optional
+        Pyramid step between scales (``--scale-factor``).
+    min_neighbors : int, optional
+        Overlapping detections a face needs (``--min-neighbors``).
+    min_size, max_size : int, optional
+        Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit.
+
+    Returns
+    -------
+    list of list of int
+        ``[[x, y, w, h], ...]`` in image pixels.
+    """
     kwargs = dict(scaleFactor=scale_factor, minNeighbors=min_neighbors, minSize=(min_size, min_size))
     if max_size:
         kwargs["maxSize"] = (max_size, max_size)

@@ -23,6 +23,16 @@ def image_size(data):
     PNG (the IHDR chunk, CRCs not checked) and JPEG (the first SOFn
     segment) are read here; other formats OpenCV decodes (BMP, TIFF, WebP,
     PNM, GIF, ...) through Pillow's header parsers, which read no pixels.
+
+    Parameters
+    ----------
+    data : bytes
+        The image file's bytes.
+
+    Returns
+    -------
+    (int, int) or None
+        The image's width and height, or None if no header gives them.
     """
     if data[:8] == _PNG:
         if len(data) >= 24 and data[12:16] == b"IHDR":
@@ -92,6 +102,18 @@ def jpeg_scans(data, most=MAX_JPEG_SCANS):
 
     Each scan is a pass of the decoder over the whole image, so this bounds
     a progressive JPEG's decoding time before it is decoded.
+
+    Parameters
+    ----------
+    data : bytes
+        The JPEG file's bytes.
+    most : int, optional
+        The limit (:data:`gpumr.limits.MAX_JPEG_SCANS`): counting stops past it.
+
+    Returns
+    -------
+    int
+        The scans counted, at most ``most + 1``.
     """
     scans = 0
     for marker, _ in _jpeg_segments(data):

@@ -1,17 +1,8 @@
 """How much work one face detection asks for: the scales of its image pyramid and their pixels.
 
-``detectMultiScale`` (and the GPU path, through :func:`gpumr.faces.reference.scales`)
-walks the scales ``1, f, f^2, ...`` while the window ``round(w0 f^k)`` fits the
-image and ``--max-size``, and at each scale not below ``--min-size`` scans the
-image resized by ``1 / f^k``. OpenCV keeps every resized level and its integral
-images at once, about 11 bytes per pixel of the pyramid, so the scale factor
-and the image's size together set a record's memory and time: a 640x480 frame
-takes 20 MB at ``--scale-factor 1.1`` and tens of gigabytes at 1.0001.
-
-:class:`Pyramid` checks the detection parameters once, before any task,
-against :mod:`gpumr.limits` (a :class:`~gpumr.errors.GpumrError` naming the
-option), and then each image from the size in its header, before it is
-decoded (a :class:`~gpumr.core.BadRecord`: that record's error line).
+:class:`Pyramid` checks the detection parameters once, before any task, against :mod:`gpumr.limits`,
+then each image from the size in its header, before it is decoded. Why: the documentation's Concepts,
+"Size caps and bounds".
 """
 
 import math
@@ -74,13 +65,29 @@ class Pyramid:
         self.budget = limits.PYRAMID_PIXELS_PER_PIXEL * max_pixels
 
     def pixels(self, width, height):
-        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image."""
+        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image.
+
+        Parameters
+        ----------
+        width, height : int
+            The image's size, from its header.
+
+        Returns
+        -------
+        int
+            The sum of the resized images' pixels over the scales visited.
+        """
         p = self.params
         return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
                                                            p["min_size"], p["max_size"]))
 
     def check(self, width, height):
         """Refuse an image whose pyramid is over :attr:`budget`, from its size alone.
+
+        Parameters
+        ----------
+        width, height : int
+            The image's size, from its header.
 
         Raises
         ------

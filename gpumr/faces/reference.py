@@ -1,27 +1,8 @@
 """OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel.
 
-:func:`detect_reference` restates what ``CascadeClassifier.detectMultiScale``
-does in OpenCV 4, step for step, as the CPU reference of the CUDA kernel
-(``cuda/haar.cu``):
-
-* scales ``1, f, f^2, ...`` (in double) while the window ``round(24 f)`` fits the image
-  (and ``max_size``); scales whose window is below ``min_size`` are skipped;
-* at each scale the image is resized (bilinear, bit-exact: ``INTER_LINEAR_EXACT``)
-  to ``round(W / s) x round(H / s)`` and
-  the fixed 24x24 window slides with a step of 2 pixels (1 once s >= 2),
-  over the rows OpenCV's stripes cover (:func:`scales`);
-  after a window fails the first stage, the next position is skipped;
-* a window is rejected outright unless the variance over its inner 22x22
-  rectangle is high enough: ``nf = sqrt(area * sqsum - sum^2)`` with
-  ``area / nf < 0.1``;
-* a feature's value is ``(sum_i w_i * rectsum_i) / nf``; each tree is walked
-  (left when the value is below the node's threshold) to a leaf, whose value
-  is added to the stage's sum (in double); a stage fails when its sum falls
-  below the stage threshold (less 1e-5);
-* windows that pass every stage become ``(round(x s), round(y s), round(24 s))``
-  boxes (in float arithmetic, ``s`` the scale as a float), grouped by
-  OpenCV's own ``groupRectangles`` with ``min_neighbors`` and eps 0.2, and
-  clipped to the image.
+:func:`detect_reference` restates ``CascadeClassifier.detectMultiScale`` of OpenCV 4 step for step,
+as the CPU reference of the CUDA kernel (``cuda/haar.cu``); the steps are in the documentation's
+Concepts, "Device choice and leases", section "The face detector, step by step".
 """
 
 import functools
@@ -54,6 +35,22 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
     scale's number of window columns) of ``max((h // step + nstripes - 1) //
     nstripes, 1) * step`` rows, ``h`` the scale's number of window rows, and
     scans only what the stripes cover: a last row can be left out.
+
+    Parameters
+    ----------
+    image_size : (int, int)
+        The image's ``(W, H)``.
+    window : (int, int)
+        The cascade's window (24 x 24 for OpenCV's frontal-face cascades).
+    scale_factor : float
+        The pyramid step.
+    min_size, max_size : int, optional
+        Smallest and largest face side in pixels.
+
+    Returns
+    -------
+    tuple
+        One ``(scale, scaled size, step, box size, rows)`` per scale visited.
 
     Raises
     ------
@@ -97,7 +94,18 @@ def _scales(image_size, window, scale_factor, min_size, max_size):
 
 
 def integrals(img):
-    """Sum and squared-sum integral images (int64), one row and column of zeros first."""
+    """Sum and squared-sum integral images (int64), one row and column of zeros first.
+
+    Parameters
+    ----------
+    img : array_like
+        A grey image [y, x].
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        The sum and squared-sum integral images, each (H + 1, W + 1).
+    """
     i = np.asarray(img, np.int64)
     s = np.zeros((i.shape[0] + 1, i.shape[1] + 1), np.int64)
     q = np.zeros_like(s)
@@ -168,7 +176,26 @@ def _compile():
 
 
 def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=None, max_size=None, interpolation=None):
-    """All windows that pass the cascade, as boxes in image pixels (before grouping)."""
+    """All windows that pass the cascade, as boxes in image pixels (before grouping).
+
+    Parameters
+    ----------
+    cascade : Cascade
+        The cascade as arrays.
+    gray : numpy.ndarray
+        A grey image, uint8 [y, x].
+    scale_factor : float, optional
+        Pyramid step between scales.
+    min_size, max_size : int, optional
+        Smallest and largest face side in pixels.
+    interpolation : int, optional
+        OpenCV's resize interpolation (default ``INTER_LINEAR_EXACT``).
+
+    Returns
+    -------
+    list of tuple
+        ``(x, y, w, h)`` of every window that passed every stage.
+    """
     import cv2
     interpolation = cv2.INTER_LINEAR_EXACT if interpolation is None else interpolation
     h, w = gray.shape
@@ -190,6 +217,20 @@ def group(boxes, min_neighbors, image_size):
     OpenCV's own ``groupRectangles`` with eps 0.2 (nothing is grouped when
     ``min_neighbors`` is 0), then each box cut to the image ``(W, H)`` and
     dropped if nothing is left, as OpenCV 4's ``clipObjects`` does.
+
+    Parameters
+    ----------
+    boxes : list of tuple
+        ``(x, y, w, h)`` candidates (:func:`candidates`).
+    min_neighbors : int
+        Candidates a group needs to become a face.
+    image_size : (int, int)
+        The image's ``(W, H)``.
+
+    Returns
+    -------
+    list of list of int
+        The faces, ``[[x, y, w, h], ...]``.
     """
     import cv2
     if min_neighbors > 0 and boxes:
@@ -205,6 +246,27 @@ def group(boxes, min_neighbors, image_size):
 
 def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
                      min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], interpolation=None):
-    """Faces as ``[[x, y, w, h], ...]`` by the restated OpenCV procedure (CPU reference)."""
+    """Faces by the restated OpenCV procedure: the CPU reference of the GPU kernel.
+
+    Parameters
+    ----------
+    cascade : Cascade
+        The cascade as arrays (:class:`gpumr.faces.cascade.Cascade`).
+    gray : numpy.ndarray
+        A grey image, uint8 [y, x].
+    scale_factor : float, optional
+        Pyramid step between scales (``--scale-factor``).
+    min_neighbors : int, optional
+        Overlapping detections a face needs (``--min-neighbors``).
+    min_size, max_size : int, optional
+        Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit.
+    interpolation : int, optional
+        OpenCV's resize interpolation (default ``INTER_LINEAR_EXACT``, as ``detectMultiScale``).
+
+    Returns
+    -------
+    list of list of int
+        ``[[x, y, w, h], ...]`` in image pixels, equal to :func:`gpumr.faces.cpu.detect`'s.
+    """
     return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors,
                  gray.shape[::-1])

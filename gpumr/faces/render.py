@@ -22,7 +22,22 @@ from .decode import MAX_PIXELS, image_size
 
 
 def draw_boxes(image, faces, thickness=2):
-    """A copy of ``image`` with a white box around each ``[x, y, w, h]``."""
+    """A copy of ``image`` with a white box around each face.
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        A BGR image.
+    faces : iterable of [x, y, w, h]
+        The job's ``faces`` for this image.
+    thickness : int, optional
+        Line width in pixels.
+
+    Returns
+    -------
+    numpy.ndarray
+        The drawn copy; ``image`` is unchanged.
+    """
     import cv2
     out = image.copy()
     for x, y, w, h in faces:
@@ -35,13 +50,39 @@ TILE = (320, 240)
 
 
 def tile(image):
-    """``image`` (BGR) at the contact sheet's :data:`TILE` size."""
+    """``image`` (BGR) at the contact sheet's :data:`TILE` size.
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        A BGR image of any size.
+
+    Returns
+    -------
+    numpy.ndarray
+        The image resized to 320 x 240 (area interpolation).
+    """
     import cv2
     return cv2.resize(image, TILE, interpolation=cv2.INTER_AREA)
 
 
 def contact_sheet(tiles, columns=4, labels=None):
-    """Tiles (BGR images of :data:`TILE` size, :func:`tile`) laid out in a grid with optional captions."""
+    """Tiles laid out in a grid with optional captions.
+
+    Parameters
+    ----------
+    tiles : list of numpy.ndarray
+        BGR images of :data:`TILE` size (:func:`tile`).
+    columns : int, optional
+        Tiles per row.
+    labels : list of str, optional
+        One caption per tile.
+
+    Returns
+    -------
+    numpy.ndarray
+        The sheet, a BGR image.
+    """
     import cv2
     w, h = TILE
     rows = max(1, -(-len(tiles) // columns))

@@ -52,7 +52,23 @@ def _faces():
 
 
 def frame_count(count):
-    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`; else GpumrError."""
+    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`.
+
+    Parameters
+    ----------
+    count : int
+        ``gpumr sample -n`` or ``gpumr demo --frames``.
+
+    Returns
+    -------
+    int
+        ``count``.
+
+    Raises
+    ------
+    GpumrError
+        If ``count`` is not a whole number from 1 to the limit.
+    """
     return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
 
 
@@ -62,6 +78,17 @@ def make_frames(dest, count=48, seed=0, quality=90):
     ``dest`` is one output (:class:`gpumr.io.outputs.FolderOutput`): it must
     be new, empty or an earlier ``gpumr sample`` folder, and appears with
     all its frames or not at all.
+
+    Parameters
+    ----------
+    dest : str
+        The folder to write.
+    count : int, optional
+        Frames to make (at most :data:`gpumr.limits.MAX_SAMPLE_FRAMES`).
+    seed : int, optional
+        Seed of where the faces are placed and how they move: the same seed gives the same frames.
+    quality : int, optional
+        JPEG quality, 0 to 100.
 
     Returns
     -------

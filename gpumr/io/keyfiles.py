@@ -39,6 +39,9 @@ class KeyRefused(GpumrError):
 class KeyFiles:
     """Writes ``(key, bytes)`` records as files under ``directory``.
 
+    Use as a context manager; :meth:`write` raises :class:`KeyRefused` for a
+    key that is not written, after which further keys may still be written.
+
     Parameters
     ----------
     directory : str
@@ -53,8 +56,6 @@ class KeyFiles:
         (False inside a folder output's stage, whose own proof lists
         everything in it).
 
-    Use as a context manager; :meth:`write` raises :class:`KeyRefused` for a
-    key that is not written, after which further keys may still be written.
     """
 
     def __init__(self, directory, force=False, record=True):

@@ -1,0 +1,135 @@
+"""The documentation builds with warnings as errors, and its reference matches the code.
+
+CI runs only ``make test``, so this is where CI builds the docs: a broken
+link, a docstring Sphinx cannot read, or a ``gpumr`` subcommand missing from
+the command reference fails here. The other tests compare the hand-written
+reference tables (environment variables, scheduler error codes, exit
+statuses) with the code they describe.
+"""
+
+import argparse
+import glob
+import importlib
+import inspect
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
+DOCS = os.path.join(ROOT, "docs")
+REF = os.path.join(DOCS, "reference")
+
+
+def read(*parts):
+    with open(os.path.join(*parts), encoding="utf-8") as f:
+        return f.read()
+
+
+def leaf_commands(parser, path=()):
+    """Every leaf subcommand of an argparse parser, as tuples of names."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [path]
+    return [leaf for name, sub in subs[0].choices.items() for leaf in leaf_commands(sub, path + (name,))]
+
+
+def documented_commands():
+    """``{path: pending}`` for each ``.. gpumr-command:: PATH`` of the command reference."""
+    text = read(REF, "cli.rst")
+    out = {}
+    for m in re.finditer(r"^\.\. gpumr-command:: (.+)\n((?:[ \t]+\S.*\n)*)", text, re.M):
+        out[tuple(m.group(1).split())] = ":pending:" in m.group(2)
+    return out
+
+
+def test_command_reference_lists_every_subcommand():
+    from gpumr.cli import build_parser
+    leaves = leaf_commands(build_parser())
+    documented = documented_commands()
+    assert leaves and documented
+    missing = [" ".join(p) for p in leaves if not any(p[:len(d)] == d for d in documented)]
+    assert not missing, f"gpumr subcommands without reference in docs/reference/cli.rst: {missing}"
+    tops = {p[:len(d)] for p in leaves for d in documented}
+    stale = [" ".join(d) for d, pending in documented.items() if d not in tops and not pending]
+    assert not stale, f"docs/reference/cli.rst documents commands gpumr does not have: {stale}"
+
+
+def test_job_reference_lists_both_jobs():
+    from mrjob.job import MRJob
+    jobs = set()
+    for path in glob.glob(os.path.join(ROOT, "jobs", "*.py")):
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name.startswith("_"):
+            continue
+        module = importlib.import_module(f"gpumr.jobs.{name}")
+        jobs |= {f"{module.__name__}.{n}" for n, c in vars(module).items()
+                 if inspect.isclass(c) and issubclass(c, MRJob) and c.__module__ == module.__name__}
+    documented = set(re.findall(r"^\.\. gpumr-job:: (\S+)", read(REF, "jobs.rst"), re.M))
+    assert len(jobs) >= 2 and documented == jobs
+
+
+def env_names_in_code():
+    """Every ``GPUMR_*`` environment variable the shipped code and scripts name.
+
+    C macros of the kernels' host emulation (``GPUMR_KERNEL(...)``, include
+    guards in ``cuda/``) are not variables: ``cuda/`` is not searched and a
+    name followed by ``(`` is a macro.
+    """
+    names = set()
+    for top in ("gpumr", "seqfile", "jobs", "conf", "bench"):
+        for path in glob.glob(os.path.join(ROOT, top, "**", "*"), recursive=True):
+            if os.path.splitext(path)[1] in (".py", ".sh", ".conf", ".json") and os.path.isfile(path):
+                names |= set(re.findall(r"\b(GPUMR_[A-Z0-9_]+)\b(?!\()", read(path)))
+    return names
+
+
+def test_environment_table_lists_every_variable():
+    in_code = env_names_in_code()
+    table = read(REF, "environment.rst")
+    documented = set(re.findall(r"^   \* - ``(GPUMR_[A-Z0-9_]+)``", table, re.M))
+    assert "GPUMR_SIMULATE_GPUS" in in_code
+    assert not in_code - documented, f"not in docs/reference/environment.rst: {sorted(in_code - documented)}"
+    assert not documented - in_code, f"documented but not in the code: {sorted(documented - in_code)}"
+
+
+def test_scheduler_error_codes_documented():
+    from gpumr.devices import protocol
+    codes = {v for n, v in vars(protocol).items()
+             if n.isupper() and isinstance(v, str) and re.fullmatch(r"[a-z]+(-[a-z]+)+", v)}
+    errors = read(REF, "scheduler-protocol.rst").split("\nErrors\n------\n", 1)[1]
+    table = set(re.findall(r"^``([a-z-]+)``\s", errors, re.M))
+    assert {"no-gpu", "no-gpu-free", "bad-request"} <= codes
+    assert codes == table
+
+
+def test_exit_statuses_documented():
+    from gpumr import errors
+    text = read(REF, "exit-status.rst")
+    for name in ("EXIT_OK", "EXIT_ERROR", "EXIT_INTERRUPTED"):
+        assert re.search(rf"^{getattr(errors, name)}\s+``{name}``", text, re.M), name
+
+
+@pytest.mark.slow
+def test_docs_build_with_warnings_as_errors(tmp_path):
+    try:
+        import sphinx  # noqa: F401
+        import furo  # noqa: F401
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the docs must build in CI: {exc} (pip install '.[docs]')")
+        pytest.skip(f"{exc} (pip install '.[docs]')")
+    out = tmp_path / "html"
+    r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                        "-d", str(tmp_path / "doctrees"), DOCS, str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cli = (out / "reference" / "cli.html").read_text(encoding="utf-8")
+    from gpumr.cli import build_parser
+    for path in leaf_commands(build_parser()):
+        assert f'id="cmd-{"-".join(path)}"' in cli, path
+    jobs = (out / "reference" / "jobs.html").read_text(encoding="utf-8")
+    for option in ("--device", "--cascade", "--projections", "--filter"):
+        assert option in jobs
