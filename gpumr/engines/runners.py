@@ -120,7 +120,7 @@ def run(kind, argv, engine="inline", dry_run_only=False, debug=False):
         if not remote:
             target = out.begin()
             os.rmdir(target)  # mrjob's runners make it (Hadoop refuses one that exists)
-            given = "file://" + target if engine == "hadoop" else target  # (Hadoop: not its default filesystem)
+            given = locate(target).uri() if engine == "hadoop" else target  # (Hadoop: not its default filesystem)
         elif engine in ("inline", "local"):
             target = os.path.join(temp, "out")  # written here, then published through the transaction
         else:

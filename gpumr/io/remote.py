@@ -206,6 +206,11 @@ class Location:
         """This location as text that any process here can use: an absolute local path, or the URI."""
         return os.path.abspath(self.local) if self.local is not None else self.text
 
+    def uri(self):
+        """This location as a URI: ``file://`` and the absolute path for a local one (for a program, such as
+        Hadoop, whose default filesystem may be another), else the URI as given."""
+        return "file://" + os.path.abspath(self.local) if self.scheme is None else self.text
+
     def place(self):
         """Where this points, comparably: a real local path, or the URI with S3's schemes made one."""
         if self.local is not None:
