@@ -13,6 +13,12 @@
 //
 // Rounding follows OpenCV's CPU code: compile with -fmad=false.
 
+// A global load, as written: the host emulation's measuring build (bench/gpu_model.py)
+// defines it to record each warp's addresses; the GPU build is plain indexing.
+#ifndef LOAD
+#define LOAD(p) (*(p))
+#endif
+
 struct Level {
     int img_off;    // first pixel of the scaled image in the image buffer
     int int_off;    // first element of its integral images
@@ -57,7 +63,7 @@ extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, 
     }
     const unsigned char* p = img + L.img_off + (y - 1) * L.width;
     for (int x = 1; x < W; ++x) {
-        const unsigned v = p[x - 1];
+        const unsigned v = LOAD(&p[x - 1]);
         acc += v;
         accq += v * v;
         s[x] = acc;
@@ -92,7 +98,8 @@ extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const
 // sum is exact once the differences are taken in unsigned arithmetic.
 __device__ __forceinline__ int rect_sum(const unsigned* s, int W, int x, int y, int w, int h)
 {
-    return (int)(s[(y + h) * W + x + w] - s[y * W + x + w] - s[(y + h) * W + x] + s[y * W + x]);
+    return (int)(LOAD(&s[(y + h) * W + x + w]) - LOAD(&s[y * W + x + w]) - LOAD(&s[(y + h) * W + x])
+                 + LOAD(&s[y * W + x]));
 }
 
 // 1 / nf for the window at (x, y), or 0 when OpenCV rejects it for low variance.
@@ -100,7 +107,8 @@ __device__ __forceinline__ float norm_factor(const unsigned* s, const unsigned* 
 {
     const int x0 = x + 1, y0 = y + 1, x1 = x + ww - 1, y1 = y + wh - 1;
     const int vs = rect_sum(s, W, x0, y0, x1 - x0, y1 - y0);
-    const unsigned vq = q[y1 * W + x1] - q[y0 * W + x1] - q[y1 * W + x0] + q[y0 * W + x0];
+    const unsigned vq = LOAD(&q[y1 * W + x1]) - LOAD(&q[y0 * W + x1]) - LOAD(&q[y1 * W + x0])
+                        + LOAD(&q[y0 * W + x0]);
     const int area = (ww - 2) * (wh - 2);
     const double nf = (double)area * (double)vq - (double)vs * (double)vs;
     if (!(nf > 0.0)) return 0.0f;
@@ -112,28 +120,28 @@ __device__ __forceinline__ float norm_factor(const unsigned* s, const unsigned* 
 __device__ int stages_at(const Cascade C, const unsigned* s, int W, int x, int y, float inv, int first, int last)
 {
     for (int si = first; si < last; ++si) {
-        const int2 st = C.stages[si];
+        const int2 st = LOAD(&C.stages[si]);
         double acc = 0.0;  // OpenCV sums a stage's leaves in double
         for (int t = st.x; t < st.x + st.y; ++t) {
-            const int2 tree = C.trees[t];
+            const int2 tree = LOAD(&C.trees[t]);
             int idx = 0;
             do {
-                const int4 node = C.nodes[tree.x + idx];
+                const int4 node = LOAD(&C.nodes[tree.x + idx]);
                 const int f = node.x;
                 float val = 0.0f;
 #pragma unroll
                 for (int r = 0; r < 3; ++r) {
-                    const float wt = C.weights[f * 3 + r];
+                    const float wt = LOAD(&C.weights[f * 3 + r]);
                     if (wt != 0.0f) {
-                        const int4 R = C.rects[f * 3 + r];
+                        const int4 R = LOAD(&C.rects[f * 3 + r]);
                         val += wt * (float)rect_sum(s, W, x + R.x, y + R.y, R.z, R.w);
                     }
                 }
-                idx = (val * inv < C.node_thr[tree.x + idx]) ? node.y : node.z;
+                idx = (val * inv < LOAD(&C.node_thr[tree.x + idx])) ? node.y : node.z;
             } while (idx > 0);
-            acc += C.leaves[tree.y - idx];
+            acc += LOAD(&C.leaves[tree.y - idx]);
         }
-        if (acc < C.stage_thr[si]) return si;
+        if (acc < LOAD(&C.stage_thr[si])) return si;
     }
     return -1;
 }
@@ -209,7 +217,7 @@ extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ 
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_in) return;
-    const int w = in[i];
+    const int w = LOAD(&in[i]);
     const Cascade C = CASCADE;
     const Window v = window_at(C, levels, n_levels, w, sum, sq);
     if (stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0) out[atomicAdd(count, 1)] = w;

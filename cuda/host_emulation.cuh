@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -76,6 +77,110 @@ static_assert(alignof(int2) == 8 && alignof(int4) == 16 && alignof(float2) == 8 
 
 // -- memory access -----------------------------------------------------------
 template <class T> static __forceinline__ T __ldg(const T* p) { return *p; }
+
+// -- opt-in instrumentation (-DGPUMR_TRACE: bench/gpu_model.py's build only) --
+// Every __ldg is recorded with its warp, lane, source line ("site"), the n-th
+// time this thread reached that line, and its address. When a block ends, its
+// records become warp requests (the n-th execution of one line by the lanes of
+// one warp is one request, as on a GPU whose warp runs that line together):
+// per site, the requests, the lanes they served, the 32-byte sectors they
+// touched, and how many of those sectors an L1 of the block's share of the
+// SM's L1 (LRU over sectors, the warps' requests interleaved by program
+// order) already held. Not built into gpumr's kernels: a measurement aid.
+#ifdef GPUMR_TRACE
+#include <algorithm>
+#include <list>
+#include <unordered_map>
+namespace gpumr_trace {
+enum { SITES = 4096, FIELDS = 6 };  // per site: requests, lanes, sectors, sector hits, warps, most by one thread
+struct Record { unsigned long long addr; unsigned warp, lane, site, occ, seq, size; };
+static std::mutex lock;
+static unsigned long long totals[SITES][FIELDS];
+static unsigned long long l1_sectors = 2048;  // the block's share of L1, in 32-byte sectors
+static thread_local std::vector<Record> mine;
+static thread_local unsigned occ[SITES];
+static thread_local unsigned seq;
+static thread_local unsigned thread_linear;
+static void begin_thread(unsigned thread)
+{
+    thread_linear = thread;
+    seq = 0;
+    std::memset(occ, 0, sizeof occ);
+}
+struct Request { unsigned seq, warp, site; std::vector<unsigned long long> sectors; };
+static void end_block()
+{
+    std::vector<Record>& r = mine;
+    std::sort(r.begin(), r.end(), [](const Record& a, const Record& b) {
+        return std::tie(a.warp, a.site, a.occ) < std::tie(b.warp, b.site, b.occ); });
+    std::vector<Request> reqs;
+    unsigned long long local[SITES][FIELDS] = {};
+    std::vector<std::pair<unsigned, unsigned>> warp_site;
+    for (std::size_t i = 0; i < r.size();) {
+        std::size_t j = i;
+        Request q{r[i].seq, r[i].warp, r[i].site, {}};
+        for (; j < r.size() && r[j].warp == r[i].warp && r[j].site == r[i].site && r[j].occ == r[i].occ; ++j) {
+            q.seq = std::min(q.seq, r[j].seq);
+            for (unsigned long long s = r[j].addr >> 5; s <= (r[j].addr + r[j].size - 1) >> 5; ++s) q.sectors.push_back(s);
+        }
+        std::sort(q.sectors.begin(), q.sectors.end());
+        q.sectors.erase(std::unique(q.sectors.begin(), q.sectors.end()), q.sectors.end());
+        local[q.site][0] += 1;
+        local[q.site][5] = std::max<unsigned long long>(local[q.site][5], r[i].occ + 1);
+        local[q.site][1] += j - i;
+        local[q.site][2] += q.sectors.size();
+        if (warp_site.empty() || warp_site.back() != std::make_pair(q.warp, q.site)) {
+            warp_site.emplace_back(q.warp, q.site);
+            local[q.site][4] += 1;
+        }
+        reqs.push_back(std::move(q));
+        i = j;
+    }
+    std::stable_sort(reqs.begin(), reqs.end(), [](const Request& a, const Request& b) {
+        return std::tie(a.seq, a.warp) < std::tie(b.seq, b.warp); });
+    std::list<unsigned long long> lru;
+    std::unordered_map<unsigned long long, std::list<unsigned long long>::iterator> where;
+    for (const Request& q : reqs)
+        for (unsigned long long s : q.sectors) {
+            auto it = where.find(s);
+            if (it != where.end()) {
+                ++local[q.site][3];
+                lru.erase(it->second);
+            } else if (lru.size() >= l1_sectors) {
+                where.erase(lru.back());
+                lru.pop_back();
+            }
+            lru.push_front(s);
+            where[s] = lru.begin();
+        }
+    r.clear();
+    std::lock_guard<std::mutex> hold(lock);
+    for (unsigned s = 0; s < SITES; ++s)
+    {
+        for (unsigned f = 0; f < 5; ++f) totals[s][f] += local[s][f];
+        totals[s][5] = std::max(totals[s][5], local[s][5]);
+    }
+}
+}  // namespace gpumr_trace
+template <class T> static __forceinline__ T gpumr_traced_ldg(const T* p, unsigned line)
+{
+    using namespace gpumr_trace;
+    const unsigned site = line % SITES;
+    mine.push_back(Record{(unsigned long long)p, thread_linear / 32, thread_linear % 32, site, occ[site]++, seq++,
+                          (unsigned)sizeof(T)});
+    return *p;
+}
+#define __ldg(p) gpumr_traced_ldg((p), __LINE__)
+#define LOAD(p) gpumr_traced_ldg((p), __LINE__)  // the kernels' plain loads (haar.cu)
+extern "C" void gpumr_trace_config(unsigned long long l1_sectors)
+{ gpumr_trace::l1_sectors = l1_sectors ? l1_sectors : 1; }
+// Copies the per-site totals (SITES x FIELDS unsigned long long; the last field a maximum) out and starts them again.
+extern "C" void gpumr_trace_take(unsigned long long* out)
+{
+    std::memcpy(out, gpumr_trace::totals, sizeof gpumr_trace::totals);
+    std::memset(gpumr_trace::totals, 0, sizeof gpumr_trace::totals);
+}
+#endif
 static __forceinline__ void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 // -- atomics (device-wide, relaxed: what CUDA's atomicX promise) --------------
@@ -183,8 +288,14 @@ int launch(void (*fn)(A...), void** args, const unsigned* grid, const unsigned* 
                         threadIdx.x = x;
                         threadIdx.y = y;
                         threadIdx.z = z;
+#ifdef GPUMR_TRACE
+                        gpumr_trace::begin_thread(x + block[0] * (y + block[1] * z));
+#endif
                         fn(std::get<I>(values)...);
                     }
+#ifdef GPUMR_TRACE
+            gpumr_trace::end_block();
+#endif
         }
     };
     std::vector<std::thread> pool;

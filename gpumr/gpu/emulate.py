@@ -98,6 +98,22 @@ def available():
     return False, "no C++ compiler (g++) to run the CUDA kernels on the host for simulated GPUs"
 
 
+def host_flags(name):
+    """Host compiler flags that make kernel ``name``'s float rounding follow its nvcc flags.
+
+    ``-fmad=false`` (:data:`kernels.FLAGS`) keeps :data:`FLAGS`' ``-ffp-contract=off``; a kernel nvcc may
+    contract into fused multiply-adds is built with contraction on (and FMA instructions) here too.
+    """
+    if "-fmad=false" in kernels.FLAGS.get(name, []):
+        return ()
+    return ("-ffp-contract=fast", "-mfma") if _x86() else ("-ffp-contract=fast",)
+
+
+def _x86():
+    import platform
+    return platform.machine() in ("x86_64", "AMD64", "i686")
+
+
 def _blank(match):
     return re.sub(r"[^\n]", " ", match.group(0))
 
