@@ -24,7 +24,10 @@ L1 and DRAM bounds, and a model of how gpumr drives the kernels today
 (waves, synchronous copies, host pyramid), gives fps and GUPS. The table it
 prints states its assumptions; nothing here ran on a GPU.
 
-Usage: python bench/gpu_model.py [--quick] [--sources DIR]
+Usage: python bench/gpu_model.py [--quick] [--sources DIR] [--flags KERNEL=FLAGS]
+
+The figures before this change: ``git show cfda500:cuda/backproject.cu`` (and
+``haar.cu``) into DIR, then ``--sources DIR --flags backproject=-fmad=false``.
 """
 
 import argparse
@@ -332,7 +335,8 @@ def trace_backprojection(n, n_angles, work, l1_sectors, zb):
         grid = (-(-n // 32), -(-n // 8), -(-slab // zb))
         fn(dproj, np.int32(n_angles), np.int32(k["nv"]), np.int32(k["nu"]), zs[z0:z0 + slab], ys, xs,
            np.int32(slab), np.int32(n), np.int32(n), np.float32(k["dso"]), np.float32(k["dsd"]),
-           np.float32(k["cu"]), np.float32(k["cv"]), np.float32(k["inv_du"]), np.float32(k["inv_dv"]), out,
+           np.float32(k["cu"]), np.float32(k["cv"]), np.float32(k["inv_du"]), np.float32(k["inv_dv"]),
+           *([np.int32(1)] if len(fn.params) == 18 else []), out,  # the angles uncut (a kernel before the cut: none)
            grid=grid, block=(32, 8, 1))
         totals[:, :5] += take(mod)[:, :5]
     s = summarise(totals, site_lines("backproject", r"__ldg\("))
@@ -467,7 +471,7 @@ def issue_rate(dev):
 
 
 def predict_backprojection(dev, res, counts, trace, n=512, n_angles=512, slab=16, zb=8, block=(32, 8),
-                           pipelined=False, whole_waves=False):
+                           pipelined=False, split=1, host_s=0.0):
     """GUPS (kernel alone, as driven) for an n^3 volume from ``n_angles`` projections, slabs of ``slab`` slices."""
     threads = block[0] * block[1]
     blocks_sm, warps_sm, occ = occupancy(res["regs"], threads, res["smem"], dev)
@@ -478,19 +482,22 @@ def predict_backprojection(dev, res, counts, trace, n=512, n_angles=512, slab=16
     kernel = [min(g, l1, l2) for g in issue]
     blocks = -(-n // block[0]) * -(-n // block[1]) * -(-slab // zb)
     slots = blocks_sm * dev["sms"]
+    if split == "driver":
+        from gpumr.ct.backproject_gpu import split_for_waves
+        split = split_for_waves(blocks, slots, n_angles)
+    blocks *= split
     waves = -(-blocks // slots) if slots else float("inf")
     fill = blocks / (waves * slots) if slots else 0.0
-    if whole_waves:
-        fill = 1.0
     updates = slab * n * n * n_angles
     slab_bytes = slab * n * n * 4
     driven = []
     for rate, copy in zip(kernel, COPY_GBS):
         t_kernel = updates / (rate * fill)
         t_copy = slab_bytes / (copy * 1e9) + ROUND_TRIP_S
-        t = max(t_kernel, t_copy) if pipelined else t_kernel + t_copy
+        t = max(t_kernel, t_copy, host_s) if pipelined else t_kernel + t_copy + host_s
         driven.append(updates / t)
     return dict(occ=occ, blocks_sm=blocks_sm, fill=fill, waves=waves, kernel=kernel, driven=driven, slab=slab,
+                split=split,
                 bound="issue" if issue[-1] <= min(l1, l2) else "L1/L2", l1_bound=l1)
 
 
@@ -584,10 +591,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small traced runs (CI): a 64^3 slab, one frame")
     ap.add_argument("--sources", help="model the .cu files of this folder (e.g. an earlier version)")
     ap.add_argument("--frames", type=int, default=None, help="frames traced (default 1 quick, 3 full)")
+    ap.add_argument("--flags", action="append", default=[], metavar="KERNEL=FLAGS",
+                    help="nvcc flags of a kernel (comma-separated; e.g. backproject=-fmad=false for a version "
+                         "built that way), replacing gpumr's for this run")
     args = ap.parse_args()
     if args.sources:
         os.environ["GPUMR_CUDA_SOURCES"] = os.path.abspath(args.sources)
     from gpumr.gpu import kernels
+    for item in args.flags:
+        name, _, flags = item.partition("=")
+        kernels.FLAGS[name] = [f for f in flags.split(",") if f]
     if kernels.nvcc() is None:
         print("gpu_model: no nvcc: the model needs the CUDA toolkit's compiler (registers, SASS)")
         return 1
@@ -690,12 +703,12 @@ def run(args, work):
     for dname, dev in DEVICES.items():
         arch = dev["arch"]
         r = res[arch, "backproject"]["backproject_slab"]
-        today = predict_backprojection(dev, r, bp[arch], bt, zb=zb)
-        driven = predict_backprojection(dev, r, bp[arch], bt, zb=zb, slab=slab_for_waves(dev, r, zb),
-                                        pipelined=True)
-        bp_rows.append([dname, f"{today['occ']:.0%}", f"{today['fill']:.0%}", today["bound"],
-                        fmt(*today["kernel"], " GUPS"), fmt(*today["driven"], " GUPS"),
-                        f"{fmt(*driven['driven'], ' GUPS')} ({driven['slab']} slices)"])
+        old = predict_backprojection(dev, r, bp[arch], bt, zb=zb, host_s=slab_ms / 1e3)
+        now = predict_backprojection(dev, r, bp[arch], bt, zb=zb, pipelined=True, split="driver",
+                                     host_s=slab_ms / 1e3)
+        bp_rows.append([dname, f"{old['occ']:.0%}", old["bound"], fmt(*old["kernel"], " GUPS"),
+                        f"{fmt(*old['driven'], ' GUPS')} ({old['fill']:.0%} of waves)",
+                        f"{fmt(*now['driven'], ' GUPS')} ({now['fill']:.0%} of waves, {now['split']} parts)"])
         pf = predict_faces(dev, fw[arch], len(frames), (pyr_ms, pack_ms), pixels)
         row = [dname, fmt(*pf["alone1"], " fps"), fmt(*pf["alone"], " fps"), fmt(*pf["driven"], " fps")]
         if fw_win:
@@ -706,8 +719,9 @@ def run(args, work):
             row.append("(not in --quick)")
         face_rows.append(row)
     table(f"{LABEL}S for CT backprojection (no GPU ran): 512^3 from 512 projections, gpumr's 16-slice slabs",
-          ["device", "occupancy", "wave fill", "bound", f"kernel alone ({LABEL})", f"as driven today ({LABEL})",
-           f"slabs in whole waves, copy-back overlapped ({LABEL})"], bp_rows)
+          ["device", "occupancy", "bound", f"kernel alone ({LABEL})",
+           f"driven one slab at a time, copy synchronous ({LABEL})",
+           f"driven as gpumr does now: copies overlapped, angles cut to fill waves ({LABEL})"], bp_rows)
     table(f"{LABEL}S for face detection (no GPU ran): 640x480 frames, default cascade, scale 1.1",
           ["device", f"kernels, one frame at a time ({LABEL})", f"kernels, batches of 16 ({LABEL})",
            f"as driven today ({LABEL})",
@@ -723,7 +737,10 @@ def run(args, work):
         f"copies {COPY_GBS[0]:.0f} GB/s (pageable: low end of each range) to {COPY_GBS[1]:.0f} GB/s (pinned: high "
         f"end); {ROUND_TRIP_S * 1e6:.0f} us per read-back the host waits for; {LAUNCH_S * 1e6:.0f} us per launch; "
         f"{ALLOCATIONS} allocations of {ALLOC_S * 1e6:.0f} us per face batch",
-        "backprojection today: a slab is whole waves of blocks or not (wave fill), its copy back synchronous",
+        "backprojection: a launch's last wave idles what its blocks leave empty (wave fill); driven one slab at "
+        "a time (gpumr before its pipelining) each copy back and the host's receiving of the slab (measured "
+        f"here: {slab_ms:.2f} ms per 16-slice slab) wait; pipelined, a slab costs the largest of its kernel, its "
+        "copy and that receiving",
         f"faces: the deepest lane's chain of stumps ({STUMP_CHAIN_CYCLES[0]}-{STUMP_CHAIN_CYCLES[1]} cycles each) "
         "bounds each launch's end; paid per frame one frame at a time, once per batch of 16 as gpumr drives",
         f"faces as driven today: pyramid resized on {PYRAMID_THREADS} host threads and packed on one, at this "
@@ -736,16 +753,6 @@ def run(args, work):
     ]:
         print(f"  - {line}")
     return 0
-
-
-def slab_for_waves(dev, res, zb, n=512, block=(32, 8), most=64):
-    """The slab (slices, a multiple of ZB, at most ``most``) whose launch fills the most of its waves."""
-    blocks_sm, _, _ = occupancy(res["regs"], block[0] * block[1], res["smem"], dev)
-    slots = blocks_sm * dev["sms"]
-    per_z = -(-n // block[0]) * -(-n // block[1])
-    best = max(range(zb, most + 1, zb), key=lambda s: (round(per_z * s / zb / (-(-per_z * s // zb // slots) * slots),
-                                                             3), -s))
-    return best
 
 
 if __name__ == "__main__":

@@ -266,7 +266,7 @@ def test_both_kernels_run_clean_under_address_sanitizer(tmp_path, altered_kernel
     clean = _under_asan(tmp_path)
     assert clean.returncode == 0 and "AddressSanitizer" not in clean.stderr, clean.stderr[-3000:]
     assert clean.stdout.startswith("clean ") and clean.stdout.split()[-3:] == ["[21,", "8,", "1]"]
-    altered_kernel("backproject", "        if (z0 + k < nz) out[", "        if (z0 + k <= nz) out[")
+    altered_kernel("backproject", "        if (z0 + k < nz) {", "        if (z0 + k <= nz) {")
     broken = _under_asan(tmp_path, "ct-only")
     assert broken.returncode != 0 and "ERROR: AddressSanitizer: heap-buffer-overflow" in broken.stderr
     where = re.search(r"(READ|WRITE) of size 4 .*\n +#0 \S+ in backproject_slab \S+/backproject\.cu:\d+", broken.stderr)

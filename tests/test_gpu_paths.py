@@ -309,3 +309,38 @@ def test_a_ct_self_check_that_raises_leaves_the_device_untrusted(altered_kernel)
     with pytest.raises(RuntimeError, match="GPU backprojection disabled on gpu:0: its self-check raised "
                                            "DeviceOutOfMemory: out of memory on simulated GPU 0"):
         bp.run([(0, 8)], gpu)
+
+
+def test_launches_are_cut_into_whole_waves():
+    """A 16-slice 512^2 slab on an H100 (792 blocks at once): 2.59 waves uncut; cut angles fill them."""
+    from gpumr.ct.backproject_gpu import split_for_waves
+    blocks = 16 * 64 * 2
+    s = split_for_waves(blocks, 792, 512)
+    assert s > 1 and blocks * s / (-(-blocks * s // 792) * 792) > 0.97
+    assert split_for_waves(blocks, None, 512) == 1          # wave unknown: no cut
+    assert split_for_waves(blocks, 792, 20) == 1            # too few angles to cut
+    assert split_for_waves(792 * 3, 792, 512) == 1          # whole waves already
+
+
+def test_pipelined_slabs_with_cut_angles_equal_the_cpu_backprojector():
+    """Several slabs in flight, each launch's angles cut in parts that meet through atomic adds."""
+    from gpumr.ct.backproject_gpu import split_for_waves
+    g, q = ct_case(n_angles=60)
+    gpu = sim_gpu()
+    lx = launch.launcher(gpu)
+    bp = SlabBackprojector(pad(q), g)
+    st = bp.state(gpu)
+    assert split_for_waves(2 * 4 * 5, lx.resident_blocks(st["fn"], 256), 60) == 3  # slab (0, 37): 40 blocks
+    slabs = [(0, 37), (3, 11), (11, 30), (36, 37)]
+    got = bp.run(slabs, gpu)
+    for (z0, z1), slab in zip(slabs, got):
+        assert slab.shape == (z1 - z0, 30, 34)
+        assert rel_l2(slab, backproject(q, g, z0, z1)) < 1e-5
+
+
+def test_host_builds_round_as_nvcc_builds():
+    """Backprojection may fuse multiply-adds on the GPU, so its host build contracts too; Haar's never does."""
+    from gpumr.gpu import emulate, kernels
+    assert "-fmad=false" not in kernels.FLAGS["backproject"]
+    assert "-ffp-contract=fast" in emulate.host_flags("backproject")
+    assert kernels.FLAGS["haar"] == ["-fmad=false"] and emulate.host_flags("haar") == ()

@@ -5,9 +5,10 @@ is compiled as C++ by the system compiler (``$CXX``, else ``g++``) against
 ``cuda/host_emulation.cuh``, which restates what the kernels use of CUDA
 (indices, vector types, qualifiers, ``__ldg``, atomics, constant memory,
 min/max). A launch runs its blocks on a pool of host threads and the threads
-of a block one after another. The build has no floating-point contraction
-(``-ffp-contract=off``, as the kernels are built with ``-fmad=false``) and
-no fast maths, so the kernels' float arithmetic is what they state.
+of a block one after another. The build has no fast maths, and no
+floating-point contraction for a kernel nvcc builds with ``-fmad=false``
+(``-ffp-contract=off``); one nvcc may fuse is built with contraction on
+(:func:`host_flags`), so that each kernel's float arithmetic is what it states.
 
 The source is scanned first: a CUDA feature the header does not restate
 (shared memory, barriers, warp intrinsics, textures, ...) is refused by name
@@ -72,7 +73,7 @@ UNSUPPORTED = tuple((re.compile(p), what) for p, what in (
     (r"\b__(?!ldg\b|threadfence\b|launch_bounds__|attribute__|align__|builtin_)[a-z]\w*(?=\s*\()",
      "the device intrinsic {}"),
 ))
-_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
 _CONSTANT = re.compile(r"__constant__[^;=]*?(\w+)\s*(?:\[[^\]]*\]\s*)*(?:=[^;]*)?;")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
@@ -176,7 +177,7 @@ def build(name, sanitize=False):
     header = kernels.package_path(HEADER)
     with open(header, "rb") as f:
         header_bytes = f.read()
-    flags = FLAGS + (SANITIZE_FLAGS if sanitize else ())
+    flags = FLAGS + host_flags(name) + (SANITIZE_FLAGS if sanitize else ())
     unit = _unit(source, text, names, constants)
     key = hashlib.sha256()
     for part in (unit.encode(), header_bytes, " ".join(flags).encode(), _compiler_id(cxx).encode()):
@@ -447,3 +448,21 @@ class EmulatedLauncher(Launcher):
 
     def synchronize(self):
         """Nothing to wait for: an emulated launch returns when its grid has run."""
+
+    #: The simulated device's waves: SMs, and blocks of up to 256 threads per SM (what drivers size launches by).
+    SMS, BLOCKS_PER_SM = 4, 6
+
+    def resident_blocks(self, fn, threads):
+        return self.SMS * self.BLOCKS_PER_SM * max(1, 256 // max(threads, 1))
+
+    def empty(self, shape, dtype):
+        return self._array(shape, dtype)
+
+    def zero_async(self, dev, stream):
+        ctypes.memset(dev.ptr, 0, dev.nbytes)
+
+    def to_host_async(self, dev, host, stream, after=None):
+        if host.nbytes != dev.nbytes:
+            raise ValueError(f"copy of {dev.nbytes} bytes into a host array of {host.nbytes}")
+        ctypes.memmove(host.ctypes.data, dev.ptr, dev.nbytes)
+        return None
