@@ -11,8 +11,12 @@ floating-point contraction for a kernel nvcc builds with ``-fmad=false``
 (:func:`host_flags`), so that each kernel's float arithmetic is what it states.
 
 The source is scanned first: a CUDA feature the header does not restate
-(shared memory, barriers, warp intrinsics, textures, ...) is refused by name
-(and the header poisons those names too). A generated wrapper per
+(dynamic shared memory, warp votes, textures, ...) is refused by name (and
+the header poisons those names too). A source with block barriers, shared
+memory or warp shuffles is built so that each block's threads run as fibers
+that meet at them (:func:`uses_fibers`); a barrier or shuffle used wrongly
+(threads at different barriers, a shuffle reading a lane not taking part)
+fails the launch with :class:`LaunchError`. A generated wrapper per
 ``extern "C" __global__`` kernel unpacks the argument array by the kernel's
 own parameter types and runs the grid; ``__constant__`` symbols are reached
 through generated accessors. Builds are cached in :func:`kernels.cache_dir`,
@@ -60,17 +64,17 @@ MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 UNSUPPORTED = tuple((re.compile(p), what) for p, what in (
     (r"#\s*include\s*[<\"](?:cuda|cooperative_groups|curand|cub/|thrust/|mma|sm_|device_)[^>\"\n]*[>\"]",
      "CUDA's headers ({})"),
-    (r"\b__shared__\b", "shared memory (__shared__)"),
-    (r"\b__syncthreads\w*", "block barriers ({})"),
-    (r"\b__syncwarp\b", "warp barriers (__syncwarp)"),
-    (r"\b__shfl\w*", "warp shuffles ({})"),
-    (r"\b__(?:ballot|any|all|activemask|match_\w+|reduce_\w+)(?:_sync)?\b|\bwarpSize\b", "warp votes ({})"),
+    (r"\bextern\s+__shared__\b", "dynamic shared memory (extern __shared__)"),
+    (r"\b__syncthreads_\w+", "counting block barriers ({})"),
+    (r"\b__shfl(?:_up|_down|_xor)?\b", "warp shuffles without a mask ({})"),
+    (r"\b__(?:ballot|any|all|activemask|match_\w+|reduce_\w+)(?:_sync)?\b", "warp votes ({})"),
     (r"\b(?:tex|surf)(?:1D|2D|3D|Cubemap)\w*|\b(?:texture|surface)\s*<|\bcuda(?:Texture|Surface)Object_t\b",
      "textures and surfaces ({})"),
     (r"<<<", "launches from a kernel (dynamic parallelism)"),
     (r"\bcooperative_groups\b|\bthis_grid\b", "cooperative groups"),
     (r"\b(?:asm|__asm__)\b", "inline PTX ({})"),
-    (r"\b__(?!ldg\b|threadfence\b|launch_bounds__|attribute__|align__|builtin_)[a-z]\w*(?=\s*\()",
+    (r"\b__(?!ldg\b|threadfence\b|launch_bounds__|attribute__|align__|builtin_|syncthreads\b|syncwarp\b|"
+     r"shfl(?:_up|_down|_xor)?_sync\b)[a-z]\w*(?=\s*\()",
      "the device intrinsic {}"),
 ))
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
@@ -105,9 +109,20 @@ def host_flags(name):
     ``-fmad=false`` (:data:`kernels.FLAGS`) keeps :data:`FLAGS`' ``-ffp-contract=off``; a kernel nvcc may
     contract into fused multiply-adds is built with contraction on (and FMA instructions) here too.
     """
+    with open(kernels.source_path(name), encoding="utf-8") as f:
+        fibers = ("-DGPUMR_FIBERS",) if uses_fibers(f.read()) else ()
     if "-fmad=false" in kernels.FLAGS.get(name, []):
-        return ()
-    return ("-ffp-contract=fast", "-mfma") if _x86() else ("-ffp-contract=fast",)
+        return fibers
+    return fibers + (("-ffp-contract=fast", "-mfma") if _x86() else ("-ffp-contract=fast",))
+
+
+_FIBERS = re.compile(r"\b(?:__shared__|__syncthreads|__syncwarp|__shfl(?:_up|_down|_xor)?_sync|warpSize)\b")
+
+
+def uses_fibers(text):
+    """Whether source ``text`` uses block barriers, shared memory or warp shuffles: then its host build runs
+    each block's threads as fibers that meet at them (``-DGPUMR_FIBERS`` in ``host_emulation.cuh``)."""
+    return bool(_FIBERS.search(_COMMENT.sub(_blank, text)))
 
 
 def _x86():
@@ -288,7 +303,10 @@ class Kernel:
         values = [self._value(i, arg, param) for i, (arg, param) in enumerate(zip(args, self.params))]
         grid3, block3 = _dims(self.name, grid, block)
         argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self._run(argv, (ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), self.module.launcher.threads)
+        if self._run(argv, (ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), self.module.launcher.threads):
+            why = self.module.lib.gpumr_launch_error
+            why.restype = ctypes.c_char_p
+            raise LaunchError(f"{self.name}: {why().decode(errors='replace')}")
 
     def _value(self, i, arg, param):
         pointer, kind = param
