@@ -384,7 +384,7 @@ def trace_faces(frames, work, l1_sectors, order="atomic"):
 
         def launch(self, fn, grid, block, *args):
             super().launch(fn, grid, block, *args)
-            if fn.name in ("row_scan", "run_stages"):
+            if fn.name == "row_scan" or (fn.name == "run_stages" and len(fn.params) == 22):  # atomics' order
                 out, count = (args[4], args[5]) if fn.name == "row_scan" else (args[-2], args[-1])
                 n = int(self.to_host(count)[0])
                 found = self.to_host(out)[:n]
@@ -639,8 +639,9 @@ def run(args, work):
     for arch in ("80", "90"):
         h = instr[arch, "haar"]
         hc[arch] = {n: haar_counts(h[n]) for n in ("first_stage", "run_stages")}
-        for n in ("integral_rows", "integral_cols", "row_scan"):
-            hc[arch][n] = simple_counts(h[n])
+        for n in h:
+            if n not in hc[arch]:
+                hc[arch][n] = simple_counts(h[n])
     h90 = hc["90"]["run_stages"]
     table("SASS per unit of work (cuobjdump; fast path of each loop) -- counts, the model's input", ["what", "sm_80",
           "sm_90"], [
@@ -689,11 +690,11 @@ def run(args, work):
             if w and (not label or name == "run_stages"):
                 rows.append([f"faces {name}{label}", f"{w['sectors_per_request']:.1f}", f"{w['l1_hit']:.0%}",
                              f"{w['simt']:.2f}" if w.get("simt") is not None else "",
-                             w.get("deepest", "")])
+                             w["deepest"] // n_frames if "deepest" in w else ""])
     table(f"Warp traffic from the instrumented emulator (traced: {n}^3 from {n_angles} angles, {bt_s:.0f} s; "
           f"{n_frames} frame(s) {frames[0].shape[1]}x{frames[0].shape[0]}, {emu_s:.0f} s; survivors in a GPU's "
           f"atomic order unless said) -- L1 modelled, a {LABEL} for a GPU",
-          ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lane (stumps)"], rows)
+          ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lane (stumps per frame)"], rows)
     table("Host time (measured on this machine, not a GPU node)", ["what", "ms"], [
         ["pyramid resize per 640x480 frame, one core (gpumr resizes on the CPU today)", f"{pyr_ms:.2f}"],
         ["packing and index lists per frame, one core (serial today)", f"{pack_ms:.2f}"],

@@ -5,11 +5,13 @@
 //   integral_rows, integral_cols  integral images of every pyramid level of every frame
 //   first_stage                   every window on the level's step grid: variance check
 //                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
-//   row_scan                      OpenCV visits the positions of a row in order and skips
+//   row_count, row_write          OpenCV visits the positions of a row in order and skips
 //                                 the one after a stage-0 failure; one thread per row
-//                                 replays that and appends the visited survivors
-//   run_stages                    stages [first, last) for each survivor, early exit;
-//                                 survivors of the group are appended to the next list
+//                                 replays that, counting, then (at the prefix sum of the
+//                                 counts) writing its survivors: the list is in window order
+//   scan_blocks, add_block_offsets  exclusive prefix sums (shared memory, barriers)
+//   run_stages, compact           stages [first, last) for each survivor, early exit, a
+//                                 pass flag each; the passing ones compacted in order
 //
 // Rounding follows OpenCV's CPU code: compile with -fmad=false.
 
@@ -190,35 +192,101 @@ extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__
     codes[w] = (stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 1 : 0;
 }
 
-extern "C" __global__ void row_scan(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
-                                    const signed char* __restrict__ codes, int* __restrict__ out, int* __restrict__ count,
-                                    int capacity)
+// OpenCV visits a grid row's positions in order and skips the one after a stage-0
+// failure: the survivors of grid row i, in window order, counted (out null) or written.
+__device__ __forceinline__ int row_survivors(const Level* levels, const int2* grid_rows, int i,
+                                             const signed char* codes, int* out)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_rows) return;
-    const int level = grid_rows[i].x, gyi = grid_rows[i].y;
+    const int level = LOAD(&grid_rows[i]).x, gyi = LOAD(&grid_rows[i]).y;
     const Level L = levels[level];
-    const signed char* c = codes + L.win_off + gyi * L.gx;
+    const int base = L.win_off + gyi * L.gx;
+    int n = 0;
     for (int gxi = 0; gxi < L.gx; ++gxi) {
-        const int code = c[gxi];
+        const int code = LOAD(&codes[base + gxi]);
         if (code == 1) {
-            int slot = atomicAdd(count, 1);
-            if (slot < capacity) out[slot] = L.win_off + gyi * L.gx + gxi;
+            if (out) out[n] = base + gxi;
+            ++n;
         } else if (code == 0) {
             ++gxi;  // OpenCV skips the position after a stage-0 failure
         }
     }
+    return n;
 }
 
+extern "C" __global__ void row_count(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
+                                     const signed char* __restrict__ codes, int* __restrict__ counts)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_rows) counts[i] = row_survivors(levels, grid_rows, i, codes, 0);
+}
+
+// Each row's survivors at its offset (the prefix sum of row_count's counts): window order.
+extern "C" __global__ void row_write(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
+                                     const signed char* __restrict__ codes, const int* __restrict__ offsets,
+                                     int* __restrict__ out)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_rows) row_survivors(levels, grid_rows, i, codes, out + offsets[i]);
+}
+
+// Exclusive prefix sums in place, SCAN_THREADS x SCAN_CHUNK elements per block: each
+// thread sums its chunk, the block scans the chunk sums in shared memory, each thread
+// writes its chunk's prefixes; the block's total goes to sums[blockIdx.x] (the driver
+// scans those and adds them back with add_block_offsets when there are several blocks).
+#define SCAN_THREADS 256
+#define SCAN_CHUNK 16
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_blocks(int* __restrict__ data, int n,
+                                                                      int* __restrict__ sums)
+{
+    __shared__ int part[SCAN_THREADS];
+    const int t = threadIdx.x;
+    const int first = (blockIdx.x * SCAN_THREADS + t) * SCAN_CHUNK;
+    int total = 0;
+    for (int k = 0; k < SCAN_CHUNK; ++k)
+        if (first + k < n) total += data[first + k];
+    part[t] = total;
+    __syncthreads();
+    for (int d = 1; d < SCAN_THREADS; d *= 2) {
+        const int v = t >= d ? part[t - d] : 0;
+        __syncthreads();
+        part[t] += v;
+        __syncthreads();
+    }
+    int run = part[t] - total;
+    for (int k = 0; k < SCAN_CHUNK; ++k)
+        if (first + k < n) {
+            const int v = data[first + k];
+            data[first + k] = run;
+            run += v;
+        }
+    if (t == SCAN_THREADS - 1) sums[blockIdx.x] = part[t];
+}
+
+extern "C" __global__ void add_block_offsets(int* __restrict__ data, int n, const int* __restrict__ offsets)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) data[i] += offsets[i / (SCAN_THREADS * SCAN_CHUNK)];
+}
+
+// Stages [first, last) for each survivor: 1 where it passes them all, else 0.
 extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
                                       const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
                                       const int* __restrict__ in, int n_in, int first, int last,
-                                      int* __restrict__ out, int* __restrict__ count)
+                                      int* __restrict__ passed)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_in) return;
     const int w = LOAD(&in[i]);
     const Cascade C = CASCADE;
     const Window v = window_at(C, levels, n_levels, w, sum, sq);
-    if (stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0) out[atomicAdd(count, 1)] = w;
+    passed[i] = stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0;
+}
+
+// The inputs that passed, in their order: offsets are the exclusive prefix sums of the
+// pass flags (n + 1 of them, the last the total), so input i passed where its offset grows.
+extern "C" __global__ void compact(const int* __restrict__ in, const int* __restrict__ offsets, int n,
+                                   int* __restrict__ out)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && offsets[i + 1] > offsets[i]) out[offsets[i]] = in[i];
 }

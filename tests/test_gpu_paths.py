@@ -222,12 +222,11 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
 
 
 def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reason(altered_kernel, astro):
-    altered_kernel("haar", "int* __restrict__ out, int* __restrict__ count)\n{",
-                  "int* __restrict__ out, int* __restrict__ count, int extra)\n{")
+    altered_kernel("haar", "int* __restrict__ passed)\n{", "int* __restrict__ passed, int extra)\n{")
     fg = FaceGPU(CASCADES["default"])
     for _ in range(2):
         with pytest.raises(RuntimeError, match=r"GPU face detection disabled on gpu:0: its self-check raised "
-                                               r"TypeError: run_stages: takes 22 arguments, 21 given"):
+                                               r"TypeError: run_stages: takes 21 arguments, 20 given"):
             fg.run([astro], sim_gpu())
 
 
@@ -343,4 +342,26 @@ def test_host_builds_round_as_nvcc_builds():
     from gpumr.gpu import emulate, kernels
     assert "-fmad=false" not in kernels.FLAGS["backproject"]
     assert "-ffp-contract=fast" in emulate.host_flags("backproject")
-    assert kernels.FLAGS["haar"] == ["-fmad=false"] and emulate.host_flags("haar") == ()
+    assert kernels.FLAGS["haar"] == ["-fmad=false"] and "-ffp-contract=fast" not in emulate.host_flags("haar")
+    assert "-DGPUMR_FIBERS" in emulate.host_flags("haar")  # its prefix sums meet at barriers
+
+
+def test_prefix_sums_and_compaction_keep_window_order():
+    """The survivors' compaction: an exclusive prefix sum over several blocks (and its block totals'), then
+    ordered writes: the passing windows come out in the order they went in."""
+    from gpumr.faces.gpu import SCAN_CHUNK, SCAN_THREADS
+    gpu = sim_gpu()
+    fg = FaceGPU(CASCADES["default"])
+    st = fg._setup(gpu)
+    lx, f = st["lx"], st["fns"]
+    rng = np.random.default_rng(5)
+    n = 3 * SCAN_THREADS * SCAN_CHUNK + 77  # four blocks, the last one partial
+    windows = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int32)
+    flags = (rng.random(n) < 0.3).astype(np.int32)
+    data = lx.to_device(np.append(flags, 0).astype(np.int32))
+    total = FaceGPU._scan(lx, f, data, n + 1)
+    offsets = lx.to_host(data)
+    assert total == flags.sum() and offsets.tolist() == np.concatenate([[0], np.cumsum(flags)]).tolist()
+    out = lx.zeros(max(total, 1), np.int32)
+    lx.launch(f["compact"], ((n + 255) // 256, 1, 1), (256, 1, 1), lx.to_device(windows), data, np.int32(n), out)
+    assert lx.to_host(out)[:total].tolist() == windows[flags == 1].tolist()

@@ -6,7 +6,8 @@ of every frame is resized on the CPU with OpenCV's bit-exact bilinear
 resize (``INTER_LINEAR_EXACT``, what ``detectMultiScale`` uses, in a thread
 pool), packed into one buffer and sent over; integral images, the first stage over every window, OpenCV's
 row-order skip rule and the remaining stages (in groups, survivors compacted
-between groups) run on the GPU; the surviving windows come back as boxes,
+between groups in window order: per-row counts or pass flags, a prefix sum,
+ordered writes) run on the GPU; the surviving windows come back as boxes,
 grouped per frame by OpenCV's ``groupRectangles``.
 
 Before a device is trusted, a built-in photo is run through it and compared
@@ -24,6 +25,8 @@ from .cascade import Cascade
 from .cpu import DEFAULTS
 from .reference import group, scales
 
+#: The prefix-sum kernel's block and the elements each of its threads sums (``cuda/haar.cu``).
+SCAN_THREADS, SCAN_CHUNK = 256, 16
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
@@ -58,15 +61,17 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
 
     What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
     once: per level the table row (40 bytes), the pixels (1 byte each), the
-    sum and squared-sum integrals (8 bytes per element) and the row, column
-    and window-row lists (8 bytes each); per window its first-stage code (1
-    byte) and two survivor lists (4 bytes each); plus :data:`MEMORY_MARGIN`.
+    sum and squared-sum integrals (8 bytes per element), the row, column
+    and window-row lists (8 bytes each) and the window rows' offsets (4
+    bytes); per window its first-stage code (1 byte), two survivor lists and
+    the pass flags (4 bytes each); plus :data:`MEMORY_MARGIN` (which holds
+    the prefix sums' block totals, one per 4096 elements).
     """
     total = MEMORY_MARGIN
     for shape in shapes:
         for lv in levels(shape, window, scale_factor, min_size, max_size):
             (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
-            total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
+            total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 4 * (gy + 1) + 13 * gx * gy
     return total
 
 
@@ -138,8 +143,9 @@ class FaceGPU:
         c = self.cascade
         with lx.active():
             mod = lx.module("haar")
-            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_scan",
-                                                     "run_stages")}
+            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_count",
+                                                     "row_write", "scan_blocks", "add_block_offsets", "run_stages",
+                                                     "compact")}
             nodes = np.zeros((len(c.nodes), 4), np.int32)
             nodes[:, :3] = c.nodes
             arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
@@ -190,6 +196,19 @@ class FaceGPU:
             boxes[frame].append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
         return [group(b, self.params["min_neighbors"], g.shape[::-1]) for b, g in zip(boxes, grays)]
 
+    @staticmethod
+    def _scan(lx, f, data, n):
+        """Exclusive prefix sums of device array ``data``'s first ``n`` int32 in place; returns the last
+        element's prefix (with a zero there, the total of the others)."""
+        per = SCAN_THREADS * SCAN_CHUNK
+        blocks = -(-n // per)
+        sums = lx.zeros(blocks + 1, np.int32)
+        lx.launch(f["scan_blocks"], (blocks, 1, 1), (SCAN_THREADS, 1, 1), data, np.int32(n), sums)
+        if blocks > 1:
+            FaceGPU._scan(lx, f, sums, blocks)
+            lx.launch(f["add_block_offsets"], _grid(n), (BLOCK, 1, 1), data, np.int32(n), sums)
+        return int(lx.to_host(data[n - 1:n])[0])
+
     def _detect(self, st, table, pixels, n_int, n_win):
         lx, f, casc = st["lx"], st["fns"], st["cascade"]
         i32 = np.int32
@@ -210,19 +229,24 @@ class FaceGPU:
                   total, sq, codes)
         grid_rows = np.concatenate([np.stack([np.full(gy, lv), np.arange(gy)], 1)
                                     for lv, gy in enumerate(table[:, 8])]).astype(np.int32)
-        survivors = lx.zeros(n_win, np.int32)
-        count = lx.zeros(1, np.int32)
-        lx.launch(f["row_scan"], _grid(len(grid_rows)), (BLOCK, 1, 1), levels, lx.to_device(grid_rows),
-                  i32(len(grid_rows)), codes, survivors, count, i32(n_win))
-        n = int(lx.to_host(count)[0])
+        n_rows = len(grid_rows)
+        grid_rows = lx.to_device(grid_rows)
+        offsets = lx.zeros(n_rows + 1, np.int32)  # the last, zero, becomes the total
+        lx.launch(f["row_count"], _grid(n_rows), (BLOCK, 1, 1), levels, grid_rows, i32(n_rows), codes, offsets)
+        n = self._scan(lx, f, offsets, n_rows + 1)
+        survivors = lx.empty(max(n, 1), np.int32)
+        lx.launch(f["row_write"], _grid(n_rows), (BLOCK, 1, 1), levels, grid_rows, i32(n_rows), codes, offsets,
+                  survivors)
         n_stages = len(self.cascade.stages)
         bounds = [b for b in STAGE_GROUPS if b < n_stages] + [n_stages]
         for first, last in zip(bounds[:-1], bounds[1:]):
             if n == 0:
                 break
-            out = lx.zeros(n, np.int32)
-            count = lx.zeros(1, np.int32)
+            passed = lx.zeros(n + 1, np.int32)
             lx.launch(f["run_stages"], _grid(n), (BLOCK, 1, 1), *casc, levels, i32(len(table)), total, sq,
-                      survivors, i32(n), i32(first), i32(last), out, count)
-            survivors, n = out, int(lx.to_host(count)[0])
+                      survivors, i32(n), i32(first), i32(last), passed)
+            kept = self._scan(lx, f, passed, n + 1)
+            out = lx.empty(max(kept, 1), np.int32)
+            lx.launch(f["compact"], _grid(n), (BLOCK, 1, 1), survivors, passed, i32(n), out)
+            survivors, n = out, kept
         return np.sort(lx.to_host(survivors)[:n]) if n else np.zeros(0, np.int64)
