@@ -365,3 +365,10 @@ def test_prefix_sums_and_compaction_keep_window_order():
     out = lx.zeros(max(total, 1), np.int32)
     lx.launch(f["compact"], ((n + 255) // 256, 1, 1), (256, 1, 1), lx.to_device(windows), data, np.int32(n), out)
     assert lx.to_host(out)[:total].tolist() == windows[flags == 1].tolist()
+
+
+def test_per_level_lists_name_every_item_of_every_level_once():
+    from gpumr.faces.gpu import per_level
+    got = per_level([3, 0, 2, 1])
+    assert got.dtype == np.int32 and got.tolist() == [[0, 0], [0, 1], [0, 2], [2, 0], [2, 1], [3, 0]]
+    assert per_level([]).shape == (0, 2)

@@ -94,6 +94,18 @@ def turns(frame_levels, limit):
         yield first, len(frame_levels)
 
 
+def per_level(counts):
+    """``(level, i)`` for ``i`` in ``range(counts[level])``, level after level: int32 [sum(counts), 2].
+
+    The kernels' one-thread-per-item lists (integral rows and columns, window
+    rows), built without a loop over levels (a frame has dozens).
+    """
+    counts = np.asarray(counts, np.int64)
+    level = np.repeat(np.arange(len(counts)), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.stack([level, np.arange(len(level)) - starts], 1).astype(np.int32)
+
+
 def _grid(n):
     return ((n + BLOCK - 1) // BLOCK, 1, 1)
 
@@ -216,10 +228,8 @@ class FaceGPU:
         img = lx.to_device(pixels)
         total = lx.zeros(n_int, np.uint32)
         sq = lx.zeros(n_int, np.uint32)
-        rows = np.concatenate([np.stack([np.full(h + 1, lv), np.arange(h + 1)], 1)
-                               for lv, h in enumerate(table[:, 3])]).astype(np.int32)
-        cols = np.concatenate([np.stack([np.full(w + 1, lv), np.arange(w + 1)], 1)
-                               for lv, w in enumerate(table[:, 2])]).astype(np.int32)
+        rows = per_level(table[:, 3] + 1)
+        cols = per_level(table[:, 2] + 1)
         lx.launch(f["integral_rows"], _grid(len(rows)), (BLOCK, 1, 1), img, levels, lx.to_device(rows),
                   i32(len(rows)), total, sq)
         lx.launch(f["integral_cols"], _grid(len(cols)), (BLOCK, 1, 1), levels, lx.to_device(cols), i32(len(cols)),
@@ -227,8 +237,7 @@ class FaceGPU:
         codes = lx.zeros(n_win, np.int8)
         lx.launch(f["first_stage"], _grid(n_win), (BLOCK, 1, 1), *casc, levels, i32(len(table)), i32(n_win),
                   total, sq, codes)
-        grid_rows = np.concatenate([np.stack([np.full(gy, lv), np.arange(gy)], 1)
-                                    for lv, gy in enumerate(table[:, 8])]).astype(np.int32)
+        grid_rows = per_level(table[:, 8])
         n_rows = len(grid_rows)
         grid_rows = lx.to_device(grid_rows)
         offsets = lx.zeros(n_rows + 1, np.int32)  # the last, zero, becomes the total
