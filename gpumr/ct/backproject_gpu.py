@@ -4,8 +4,9 @@ Projections are uploaded once per task and device and kept there across the
 task's slabs. Slabs are pipelined (:meth:`SlabBackprojector.run`): a slab's
 copy back into page-locked memory overlaps the next slab's kernels; each
 launch's angles are cut into the parts that fill the device's waves of
-blocks (:func:`split_for_waves`; ``bench/gpu_model.py`` predicts the gain). A slab whose output does not fit the free device memory is cut
-into smaller slabs (halving) rather than failing. Before a device is trusted,
+blocks (:func:`split_for_waves`; ``bench/gpu_model.py`` predicts the
+gain). A slab whose output does not fit the free device memory is cut into
+smaller slabs (halving) rather than failing. Before a device is trusted,
 2 ZB + 3 slices around the volume's centre (every one of the ZB slices a
 kernel thread keeps) are compared with the CPU backprojector
 (:mod:`gpumr.gpu.trust`); a mismatch disables the GPU path (slabs then fall

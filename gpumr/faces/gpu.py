@@ -27,6 +27,8 @@ from .reference import group, scales
 
 #: The prefix-sum kernel's block and the elements each of its threads sums (``cuda/haar.cu``).
 SCAN_THREADS, SCAN_CHUNK = 256, 16
+#: Frames per part of a batch: the host builds one part's pyramid while the device runs the previous part.
+PART = 8
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
@@ -64,15 +66,21 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
     sum and squared-sum integrals (8 bytes per element), the row, column
     and window-row lists (8 bytes each) and the window rows' offsets (4
     bytes); per window its first-stage code (1 byte), two survivor lists and
-    the pass flags (4 bytes each); plus :data:`MEMORY_MARGIN` (which holds
-    the prefix sums' block totals, one per 4096 elements).
+    the pass flags (4 bytes each); summed over the largest run of
+    :data:`PART` consecutive frames (what the device holds at once); plus
+    :data:`MEMORY_MARGIN` (which holds the prefix sums' block totals, one
+    per 4096 elements).
     """
-    total = MEMORY_MARGIN
+    per_frame = []
     for shape in shapes:
+        frame = 0
         for lv in levels(shape, window, scale_factor, min_size, max_size):
             (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
-            total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 4 * (gy + 1) + 13 * gx * gy
-    return total
+            frame += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 4 * (gy + 1) + 13 * gx * gy
+        per_frame.append(frame)
+    # The device holds one part of at most PART consecutive frames at a time: the largest such run.
+    return MEMORY_MARGIN + max((sum(per_frame[a:a + PART]) for a in range(max(1, len(per_frame) - PART + 1))),
+                               default=0)
 
 
 def turns(frame_levels, limit):
@@ -121,6 +129,7 @@ class FaceGPU:
         self.prefer = prefer
         self._devices = DeviceStates("GPU face detection", self._setup, self._self_check)
         self._pool = ThreadPoolExecutor(max_workers=8)
+        self._ahead = ThreadPoolExecutor(max_workers=1)  # the next part's pyramid, beside the device's work
 
     # -- host-side pyramid ---------------------------------------------
     def _levels(self, shape):
@@ -186,12 +195,25 @@ class FaceGPU:
         return self._run(self._devices.get(gpu), grays)
 
     def _run(self, st, grays):
-        """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`)."""
-        parts = turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
-        return [faces for first, end in parts for faces in self._run_turn(st, grays[first:end])]
+        """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`).
 
-    def _run_turn(self, st, grays):
-        table, pixels, meta, n_int, n_win = self.pyramid(grays)
+        Turns go in parts of at most :data:`PART` frames, double-buffered: the
+        next part's pyramid is built on the host (its own thread, the resize
+        pool beneath) while the device runs this part's kernels.
+        """
+        parts = [(a, min(a + PART, end)) for first, end in turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
+                 for a in range(first, end, PART)]
+        out = []
+        ahead = self._ahead.submit(self.pyramid, grays[parts[0][0]:parts[0][1]]) if parts else None
+        for i, (a, b) in enumerate(parts):
+            pyramid = ahead.result()
+            if i + 1 < len(parts):
+                ahead = self._ahead.submit(self.pyramid, grays[parts[i + 1][0]:parts[i + 1][1]])
+            out.extend(self._run_turn(st, grays[a:b], pyramid))
+        return out
+
+    def _run_turn(self, st, grays, pyramid):
+        table, pixels, meta, n_int, n_win = pyramid
         faces = [[] for _ in grays]
         if not len(table):
             return faces
