@@ -691,8 +691,9 @@ def run(args, work):
                              f"{w['simt']:.2f}" if w.get("simt") is not None else "",
                              w["deepest"] // n_frames if "deepest" in w else ""])
     table(f"Warp traffic from the instrumented emulator (traced: {n}^3 from {n_angles} angles, {bt_s:.0f} s; "
-          f"{n_frames} frame(s) {frames[0].shape[1]}x{frames[0].shape[0]}, {emu_s:.0f} s; survivors in a GPU's "
-          f"atomic order unless said) -- L1 modelled, a {LABEL} for a GPU",
+          f"{n_frames} frame(s) {frames[0].shape[1]}x{frames[0].shape[0]}, {emu_s:.0f} s; survivors in the order "
+          f"the kernels leave them, a GPU's atomics' order modelled for kernels that append) -- L1 modelled, a "
+          f"{LABEL} for a GPU",
           ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lane (stumps per frame)"], rows)
     table("Host time (measured on this machine, not a GPU node)", ["what", "ms"], [
         ["pyramid resize per 640x480 frame, one core (gpumr resizes on the CPU today)", f"{pyr_ms:.2f}"],

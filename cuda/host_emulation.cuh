@@ -103,6 +103,11 @@ static thread_local std::vector<Record> mine;
 static thread_local unsigned occ[SITES];
 static thread_local unsigned seq;
 static thread_local unsigned thread_linear;
+#ifdef GPUMR_FIBERS
+// A block's threads interleave as fibers: each one's counts are kept by its index until the block ends.
+static thread_local std::unordered_map<unsigned long long, unsigned> occ_of;
+static thread_local std::unordered_map<unsigned, unsigned> seq_of;
+#endif
 static void begin_thread(unsigned thread)
 {
     thread_linear = thread;
@@ -112,6 +117,10 @@ static void begin_thread(unsigned thread)
 struct Request { unsigned seq, warp, site; std::vector<unsigned long long> sectors; };
 static void end_block()
 {
+#ifdef GPUMR_FIBERS
+    occ_of.clear();
+    seq_of.clear();
+#endif
     std::vector<Record>& r = mine;
     std::sort(r.begin(), r.end(), [](const Record& a, const Record& b) {
         return std::tie(a.warp, a.site, a.occ) < std::tie(b.warp, b.site, b.occ); });
@@ -168,8 +177,14 @@ template <class T> static __forceinline__ T gpumr_traced_ldg(const T* p, unsigne
 {
     using namespace gpumr_trace;
     const unsigned site = line % SITES;
+#ifdef GPUMR_FIBERS
+    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    mine.push_back(Record{(unsigned long long)p, t / 32, t % 32, site, occ_of[(unsigned long long)t << 12 | site]++,
+                          seq_of[t]++, (unsigned)sizeof(T)});
+#else
     mine.push_back(Record{(unsigned long long)p, thread_linear / 32, thread_linear % 32, site, occ[site]++, seq++,
                           (unsigned)sizeof(T)});
+#endif
     return *p;
 }
 #define __ldg(p) gpumr_traced_ldg((p), __LINE__)
@@ -431,6 +446,9 @@ int launch(void (*fn)(A...), void** args, const unsigned* grid, const unsigned* 
                     gpumr_emu_error = "block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) +
                                       ", " + std::to_string(blockIdx.z) + "): " + why;
             }
+#ifdef GPUMR_TRACE
+            gpumr_trace::end_block();
+#endif
             continue;
 #endif
             for (unsigned z = 0; z < block[2]; ++z)
