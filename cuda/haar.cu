@@ -5,13 +5,21 @@
 //   integral_rows, integral_cols  integral images of every pyramid level of every frame
 //   first_stage                   every window on the level's step grid: variance check
 //                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
-//   row_scan                      OpenCV visits the positions of a row in order and skips
+//   row_count, row_write          OpenCV visits the positions of a row in order and skips
 //                                 the one after a stage-0 failure; one thread per row
-//                                 replays that and appends the visited survivors
-//   run_stages                    stages [first, last) for each survivor, early exit;
-//                                 survivors of the group are appended to the next list
+//                                 replays that, counting, then (at the prefix sum of the
+//                                 counts) writing its survivors: the list is in window order
+//   scan_blocks, add_block_offsets  exclusive prefix sums (shared memory, barriers)
+//   run_stages, compact           stages [first, last) for each survivor, early exit, a
+//                                 pass flag each; the passing ones compacted in order
 //
 // Rounding follows OpenCV's CPU code: compile with -fmad=false.
+
+// A global load, as written: the host emulation's measuring build (bench/gpu_model.py)
+// defines it to record each warp's addresses; the GPU build is plain indexing.
+#ifndef LOAD
+#define LOAD(p) (*(p))
+#endif
 
 struct Level {
     int img_off;    // first pixel of the scaled image in the image buffer
@@ -57,7 +65,7 @@ extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, 
     }
     const unsigned char* p = img + L.img_off + (y - 1) * L.width;
     for (int x = 1; x < W; ++x) {
-        const unsigned v = p[x - 1];
+        const unsigned v = LOAD(&p[x - 1]);
         acc += v;
         accq += v * v;
         s[x] = acc;
@@ -92,7 +100,8 @@ extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const
 // sum is exact once the differences are taken in unsigned arithmetic.
 __device__ __forceinline__ int rect_sum(const unsigned* s, int W, int x, int y, int w, int h)
 {
-    return (int)(s[(y + h) * W + x + w] - s[y * W + x + w] - s[(y + h) * W + x] + s[y * W + x]);
+    return (int)(LOAD(&s[(y + h) * W + x + w]) - LOAD(&s[y * W + x + w]) - LOAD(&s[(y + h) * W + x])
+                 + LOAD(&s[y * W + x]));
 }
 
 // 1 / nf for the window at (x, y), or 0 when OpenCV rejects it for low variance.
@@ -100,7 +109,8 @@ __device__ __forceinline__ float norm_factor(const unsigned* s, const unsigned* 
 {
     const int x0 = x + 1, y0 = y + 1, x1 = x + ww - 1, y1 = y + wh - 1;
     const int vs = rect_sum(s, W, x0, y0, x1 - x0, y1 - y0);
-    const unsigned vq = q[y1 * W + x1] - q[y0 * W + x1] - q[y1 * W + x0] + q[y0 * W + x0];
+    const unsigned vq = LOAD(&q[y1 * W + x1]) - LOAD(&q[y0 * W + x1]) - LOAD(&q[y1 * W + x0])
+                        + LOAD(&q[y0 * W + x0]);
     const int area = (ww - 2) * (wh - 2);
     const double nf = (double)area * (double)vq - (double)vs * (double)vs;
     if (!(nf > 0.0)) return 0.0f;
@@ -112,28 +122,28 @@ __device__ __forceinline__ float norm_factor(const unsigned* s, const unsigned* 
 __device__ int stages_at(const Cascade C, const unsigned* s, int W, int x, int y, float inv, int first, int last)
 {
     for (int si = first; si < last; ++si) {
-        const int2 st = C.stages[si];
+        const int2 st = LOAD(&C.stages[si]);
         double acc = 0.0;  // OpenCV sums a stage's leaves in double
         for (int t = st.x; t < st.x + st.y; ++t) {
-            const int2 tree = C.trees[t];
+            const int2 tree = LOAD(&C.trees[t]);
             int idx = 0;
             do {
-                const int4 node = C.nodes[tree.x + idx];
+                const int4 node = LOAD(&C.nodes[tree.x + idx]);
                 const int f = node.x;
                 float val = 0.0f;
 #pragma unroll
                 for (int r = 0; r < 3; ++r) {
-                    const float wt = C.weights[f * 3 + r];
+                    const float wt = LOAD(&C.weights[f * 3 + r]);
                     if (wt != 0.0f) {
-                        const int4 R = C.rects[f * 3 + r];
+                        const int4 R = LOAD(&C.rects[f * 3 + r]);
                         val += wt * (float)rect_sum(s, W, x + R.x, y + R.y, R.z, R.w);
                     }
                 }
-                idx = (val * inv < C.node_thr[tree.x + idx]) ? node.y : node.z;
+                idx = (val * inv < LOAD(&C.node_thr[tree.x + idx])) ? node.y : node.z;
             } while (idx > 0);
-            acc += C.leaves[tree.y - idx];
+            acc += LOAD(&C.leaves[tree.y - idx]);
         }
-        if (acc < C.stage_thr[si]) return si;
+        if (acc < LOAD(&C.stage_thr[si])) return si;
     }
     return -1;
 }
@@ -182,35 +192,101 @@ extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__
     codes[w] = (stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 1 : 0;
 }
 
-extern "C" __global__ void row_scan(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
-                                    const signed char* __restrict__ codes, int* __restrict__ out, int* __restrict__ count,
-                                    int capacity)
+// OpenCV visits a grid row's positions in order and skips the one after a stage-0
+// failure: the survivors of grid row i, in window order, counted (out null) or written.
+__device__ __forceinline__ int row_survivors(const Level* levels, const int2* grid_rows, int i,
+                                             const signed char* codes, int* out)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_rows) return;
-    const int level = grid_rows[i].x, gyi = grid_rows[i].y;
+    const int level = LOAD(&grid_rows[i]).x, gyi = LOAD(&grid_rows[i]).y;
     const Level L = levels[level];
-    const signed char* c = codes + L.win_off + gyi * L.gx;
+    const int base = L.win_off + gyi * L.gx;
+    int n = 0;
     for (int gxi = 0; gxi < L.gx; ++gxi) {
-        const int code = c[gxi];
+        const int code = LOAD(&codes[base + gxi]);
         if (code == 1) {
-            int slot = atomicAdd(count, 1);
-            if (slot < capacity) out[slot] = L.win_off + gyi * L.gx + gxi;
+            if (out) out[n] = base + gxi;
+            ++n;
         } else if (code == 0) {
             ++gxi;  // OpenCV skips the position after a stage-0 failure
         }
     }
+    return n;
 }
 
+extern "C" __global__ void row_count(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
+                                     const signed char* __restrict__ codes, int* __restrict__ counts)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_rows) counts[i] = row_survivors(levels, grid_rows, i, codes, 0);
+}
+
+// Each row's survivors at its offset (the prefix sum of row_count's counts): window order.
+extern "C" __global__ void row_write(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
+                                     const signed char* __restrict__ codes, const int* __restrict__ offsets,
+                                     int* __restrict__ out)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_rows) row_survivors(levels, grid_rows, i, codes, out + offsets[i]);
+}
+
+// Exclusive prefix sums in place, SCAN_THREADS x SCAN_CHUNK elements per block: each
+// thread sums its chunk, the block scans the chunk sums in shared memory, each thread
+// writes its chunk's prefixes; the block's total goes to sums[blockIdx.x] (the driver
+// scans those and adds them back with add_block_offsets when there are several blocks).
+#define SCAN_THREADS 256
+#define SCAN_CHUNK 16
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_blocks(int* __restrict__ data, int n,
+                                                                      int* __restrict__ sums)
+{
+    __shared__ int part[SCAN_THREADS];
+    const int t = threadIdx.x;
+    const int first = (blockIdx.x * SCAN_THREADS + t) * SCAN_CHUNK;
+    int total = 0;
+    for (int k = 0; k < SCAN_CHUNK; ++k)
+        if (first + k < n) total += data[first + k];
+    part[t] = total;
+    __syncthreads();
+    for (int d = 1; d < SCAN_THREADS; d *= 2) {
+        const int v = t >= d ? part[t - d] : 0;
+        __syncthreads();
+        part[t] += v;
+        __syncthreads();
+    }
+    int run = part[t] - total;
+    for (int k = 0; k < SCAN_CHUNK; ++k)
+        if (first + k < n) {
+            const int v = data[first + k];
+            data[first + k] = run;
+            run += v;
+        }
+    if (t == SCAN_THREADS - 1) sums[blockIdx.x] = part[t];
+}
+
+extern "C" __global__ void add_block_offsets(int* __restrict__ data, int n, const int* __restrict__ offsets)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) data[i] += offsets[i / (SCAN_THREADS * SCAN_CHUNK)];
+}
+
+// Stages [first, last) for each survivor: 1 where it passes them all, else 0.
 extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
                                       const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
                                       const int* __restrict__ in, int n_in, int first, int last,
-                                      int* __restrict__ out, int* __restrict__ count)
+                                      int* __restrict__ passed)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_in) return;
-    const int w = in[i];
+    const int w = LOAD(&in[i]);
     const Cascade C = CASCADE;
     const Window v = window_at(C, levels, n_levels, w, sum, sq);
-    if (stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0) out[atomicAdd(count, 1)] = w;
+    passed[i] = stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0;
+}
+
+// The inputs that passed, in their order: offsets are the exclusive prefix sums of the
+// pass flags (n + 1 of them, the last the total), so input i passed where its offset grows.
+extern "C" __global__ void compact(const int* __restrict__ in, const int* __restrict__ offsets, int n,
+                                   int* __restrict__ out)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && offsets[i + 1] > offsets[i]) out[offsets[i]] = in[i];
 }

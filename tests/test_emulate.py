@@ -145,9 +145,9 @@ def test_device_memory_is_the_simulated_size():
 
 
 @pytest.mark.parametrize("snippet, feature", [
-    ("__shared__ float tile[32];", "shared memory (__shared__)"),
-    ("void f() { __syncthreads(); }", "block barriers (__syncthreads)"),
-    ("int f(int v) { return __shfl_down_sync(0xffffffff, v, 1); }", "warp shuffles (__shfl_down_sync)"),
+    ("extern __shared__ float dynamic[];", "dynamic shared memory (extern __shared__)"),
+    ("int f() { return __syncthreads_count(1); }", "counting block barriers (__syncthreads_count)"),
+    ("int f(int v) { return __shfl_down(v, 1); }", "warp shuffles without a mask (__shfl_down)"),
     ("int f(int v) { return __ballot_sync(0xffffffff, v); }", "warp votes (__ballot_sync)"),
     ("float f(cudaTextureObject_t t) { return 0; }", "textures and surfaces (cudaTextureObject_t)"),
     ("extern \"C\" __global__ void g(); void f() { g<<<1, 1>>>(); }", "launches from a kernel"),
@@ -266,8 +266,110 @@ def test_both_kernels_run_clean_under_address_sanitizer(tmp_path, altered_kernel
     clean = _under_asan(tmp_path)
     assert clean.returncode == 0 and "AddressSanitizer" not in clean.stderr, clean.stderr[-3000:]
     assert clean.stdout.startswith("clean ") and clean.stdout.split()[-3:] == ["[21,", "8,", "1]"]
-    altered_kernel("backproject", "        if (z0 + k < nz) out[", "        if (z0 + k <= nz) out[")
+    altered_kernel("backproject", "        if (z0 + k < nz) {", "        if (z0 + k <= nz) {")
     broken = _under_asan(tmp_path, "ct-only")
     assert broken.returncode != 0 and "ERROR: AddressSanitizer: heap-buffer-overflow" in broken.stderr
     where = re.search(r"(READ|WRITE) of size 4 .*\n +#0 \S+ in backproject_slab \S+/backproject\.cu:\d+", broken.stderr)
     assert where, broken.stderr[:3000]
+
+
+FIBERS = r"""
+// A block's sum through shared memory: a tree of halvings, a barrier after each.
+extern "C" __global__ void block_sum(const int* __restrict__ in, int* __restrict__ out)
+{
+    __shared__ int part[256];
+    const int t = threadIdx.x;
+    part[t] = in[blockIdx.x * blockDim.x + t];
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (t < half) part[t] += part[t + half];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = part[0];
+}
+
+// The same without its barriers: wrong on a GPU, and wrong here.
+extern "C" __global__ void block_sum_racy(const int* __restrict__ in, int* __restrict__ out)
+{
+    __shared__ int part2[256];
+    const int t = threadIdx.x;
+    part2[t] = in[blockIdx.x * blockDim.x + t];
+    for (int half = blockDim.x / 2; half > 0; half /= 2)
+        if (t < half) part2[t] += part2[t + half];
+    if (t == 0) out[blockIdx.x] = part2[0];
+}
+
+// Odd and even threads wait at different barriers.
+extern "C" __global__ void divergent(int* __restrict__ out)
+{
+    if (threadIdx.x % 2) {
+        __syncthreads();
+    } else {
+        __syncthreads();
+    }
+    out[threadIdx.x] = 1;
+}
+
+// A warp's sum by shuffles down.
+extern "C" __global__ void warp_sum(const float* __restrict__ in, float* __restrict__ out)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = in[i];
+    for (int d = 16; d > 0; d /= 2) v += __shfl_down_sync(0xffffffffu, v, d);
+    if (threadIdx.x % warpSize == 0) out[i / warpSize] = v;
+}
+
+// Lanes 0-15 read lanes 16-31, which skip the shuffle.
+extern "C" __global__ void shuffle_half(int* __restrict__ out)
+{
+    int v = threadIdx.x;
+    if (threadIdx.x < 16) v = __shfl_xor_sync(0xffffu, v, 16);
+    out[threadIdx.x] = v;
+}
+"""
+
+
+@pytest.fixture
+def fibers(sources):
+    sources("probe", FIBERS)
+    lx = emulate.EmulatedLauncher(0, 1 << 24)
+    return lx, lx.module("probe")
+
+
+def test_barriers_and_shared_memory_give_the_block_sums(fibers):
+    lx, mod = fibers
+    assert "-DGPUMR_FIBERS" in emulate.host_flags("probe")
+    data = np.random.default_rng(1).integers(-1000, 1000, 64 * 256).astype(np.int32)
+    out = lx.zeros(64, np.int32)
+    mod.get_function("block_sum")(lx.to_device(data), out, grid=(64, 1), block=(256, 1, 1))
+    assert lx.to_host(out).tolist() == data.reshape(64, 256).sum(axis=1).tolist()
+
+
+def test_a_missing_barrier_gives_a_wrong_sum_the_test_sees(fibers):
+    lx, mod = fibers
+    data = np.random.default_rng(2).integers(1, 1000, 8 * 256).astype(np.int32)
+    out = lx.zeros(8, np.int32)
+    mod.get_function("block_sum_racy")(lx.to_device(data), out, grid=(8, 1), block=(256, 1, 1))
+    got, want = lx.to_host(out), data.reshape(8, 256).sum(axis=1)
+    assert (got != want).all()
+
+
+def test_threads_at_different_barriers_fail_the_launch(fibers):
+    lx, mod = fibers
+    with pytest.raises(emulate.LaunchError, match=r"divergent: block \(0, 0, 0\): threads wait at different "
+                                                  r"__syncthreads \(lines \d+ and \d+\)"):
+        mod.get_function("divergent")(lx.zeros(64, np.int32), grid=(1, 1), block=(64, 1, 1))
+
+
+def test_warp_shuffles_sum_each_warp(fibers):
+    lx, mod = fibers
+    data = np.random.default_rng(3).standard_normal(4 * 128).astype(np.float32)
+    out = lx.zeros(16, np.float32)
+    mod.get_function("warp_sum")(lx.to_device(data), out, grid=(4, 1), block=(128, 1, 1))
+    assert np.allclose(lx.to_host(out), data.reshape(16, 32).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_shuffle_reading_a_lane_not_taking_part_fails_the_launch(fibers):
+    lx, mod = fibers
+    with pytest.raises(emulate.LaunchError, match="shuffle_half: .*reads lane 16, which is not taking part"):
+        mod.get_function("shuffle_half")(lx.zeros(32, np.int32), grid=(1, 1), block=(32, 1, 1))

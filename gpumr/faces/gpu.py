@@ -6,7 +6,8 @@ of every frame is resized on the CPU with OpenCV's bit-exact bilinear
 resize (``INTER_LINEAR_EXACT``, what ``detectMultiScale`` uses, in a thread
 pool), packed into one buffer and sent over; integral images, the first stage over every window, OpenCV's
 row-order skip rule and the remaining stages (in groups, survivors compacted
-between groups) run on the GPU; the surviving windows come back as boxes,
+between groups in window order: per-row counts or pass flags, a prefix sum,
+ordered writes) run on the GPU; the surviving windows come back as boxes,
 grouped per frame by OpenCV's ``groupRectangles``.
 
 Before a device is trusted, a built-in photo is run through it and compared
@@ -24,6 +25,10 @@ from .cascade import Cascade
 from .cpu import DEFAULTS
 from .reference import group, scales
 
+#: The prefix-sum kernel's block and the elements each of its threads sums (``cuda/haar.cu``).
+SCAN_THREADS, SCAN_CHUNK = 256, 16
+#: Frames per part of a batch: the host builds one part's pyramid while the device runs the previous part.
+PART = 8
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
@@ -58,16 +63,24 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
 
     What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
     once: per level the table row (40 bytes), the pixels (1 byte each), the
-    sum and squared-sum integrals (8 bytes per element) and the row, column
-    and window-row lists (8 bytes each); per window its first-stage code (1
-    byte) and two survivor lists (4 bytes each); plus :data:`MEMORY_MARGIN`.
+    sum and squared-sum integrals (8 bytes per element), the row, column
+    and window-row lists (8 bytes each) and the window rows' offsets (4
+    bytes); per window its first-stage code (1 byte), two survivor lists and
+    the pass flags (4 bytes each); summed over the largest run of
+    :data:`PART` consecutive frames (what the device holds at once); plus
+    :data:`MEMORY_MARGIN` (which holds the prefix sums' block totals, one
+    per 4096 elements).
     """
-    total = MEMORY_MARGIN
+    per_frame = []
     for shape in shapes:
+        frame = 0
         for lv in levels(shape, window, scale_factor, min_size, max_size):
             (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
-            total += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 9 * gx * gy
-    return total
+            frame += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 4 * (gy + 1) + 13 * gx * gy
+        per_frame.append(frame)
+    # The device holds one part of at most PART consecutive frames at a time: the largest such run.
+    return MEMORY_MARGIN + max((sum(per_frame[a:a + PART]) for a in range(max(1, len(per_frame) - PART + 1))),
+                               default=0)
 
 
 def turns(frame_levels, limit):
@@ -89,6 +102,18 @@ def turns(frame_levels, limit):
         yield first, len(frame_levels)
 
 
+def per_level(counts):
+    """``(level, i)`` for ``i`` in ``range(counts[level])``, level after level: int32 [sum(counts), 2].
+
+    The kernels' one-thread-per-item lists (integral rows and columns, window
+    rows), built without a loop over levels (a frame has dozens).
+    """
+    counts = np.asarray(counts, np.int64)
+    level = np.repeat(np.arange(len(counts)), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.stack([level, np.arange(len(level)) - starts], 1).astype(np.int32)
+
+
 def _grid(n):
     return ((n + BLOCK - 1) // BLOCK, 1, 1)
 
@@ -104,6 +129,7 @@ class FaceGPU:
         self.prefer = prefer
         self._devices = DeviceStates("GPU face detection", self._setup, self._self_check)
         self._pool = ThreadPoolExecutor(max_workers=8)
+        self._ahead = ThreadPoolExecutor(max_workers=1)  # the next part's pyramid, beside the device's work
 
     # -- host-side pyramid ---------------------------------------------
     def _levels(self, shape):
@@ -138,8 +164,9 @@ class FaceGPU:
         c = self.cascade
         with lx.active():
             mod = lx.module("haar")
-            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_scan",
-                                                     "run_stages")}
+            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_count",
+                                                     "row_write", "scan_blocks", "add_block_offsets", "run_stages",
+                                                     "compact")}
             nodes = np.zeros((len(c.nodes), 4), np.int32)
             nodes[:, :3] = c.nodes
             arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
@@ -168,12 +195,25 @@ class FaceGPU:
         return self._run(self._devices.get(gpu), grays)
 
     def _run(self, st, grays):
-        """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`)."""
-        parts = turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
-        return [faces for first, end in parts for faces in self._run_turn(st, grays[first:end])]
+        """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`).
 
-    def _run_turn(self, st, grays):
-        table, pixels, meta, n_int, n_win = self.pyramid(grays)
+        Turns go in parts of at most :data:`PART` frames, double-buffered: the
+        next part's pyramid is built on the host (its own thread, the resize
+        pool beneath) while the device runs this part's kernels.
+        """
+        parts = [(a, min(a + PART, end)) for first, end in turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
+                 for a in range(first, end, PART)]
+        out = []
+        ahead = self._ahead.submit(self.pyramid, grays[parts[0][0]:parts[0][1]]) if parts else None
+        for i, (a, b) in enumerate(parts):
+            pyramid = ahead.result()
+            if i + 1 < len(parts):
+                ahead = self._ahead.submit(self.pyramid, grays[parts[i + 1][0]:parts[i + 1][1]])
+            out.extend(self._run_turn(st, grays[a:b], pyramid))
+        return out
+
+    def _run_turn(self, st, grays, pyramid):
+        table, pixels, meta, n_int, n_win = pyramid
         faces = [[] for _ in grays]
         if not len(table):
             return faces
@@ -190,6 +230,19 @@ class FaceGPU:
             boxes[frame].append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
         return [group(b, self.params["min_neighbors"], g.shape[::-1]) for b, g in zip(boxes, grays)]
 
+    @staticmethod
+    def _scan(lx, f, data, n):
+        """Exclusive prefix sums of device array ``data``'s first ``n`` int32 in place; returns the last
+        element's prefix (with a zero there, the total of the others)."""
+        per = SCAN_THREADS * SCAN_CHUNK
+        blocks = -(-n // per)
+        sums = lx.zeros(blocks + 1, np.int32)
+        lx.launch(f["scan_blocks"], (blocks, 1, 1), (SCAN_THREADS, 1, 1), data, np.int32(n), sums)
+        if blocks > 1:
+            FaceGPU._scan(lx, f, sums, blocks)
+            lx.launch(f["add_block_offsets"], _grid(n), (BLOCK, 1, 1), data, np.int32(n), sums)
+        return int(lx.to_host(data[n - 1:n])[0])
+
     def _detect(self, st, table, pixels, n_int, n_win):
         lx, f, casc = st["lx"], st["fns"], st["cascade"]
         i32 = np.int32
@@ -197,10 +250,8 @@ class FaceGPU:
         img = lx.to_device(pixels)
         total = lx.zeros(n_int, np.uint32)
         sq = lx.zeros(n_int, np.uint32)
-        rows = np.concatenate([np.stack([np.full(h + 1, lv), np.arange(h + 1)], 1)
-                               for lv, h in enumerate(table[:, 3])]).astype(np.int32)
-        cols = np.concatenate([np.stack([np.full(w + 1, lv), np.arange(w + 1)], 1)
-                               for lv, w in enumerate(table[:, 2])]).astype(np.int32)
+        rows = per_level(table[:, 3] + 1)
+        cols = per_level(table[:, 2] + 1)
         lx.launch(f["integral_rows"], _grid(len(rows)), (BLOCK, 1, 1), img, levels, lx.to_device(rows),
                   i32(len(rows)), total, sq)
         lx.launch(f["integral_cols"], _grid(len(cols)), (BLOCK, 1, 1), levels, lx.to_device(cols), i32(len(cols)),
@@ -208,21 +259,25 @@ class FaceGPU:
         codes = lx.zeros(n_win, np.int8)
         lx.launch(f["first_stage"], _grid(n_win), (BLOCK, 1, 1), *casc, levels, i32(len(table)), i32(n_win),
                   total, sq, codes)
-        grid_rows = np.concatenate([np.stack([np.full(gy, lv), np.arange(gy)], 1)
-                                    for lv, gy in enumerate(table[:, 8])]).astype(np.int32)
-        survivors = lx.zeros(n_win, np.int32)
-        count = lx.zeros(1, np.int32)
-        lx.launch(f["row_scan"], _grid(len(grid_rows)), (BLOCK, 1, 1), levels, lx.to_device(grid_rows),
-                  i32(len(grid_rows)), codes, survivors, count, i32(n_win))
-        n = int(lx.to_host(count)[0])
+        grid_rows = per_level(table[:, 8])
+        n_rows = len(grid_rows)
+        grid_rows = lx.to_device(grid_rows)
+        offsets = lx.zeros(n_rows + 1, np.int32)  # the last, zero, becomes the total
+        lx.launch(f["row_count"], _grid(n_rows), (BLOCK, 1, 1), levels, grid_rows, i32(n_rows), codes, offsets)
+        n = self._scan(lx, f, offsets, n_rows + 1)
+        survivors = lx.empty(max(n, 1), np.int32)
+        lx.launch(f["row_write"], _grid(n_rows), (BLOCK, 1, 1), levels, grid_rows, i32(n_rows), codes, offsets,
+                  survivors)
         n_stages = len(self.cascade.stages)
         bounds = [b for b in STAGE_GROUPS if b < n_stages] + [n_stages]
         for first, last in zip(bounds[:-1], bounds[1:]):
             if n == 0:
                 break
-            out = lx.zeros(n, np.int32)
-            count = lx.zeros(1, np.int32)
+            passed = lx.zeros(n + 1, np.int32)
             lx.launch(f["run_stages"], _grid(n), (BLOCK, 1, 1), *casc, levels, i32(len(table)), total, sq,
-                      survivors, i32(n), i32(first), i32(last), out, count)
-            survivors, n = out, int(lx.to_host(count)[0])
+                      survivors, i32(n), i32(first), i32(last), passed)
+            kept = self._scan(lx, f, passed, n + 1)
+            out = lx.empty(max(kept, 1), np.int32)
+            lx.launch(f["compact"], _grid(n), (BLOCK, 1, 1), survivors, passed, i32(n), out)
+            survivors, n = out, kept
         return np.sort(lx.to_host(survivors)[:n]) if n else np.zeros(0, np.int64)

@@ -5,13 +5,18 @@ is compiled as C++ by the system compiler (``$CXX``, else ``g++``) against
 ``cuda/host_emulation.cuh``, which restates what the kernels use of CUDA
 (indices, vector types, qualifiers, ``__ldg``, atomics, constant memory,
 min/max). A launch runs its blocks on a pool of host threads and the threads
-of a block one after another. The build has no floating-point contraction
-(``-ffp-contract=off``, as the kernels are built with ``-fmad=false``) and
-no fast maths, so the kernels' float arithmetic is what they state.
+of a block one after another. The build has no fast maths, and no
+floating-point contraction for a kernel nvcc builds with ``-fmad=false``
+(``-ffp-contract=off``); one nvcc may fuse is built with contraction on
+(:func:`host_flags`), so that each kernel's float arithmetic is what it states.
 
 The source is scanned first: a CUDA feature the header does not restate
-(shared memory, barriers, warp intrinsics, textures, ...) is refused by name
-(and the header poisons those names too). A generated wrapper per
+(dynamic shared memory, warp votes, textures, ...) is refused by name (and
+the header poisons those names too). A source with block barriers, shared
+memory or warp shuffles is built so that each block's threads run as fibers
+that meet at them (:func:`uses_fibers`); a barrier or shuffle used wrongly
+(threads at different barriers, a shuffle reading a lane not taking part)
+fails the launch with :class:`LaunchError`. A generated wrapper per
 ``extern "C" __global__`` kernel unpacks the argument array by the kernel's
 own parameter types and runs the grid; ``__constant__`` symbols are reached
 through generated accessors. Builds are cached in :func:`kernels.cache_dir`,
@@ -60,20 +65,20 @@ MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 UNSUPPORTED = tuple((re.compile(p), what) for p, what in (
     (r"#\s*include\s*[<\"](?:cuda|cooperative_groups|curand|cub/|thrust/|mma|sm_|device_)[^>\"\n]*[>\"]",
      "CUDA's headers ({})"),
-    (r"\b__shared__\b", "shared memory (__shared__)"),
-    (r"\b__syncthreads\w*", "block barriers ({})"),
-    (r"\b__syncwarp\b", "warp barriers (__syncwarp)"),
-    (r"\b__shfl\w*", "warp shuffles ({})"),
-    (r"\b__(?:ballot|any|all|activemask|match_\w+|reduce_\w+)(?:_sync)?\b|\bwarpSize\b", "warp votes ({})"),
+    (r"\bextern\s+__shared__\b", "dynamic shared memory (extern __shared__)"),
+    (r"\b__syncthreads_\w+", "counting block barriers ({})"),
+    (r"\b__shfl(?:_up|_down|_xor)?\b", "warp shuffles without a mask ({})"),
+    (r"\b__(?:ballot|any|all|activemask|match_\w+|reduce_\w+)(?:_sync)?\b", "warp votes ({})"),
     (r"\b(?:tex|surf)(?:1D|2D|3D|Cubemap)\w*|\b(?:texture|surface)\s*<|\bcuda(?:Texture|Surface)Object_t\b",
      "textures and surfaces ({})"),
     (r"<<<", "launches from a kernel (dynamic parallelism)"),
     (r"\bcooperative_groups\b|\bthis_grid\b", "cooperative groups"),
     (r"\b(?:asm|__asm__)\b", "inline PTX ({})"),
-    (r"\b__(?!ldg\b|threadfence\b|launch_bounds__|attribute__|align__|builtin_)[a-z]\w*(?=\s*\()",
+    (r"\b__(?!ldg\b|threadfence\b|launch_bounds__|attribute__|align__|builtin_|syncthreads\b|syncwarp\b|"
+     r"shfl(?:_up|_down|_xor)?_sync\b)[a-z]\w*(?=\s*\()",
      "the device intrinsic {}"),
 ))
-_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
 _CONSTANT = re.compile(r"__constant__[^;=]*?(\w+)\s*(?:\[[^\]]*\]\s*)*(?:=[^;]*)?;")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
@@ -97,6 +102,33 @@ def available():
     if cxx:
         return True, cxx
     return False, "no C++ compiler (g++) to run the CUDA kernels on the host for simulated GPUs"
+
+
+def host_flags(name):
+    """Host compiler flags that make kernel ``name``'s float rounding follow its nvcc flags.
+
+    ``-fmad=false`` (:data:`kernels.FLAGS`) keeps :data:`FLAGS`' ``-ffp-contract=off``; a kernel nvcc may
+    contract into fused multiply-adds is built with contraction on (and FMA instructions) here too.
+    """
+    with open(kernels.source_path(name), encoding="utf-8") as f:
+        fibers = ("-DGPUMR_FIBERS",) if uses_fibers(f.read()) else ()
+    if "-fmad=false" in kernels.FLAGS.get(name, []):
+        return fibers
+    return fibers + (("-ffp-contract=fast", "-mfma") if _x86() else ("-ffp-contract=fast",))
+
+
+_FIBERS = re.compile(r"\b(?:__shared__|__syncthreads|__syncwarp|__shfl(?:_up|_down|_xor)?_sync|warpSize)\b")
+
+
+def uses_fibers(text):
+    """Whether source ``text`` uses block barriers, shared memory or warp shuffles: then its host build runs
+    each block's threads as fibers that meet at them (``-DGPUMR_FIBERS`` in ``host_emulation.cuh``)."""
+    return bool(_FIBERS.search(_COMMENT.sub(_blank, text)))
+
+
+def _x86():
+    import platform
+    return platform.machine() in ("x86_64", "AMD64", "i686")
 
 
 def _blank(match):
@@ -161,7 +193,7 @@ def build(name, sanitize=False):
     header = kernels.package_path(HEADER)
     with open(header, "rb") as f:
         header_bytes = f.read()
-    flags = FLAGS + (SANITIZE_FLAGS if sanitize else ())
+    flags = FLAGS + host_flags(name) + (SANITIZE_FLAGS if sanitize else ())
     unit = _unit(source, text, names, constants)
     key = hashlib.sha256()
     for part in (unit.encode(), header_bytes, " ".join(flags).encode(), _compiler_id(cxx).encode()):
@@ -271,7 +303,10 @@ class Kernel:
         values = [self._value(i, arg, param) for i, (arg, param) in enumerate(zip(args, self.params))]
         grid3, block3 = _dims(self.name, grid, block)
         argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self._run(argv, (ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), self.module.launcher.threads)
+        if self._run(argv, (ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), self.module.launcher.threads):
+            why = self.module.lib.gpumr_launch_error
+            why.restype = ctypes.c_char_p
+            raise LaunchError(f"{self.name}: {why().decode(errors='replace')}")
 
     def _value(self, i, arg, param):
         pointer, kind = param
@@ -431,3 +466,21 @@ class EmulatedLauncher(Launcher):
 
     def synchronize(self):
         """Nothing to wait for: an emulated launch returns when its grid has run."""
+
+    #: The simulated device's waves: SMs, and blocks of up to 256 threads per SM (what drivers size launches by).
+    SMS, BLOCKS_PER_SM = 4, 6
+
+    def resident_blocks(self, fn, threads):
+        return self.SMS * self.BLOCKS_PER_SM * max(1, 256 // max(threads, 1))
+
+    def empty(self, shape, dtype):
+        return self._array(shape, dtype)
+
+    def zero_async(self, dev, stream):
+        ctypes.memset(dev.ptr, 0, dev.nbytes)
+
+    def to_host_async(self, dev, host, stream, after=None):
+        if host.nbytes != dev.nbytes:
+            raise ValueError(f"copy of {dev.nbytes} bytes into a host array of {host.nbytes}")
+        ctypes.memmove(host.ctypes.data, dev.ptr, dev.nbytes)
+        return None

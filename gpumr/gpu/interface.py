@@ -51,6 +51,36 @@ class Launcher:
         """A host (numpy) copy of the device array ``dev``."""
         raise NotImplementedError
 
+    def resident_blocks(self, fn, threads):
+        """How many blocks of ``threads`` threads of kernel ``fn`` the device runs at once (a wave), or None
+        where unknown; drivers size launches in whole waves with it."""
+        return None
+
+    def stream(self):
+        """A new stream: work queued on it runs in order, beside other streams' work. None where every
+        call runs in order anyway (the emulation); the methods below take None as that order."""
+        return None
+
+    def empty(self, shape, dtype):
+        """An uninitialised device array."""
+        return self.zeros(shape, dtype)
+
+    def zero_async(self, dev, stream):
+        """Queue zero-filling device array ``dev`` on ``stream``."""
+        raise NotImplementedError
+
+    def pinned(self, shape, dtype):
+        """A host array in page-locked memory (asynchronous copies need it)."""
+        return np.empty(shape, dtype)
+
+    def to_host_async(self, dev, host, stream, after=None):
+        """Queue copying device array ``dev`` into host array ``host`` (:meth:`pinned`) on ``stream``, once
+        the work queued so far on stream ``after`` is done. Returns what :meth:`wait` takes."""
+        raise NotImplementedError
+
+    def wait(self, token):
+        """Wait for the copy :meth:`to_host_async` returned ``token`` for."""
+
     def launch(self, fn, grid, block, *args):
         """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call).
 
@@ -62,6 +92,12 @@ class Launcher:
         refuses ("invalid type on parameter").
         """
         fn(*args, grid=tuple(grid), block=tuple(block))
+
+    def launch_on(self, stream, fn, grid, block, *args):
+        """:meth:`launch` queued on ``stream`` (None: as :meth:`launch`)."""
+        if stream is None:
+            return self.launch(fn, grid, block, *args)
+        fn(*args, grid=tuple(grid), block=tuple(block), stream=stream)
 
     def set_constant(self, module, name, host):
         """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``.

@@ -51,6 +51,37 @@ class PyCUDALauncher(Launcher):
     def copy_to_symbol(self, ptr, data):
         self.cuda.memcpy_htod(ptr, data)
 
+    def resident_blocks(self, fn, threads):
+        return _resident(self.cuda.Device(self.ordinal).get_attributes(), fn.num_regs, fn.shared_size_bytes, threads,
+                         lambda a: getattr(self.cuda.device_attribute, a))
+
+    def stream(self):
+        return self.cuda.Stream(flags=1)  # CU_STREAM_NON_BLOCKING: not ordered after the legacy default stream
+
+    def empty(self, shape, dtype):
+        import pycuda.gpuarray as ga
+        return ga.empty(shape, dtype)
+
+    def zero_async(self, dev, stream):
+        self.cuda.memset_d8_async(dev.gpudata, 0, dev.nbytes, stream)
+
+    def pinned(self, shape, dtype):
+        return self.cuda.pagelocked_empty(shape, dtype)
+
+    def to_host_async(self, dev, host, stream, after=None):
+        if after is not None:
+            ready = self.cuda.Event()
+            ready.record(after)
+            stream.wait_for_event(ready)
+        self.cuda.memcpy_dtoh_async(host, dev.gpudata, stream)
+        done = self.cuda.Event()
+        done.record(stream)
+        return done
+
+    def wait(self, token):
+        if token is not None:
+            token.synchronize()
+
     def synchronize(self):
         self.cuda.Context.synchronize()
 
@@ -91,6 +122,39 @@ class CuPyLauncher(Launcher):
     def launch(self, fn, grid, block, *args):
         fn(grid, block, args)
 
+    def launch_on(self, stream, fn, grid, block, *args):
+        if stream is None:
+            return self.launch(fn, grid, block, *args)
+        with stream:
+            fn(grid, block, args)
+
+    def resident_blocks(self, fn, threads):
+        attrs = self.cp.cuda.Device(self.ordinal).attributes
+        return _resident(attrs, fn.num_regs, fn.shared_size_bytes, threads, lambda a: _CUPY_ATTRS[a])
+
+    def stream(self):
+        return self.cp.cuda.Stream(non_blocking=True)
+
+    def empty(self, shape, dtype):
+        return self.cp.empty(shape, dtype)
+
+    def zero_async(self, dev, stream):
+        self.cp.cuda.runtime.memsetAsync(dev.data.ptr, 0, dev.nbytes, stream.ptr)
+
+    def pinned(self, shape, dtype):
+        import cupyx
+        return cupyx.empty_pinned(shape, dtype)
+
+    def to_host_async(self, dev, host, stream, after=None):
+        if after is not None:
+            stream.wait_event(after.record())
+        dev.get(stream=stream, out=host, blocking=False)
+        return stream.record()
+
+    def wait(self, token):
+        if token is not None:
+            token.synchronize()
+
     def set_constant(self, module, name, host):
         data = np.ascontiguousarray(host)
         ptr = module.get_global(name)
@@ -102,6 +166,28 @@ class CuPyLauncher(Launcher):
     @property
     def out_of_memory(self):
         return self.cp.cuda.memory.OutOfMemoryError
+
+
+#: CUDA device attributes by the names PyCUDA gives them -> CuPy's names.
+_CUPY_ATTRS = {"MULTIPROCESSOR_COUNT": "MultiProcessorCount",
+               "MAX_REGISTERS_PER_MULTIPROCESSOR": "MaxRegistersPerMultiprocessor",
+               "MAX_THREADS_PER_MULTIPROCESSOR": "MaxThreadsPerMultiProcessor",
+               "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": "MaxSharedMemoryPerMultiprocessor"}
+
+
+def _resident(attrs, regs, smem, threads, key):
+    """Blocks of ``threads`` threads using ``regs`` registers and ``smem`` bytes the whole device runs at once.
+
+    Registers are given out per warp in 256-register granules; the block
+    count per SM is the fewest that registers, threads and shared memory
+    allow (CUDA's occupancy rule, without the per-SM block cap's 16-32).
+    """
+    warps = -(-threads // 32)
+    per_warp = -(-max(int(regs), 1) * 32 // 256) * 256
+    by_regs = attrs[key("MAX_REGISTERS_PER_MULTIPROCESSOR")] // per_warp // warps
+    by_threads = attrs[key("MAX_THREADS_PER_MULTIPROCESSOR")] // (warps * 32)
+    by_smem = attrs[key("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR")] // smem if smem else by_threads
+    return max(1, min(by_regs, by_threads, by_smem, 32)) * attrs[key("MULTIPROCESSOR_COUNT")]
 
 
 _launchers = {}

