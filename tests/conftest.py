@@ -214,3 +214,18 @@ def dask_client(s3, emulated_kernels):
     yield client
     client.close()
     cluster.close()
+
+
+def lines_of(out_dir):
+    """The output lines of a job's part files in ``out_dir``, part by part."""
+    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
+            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def packed(sample_frames, tmp_path_factory):
+    """The sample frames packed into two SequenceFiles (``frames/part-*``)."""
+    from gpumr.io.packing import pack
+    seq = str(tmp_path_factory.mktemp("packed") / "frames")
+    pack([sample_frames], seq, shards=2, progress=False)
+    return seq

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ct_phantom
+from conftest import ct_phantom, lines_of
 from s3server import BUCKET
 
 from gpumr.ct.slices import decode_slice
@@ -27,11 +27,6 @@ pytest.importorskip("distributed", reason="the Dask engine needs dask.distribute
 from gpumr.engines.dask import run  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def lines_of(out_dir):
-    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
-            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
 
 
 def no_ms(counts):
@@ -51,13 +46,6 @@ def inline(kind, argv, out):
     """The reference: the same workload on mrjob's inline runner, ``--device cpu``."""
     counts, _ = mrjob_run(kind, [*argv, "-o", str(out), "--device", "cpu", "--no-conf"], "inline")
     return counts, lines_of(str(out))
-
-
-@pytest.fixture(scope="module")
-def packed(sample_frames, tmp_path_factory):
-    seq = str(tmp_path_factory.mktemp("packed") / "frames")
-    pack([sample_frames], seq, shards=2, progress=False)
-    return seq
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ct_phantom
+from conftest import ct_phantom, lines_of
 
 import gpumr.conf
 from gpumr.cli import main
-from gpumr.io.packing import pack
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.dirname(gpumr.conf.__file__)
-
-
-def lines_of(out_dir):
-    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
-            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
 
 
 def summary_of(stderr):
@@ -37,13 +31,6 @@ def gpumr(args, cwd, timeout=600):
     """``python -m gpumr ARGS`` as its own process."""
     return subprocess.run([sys.executable, "-m", "gpumr", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def packed(sample_frames, tmp_path_factory):
-    seq = str(tmp_path_factory.mktemp("packed") / "frames")
-    pack([sample_frames], seq, shards=2, progress=False)
-    return seq
 
 
 @pytest.fixture(scope="module")

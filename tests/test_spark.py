@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ASSIGNED, ct_phantom
+from conftest import ASSIGNED, ct_phantom, lines_of
 
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
@@ -31,11 +31,6 @@ pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark 
 pytestmark = pytest.mark.slow
 if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
     pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="Spark needs Java 17 (java on PATH or JAVA_HOME)")]
-
-
-def lines_of(out_dir):
-    return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")
-            for line in open(os.path.join(out_dir, name), encoding="utf-8").read().splitlines()]
 
 
 def keys_of(lines):
@@ -51,13 +46,6 @@ def inline(inputs, out, extra=()):
     from gpumr.jobs.face_detect import MRFaceDetect
     counters, _ = run_job(MRFaceDetect, inputs, str(out), "inline", list(extra))
     return counters, lines_of(str(out))
-
-
-@pytest.fixture(scope="module")
-def packed(sample_frames, tmp_path_factory):
-    seq = str(tmp_path_factory.mktemp("packed") / "frames")
-    pack([sample_frames], seq, shards=2, progress=False)
-    return seq
 
 
 def test_faces_equal_the_mrjob_job_every_record_once(sc, packed, tmp_path):
