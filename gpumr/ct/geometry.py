@@ -246,7 +246,7 @@ def load(path):
         Unreadable, not a regular file, too large, bad JSON, or an invalid
         geometry (file named).
     """
-    from ..io.inputs import kind
+    from ..io.remote import kind
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO is refused, not waited on
             st = os.fstat(f.fileno())

@@ -7,12 +7,10 @@ the same way through :mod:`gpumr.io.remote`. Every command and job expands
 its inputs here.
 """
 
-import os
-import stat
 
 from seqfile.header import MAGIC
 
-from ..errors import GpumrError, printable
+from ..errors import GpumrError
 from .remote import READ_FLAGS, locate, shown  # noqa: F401 (READ_FLAGS: where gpumr's callers import it)
 
 
@@ -54,16 +52,6 @@ def is_file(path):
         return locate(path).stat()[0] == "file"
     except GpumrError:
         return False
-
-
-def kind(mode):
-    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO", "a folder", ...)."""
-    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
-                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return words
-    return "not a regular file"
 
 
 def looks_like_sequencefile(path):

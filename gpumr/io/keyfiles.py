@@ -23,7 +23,7 @@ import stat
 from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
-from .inputs import kind
+from .remote import kind
 from .outputs import FOLDER_PROOF, Proof, Rule, local_output, warn
 
 #: The most folders a key may name before its file (deeper keys are refused).

@@ -17,7 +17,8 @@ from seqfile import Writer
 from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
-from .inputs import READ_FLAGS, expand_inputs, kind
+from .inputs import READ_FLAGS, expand_inputs
+from .remote import kind
 from .keyfiles import KeyFiles, KeyRefused
 from .records import open_reader
 from .outputs import PACK_PART as PART

@@ -39,7 +39,7 @@ from seqfile.atomic import AtomicFile
 
 from .. import __version__
 from ..errors import GpumrError
-from .inputs import kind
+from .remote import kind
 from .remote import READ_FLAGS, locate, shown
 
 #: The largest proof file read or written (about two million files listed); a larger one is not gpumr's.

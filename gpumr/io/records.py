@@ -10,7 +10,6 @@ so nothing is skipped silently.
 """
 
 import contextlib
-import os
 from collections import namedtuple
 
 from seqfile import Reader, SequenceFileError

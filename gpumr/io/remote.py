@@ -81,6 +81,16 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _IMPLS = {}
 
 
+def kind(mode):
+    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO", "a folder", ...)."""
+    for test, words in ((_stat.S_ISREG, "a regular file"), (_stat.S_ISDIR, "a folder"),
+                        (_stat.S_ISLNK, "a symbolic link"), (_stat.S_ISFIFO, "a FIFO (named pipe)"), (_stat.S_ISSOCK, "a socket"),
+                        (_stat.S_ISCHR, "a character device"), (_stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
 class Unavailable(GpumrError):
     """pyarrow cannot serve a URI from here; the message says why, without the URI (``hadoop fs`` may still)."""
 
@@ -583,14 +593,12 @@ class _Local:
             return "file", st.st_size
         if _stat.S_ISDIR(st.st_mode):
             return "folder", None
-        from .inputs import kind
         return kind(st.st_mode), None
 
     def exists(self, loc):
         return os.path.lexists(loc.local)
 
     def list_files(self, loc):
-        from .inputs import kind
         p = loc.local
         if os.path.isdir(p):
             names = sorted(n for n in os.listdir(p) if not _hidden(n))
@@ -612,7 +620,6 @@ class _Local:
         return out
 
     def entries(self, loc):
-        from .inputs import kind
         out, stack = [], [""]
         top = loc.local
         while stack:
@@ -642,7 +649,6 @@ class _Local:
 
     @contextlib.contextmanager
     def open_input(self, loc, buffer_size, follow):
-        from .inputs import kind
         try:
             fd = os.open(loc.local, READ_FLAGS if not follow else READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
