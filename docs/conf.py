@@ -42,6 +42,8 @@ gpumr_pass_through = {"run faces": ("gpumr_argparse", "run_parser", "faces"),
 gpumr_pass_through_jobs = {"run faces": "face_detect", "run backproject": "backproject"}
 
 exclude_patterns = ["_build"]
+# Quotes and ellipses only: "--" in help texts and descriptions stays two hyphens, as users type it.
+smartquotes_action = "qe"
 # A name defined in two modules (a package re-exporting its submodule's class) is resolved to the first:
 # say so no more than nitpicky mode would.
 suppress_warnings = ["ref.python"]
