@@ -254,7 +254,8 @@ def _command_lines(app, parser, path, level):
         lines += _option_lines(actions, engine)
         job = app.config.gpumr_pass_through_jobs.get(" ".join(path))
         if job:
-            lines += [f"Every other option is the job's: see :ref:`job-{job}`.", ""]
+            lines += ["Every other option goes to mrjob's runner as given (engines inline, local, hadoop, emr; "
+                      f"e.g. ``-c mrjob.conf``, ``--jobconf``): see :ref:`job-{job}`.", ""]
     else:
         lines += _option_lines(actions, parser)
     return lines
