@@ -1,9 +1,10 @@
-"""gpumr: image processing on Hadoop Streaming and Spark that uses a node's GPU whenever it is free.
+"""gpumr: image processing on mrjob's runners, Hadoop, EMR, Spark and Dask that uses a node's GPU whenever it is free.
 
-Packages, along one record's path (``README.rst``, "Architecture"):
-``io`` (SequenceFiles in and out), ``core`` (the record flow), ``devices``
-(which device a record runs on), ``gpu`` (launching CUDA kernels), the
-workloads ``faces`` and ``ct``, ``engines`` (mrjob, Spark), ``cli``.
+Packages, along one record's path (:doc:`/concepts/record-path`): ``io``
+(SequenceFiles in and out, the filesystem layer, the output transaction),
+``core`` (the record flow, workload declarations), ``devices`` (which device
+a record runs on), ``gpu`` (launching CUDA kernels), the workloads ``faces``
+and ``ct``, ``engines`` (mrjob, Spark, Dask), ``cli``.
 """
 
 __version__ = "0.1.0"

@@ -158,7 +158,7 @@ def quiet():
 
 
 def one_line(text):
-    """``text`` on one line: lines joined with ``; ``, control characters escaped, redacted."""
+    """``text`` on one line: lines joined by a semicolon and a space, control characters escaped, redacted."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     joined = "; ".join(lines)
     return redact(_CONTROL.sub(lambda m: repr(m.group())[1:-1], joined))

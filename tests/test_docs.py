@@ -57,6 +57,41 @@ def test_command_reference_lists_every_subcommand():
     assert not stale, f"docs/reference/cli.rst documents commands gpumr does not have: {stale}"
 
 
+
+def engine_option_strings(kind, engine):
+    """The option strings ``gpumr run KIND --engine ENGINE`` parses, from the parser that engine builds."""
+    from gpumr.engines import common, dask, spark
+    from gpumr.engines.runners import ENGINES as MRJOB
+    from gpumr.workloads import get
+    p = common.parser(kind, engine, split_size=engine not in MRJOB)
+    {"spark": spark._master_option, "dask": dask._options}.get(engine, lambda p: None)(p)
+    get(kind).add_to(p)
+    return {s for a in p._actions for s in a.option_strings} - {"-h", "--help"}
+
+
+def test_run_reference_has_every_engines_options():
+    """``gpumr run WORKLOAD``'s reference lists every option of every engine's own parser, and --engine's choices."""
+    sys.path.insert(0, os.path.join(DOCS, "_ext"))
+    try:
+        from gpumr_argparse import run_parser
+    finally:
+        sys.path.remove(os.path.join(DOCS, "_ext"))
+    from gpumr.cli.run import ENGINES
+    from gpumr.workloads import NAMES
+    assert set(NAMES) == {"faces", "backproject"}
+    for kind in NAMES:
+        documented = run_parser(kind)
+        shown = {s for a in documented._actions for s in a.option_strings}
+        engine = next(a for a in documented._actions if a.dest == "engine")
+        assert tuple(engine.choices) == ENGINES
+        for name in ENGINES:
+            missing = engine_option_strings(kind, name) - shown
+            assert not missing, f"gpumr run {kind} --engine {name}: {sorted(missing)} not in the reference"
+        for name in ("spark", "dask"):  # gpumr spark KIND's reference (one engine's options alone)
+            alone = {s for a in run_parser(kind, name)._actions for s in a.option_strings} - {"-h", "--help"}
+            assert alone == engine_option_strings(kind, name)
+
+
 def test_job_reference_lists_both_jobs():
     from mrjob.job import MRJob
     jobs = set()

@@ -44,8 +44,8 @@ def test_page_has_the_steps():
     for command in ("make demo", "make test"):
         assert command in text
     script = "\n".join(blocks)
-    for step in ("gpumr pack", "python -m gpumr.jobs.face_detect", "gpumr faces render", "gpumr ct geometry",
-                 "python -m gpumr.jobs.backproject", "gpumr ct assemble"):
+    for step in ("gpumr pack", "gpumr run faces", "--engine local", "gpumr faces render", "gpumr ct geometry",
+                 "gpumr run backproject", "gpumr ct assemble"):
         assert step in script, step
 
 

@@ -183,6 +183,52 @@ def _load(spec):
     return getattr(importlib.import_module(module), attr)
 
 
+def run_parser(kind, engine=None):
+    """The options of ``gpumr run KIND`` (or, with ``engine``, one engine's) from the parsers the engines use.
+
+    :func:`gpumr.engines.common.parser` plus the workload's declaration, as
+    every engine parses them; then ``--engine`` and ``--dry-run``
+    (:mod:`gpumr.cli.run`) and each engine's own options (Spark's
+    ``--master``, Dask's ``--scheduler`` and ``--workers``), each saying which
+    engines take it. ``engine`` (``"spark"``) keeps only that engine's.
+    """
+    from gpumr.cli.run import ENGINES
+    from gpumr.engines import common, dask, spark
+    from gpumr.engines.runners import ENGINES as MRJOB
+    from gpumr.workloads import get
+
+    p = common.parser(kind, engine or "ENGINE")
+    p.prog = f"gpumr run {kind}" if engine is None else f"gpumr {engine} {kind}"
+    only = {}
+
+    def add(engines, add_options):
+        before = {a.dest for a in p._actions}
+        add_options(p)
+        for a in p._actions:
+            if a.dest not in before:
+                only[a.dest] = engines
+
+    if engine is None:
+        p.add_argument("--engine", choices=ENGINES, default="inline",
+                       help="where the job runs (default inline): " + ", ".join(ENGINES))
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the mrjob job's command line and its runner's settings, resolved from the "
+                            "options and the config, and run nothing")
+        only["dry_run"] = MRJOB
+        if any(a.dest == "split_size" for a in p._actions):
+            only["split_size"] = ("spark", "dask")
+    if engine in (None, "spark"):
+        add(("spark",), spark._master_option)
+    if engine in (None, "dask"):
+        add(("dask",), dask._options)
+    get(kind).add_to(p)
+    if engine is None:
+        for a in p._actions:
+            if a.dest in only and a.help:
+                a.help = f"{a.help} (engines: {', '.join(only[a.dest])})"
+    return p
+
+
 def _command_lines(app, parser, path, level):
     """One section per command: title, description, usage, options; then its subcommands."""
     name = "gpumr " + " ".join(path)
@@ -208,7 +254,8 @@ def _command_lines(app, parser, path, level):
         lines += _option_lines(actions, engine)
         job = app.config.gpumr_pass_through_jobs.get(" ".join(path))
         if job:
-            lines += [f"Every other option is the job's: see :ref:`job-{job}`.", ""]
+            lines += ["Every other option goes to mrjob's runner as given (engines inline, local, hadoop, emr; "
+                      f"e.g. ``-c mrjob.conf``, ``--jobconf``): see :ref:`job-{job}`.", ""]
     else:
         lines += _option_lines(actions, parser)
     return lines

@@ -1,4 +1,4 @@
-"""The end-to-end demo on built-in sample data (the README's main command).
+"""The end-to-end demo on built-in sample data (``make demo``: :doc:`/getting-started/index`).
 
 Makes the sample frames, packs them into SequenceFiles, runs the
 face-detection job with mrjob's local runner, renders the contact sheet and

@@ -1,24 +1,12 @@
 """Per-record device choice: a GPU if one is free right now, otherwise the CPU.
 
-"Free" follows ``shared/DESIGN.md``:
-
-* exclusive-process (or -thread) compute mode: this process can own a CUDA
-  context on it (the driver refuses a second process);
-* default mode: NVML shows no compute process of another program (gpumr's
-  own tasks on the node do not count), at least the task's memory is free,
-  and this process holds a node-local lease on one of the GPU's slots.
-
-Leases come from the node's scheduler service when its socket exists, else
-from lock files (the service honours those too: a slot is never held twice);
-a task given its GPUs (``only``: Spark's assignment) takes lock-file leases
-on them.
-A service lease comes with the task's own claim on the slot's lock file, so
-a record under way keeps its slot when the service is killed or restarted,
-and releasing it then is not an error. When the service does not answer in
-time (``$GPUMR_SCHEDULER_TIMEOUT``, 10 s) or hangs up, that record runs on
-the CPU, the task's log says so once, and lock files serve for a while (5 s,
-doubling to 60 s) before the service is asked again. Modes: ``auto`` (per record, never waits), ``cpu`` (never
-touches CUDA), ``gpu`` (waits for a GPU; fails clearly without one).
+"Free" means a CUDA context this process can own (exclusive modes) or, in
+default mode, no foreign compute process, enough free memory and a
+node-local lease on one of the GPU's slots: from the scheduler service when
+it answers, else from lock files (a slot is never held twice). Modes:
+``auto`` (per record, never waits), ``cpu`` (never touches CUDA), ``gpu``
+(waits for a GPU; fails clearly without one). What "free" means, the
+service's timeouts and the fallback: :doc:`/concepts/devices`.
 """
 
 import os

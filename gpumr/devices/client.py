@@ -1,13 +1,11 @@
 """The client side of the node's scheduler service (see :mod:`gpumr.devices.protocol`).
 
 Every connect and every reply has a time limit (``$GPUMR_SCHEDULER_TIMEOUT``
-seconds, 10 by default), so a stopped or overloaded service can never hang a
-task; failures are :class:`SchedulerUnavailable` naming the socket.
-
-A grant over a Unix socket comes with the slot's locked descriptor (the
-``claim`` of :mod:`gpumr.devices.protocol`). The client keeps it until the
-lease is released, whatever happens to the connection or the service
-meanwhile, so the slot is held by the task itself for as long as it uses it.
+seconds, 10 by default), so a stopped or overloaded service never hangs a
+task (failures are :class:`SchedulerUnavailable` naming the socket); a
+grant's locked slot descriptor (its ``claim``) is kept until the lease is
+released, whatever happens to the connection or the service meanwhile
+(:doc:`/concepts/devices`).
 """
 
 import array

@@ -1,24 +1,12 @@
-"""Node-local GPU leases held as ``fcntl`` locks on files in a node-wide directory.
+"""Node-local GPU leases held as ``fcntl`` locks on files in a node-wide folder.
 
 Each GPU has ``slots`` lock files; holding the lock on one is holding a
-lease on a slot of that GPU. The kernel drops a process's locks when it
-exits, however it exits, so a killed map task never keeps a GPU.
-
-Processes that hold a CUDA context also hold a lock on a ``ctx-`` file that
-names their pid, so that other gpumr tasks can tell the compute processes of
-their siblings on the node from those of foreign programs.
-
-The scheduler service takes the same lock files for the leases it grants, so
-lock-file leases and service leases are one system: a slot is never held
-twice. It also hands the task a descriptor of that lock (see
-:mod:`gpumr.devices.protocol`): the holder's own claim, so the slot stays held
-while the task runs even if the service dies. The folder is checked before use (:func:`gpumr.devices.paths.check_dir`)
-and lock files are opened under :mod:`gpumr.trusted`'s rule (never through a
-link, never blocking, regular files only: a FIFO or device named like a lock
-file is refused at once, the slot counted as taken with one warning, so
-device choice and the service keep answering), read only (``flock`` needs no
-write access, so a shared folder works with files of any group member; a
-lock file's content is never read) and close-on-exec.
+lease on a slot of that GPU, and the kernel drops it however the process
+exits. The scheduler service takes the same files, so lock-file and service
+leases are one system; ``ctx-`` files tell sibling gpumr tasks' CUDA
+contexts from foreign programs'. Files are opened under
+:mod:`gpumr.trusted`'s rule in a folder :func:`gpumr.devices.paths.check_dir`
+accepts. The rule, the folder and sharing it: :doc:`/concepts/devices`.
 """
 
 import errno

@@ -1,17 +1,11 @@
 """Where node-local device state lives: leases (lock files) and the scheduler's socket.
 
-Both default to one per-user folder in the system temp dir,
-``$TMPDIR/gpumr-<uid>``, shared by every gpumr task of that user on the
-node. ``$GPUMR_LEASE_DIR`` and ``$GPUMR_SCHEDULER_SOCKET`` (or
-``--lease-dir`` / ``--socket``) move them to a place the administrator chose.
-
-Whether a folder is trusted is :mod:`gpumr.trusted`'s one rule: the
-per-user folder is private (made 0700; must be yours, no link, nobody else
-may write in it); a folder the administrator chose is a documented shared
-folder: yours or root's, and if group or others may write in it, sticky (the
-EMR bootstrap makes its lease folder ``root:GROUP 3770``: setgid so lock
-files keep the group, sticky so that no task user can remove or replace a
-lock file of another).
+Both default to one private per-user folder, ``$TMPDIR/gpumr-<uid>`` (made
+0700); ``$GPUMR_LEASE_DIR`` and ``$GPUMR_SCHEDULER_SOCKET`` (or
+``--lease-dir`` / ``--socket``) move them to a documented shared folder the
+administrator chose, trusted under :mod:`gpumr.trusted`'s one rule (yours
+or root's, no link, sticky if others may write in it: the EMR bootstrap's
+``root:GROUP 3770``). The rule and sharing a folder: :doc:`/concepts/devices`.
 """
 
 import os

@@ -1,30 +1,11 @@
 """The scheduler service's protocol, shared by the service and its clients.
 
-A Unix-domain socket (TCP on loopback on request), one JSON object per line
-each way, as ``shared/DESIGN.md`` fixes:
-
-* ``{"op": "acquire", "memory": BYTES, "block": bool, "timeout": SECONDS}``
-  -> ``{"ok": true, "gpu": INDEX, "lease": "ID"}``
-* ``{"op": "release", "lease": "ID"}`` -> ``{"ok": true}``
-* ``{"op": "status"}`` -> ``{"ok": true, "policy": ..., "gpus": [...], "leases": [...]}``
-
-Every error reply is ``{"ok": false, "error": "text for people", "code": "CODE"}``
-with one of the codes below; clients decide by the code, never the text.
-
-Fields added since, which older clients ignore:
-
-* a grant over a Unix socket carries ``"claim": true`` and, as ``SCM_RIGHTS``
-  ancillary data sent with it (or with an earlier byte of the stream), a
-  descriptor of the granted slot's lock file (:mod:`gpumr.devices.leases`),
-  locked. The lock belongs to the open file, so it holds while either the
-  service or the task keeps its copy: the task's copy is its own claim on
-  the slot, which outlives the service (killed or restarted) and ends when
-  the task releases the lease or exits. Descriptors arrive in the order of
-  the replies that say ``claim``. A client that reads without ancillary
-  data loses the descriptor (the kernel closes it) and the lease is as
-  before: held by the service alone. Over TCP no descriptor can pass.
-* ``status`` replies carry ``"pid"``, the service's process id (for people:
-  a client that must know who serves checks the socket's peer credentials).
+One JSON object per line each way over a Unix-domain socket (TCP on
+loopback on request): ``acquire``, ``release`` and ``status`` requests,
+error replies with a machine-readable ``code`` (clients decide by the code,
+never the text), and a grant's ``claim``: the slot's locked lock-file
+descriptor passed with ``SCM_RIGHTS``. Every field and code:
+:doc:`/reference/scheduler-protocol`.
 """
 
 import math

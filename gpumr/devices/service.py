@@ -1,32 +1,13 @@
 """The node-local GPU scheduler service: lease bookkeeping, policies and the socket server.
 
-One process per node hands out GPU leases to the node's map tasks over a
-Unix-domain socket (TCP on loopback on request), one JSON object per line
-each way (:mod:`gpumr.devices.protocol`).
-
-A lease ends on release or when its connection closes, so a killed task
-never keeps a GPU. Each lease the service grants is also the lock-file lease
-of one slot (:mod:`gpumr.devices.leases`), and slots whose lock files are
-held by tasks that fell back to lock files are not granted: the two kinds
-of lease are one system and a slot is never held twice. Over a Unix socket
-the grant also hands the task a copy of the slot's locked descriptor (the
-``claim`` of :mod:`gpumr.devices.protocol`), so the slot stays held by the
-task itself when the service is killed or restarted; the service only ever
-closes its own copy, never unlocks a slot a task may still hold.
-
-Policies follow the Spark GPU-scheduler paper: ``random`` among the eligible
-GPUs, ``round-robin`` over them, ``least-processes`` (fewest slots held;
-ties to the lowest index). A GPU is eligible when it has a free slot, no
-compute process of another program, and enough memory left after what its
-current leases asked for.
-
-The server is one thread around :mod:`selectors`: no thread per connection,
-a listen backlog of :data:`BACKLOG`, a cap on connections (over it, a
-``too-many-connections`` reply, then close), an idle timeout for
-connections that hold no lease (and for any that stops reading its
-replies), bounded buffers per connection, and blocking acquires kept as
-waiters with deadlines. Near the file-descriptor limit it refuses with a reply instead of
-spinning.
+One process per node hands out GPU leases to the node's tasks over a
+Unix-domain socket (:mod:`gpumr.devices.protocol`); each lease is also the
+lock-file lease of one slot (:mod:`gpumr.devices.leases`), handed to the
+task as a locked descriptor, so a slot is never held twice and outlives a
+killed service. The server is one :mod:`selectors` thread with bounded
+connections, buffers and idle time. Setting it up, its policies and who may
+use it: :doc:`/how-to/gpu-nodes`; the protocol:
+:doc:`/reference/scheduler-protocol`.
 """
 
 import array

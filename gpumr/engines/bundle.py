@@ -1,23 +1,11 @@
 """What a plain cluster's tasks need, as one archive for Hadoop's distributed cache.
 
-Many clusters have Python 3.9+ on their nodes and nothing else, and their
-users cannot install packages there. :func:`build` makes ``gpumr-python.zip``:
-gpumr itself (only the files the project declares, :func:`declared_files`:
-its modules with its jobs, kernel sources and configs), the libraries its map tasks import, as binary
-wheels for the nodes' Python version and platform (pip's ``--target`` with
-``--python-version``/``--platform``, so the bundle can be made on a machine
-with another Python), and optionally fatbins of the CUDA kernels. OpenCV's
-wheel carries its Haar cascades (``cv2.data``).
-
-mrjob ships it and puts it on the tasks' import path::
-
-    --archives DIR/gpumr-python.zip#gpumr-python --cmdenv PYTHONPATH=gpumr-python --python-bin python3
-
-Hadoop unpacks an archive into a folder of the task's working directory
-(``gpumr-python``); a relative ``PYTHONPATH`` entry is taken from that
-directory, where mrjob's wrapper starts every task. A zip on ``PYTHONPATH``
-itself would not do: compiled extension modules (numpy, OpenCV) cannot be
-imported from inside a zip.
+:func:`build` makes ``gpumr-python.zip`` for nodes that have Python 3.9+ and
+nothing else: gpumr's declared files (:func:`declared_files`), binary wheels
+of the libraries its tasks import for the nodes' Python and platform, and
+optionally kernel fatbins. mrjob ships it with ``--archives
+DIR/gpumr-python.zip#gpumr-python --cmdenv PYTHONPATH=gpumr-python``; why
+these options and how to run it: :doc:`/how-to/hadoop`.
 """
 
 import configparser

@@ -1,16 +1,9 @@
-"""Progress of a running job on this machine: tasks report, the launcher shows.
+"""Progress of a running job on this machine (mrjob's inline and local runners): tasks report, the launcher shows.
 
-mrjob's inline and local runners say nothing between "Running step 1 of
-1..." and the end (Hadoop and Spark show their own progress). Here each task
-keeps one small file in a folder the launcher made (named by
-``$GPUMR_PROGRESS``), rewriting it at most twice a second with its counts so
-far; the launcher sums the files once a second and shows a bar on a
-terminal, or a line every :data:`LINE_EVERY` seconds otherwise.
-
-The folder is the launcher's own (``mkdtemp``: one per run, mode 0700,
-removed at the end), and both sides go through :mod:`gpumr.trusted`: a task
-writes only into a folder the rule trusts, and files are opened only as
-regular files (never through a link, never blocking on a FIFO).
+Each task rewrites one small file of its counts in a private folder the
+launcher made (``$GPUMR_PROGRESS``), both sides under :mod:`gpumr.trusted`;
+the launcher sums them into a bar on a terminal, or a line every
+:data:`LINE_EVERY` seconds otherwise (:doc:`/concepts/record-path`).
 """
 
 import os

@@ -1,57 +1,14 @@
-"""The Spark engine: the gpumr jobs as a Spark application, a thin shell over the same core.
+"""The Spark engine: ``gpumr run KIND --engine spark`` (and ``gpumr spark KIND``), a thin shell over the shared engine core.
 
-Run::
-
-    gpumr spark faces frames.seq/ -o out/ --master local-cluster[2,1,1024] [face job options]
-    gpumr spark backproject --projections proj.seq --slab 16 -o out/ --master ...
-    spark-submit --master yarn -m gpumr.engines.spark faces ...   (see README, "Spark")
-
-The options of each workload are its declaration's (:mod:`gpumr.core.declare`),
-parsed, checked and planned on the driver by :func:`gpumr.engines.common.prepare`
-(shared with the Dask engine); each Python worker builds the workload once
-(for CT that loads and filters the projections once per Python worker, not
-per task) and runs a :class:`gpumr.engines.common.Task` per partition, as an
-mrjob map task does; when Spark gave the task GPU addresses
-(``spark.task.resource.gpu.amount``), the device choice uses only those.
-
-Input: local paths or URIs (``s3://``, ``s3a://``, ``hdfs://``, ``file://``).
-The driver lists and sizes the SequenceFiles (:func:`gpumr.io.inputs.expand_sized`;
-URIs through :mod:`gpumr.io.remote`), cuts them into byte ranges
-(``--split-size``, at least :data:`gpumr.limits.MIN_SPLIT_SIZE`, at most
-:data:`gpumr.limits.MAX_SPLITS` ranges in all, refused before any task
-otherwise) and every partition reads its ranges with
-:func:`gpumr.io.records.read_split`, fetching only those bytes (Hadoop's split semantics; a corrupt stretch is an ``error`` line, as
-in the mrjob jobs). Hadoop's input format (``sc.newAPIHadoopFile``) was
-measured as the alternative (``bench/spark_input.py``); it fails the task on
-a corrupt stretch, which the safety contract forbids. Files named by the
-job's file options (cascade, projections, geometry) are shipped once per
-executor with ``SparkContext.addFile``; one at a URI is first fetched to the
-driver through the same layer.
-
-A job that fails prints one line: the failing task's own Python error (a
-:class:`gpumr.errors.GpumrError`'s message), not Spark's traces, and the
-Spark log of a context gpumr starts is off; ``debug`` (``gpumr --debug``)
-keeps both.
-
-Output: the mrjob jobs' lines (``JSONProtocol``: ``"key"<TAB>{json}``),
-sorted, as ``OUT/part-NNNNN`` (one per partition, the names
-``saveAsTextFile`` gives) and ``OUT/_SUCCESS``, one output under gpumr's
-ownership rule, ``OUT`` a local folder or a URI (``s3://``, ``hdfs://``,
-``file://``): :class:`gpumr.io.outputs.FolderOutput` or
-:class:`gpumr.io.outputs.UriOutput`, checked before any task. Each task
-writes its partition through the filesystem layer into the output's hidden
-stage, under its own attempt's name (:func:`write_part`); once the job has
-succeeded the driver publishes, per partition, the one attempt whose result
-Spark kept, so an attempt re-run after a lost executor (or a speculative
-one) is never published beside it. pyspark ships no S3 connector for
-Hadoop (``hadoop-aws``), so ``saveAsTextFile`` could not write ``s3a://``
-here; one writer serves every destination. A failed or interrupted job
-stops its tasks first (the context gpumr started, or the job's group in a
-caller's context), then removes the stage. Counters: one
-Spark accumulator holding each partition's gpumr counters by partition id,
-so a partition that Spark re-runs (a lost executor) replaces its counts
-instead of adding them twice; their totals feed the same summary line as
-the mrjob engine.
+The options are the workload's declaration, parsed, checked and planned on
+the driver by :func:`gpumr.engines.common.prepare` (shared with the Dask
+engine); each partition reads its byte ranges through the one split reader
+and filesystem layer, runs a :class:`gpumr.engines.common.Task`, and writes
+its part into the output transaction's hidden stage under its attempt's
+name; the driver publishes one attempt per partition and sums the counters
+from one accumulator keyed by partition. ``spark-submit`` runs this file as
+a script with the same arguments. How to run it, and why it reads splits
+itself instead of through Hadoop's input format: :doc:`/how-to/spark`.
 """
 
 import argparse

@@ -2,28 +2,13 @@
 
 A job (``jobs/``, or :class:`gpumr.engines.mrjob_task.MRWorkload` with
 ``--workload NAME``) names a declared workload (:mod:`gpumr.workloads`);
-this class takes its options, checks and record function from the
-declaration and wires them to the record-processing core.
-
-Input is read either by the map task itself (each task reads whole
-SequenceFiles with ``seqfile``; every runner) or, with ``--hadoop-splits`` on
-Hadoop/EMR, by Hadoop's ``SequenceFileAsTextInputFormat`` (``key<TAB>hex
-bytes`` lines; Hadoop splits at sync markers and places tasks near the
-data). Both give the same output. The reducer is the identity, so output is
-sorted by key.
-
-Whole files come through mrjob's input manifest (one input URI per map
-task). mrjob's wrapper script would copy each with one ``hadoop fs
--copyToLocal`` JVM (EMR: ``aws s3 cp``); gpumr's runners leave URIs to the
-task instead (:func:`_read_uris_in_tasks`), which reads them through
-:mod:`gpumr.io.remote`: pyarrow where the task has it (only the bytes
-needed, no JVM), else ``hadoop fs -copyToLocal`` from the task. The inline
-and local runners take ``s3://``, ``hdfs://`` and ``file://`` inputs the same way.
-
-Before any task starts, the launching process checks the inputs and the
-required options and stops with a one-line error naming what is wrong; while
-the job runs on this machine (inline and local runners) it shows progress;
-at the end it prints one line summing up the gpumr counters.
+:class:`GpumrJob` takes its options, checks and record function from the
+declaration and wires them to the record-processing core. Map tasks read
+whole SequenceFiles (URIs through :mod:`gpumr.io.remote`, left to the task
+by :func:`_read_uris_in_tasks`) or, with ``--hadoop-splits``, Hadoop's
+splits; the reducer is the identity. The launcher checks before any task,
+shows progress on this machine and ends with one summary line. Running it:
+:doc:`/how-to/hadoop`, :doc:`/how-to/emr`, :doc:`/how-to/remote-data`.
 """
 
 import os

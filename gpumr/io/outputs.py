@@ -1,80 +1,14 @@
-"""Every output gpumr writes, under one rule and through this one helper.
+"""Every output gpumr writes, under one rule and through this one output transaction.
 
-The rule:
-
-1. An output appears complete or not at all. A file is written under a
-   hidden name beside its destination (``.NAME.xxxxxxxx.tmp``), a folder of
-   parts in a hidden folder there, and then renamed into place
-   (:mod:`seqfile.atomic`); on an error or Ctrl-C the hidden work is removed.
-2. gpumr replaces or deletes only what carries proof that gpumr made it;
-   never the current folder or a folder holding it, never an input or a
-   folder holding one, never a symbolic link.
-3. An old output is set aside under a hidden name before the new one takes
-   its name and is checked against its proof there, so that nothing written
-   meanwhile is lost: a file goes only if its content is still what gpumr
-   wrote (else it is put back, and the new output is not written); a folder
-   loses only the files its proof vouches for, and whatever else is in it
-   (a user's file dropped in, or a part changed, while gpumr worked) is kept
-   where it was set aside and named in a warning.
-
-Proof of authorship. Beside an output ``NAME`` lies ``.NAME.gpumr``, a small
-JSON file: the command that made the output and the size and SHA-256 of
-each file in it (for a file output, of the file itself); files written one
-by one into a folder the user named (``gpumr unpack -d DIR``) are listed in
-``DIR/.gpumr``, beside them. An output is
-gpumr's while its proof vouches for everything it holds: a folder holding a
-file that is not listed, or a listed file whose content changed, is not.
-A SequenceFile that ``gpumr pack`` wrote carries its proof in its own header
-instead (metadata ``gpumr.pack``), and a folder of such ``part-NNNNN.seq``
-files needs no proof file. The proof lives beside the output, not inside it,
-so an output holds exactly its parts (a script that lists a folder of frames
-or parts sees only those) and Hadoop, Spark and shell globs pass it over
-(a hidden name). Before a replacement the proof vouches for both the old and
-the new content, so that an interrupt at any moment leaves an output its
-proof vouches for; a proof that is lost or stale only ever makes gpumr refuse.
-Proofs are read and written as streams, in bounded memory (:mod:`gpumr.io.proofs`).
-
-The sequence (stage hidden, proof saved vouching for both versions,
-publish, remove of the old output only what its proof vouches for and keep
-and name the rest, proof trimmed) is written once, in :class:`_Transaction`;
-a local file (:class:`FileOutput`), a local folder (:class:`FolderOutput`)
-and an output at a URI (:class:`UriOutput`) are its policies: where they
-stage and how they publish. Files written one by one into a folder
-(:mod:`gpumr.io.keyfiles`) take its rule's test (:meth:`Rule.vouched`) and
-its proof's update (:meth:`~gpumr.io.proofs.Proof.record`).
-
-Outputs at URIs (:class:`UriOutput`: ``s3://``, ``hdfs://``, ``file://``)
-keep the same rule through the filesystem layer (:mod:`gpumr.io.remote`;
-the layer does the filesystem operations, this module decides). The proof
-of a URI output ``.../NAME`` is the object ``.../.NAME.gpumr`` beside it;
-the parts are written under the hidden prefix ``.NAME.<hex>.tmp/`` beside
-it (Hadoop's and Spark's readers pass it over), then published:
-
-* where the filesystem renames (HDFS, ``file://``): exactly as for a local
-  folder: the old output set aside as ``.NAME.<hex>.old``, the stage renamed
-  in, the old one's vouched files removed, anything else kept there.
-* on S3, which has no rename: each part copied to its name (a copy makes an
-  object appear whole, replacing an old one at once). Before the first copy,
-  objects of the old output that the proof does not vouch for (put there,
-  or changed, while gpumr worked) are moved under ``.NAME.<hex>.old/`` and
-  named in a warning; markers (``_SUCCESS``) of the old output are removed
-  first and the new ones published last, after the old output's other
-  parts are gone, so a reader that waits for ``_SUCCESS`` never takes a
-  mixture. The proof is saved first, vouching for the new output (and
-  the old one it replaces), and trimmed to the new one last.
-
-The interrupt windows on S3 (an error or Ctrl-C): before the first copy or delete at
-``NAME``, the old output stays whole (less what was moved aside, which is
-kept); once one was made, the clean-up removes every part published so far
-and every part of the old output, so that nothing of either is visible
-(S3 cannot put the old one back without a second copy of it); after the
-last copy, the output is complete. A ``kill -9`` can leave the hidden
-stage; mid-publish, over an earlier output, a mixture that the proof
-vouches for (a later run may replace it), and as a new output, parts
-that the proof saved first vouches for (a later run may replace them). Where
-pyarrow cannot serve a URI (the ``hadoop fs`` fallback) only a new
-destination is written, and only outputs that prove themselves (gpumr
-pack's), uploaded under the hidden name and renamed by ``hadoop fs -mv``.
+An output appears complete or not at all (staged under a hidden name, then
+published); only what carries gpumr's proof of authorship (``.NAME.gpumr``
+beside it, or a packed SequenceFile's own header) is replaced or deleted;
+and an old output is set aside and checked against its proof before it
+goes, so nothing written meanwhile is lost. The sequence is written once,
+in :class:`_Transaction`; :class:`FileOutput`, :class:`FolderOutput` and
+:class:`UriOutput` are its policies (where they stage, how they publish),
+on the filesystem layer (:mod:`gpumr.io.remote`). The rule, the proof, the
+publish on S3 and its interrupt windows: :doc:`/concepts/outputs`.
 """
 
 import hashlib

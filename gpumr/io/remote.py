@@ -1,50 +1,14 @@
-"""The one filesystem layer: local paths and URIs (``s3://``, ``hdfs://``, ``file://`` ...) behind one interface.
+r"""The one filesystem layer: local paths and URIs (``s3://``, ``hdfs://``, ``file://`` ...) behind one interface.
 
-Every part of gpumr that lists, reads or writes a file it was given comes
-here: the commands (``pack -o``, ``ls``, ``info``, ``cat``, ``unpack``,
-``ct assemble``, ``faces render``), the split reader of every engine
-(:func:`gpumr.io.records.read_split`), the Spark driver and tasks, the
-mrjob jobs' map tasks and the output transaction (:mod:`gpumr.io.outputs`).
-It is the only place that tells a URI from a path.
-
-:func:`locate` parses a path or URI once and returns a :class:`Location`:
-the place, and the implementation that serves it, chosen there and only
-there:
-
-* a local path: the operating system (:class:`_Local`);
-* ``s3://``, ``s3a://``, ``s3n://``, ``hdfs://``, ``viewfs://`` and
-  ``file://`` (``file:///PATH``, which names the local path PATH:
-  :attr:`Location.local`): pyarrow's filesystems (:class:`_Arrow`). S3 through :class:`pyarrow.fs.S3FileSystem`
-  (the AWS SDK for C++): credentials come from where every AWS SDK looks
-  (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
-  ``~/.aws/credentials`` with ``AWS_PROFILE``, an instance or container
-  role), never from the URI; an S3-compatible store is reached with the
-  SDK's endpoint variables ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``.
-  HDFS through :class:`pyarrow.fs.HadoopFileSystem` (``libhdfs`` and a JVM:
-  ``JAVA_HOME``; ``HADOOP_HOME`` or ``ARROW_LIBHDFS_DIR``). An S3 key that
-  pyarrow cannot name (an empty path component: ``s3://b/a//b.seq``) is
-  served by boto3 where it is installed (:class:`_Boto`);
-* any URI pyarrow cannot serve here (no pyarrow, as in ``gpumr bundle``'s
-  archive; no ``libhdfs`` on this node; a scheme pyarrow lacks, e.g.
-  ``gs://`` or ``abfs://`` through Hadoop's connectors): the ``hadoop fs``
-  command (:class:`_Hadoop`), one JVM per call, whole files copied to a
-  local temporary file for reading.
-
-The interface (each implementation has it): :meth:`Location.stat`,
-:meth:`~Location.list_files` (a file, or a folder's visible files),
-:meth:`~Location.tree`, :meth:`~Location.open_input` (byte-range reads),
-:meth:`~Location.open_output`, :meth:`~Location.write_bytes`,
-:meth:`~Location.upload`, :meth:`~Location.make_folder`,
-:meth:`~Location.copy`, :meth:`~Location.move`, :meth:`~Location.delete`.
-The layer decides nothing about what may be replaced: that is the output
-transaction's (:mod:`gpumr.io.outputs`).
-
-Secrets: a URI holding user-info (``s3://KEY:SECRET@bucket/...``) is refused
-by the parser with one line that does not echo it; every message naming a
-path or URI passes :func:`gpumr.errors.redact`. Errors are one-line
-:class:`GpumrError`\\ s (no pyarrow traceback); a file that changes size under
-a reader is :class:`ReadFailed`, which the split reader turns into a lost
-stretch naming the file.
+:func:`locate` parses a path or URI once and returns a :class:`Location`
+served by the operating system (:class:`_Local`), pyarrow's filesystems
+(:class:`_Arrow`), boto3 for S3 keys pyarrow cannot name (:class:`_Boto`) or
+the ``hadoop fs`` command (:class:`_Hadoop`); it is the only place that
+tells a URI from a path, and every command, engine and the output
+transaction (:mod:`gpumr.io.outputs`) come here. A URI holding user-info is
+refused without echoing it; errors are one-line :class:`GpumrError`\ s, and
+a file that changes size under a reader is :class:`ReadFailed`. Schemes,
+credentials and the fallback: :doc:`/how-to/remote-data`.
 """
 
 import contextlib
