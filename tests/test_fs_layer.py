@@ -34,7 +34,10 @@ def gpumr(*argv, env=None):
 
 @pytest.fixture
 def packed_at(s3, sample_frames, tmp_path):
-    """The sample frames packed as one SequenceFile, uploaded at ``s3://BUCKET/<key>``."""
+    """The sample frames packed as one SequenceFile, uploaded at ``s3://BUCKET/<key>``.
+
+    This module's keys all start ``fslayer/``: the bucket is the session's, and a test looks only at what it made.
+    """
     pack([sample_frames], str(tmp_path / "frames.seq"), progress=False)
     data = (tmp_path / "frames.seq").read_bytes()
 
@@ -69,7 +72,7 @@ def test_a_job_input_with_credentials_is_refused_without_them(s3, tmp_path):
 
 
 def test_a_key_with_an_empty_path_component_is_read(packed_at):
-    uri, data = packed_at("a//b.seq")
+    uri, data = packed_at("fslayer/a//b.seq")
     code, out, err = gpumr("info", uri)
     assert code == 0 and "SequenceFile v6" in out, err
     code, out, err = gpumr("ls", uri)
@@ -92,12 +95,12 @@ def test_an_object_that_shrinks_under_the_reader_is_a_lost_stretch_naming_it(s3,
         for i in range(40):
             w.append(f"r{i:03d}", rng.integers(0, 256, 256 << 10, dtype=np.uint8).tobytes())
     data = (tmp_path / "big.seq").read_bytes()
-    s3.put("shrinks.seq", data)
-    uri = f"s3://{BUCKET}/shrinks.seq"
+    s3.put("fslayer/shrinks.seq", data)
+    uri = f"s3://{BUCKET}/fslayer/shrinks.seq"
     items = read_split(uri)
     first = next(items)
     assert first.key == "r000"
-    s3.put("shrinks.seq", data[:len(data) // 3])  # the object is replaced by a shorter one meanwhile
+    s3.put("fslayer/shrinks.seq", data[:len(data) // 3])  # the object is replaced by a shorter one meanwhile
     rest = list(items)
     lost = [i for i in rest if isinstance(i, Lost)]
     assert len(lost) == 1 and lost[0].name == uri and lost[0].end == len(data), rest
@@ -108,21 +111,21 @@ def test_an_object_that_shrinks_under_the_reader_is_a_lost_stretch_naming_it(s3,
 def test_ct_assemble_reads_a_job_output_at_a_uri(s3, tmp_path):
     vol = np.arange(4 * 3 * 5, dtype=np.float32).reshape(4, 3, 5)
     lines = [f"{json.dumps(slice_key(z))}\t{json.dumps(encode_slice(z, 4, vol[z], 'cpu'))}" for z in range(4)]
-    s3.put("ct/out/part-00000", "\n".join(lines[:2]).encode() + b"\n")
-    s3.put("ct/out/part-00001", "\n".join(lines[2:]).encode() + b"\n")
-    s3.put("ct/out/_SUCCESS", b"")
-    code, out, err = gpumr("ct", "assemble", f"s3://{BUCKET}/ct/out", "-o", tmp_path / "v.npy")
+    s3.put("fslayer/ct/out/part-00000", "\n".join(lines[:2]).encode() + b"\n")
+    s3.put("fslayer/ct/out/part-00001", "\n".join(lines[2:]).encode() + b"\n")
+    s3.put("fslayer/ct/out/_SUCCESS", b"")
+    code, out, err = gpumr("ct", "assemble", f"s3://{BUCKET}/fslayer/ct/out", "-o", tmp_path / "v.npy")
     assert code == 0, err
     assert (np.load(tmp_path / "v.npy") == vol).all()
 
 
 def test_faces_render_reads_job_output_and_images_at_uris(s3, packed_at, tmp_path):
     from seqfile import Reader
-    uri, _ = packed_at("render/frames.seq")
+    uri, _ = packed_at("fslayer/render/frames.seq")
     with Reader(str(tmp_path / "frames.seq")) as r:
         keys = [rec.key for rec in r]
     lines = [f"{json.dumps(k)}\t{json.dumps({'faces': [[1, 1, 4, 4]], 'device': 'cpu'})}" for k in keys]
-    s3.put("render/out/part-00000", ("\n".join(lines) + "\n").encode())
-    code, out, err = gpumr("faces", "render", f"s3://{BUCKET}/render/out", "--images", uri, "-d", tmp_path / "pics")
+    s3.put("fslayer/render/out/part-00000", ("\n".join(lines) + "\n").encode())
+    code, out, err = gpumr("faces", "render", f"s3://{BUCKET}/fslayer/render/out", "--images", uri, "-d", tmp_path / "pics")
     assert code == 0, err
     assert sorted(os.listdir(tmp_path / "pics")) == sorted([*keys, "contact_sheet.png"])

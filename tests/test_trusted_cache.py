@@ -215,3 +215,26 @@ def test_a_fatbin_of_another_user_in_a_shared_cache_is_not_used_even_with_its_pr
     os.chown(os.path.join(cache, name), planter, planter)
     assert kernels.locate("haar") == (None, "nowhere")
     assert open(os.path.join(cache, name), "rb").read() == b"planted"  # left alone
+
+
+def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it_names(shared_tmp, monkeypatch,
+                                                                                      planter):
+    """Hadoop's distributed cache shows ``--dirs DIR#kernels`` as a link in the task's folder: followed once, then
+    the rule applies to the folder it names (yours: loaded; another user's: refused, one warning)."""
+    from gpumr.gpu import kernels
+    name = f"haar-{kernels._digest('haar')}.fatbin"
+    if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
+        pytest.skip("a fatbin ships beside the sources here")
+    monkeypatch.setenv(kernels.CACHE_ENV, os.path.join(shared_tmp, "cache"))
+    for owner in ("mine", "theirs"):
+        folder = os.path.join(shared_tmp, owner)
+        os.mkdir(folder, 0o755)
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(b"fatbin")
+        os.symlink(folder, os.path.join(shared_tmp, f"link-{owner}"))
+    os.chown(os.path.join(shared_tmp, "theirs"), planter, planter)
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-mine"))
+    assert kernels.locate("haar") == (os.path.join(shared_tmp, "link-mine", name), "$GPUMR_KERNEL_DIR")
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-theirs"))
+    with pytest.warns(UserWarning, match=f"{shared_tmp}/theirs: refusing it for kernels to load: it belongs to uid"):
+        assert kernels.locate("haar") == (None, "nowhere")

@@ -307,7 +307,10 @@ def _usable(name, path, place):
             return _vouched(path, _made_by(name))
         os.close(trusted.open_regular(path, what="a kernel fatbin"))
         if place == f"${KERNEL_DIR_ENV}":
-            trusted.check_folder(os.path.dirname(path), "kernels to load", shared=True)
+            # Hadoop's distributed cache shows a shipped archive as a link in the task's working
+            # folder (``kernels -> .../filecache/.../fatbins.tar.gz``): the folder it names is the
+            # one the rule (owner, mode) is applied to.
+            trusted.check_folder(os.path.realpath(os.path.dirname(path)), "kernels to load", shared=True)
         return True
     except FileNotFoundError:
         return False

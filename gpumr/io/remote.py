@@ -923,7 +923,7 @@ class _Hadoop:
         base = loc.text.rstrip("/")
         try:
             found = list(_hadoop_fs().ls(base))
-        except (IOError, OSError) as exc:
+        except (OSError, subprocess.CalledProcessError) as exc:  # mrjob asks `hadoop version` first
             raise GpumrError(f"{shown(loc)}: hadoop fs cannot list it ({_first_line(exc)}), and {self.reason}") \
                 from None
         if not found:
