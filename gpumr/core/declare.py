@@ -116,8 +116,16 @@ class Declaration:
     def check(self, o):
         """Refuse, before any task, options that are wrong; GpumrError in one line.
 
-        Checks every declared limit; subclasses add what needs the files
-        (a cascade that loads, projections that read).
+        Checks every declared limit (:meth:`check_limits`); subclasses add
+        what needs the files (a cascade that loads, projections that read).
+        """
+        self.check_limits(o)
+
+    def check_limits(self, o):
+        """Refuse an option out of its declared limit; GpumrError in one line.
+
+        Reads no file: a launcher calls it first, before it lists the inputs
+        or allocates anything, then :meth:`check` once the inputs are known.
         """
         from ..devices.leases import check_slots
         from ..devices.protocol import MAX_MEMORY

@@ -222,6 +222,7 @@ def prepare(kind, argv, engine, made_by, folder, here=True, add_options=None):
         except ValueError as exc:
             raise GpumrError(f"--split-size: {exc}") from None
         limits.number("--split-size", o.split_size, limits.MIN_SPLIT_SIZE, integer=True)
+    d.check_limits(o)  # before the output is checked or anything listed
     inputs = getattr(o, "inputs", [])
     o.out = open_output(o.output, made_by, [*inputs, *(path for _, path in d.side_files(o))])
     for option, value in d.side_files(o):

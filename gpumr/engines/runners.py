@@ -103,7 +103,7 @@ def run(kind, argv, engine="inline", dry_run_only=False, debug=False):
     temp = tempfile.mkdtemp(prefix="gpumr-run-")
     out = None
     try:
-        d.check(o)  # as on every engine, before the inputs are listed (the job checks them again)
+        d.check(o)  # as on every engine, before the inputs are listed (the job checks its limits again)
         if d.input != "seqfile":  # the command makes the plan the mrjob job reads
             from ..ct.workload import write_plan
             lines = d.plan(o)

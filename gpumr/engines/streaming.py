@@ -151,7 +151,7 @@ class GpumrJob(MRJob):
         GpumrError
             Naming the option or input and what is wrong with it.
         """
-        self.declaration.check(self.options)  # the options' limits first, as on every engine
+        self.declaration.check_limits(self.options)  # before anything is listed or read
         local = [p for p in self.options.args if not locate(p).is_uri]
         require(inputs=self.options.args)
         files = expand_inputs(local) if local else []
@@ -171,6 +171,7 @@ class GpumrJob(MRJob):
             raise GpumrError(f"--output-dir {out}: already exists and is not an empty folder; choose a new folder "
                              "(gpumr never writes over files it did not make; Hadoop refuses an existing output "
                              "folder too)")
+        self.declaration.check(self.options)
 
     @property
     def runs_here(self):
