@@ -95,7 +95,7 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
                                default=0)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def resize_taps(src, dst):
     """One axis of OpenCV's 8-bit ``INTER_LINEAR_EXACT`` resize from ``src`` to ``dst`` pixels: int32 [dst, 2].
 
