@@ -434,19 +434,36 @@ def host_pyramid_ms(det, frames, repeat=3):
 
 
 def host_pack_ms(det, frames, repeat=3):
-    """CPU milliseconds per frame of the serial host work around the kernels today: packing the levels'
-    pixels and the table, and the row, column and window-row lists ``FaceGPU._detect`` builds."""
+    """CPU milliseconds per frame of the serial host work around the kernels with the pyramid on the host
+    (gpumr before its GPU pyramid): packing the levels' pixels and the table, and the row, column and
+    window-row lists ``FaceGPU._detect`` builds."""
     import cv2
     from gpumr.faces import gpu as facegpu
     imgs = [[cv2.resize(g, lv[1], interpolation=cv2.INTER_LINEAR_EXACT) for lv in det._levels(g.shape)]
             for g in frames]
-    table = det.pyramid(frames)[0]
+    table = det.pyramid(frames).table
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
         np.concatenate([im.ravel() for lv in imgs for im in lv])
         for col, n in ((3, 1), (2, 1), (8, 0)):
             facegpu.per_level(table[:, col] + n)  # the driver's own lists
+        best = min(best, time.perf_counter() - t0)
+    return 1e3 * best / len(frames)
+
+
+def host_part_ms(det, frames, repeat=3):
+    """CPU milliseconds per frame of the host work around the kernels now (the pyramid on the GPU): a part's
+    frames packed with its tables (``FaceGPU.pyramid``; the taps kept per frame size, as the driver keeps
+    them), and the row, column and window-row lists ``FaceGPU._detect`` builds."""
+    from gpumr.faces import gpu as facegpu
+    det.pyramid(frames)  # the frame size's taps computed, as after a job's first part
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        table = det.pyramid(frames).table
+        for col, n in ((3, 1), (2, 1), (8, 0)):
+            facegpu.per_level(table[:, col] + n)
         best = min(best, time.perf_counter() - t0)
     return 1e3 * best / len(frames)
 
@@ -553,13 +570,15 @@ def predict_faces(dev, work, frames, host_ms, pixels_per_frame, batch=16, gpu_py
     batch of ``batch`` frames (that chain paid once per batch); ``driven``:
     as gpumr drives them, host work (``host_ms``: (parallel ms, serial ms)
     per frame), uploads, allocations and read-backs added, or overlapped
-    with the kernels when ``overlapped``.
+    with the kernels when ``overlapped``. ``gpu_pyramid``: only the frame is
+    uploaded, and the resize's instructions are estimated unless ``work``
+    holds the traced ``pyramid`` kernel.
     """
     launches = sum(w["launches"] for w in work.values()) / frames
     l1_rate = dev["sms"] * SECTORS_PER_CLOCK_L1 * dev["clock_ghz"] * 1e9
     l2_rate = dev["l2_gbs"] * 1e9 / 32
     clock = dev["clock_ghz"] * 1e9
-    pyramid_instr = PYRAMID_INSTR_PER_PIXEL * pixels_per_frame / 32 if gpu_pyramid else 0.0
+    pyramid_instr = PYRAMID_INSTR_PER_PIXEL * pixels_per_frame / 32 if gpu_pyramid and "pyramid" not in work else 0.0
     out = dict(alone1=[], alone=[], driven=[])
     for e, chain, copy in zip(ISSUE_EFFICIENCY, reversed(STUMP_CHAIN_CYCLES), COPY_GBS):
         through = (sum(max(w["warp_instr"] / (issue_rate(dev) * e), w["sectors"] / l1_rate, w["misses"] / l2_rate)
@@ -569,7 +588,7 @@ def predict_faces(dev, work, frames, host_ms, pixels_per_frame, batch=16, gpu_py
         out["alone1"].append(1 / (through + tail + over))
         k = through + (tail + over) / batch
         out["alone"].append(1 / k)
-        parallel, serial = (0.0, 0.0) if gpu_pyramid else host_ms
+        parallel, serial = host_ms
         host = (parallel / PYRAMID_THREADS + serial) / 1e3
         upload = (FRAME_BYTES if gpu_pyramid else pixels_per_frame) / (copy * 1e9)
         fixed = (ALLOCATIONS * ALLOC_S + (2 + STAGE_GROUP_TRIPS) * ROUND_TRIP_S) / batch
@@ -679,6 +698,7 @@ def run(args, work):
         fw_win = {arch: face_work(per_win, hc[arch]) for arch in ("80", "90")}
     pyr_ms = host_pyramid_ms(det, frames)
     pack_ms = host_pack_ms(det, frames)
+    part_ms = host_part_ms(det, frames)
     pixels = sum(lv[1][0] * lv[1][1] for lv in det._levels(frames[0].shape))
     slab_ms = host_slab_ms(16 * 512 * 512 * 4)
     rows = [["backprojection gathers (projections)", f"{bt['sectors_per_request']:.2f}", f"{bt['l1_hit']:.0%}",
@@ -697,7 +717,9 @@ def run(args, work):
           ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lane (stumps per frame)"], rows)
     table("Host time (measured on this machine, not a GPU node)", ["what", "ms"], [
         ["pyramid resize per 640x480 frame, one core (gpumr resizes on the CPU today)", f"{pyr_ms:.2f}"],
-        ["packing and index lists per frame, one core (serial today)", f"{pack_ms:.2f}"],
+        ["packing levels and index lists per frame, one core (with the pyramid on the host: before)",
+         f"{pack_ms:.2f}"],
+        ["packing frames, tables and index lists per frame, one core (the pyramid on the GPU: now)", f"{part_ms:.2f}"],
         ["a 16-slice 512^2 slab received into a new host array", f"{slab_ms:.2f}"]])
 
     bp_rows, face_rows = [], []
@@ -710,13 +732,16 @@ def run(args, work):
         bp_rows.append([dname, f"{old['occ']:.0%}", old["bound"], fmt(*old["kernel"], " GUPS"),
                         f"{fmt(*old['driven'], ' GUPS')} ({old['fill']:.0%} of waves)",
                         f"{fmt(*now['driven'], ' GUPS')} ({now['fill']:.0%} of waves, {now['split']} parts)"])
-        pf = predict_faces(dev, fw[arch], len(frames), (pyr_ms, pack_ms), pixels)
+        host_pyr = {k: v for k, v in fw[arch].items() if k != "pyramid"}  # before: the pyramid on the host
+        pf = predict_faces(dev, host_pyr, len(frames), (pyr_ms, pack_ms), pixels)
         from gpumr.faces.gpu import PART
-        pnow = predict_faces(dev, fw[arch], len(frames), (pyr_ms, pack_ms), pixels, batch=PART, overlapped=True)
+        pbefore = predict_faces(dev, host_pyr, len(frames), (pyr_ms, pack_ms), pixels, batch=PART, overlapped=True)
+        pnow = predict_faces(dev, fw[arch], len(frames), (0.0, part_ms), pixels, batch=PART, gpu_pyramid=True,
+                             overlapped=True)
         row = [dname, fmt(*pf["alone1"], " fps"), fmt(*pf["alone"], " fps"), fmt(*pf["driven"], " fps"),
-               fmt(*pnow["driven"], " fps")]
+               fmt(*pbefore["driven"], " fps"), fmt(*pnow["driven"], " fps")]
         if fw_win:
-            planned = predict_faces(dev, fw_win[arch], len(frames), (pyr_ms, pack_ms), pixels, gpu_pyramid=True,
+            planned = predict_faces(dev, fw_win[arch], len(frames), (0.0, part_ms), pixels, gpu_pyramid=True,
                                     batch=PART, overlapped=True)
             row.append(fmt(*planned["driven"], " fps"))
         else:
@@ -729,8 +754,9 @@ def run(args, work):
     table(f"{LABEL}S for face detection (no GPU ran): 640x480 frames, default cascade, scale 1.1",
           ["device", f"kernels, one frame at a time ({LABEL})", f"kernels, batches of 16 ({LABEL})",
            f"driven in batches of 16, nothing overlapped ({LABEL})",
-           f"driven as gpumr does now: parts of 8, next pyramid built meanwhile ({LABEL})",
-           f"planned: pyramid on the GPU too ({LABEL})"], face_rows)
+           f"before: parts of 8, next pyramid built on the host meanwhile ({LABEL})",
+           f"now: pyramid on the GPU, parts of 8, next part packed meanwhile ({LABEL})",
+           f"planned: survivors in window order too ({LABEL})"], face_rows)
     stages = fw["90"].get("run_stages", {})
     print(f"\nAssumptions of every {LABEL.lower()} above:")
     for line in [
@@ -750,9 +776,11 @@ def run(args, work):
         "bounds each launch's end; paid per frame one frame at a time, once per batch of 16 as gpumr drives",
         f"faces as driven: pyramid resized on {PYRAMID_THREADS} host threads and packed on one, at this "
         "machine's CPU time, upload, kernels and read-backs: in batches of 16 one after another (gpumr before "
-        "its double-buffering), or in parts of 8 whose next pyramid the host builds while the device works (now: "
-        "a part costs the larger of host and device); the kernels' figures are for the traced kernels, whichever "
-        "order they compact survivors in",
+        "its double-buffering), or in parts of 8 whose next pyramid the host builds while the device works (before: "
+        "a part costs the larger of host and device); now the pyramid kernel (traced) resizes on the device, "
+        f"the host only packs the frames and tables ({part_ms:.2f} ms per frame, measured here) and one frame "
+        "goes up per frame; the kernels' figures are for the traced kernels, whichever order they compact "
+        "survivors in",
         f"faces work from the traced frames (gpumr's sample frames): run_stages SIMT efficiency "
         f"{stages.get('simt', 0):.2f}, {stages.get('rects_per_stump', 0):.2f} rectangles per stump",
         "the independent analysis (issue 28) gave: backprojection 40 registers, 75% occupancy, 36.75 SASS per "

@@ -2,6 +2,8 @@
 // OpenCV 4's detectMultiScale step for step (see gpumr/haar.py, whose numba
 // scan is the CPU reference of these kernels):
 //
+//   pyramid                       every level of every frame resized from the frame, bit for
+//                                 bit as OpenCV's INTER_LINEAR_EXACT (8-bit, one channel)
 //   integral_rows, integral_cols  integral images of every pyramid level of every frame
 //   first_stage                   every window on the level's step grid: variance check
 //                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
@@ -87,6 +89,53 @@ extern "C" __global__ void integral_cols(const Level* __restrict__ levels, const
         s[y * W] += s[(y - 1) * W];
         q[y * W] += q[(y - 1) * W];
     }
+}
+
+// The pyramid, resized on the device as cv::resize(..., INTER_LINEAR_EXACT) does for 8-bit
+// grey images. The host computes per destination column and row (gpumr/faces/gpu.py,
+// resize_taps) a tap: the first source index and the second source pixel's weight c1 in
+// 1/256 (OpenCV's ufixedpoint16, rounded from (d + 0.5) * src / dst - 0.5 in double); the
+// first pixel's weight is 256 - c1, and a destination outside the source's centres takes
+// the edge pixel (c1 = 0, index clamped). Rows are interpolated first, into 8.8 fixed
+// point (exact in 16 bits), then columns of those into 16.16, rounded half up to 8 bits;
+// all integer arithmetic, so the device gives OpenCV's bytes.
+struct Source {
+    int off;        // first pixel of the level's frame in the frame buffer
+    int width;      // the frame's row length
+    int xtap, ytap; // first tap of the level's columns and of its rows
+};
+
+// The level holding pyramid pixel i: the last whose img_off is <= i.
+__device__ __forceinline__ int level_of_pixel(const Level* levels, int n_levels, int i)
+{
+    int lo = 0, hi = n_levels - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (levels[mid].img_off <= i) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+extern "C" __global__ void pyramid(const unsigned char* __restrict__ frames, const Level* __restrict__ levels,
+                                   const Source* __restrict__ sources, int n_levels, int n_pixels,
+                                   const int2* __restrict__ taps, unsigned char* __restrict__ img)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_pixels) return;
+    const int lv = level_of_pixel(levels, n_levels, i);
+    const Level L = levels[lv];
+    const Source S = sources[lv];
+    const int k = i - L.img_off;
+    const int y = k / L.width, x = k - y * L.width;
+    const int2 tx = LOAD(&taps[S.xtap + x]);
+    const int2 ty = LOAD(&taps[S.ytap + y]);
+    const unsigned char* row0 = frames + S.off + ty.x * S.width;
+    const unsigned char* row1 = ty.y ? row0 + S.width : row0;
+    const int x1 = tx.y ? tx.x + 1 : tx.x;
+    const unsigned cx1 = tx.y, cx0 = 256u - cx1, cy1 = ty.y, cy0 = 256u - cy1;
+    const unsigned h0 = cx0 * LOAD(&row0[tx.x]) + cx1 * LOAD(&row0[x1]);
+    const unsigned h1 = cx0 * LOAD(&row1[tx.x]) + cx1 * LOAD(&row1[x1]);
+    img[i] = (unsigned char)((cy0 * h0 + cy1 * h1 + 32768u) >> 16);
 }
 
 // The cascade's arrays, as every kernel that evaluates stages takes them.

@@ -66,12 +66,13 @@ def test_gpu_pyramid_table_matches_the_scan_grid(sample_frames):
     from gpumr.faces.reference import scales
     path = os.path.join(DATA, "haarcascade_frontalface_default.xml")
     grays = _photos(sample_frames)[:3]
-    table, pixels, meta, n_int, n_win = FaceGPU(path).pyramid(grays)
+    part = FaceGPU(path).pyramid(grays)
+    table, meta, n_int, n_win = part.table, part.meta, part.n_int, part.n_win
     expected_levels = sum(1 for g in grays for _, size, _, _, _ in scales(g.shape[::-1], (24, 24), 1.1, 24)
                           if size[0] >= 24 and size[1] >= 24)
     assert len(table) == len(meta) == expected_levels
     img_off, int_off, w, h, nx, ny, step, gx, gy, win_off = table.T
-    assert pixels.size == (w * h).sum() and n_int == ((w + 1) * (h + 1)).sum() and n_win == (gx * gy).sum()
+    assert part.n_pix == (w * h).sum() and n_int == ((w + 1) * (h + 1)).sum() and n_win == (gx * gy).sum()
     assert (np.diff(win_off) == (gx * gy)[:-1]).all() and (np.diff(img_off) == (w * h)[:-1]).all()
     assert ((gx - 1) * step < nx).all() and (gx * step >= nx).all() and (nx == w - 23).all()
     frames, scale_values, wins = zip(*meta)

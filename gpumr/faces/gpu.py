@@ -1,14 +1,19 @@
 """Face detection on a GPU (``cuda/haar.cu``): the same faces as OpenCV on the CPU.
 
 Per batch of frames (sent in turns when their integral images would hold
-more elements than the kernels' ``int`` offsets reach): every pyramid level
-of every frame is resized on the CPU with OpenCV's bit-exact bilinear
-resize (``INTER_LINEAR_EXACT``, what ``detectMultiScale`` uses, in a thread
-pool), packed into one buffer and sent over; integral images, the first stage over every window, OpenCV's
-row-order skip rule and the remaining stages (in groups, survivors compacted
-between groups in window order: per-row counts or pass flags, a prefix sum,
-ordered writes) run on the GPU; the surviving windows come back as boxes,
-grouped per frame by OpenCV's ``groupRectangles``.
+more elements than the kernels' ``int`` offsets reach), in parts of
+:data:`PART` frames: the host packs the part's grey frames into one buffer
+and sends only those; on the GPU every pyramid level of every frame is
+resized from its frame bit for bit as OpenCV's ``INTER_LINEAR_EXACT`` (what
+``detectMultiScale`` uses: the ``pyramid`` kernel, from per-level column and
+row taps the host computes once per frame size, :func:`resize_taps`, and
+sends once per run of parts of the same sizes), then integral images, the
+first stage over every window, OpenCV's row-order skip rule and the
+remaining stages (in groups, survivors compacted between groups in window
+order: per-row counts or pass flags, a prefix sum, ordered writes); the
+surviving windows come back as boxes, grouped per frame by OpenCV's
+``groupRectangles``. The host packs the next part while the device works on
+this one.
 
 Before a device is trusted, a built-in photo is run through it and compared
 with :func:`gpumr.faces.reference.detect_reference` (:mod:`gpumr.gpu.trust`);
@@ -16,6 +21,9 @@ a mismatch disables the GPU path (every batch then falls back to the CPU,
 and is counted).
 """
 
+import functools
+import threading
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -27,7 +35,7 @@ from .reference import group, scales
 
 #: The prefix-sum kernel's block and the elements each of its threads sums (``cuda/haar.cu``).
 SCAN_THREADS, SCAN_CHUNK = 256, 16
-#: Frames per part of a batch: the host builds one part's pyramid while the device runs the previous part.
+#: Frames per part of a batch: the host packs one part's frames while the device runs the previous part.
 PART = 8
 #: Stage groups between compactions (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
@@ -62,25 +70,58 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
     """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
 
     What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
-    once: per level the table row (40 bytes), the pixels (1 byte each), the
-    sum and squared-sum integrals (8 bytes per element), the row, column
-    and window-row lists (8 bytes each) and the window rows' offsets (4
-    bytes); per window its first-stage code (1 byte), two survivor lists and
-    the pass flags (4 bytes each); summed over the largest run of
-    :data:`PART` consecutive frames (what the device holds at once); plus
-    :data:`MEMORY_MARGIN` (which holds the prefix sums' block totals, one
-    per 4096 elements).
+    once: per frame its grey pixels (1 byte each, the only image sent); per
+    level the table row (40 bytes) and its source row (16 bytes), its column
+    and row taps (8 bytes each, :func:`resize_taps`; kept on the device for
+    the next part of the same frame sizes, so counted as if every frame had
+    its own), the pyramid's pixels (1 byte each), the sum and squared-sum
+    integrals (8 bytes per element), the row, column and window-row lists
+    (8 bytes each) and the window rows' offsets (4 bytes); per window its
+    first-stage code (1 byte), two survivor lists and the pass flags (4 bytes
+    each); summed over the largest run of :data:`PART` consecutive frames
+    (what the device holds at once); plus :data:`MEMORY_MARGIN` (which holds
+    the prefix sums' block totals, one per 4096 elements).
     """
     per_frame = []
     for shape in shapes:
-        frame = 0
+        frame = shape[0] * shape[1]
         for lv in levels(shape, window, scale_factor, min_size, max_size):
             (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
-            frame += 40 + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy) + 4 * (gy + 1) + 13 * gx * gy
+            frame += (40 + 16 + 8 * (sw + sh) + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy)
+                      + 4 * (gy + 1) + 13 * gx * gy)
         per_frame.append(frame)
     # The device holds one part of at most PART consecutive frames at a time: the largest such run.
     return MEMORY_MARGIN + max((sum(per_frame[a:a + PART]) for a in range(max(1, len(per_frame) - PART + 1))),
                                default=0)
+
+
+@functools.lru_cache(maxsize=256)
+def resize_taps(src, dst):
+    """One axis of OpenCV's 8-bit ``INTER_LINEAR_EXACT`` resize from ``src`` to ``dst`` pixels: int32 [dst, 2].
+
+    Per destination pixel ``d``: the first source index ``i`` and the weight
+    ``c1`` (in 1/256) of source pixel ``i + 1``; source pixel ``i`` weighs
+    ``256 - c1``. As OpenCV computes them (``interpolationLinear`` in
+    ``resize.cpp``, its coefficients ``ufixedpoint16``, 8 fractional bits):
+    ``f = (d + 0.5) * (1 / (dst / src)) - 0.5`` in double (IEEE, as its
+    ``softdouble``), ``i = floor(f)``, ``c1 = round(256 * (f - i))`` half to
+    even; where ``i < 0`` (or the source is one pixel) the first pixel is
+    taken alone, where ``i >= src - 1`` the last (``c1 = 0``). The
+    ``pyramid`` kernel (``cuda/haar.cu``) then does only integer arithmetic.
+    Also what OpenCV's shortcuts give: an equal size is a copy (``c1 = 0``)
+    and an exact halving its 2x2 area mean ((a + b + c + d + 2) >> 2).
+    """
+    scale = 1.0 / (dst / src)
+    f = scale * (np.arange(dst, dtype=np.float64) + 0.5) - 0.5
+    first = np.floor(f)
+    c1 = np.rint((f - first) * 256.0)
+    left = (first < 0) | (src == 1)
+    right = ~left & (first >= src - 1)
+    out = np.empty((dst, 2), np.int32)
+    out[:, 0] = np.where(left, 0, np.where(right, src - 1, first))
+    out[:, 1] = np.where(left | right, 0, c1)
+    out.setflags(write=False)
+    return out
 
 
 def turns(frame_levels, limit):
@@ -114,6 +155,14 @@ def per_level(counts):
     return np.stack([level, np.arange(len(level)) - starts], 1).astype(np.int32)
 
 
+#: Frame sizes whose levels and resize taps a detector keeps (a job's frames are mostly of one or a few sizes).
+SHAPES_KEPT = 16
+
+#: One part of a batch as the host prepares it (:meth:`FaceGPU.pyramid`): ``n_pix``, ``n_int`` and ``n_win`` are
+#: the pyramid's pixels, integral-image elements and windows.
+Part = namedtuple("Part", "table sources sizes taps frames meta n_pix n_int n_win")
+
+
 def _grid(n):
     return ((n + BLOCK - 1) // BLOCK, 1, 1)
 
@@ -128,34 +177,78 @@ class FaceGPU:
                            max_size=max_size)
         self.prefer = prefer
         self._devices = DeviceStates("GPU face detection", self._setup, self._self_check)
-        self._pool = ThreadPoolExecutor(max_workers=8)
-        self._ahead = ThreadPoolExecutor(max_workers=1)  # the next part's pyramid, beside the device's work
+        self._ahead = ThreadPoolExecutor(max_workers=1)  # the next part packed, beside the device's work
+        self._shapes = {}  # frame size -> its levels and resize taps (_shape_taps)
+        self._shapes_lock = threading.Lock()
 
-    # -- host-side pyramid ---------------------------------------------
+    # -- host side: one part's frames and tables ---------------------------
     def _levels(self, shape):
         """The levels scanned in a frame of ``shape`` with this detector's parameters (:func:`levels`)."""
         p = self.params
         return levels(shape, self.cascade.window, p["scale_factor"], p["min_size"], p["max_size"])
 
+    def _shape_taps(self, shape):
+        """A frame size's levels and resize taps: ``(levels, taps int32 [n, 2], (column, row) tap offsets per
+        level)``, computed once per size (kept for the last :data:`SHAPES_KEPT` sizes)."""
+        with self._shapes_lock:
+            hit = self._shapes.get(shape)
+        if hit is not None:
+            return hit
+        h, w = shape
+        lvs = self._levels(shape)
+        parts, offsets, n = [], [], 0
+        for _, (sw, sh), *_ in lvs:
+            parts += [resize_taps(w, sw), resize_taps(h, sh)]
+            offsets.append((n, n + sw))
+            n += sw + sh
+        taps = np.concatenate(parts) if parts else np.zeros((0, 2), np.int32)
+        hit = (lvs, taps, offsets)
+        with self._shapes_lock:
+            if len(self._shapes) >= SHAPES_KEPT:
+                self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[shape] = hit
+        return hit
+
     def pyramid(self, grays):
-        """Levels table (int32 [n, 10]), packed pixels, and per level (frame, scale, window)."""
-        import cv2
+        """What the host prepares for one part of frames ``grays``: a :class:`Part`.
+
+        The levels table (int32 [n, 10]: pixel, integral and window offsets,
+        sizes and grids), each level's source row (int32 [n, 4]: its frame's
+        offset and row length in the packed frames, its first column and row
+        tap), the taps of the part's frame sizes (their key: the sizes in order
+        of first appearance), the frames packed into one uint8 buffer (the only
+        image data sent), and per level (frame, scale, window).
+        """
         c = self.cascade
-        jobs = [(i, g, *lv) for i, g in enumerate(grays) for lv in self._levels(g.shape)]
-        imgs = list(self._pool.map(lambda j: cv2.resize(j[1], j[3], interpolation=cv2.INTER_LINEAR_EXACT), jobs))
-        table = np.zeros((len(jobs), 10), np.int32)
-        meta = []
-        img_off = int_off = win_off = 0
-        for row, (i, _, *lv) in enumerate(jobs):
-            s, (w, h), step, win, _ = lv
-            nx, ny, gx, gy = window_grid(lv, c.window)
-            table[row] = (img_off, int_off, w, h, nx, ny, step, gx, gy, win_off)
-            meta.append((i, s, win))
-            img_off += w * h
-            int_off += (w + 1) * (h + 1)
-            win_off += gx * gy
-        pixels = np.concatenate([im.ravel() for im in imgs]) if imgs else np.zeros(0, np.uint8)
-        return table, pixels, meta, int_off, win_off
+        sizes = list(dict.fromkeys(g.shape for g in grays))
+        tap_base, taps = {}, []
+        n_taps = 0
+        for shape in sizes:
+            _, t, _ = self._shape_taps(shape)
+            tap_base[shape] = n_taps
+            taps.append(t)
+            n_taps += len(t)
+        rows, sources, meta = [], [], []
+        img_off = int_off = win_off = src_off = 0
+        for i, g in enumerate(grays):
+            lvs, _, offsets = self._shape_taps(g.shape)
+            base = tap_base[g.shape]
+            for lv, (xt, yt) in zip(lvs, offsets):
+                s, (w, h), step, win, _ = lv
+                nx, ny, gx, gy = window_grid(lv, c.window)
+                rows.append((img_off, int_off, w, h, nx, ny, step, gx, gy, win_off))
+                sources.append((src_off, g.shape[1], base + xt, base + yt))
+                meta.append((i, s, win))
+                img_off += w * h
+                int_off += (w + 1) * (h + 1)
+                win_off += gx * gy
+            src_off += g.size
+        table = np.array(rows, np.int32).reshape(-1, 10)
+        frames = (np.concatenate([np.ascontiguousarray(g, np.uint8).ravel() for g in grays]) if grays
+                  else np.zeros(0, np.uint8))
+        return Part(table, np.array(sources, np.int32).reshape(-1, 4), tuple(sizes),
+                    np.concatenate(taps) if taps else np.zeros((0, 2), np.int32), frames, meta, img_off, int_off,
+                    win_off)
 
     # -- device state ----------------------------------------------------
     def _setup(self, gpu):
@@ -164,14 +257,14 @@ class FaceGPU:
         c = self.cascade
         with lx.active():
             mod = lx.module("haar")
-            fns = {n: lx.function(mod, n) for n in ("integral_rows", "integral_cols", "first_stage", "row_count",
+            fns = {n: lx.function(mod, n) for n in ("pyramid", "integral_rows", "integral_cols", "first_stage", "row_count",
                                                      "row_write", "scan_blocks", "add_block_offsets", "run_stages",
                                                      "compact")}
             nodes = np.zeros((len(c.nodes), 4), np.int32)
             nodes[:, :3] = c.nodes
             arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
                                                 c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
-        return dict(lx=lx, fns=fns, cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
+        return dict(lx=lx, fns=fns, taps=[None, None], cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
                                              np.int32(c.window[1])] + arrays)
 
     def _self_check(self, st):
@@ -198,8 +291,8 @@ class FaceGPU:
         """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`).
 
         Turns go in parts of at most :data:`PART` frames, double-buffered: the
-        next part's pyramid is built on the host (its own thread, the resize
-        pool beneath) while the device runs this part's kernels.
+        next part's frames are packed and its tables built on the host (its
+        own thread, :meth:`pyramid`) while the device runs this part's kernels.
         """
         parts = [(a, min(a + PART, end)) for first, end in turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
                  for a in range(first, end, PART)]
@@ -213,12 +306,12 @@ class FaceGPU:
         return out
 
     def _run_turn(self, st, grays, pyramid):
-        table, pixels, meta, n_int, n_win = pyramid
+        table, meta = pyramid.table, pyramid.meta
         faces = [[] for _ in grays]
         if not len(table):
             return faces
         with st["lx"].active():
-            windows = self._detect(st, table, pixels, n_int, n_win)
+            windows = self._detect(st, pyramid)
         win_off = table[:, 9]
         level = np.searchsorted(win_off, windows, side="right") - 1
         boxes = [[] for _ in grays]
@@ -243,11 +336,26 @@ class FaceGPU:
             lx.launch(f["add_block_offsets"], _grid(n), (BLOCK, 1, 1), data, np.int32(n), sums)
         return int(lx.to_host(data[n - 1:n])[0])
 
-    def _detect(self, st, table, pixels, n_int, n_win):
+    @staticmethod
+    def _taps(st, part):
+        """The part's resize taps on the device: sent once per run of parts with the same frame sizes."""
+        lx = st["lx"]
+        key, dev = st["taps"]
+        if key != part.sizes:
+            dev = lx.to_device(part.taps)
+            st["taps"] = [part.sizes, dev]
+        return dev
+
+    def _detect(self, st, part):
         lx, f, casc = st["lx"], st["fns"], st["cascade"]
         i32 = np.int32
+        table, n_int, n_win = part.table, part.n_int, part.n_win
         levels = lx.to_device(table)
-        img = lx.to_device(pixels)
+        frames = lx.to_device(part.frames)
+        img = lx.empty(max(part.n_pix, 1), np.uint8)
+        lx.launch(f["pyramid"], _grid(part.n_pix), (BLOCK, 1, 1), frames, levels, lx.to_device(part.sources),
+                  i32(len(table)), i32(part.n_pix), self._taps(st, part), img)
+        del frames
         total = lx.zeros(n_int, np.uint32)
         sq = lx.zeros(n_int, np.uint32)
         rows = per_level(table[:, 3] + 1)
