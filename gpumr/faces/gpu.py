@@ -223,7 +223,7 @@ class FaceGPU:
 
     @staticmethod
     def _constants(st):
-        """Copy the cascade to the module's constant memory (where it is kept there)."""
+        """Copy the cascade to the module's constant memory, if this detector keeps it there."""
         if st["constant"] is not None:
             stages, nodes = st["constant"]
             st["lx"].set_constant(st["mod"], "c_stages", stages)
