@@ -68,8 +68,8 @@ struct __align__(16) Feature {
 // Larger cascades are read from global memory by the *_global kernels.
 #define CONST_STAGES 64
 #define CONST_NODES 3968
+__constant__ Node c_nodes[CONST_NODES];  // first: a node's address is its index times 16
 __constant__ Stage c_stages[CONST_STAGES];
-__constant__ Node c_nodes[CONST_NODES];
 
 struct Cascade {
     int win_w, win_h;
