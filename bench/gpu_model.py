@@ -209,9 +209,10 @@ class Flow:
                     out.append((i, target - i - 1))
         return out
 
-    def innermost(self, pattern):
-        """The smallest loop holding an instruction matching ``pattern``."""
-        hits = [(hi - lo, lo, hi) for lo, hi in self.loops if self._holds(lo, hi + 1, pattern)]
+    def innermost(self, pattern, *also):
+        """The smallest loop holding an instruction matching ``pattern`` (and one matching each of ``also``)."""
+        hits = [(hi - lo, lo, hi) for lo, hi in self.loops
+                if all(self._holds(lo, hi + 1, p) for p in (pattern, *also))]
         return min(hits)[1:] if hits else None
 
     def enclosing(self, loop):
@@ -249,13 +250,13 @@ def haar_counts(ins):
     """SASS of a stage-running kernel: instructions per stump (2 rectangles), per extra rectangle, per tree and
     stage beyond its stumps, and per window outside the loops."""
     f = Flow(ins)
-    node = f.innermost(r"LDG\.E\.128")
+    node = f.innermost(r"LDG\.E\.128", r"\bFSETP")  # a node: its feature's loads and its threshold's test
     if node is None:
         return None
     tree = f.enclosing(node) or node
     stage = f.enclosing(tree)
     rects = f.guarded(*node, r"LDG")
-    third = {rects[-1][0]} if len(rects) >= 3 else set()
+    third = {rects[-1][0]} if rects else set()  # the third rectangle's (each rectangle guarded, or the third only)
     rect = rects[-1][1] if rects else 0
     node_all = f.walk(*node)
     tree_all = f.walk(*tree)
@@ -519,10 +520,12 @@ def predict_backprojection(dev, res, counts, trace, n=512, n_angles=512, slab=16
 
 def face_work(per_kernel, counts, block=256):
     """Warp instructions per frame of each face kernel, from the traced run and the SASS counts."""
-    stump = site_lines("haar", r"C\.node_thr")
-    rect = site_lines("haar", r"C\.rects")
-    tree = site_lines("haar", r"C\.trees")
-    stage = site_lines("haar", r"C\.stage_thr")
+    # The loads read once per node, rectangle, tree and stage (a kernel with nodes packed in constant memory:
+    # its node load, read once per tree of one node, stands for the tree's; its rectangles' offsets).
+    stump = site_lines("haar", r"C\.node_thr|LOAD\(&c_nodes\[")
+    rect = site_lines("haar", r"C\.rects|f->r\[r\]")
+    tree = site_lines("haar", r"C\.trees|LOAD\(&c_nodes\[")
+    stage = site_lines("haar", r"C\.stage_thr|LOAD\(&c_stages\[")
     out = {}
     for name, e in per_kernel.items():
         c = counts.get(name)

@@ -5,6 +5,7 @@
 //   pyramid                       every level of every frame resized from the frame, bit for
 //                                 bit as OpenCV's INTER_LINEAR_EXACT (8-bit, one channel)
 //   integral_rows, integral_cols  integral images of every pyramid level of every frame
+//   feature_offsets               the cascade's rectangles' corner offsets at each level's row length
 //   first_stage                   every window on the level's step grid: variance check
 //                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
 //   row_count, row_write          OpenCV visits the positions of a row in order and skips
@@ -14,6 +15,7 @@
 //   scan_blocks, add_block_offsets  exclusive prefix sums (shared memory, barriers)
 //   run_stages, compact           stages [first, last) for each survivor, early exit, a
 //                                 pass flag each; the passing ones compacted in order
+//   first_stage_global, run_stages_global  the same for a cascade too large for constant memory
 //
 // Rounding follows OpenCV's CPU code: compile with -fmad=false.
 
@@ -34,17 +36,49 @@ struct Level {
     int win_off;    // first window of this level in the code array
 };
 
+// The cascade as the stage kernels read it (gpumr.faces.cascade.Cascade.packed). A stage:
+// its trees' nodes [first, end) and threshold. A node, 16 bytes: its threshold, its feature
+// and children's kinds, and each child as a node (its index from the tree's root) or a leaf
+// (its value's bits).
+struct __align__(16) Stage {
+    int first, end;
+    float thr;      // less OpenCV's 1e-5
+    int unused;
+};
+struct __align__(16) Node {
+    float thr;
+    int meta;       // left / right child a node (bits 0 / 1), its tree's node count (bits 2-11), feature (from bit 12)
+    int left, right;
+};
+#define NODE_LEFT_BIT 0
+#define NODE_RIGHT_BIT 1
+#define NODE_SIZE_BIT 2
+#define NODE_FEATURE_BIT 12
+
+// A feature at one integral-image row length W (feature_offsets): each rectangle's corner
+// offsets from the window's top-left corner (top-left, top-right, bottom-left, bottom-right:
+// y * W + x each), the rectangles' weights, and how many it has (w.w's bits: 2, or 3 where the
+// third's weight is not 0). A rectangle's sum then costs four loads at the window's base plus
+// these, no multiply.
+struct __align__(16) Feature {
+    int4 r[3];
+    float4 w;
+};
+
+// The cascade in constant memory where it fits (the host decides, gpumr.faces.gpu): every
+// lane of a warp reads the same stage and node, which the constant cache serves in one go.
+// Larger cascades are read from global memory by the *_global kernels.
+#define CONST_STAGES 64
+#define CONST_NODES 3968
+__constant__ Node c_nodes[CONST_NODES];  // first: a node's address is its index times 16
+__constant__ Stage c_stages[CONST_STAGES];
+
 struct Cascade {
-    int n_stages;
     int win_w, win_h;
-    const int2* stages;         // first tree, tree count
-    const float* stage_thr;
-    const int2* trees;          // first node, first leaf
-    const int4* nodes;          // feature, left, right, unused
-    const float* node_thr;
-    const float* leaves;
-    const int4* rects;          // [feature * 3 + r]: x, y, w, h
-    const float* weights;       // [feature * 3 + r]
+    const Stage* stages;        // the global copies (the *_global kernels read these)
+    const Node* nodes;
+    const Feature* feats;       // the feature tables of every row length in the launch
+    const int* level_feats;     // [level]: its row length's table, the first entry's index
 };
 
 extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, const Level* __restrict__ levels,
@@ -139,11 +173,9 @@ extern "C" __global__ void pyramid(const unsigned char* __restrict__ frames, con
 }
 
 // The cascade's arrays, as every kernel that evaluates stages takes them.
-#define CASCADE_PARAMS int n_stages, int win_w, int win_h, const int2* __restrict__ stages, \
-    const float* __restrict__ stage_thr, const int2* __restrict__ trees, const int4* __restrict__ nodes, \
-    const float* __restrict__ node_thr, const float* __restrict__ leaves, const int4* __restrict__ rects, \
-    const float* __restrict__ weights
-#define CASCADE {n_stages, win_w, win_h, stages, stage_thr, trees, nodes, node_thr, leaves, rects, weights}
+#define CASCADE_PARAMS int win_w, int win_h, const Stage* __restrict__ stages, const Node* __restrict__ nodes, \
+    const Feature* __restrict__ feats, const int* __restrict__ level_feats
+#define CASCADE {win_w, win_h, stages, nodes, feats, level_feats}
 
 // Integral images wrap modulo 2^32 on large frames (as OpenCV's do); a rectangle's
 // sum is exact once the differences are taken in unsigned arithmetic.
@@ -167,32 +199,102 @@ __device__ __forceinline__ float norm_factor(const unsigned* s, const unsigned* 
     return ((double)area * (double)inv < 0.1) ? inv : 0.0f;
 }
 
-// Stages [first, last) at window (x, y); returns the failing stage's index, or -1 when all pass.
-__device__ int stages_at(const Cascade C, const unsigned* s, int W, int x, int y, float inv, int first, int last)
+// A float's bits as an int, and back.
+__device__ __forceinline__ int float_bits(float value)
+{
+    union { float f; int i; } u;
+    u.f = value;
+    return u.i;
+}
+
+__device__ __forceinline__ float bits_float(int bits)
+{
+    union { int i; float f; } u;
+    u.i = bits;
+    return u.f;
+}
+
+// Each feature's rectangles at each integral-image row length of a launch: thread
+// t * n_features + i writes feature i at row length widths[t] (the host keeps the product an int).
+extern "C" __global__ void feature_offsets(const int4* __restrict__ rects, const float* __restrict__ weights,
+                                           int n_features, const int* __restrict__ widths, int n_tables,
+                                           Feature* __restrict__ out)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_features * n_tables) return;
+    const int t = i / n_features, k = i - t * n_features;
+    const int W = widths[t];
+    Feature f;
+    for (int r = 0; r < 3; ++r) {
+        const int4 R = rects[k * 3 + r];  // x, y, w, h
+        const int top = R.y * W + R.x, bottom = (R.y + R.w) * W + R.x;
+        f.r[r] = make_int4(top, top + R.z, bottom, bottom + R.z);
+    }
+    const float w2 = weights[k * 3 + 2];
+    f.w = make_float4(weights[k * 3], weights[k * 3 + 1], w2, bits_float(w2 != 0.0f ? 3 : 2));
+    out[i] = f;
+}
+
+// Where a stage kernel reads the cascade: constant memory (K) or global memory.
+template <bool K> __device__ __forceinline__ Stage stage_at(const Cascade& C, int i)
+{ return K ? LOAD(&c_stages[i]) : LOAD(&C.stages[i]); }
+template <bool K> __device__ __forceinline__ Node node_at(const Cascade& C, int i)
+{ return K ? LOAD(&c_nodes[i]) : LOAD(&C.nodes[i]); }
+
+// Window w: its top-left corner in its level's sum integral image, its level's feature table
+// (both as addresses), and its variance factor. A load in the stage loops is then one widening
+// multiply-add of an int offset onto an address (a launch's buffers hold fewer than 2^31
+// elements: gpumr.faces.gpu.MAX_ELEMENTS). Kept as pointers, the compiler folds the level's and
+// the window's offsets into every load's index and widens each sum to 64 bits: 4 instructions
+// a load instead of 1.
+struct Window {
+    unsigned long long p;   // &sum[the level's start + the window's corner]
+    unsigned long long f;   // &feats[the level's table]
+    float inv;              // 1 / nf, or 0 when OpenCV rejects the window for low variance
+};
+
+// A rectangle's weighted sum at the window (its corners' offsets o from the window's base).
+__device__ __forceinline__ float rect_value(const Window& v, const Feature* f, int r, float wt)
+{
+    const int4 o = __ldg(&f->r[r]);
+    const unsigned* s = (const unsigned*)v.p;
+    return wt * (float)(int)(__ldg(&s[o.w]) - __ldg(&s[o.y]) - __ldg(&s[o.z]) + __ldg(&s[o.x]));
+}
+
+// Feature i's value at the window, rounded as OpenCV's CPU code rounds it.
+__device__ __forceinline__ float feature_value(const Window& v, int i)
+{
+    const Feature* f = (const Feature*)v.f + i;
+    const float4 wt = __ldg(&f->w);
+    float val = rect_value(v, f, 0, wt.x) + rect_value(v, f, 1, wt.y);
+    // A third rectangle (a fifth of OpenCV's features) behind a branch: as a loop bounded by
+    // the data (which the compiler does not predicate, as it does an if), two-rectangle
+    // features skip its instructions rather than issue them predicated off.
+#pragma unroll 1
+    for (int r = 2; r < float_bits(wt.w); ++r) val += rect_value(v, f, r, wt.z);
+    return val;
+}
+
+// Stages [first, last) at the window; returns the failing stage's index, or -1 when all pass.
+template <bool K> __device__ int stages_at(const Cascade& C, const Window& v, int first, int last)
 {
     for (int si = first; si < last; ++si) {
-        const int2 st = LOAD(&C.stages[si]);
+        const Stage st = stage_at<K>(C, si);
         double acc = 0.0;  // OpenCV sums a stage's leaves in double
-        for (int t = st.x; t < st.x + st.y; ++t) {
-            const int2 tree = LOAD(&C.trees[t]);
-            int idx = 0;
-            do {
-                const int4 node = LOAD(&C.nodes[tree.x + idx]);
-                const int f = node.x;
-                float val = 0.0f;
-#pragma unroll
-                for (int r = 0; r < 3; ++r) {
-                    const float wt = LOAD(&C.weights[f * 3 + r]);
-                    if (wt != 0.0f) {
-                        const int4 R = LOAD(&C.rects[f * 3 + r]);
-                        val += wt * (float)rect_sum(s, W, x + R.x, y + R.y, R.z, R.w);
-                    }
+        for (int root = st.first; root < st.end;) {
+            for (int n = root;;) {
+                const Node nd = node_at<K>(C, n);
+                const bool left = feature_value(v, nd.meta >> NODE_FEATURE_BIT) * v.inv < nd.thr;
+                const int child = left ? nd.left : nd.right;
+                if (!(nd.meta & (left ? 1 << NODE_LEFT_BIT : 1 << NODE_RIGHT_BIT))) {
+                    acc += bits_float(child);
+                    root += (nd.meta >> NODE_SIZE_BIT) & ((1 << (NODE_FEATURE_BIT - NODE_SIZE_BIT)) - 1);
+                    break;
                 }
-                idx = (val * inv < LOAD(&C.node_thr[tree.x + idx])) ? node.y : node.z;
-            } while (idx > 0);
-            acc += LOAD(&C.leaves[tree.y - idx]);
+                n = root + child;
+            }
         }
-        if (acc < LOAD(&C.stage_thr[si])) return si;
+        if (acc < st.thr) return si;
     }
     return -1;
 }
@@ -207,38 +309,46 @@ __device__ __forceinline__ int find_level(const Level* levels, int n_levels, int
     return lo;
 }
 
-// Window w: its level's integral image, top-left corner and variance factor.
-struct Window {
-    const unsigned* s;  // the level's sum integral image
-    int W;          // its row length
-    int x, y;
-    float inv;      // 1 / nf, or 0 when OpenCV rejects the window for low variance
-};
-
-__device__ __forceinline__ Window window_at(const Cascade C, const Level* levels, int n_levels, int w,
+__device__ __forceinline__ Window window_at(const Cascade& C, const Level* levels, int n_levels, int w,
                                             const unsigned* sum, const unsigned* sq)
 {
-    const Level L = levels[find_level(levels, n_levels, w)];
+    const int level = find_level(levels, n_levels, w);
+    const Level L = levels[level];
     const int k = w - L.win_off;
+    const int W = L.width + 1;
+    const int x = (k % L.gx) * L.step, y = (k / L.gx) * L.step;
     Window win;
-    win.s = sum + L.int_off;
-    win.W = L.width + 1;
-    win.x = (k % L.gx) * L.step;
-    win.y = (k / L.gx) * L.step;
-    win.inv = norm_factor(win.s, sq + L.int_off, win.W, win.x, win.y, C.win_w, C.win_h);
+    win.p = (unsigned long long)sum + sizeof(unsigned) * (unsigned long long)(long long)(L.int_off + y * W + x);
+    win.f = (unsigned long long)C.feats + sizeof(Feature) * (unsigned long long)(long long)LOAD(&C.level_feats[level]);
+    win.inv = norm_factor(sum + L.int_off, sq + L.int_off, W, x, y, C.win_w, C.win_h);
     return win;
 }
 
+template <bool K> __device__ __forceinline__ void first_stage_of(const Cascade& C, const Level* levels, int n_levels,
+                                                                 int n_windows, const unsigned* sum,
+                                                                 const unsigned* sq, signed char* codes)
+{
+    int w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= n_windows) return;
+    const Window v = window_at(C, levels, n_levels, w, sum, sq);
+    if (v.inv == 0.0f) { codes[w] = -1; return; }
+    codes[w] = (stages_at<K>(C, v, 0, 1) < 0) ? 1 : 0;
+}
+
+// Every window: code -1 (flat), 0 (failed stage 0), 1 (passed); the cascade in constant memory.
 extern "C" __global__ void first_stage(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels, int n_windows,
                                        const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
                                        signed char* __restrict__ codes)
 {
-    int w = blockIdx.x * blockDim.x + threadIdx.x;
-    if (w >= n_windows) return;
-    const Cascade C = CASCADE;
-    const Window v = window_at(C, levels, n_levels, w, sum, sq);
-    if (v.inv == 0.0f) { codes[w] = -1; return; }
-    codes[w] = (stages_at(C, v.s, v.W, v.x, v.y, v.inv, 0, 1) < 0) ? 1 : 0;
+    first_stage_of<true>(CASCADE, levels, n_levels, n_windows, sum, sq, codes);
+}
+
+// first_stage for a cascade read from global memory.
+extern "C" __global__ void first_stage_global(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
+                                              int n_windows, const unsigned* __restrict__ sum,
+                                              const unsigned* __restrict__ sq, signed char* __restrict__ codes)
+{
+    first_stage_of<false>(CASCADE, levels, n_levels, n_windows, sum, sq, codes);
 }
 
 // OpenCV visits a grid row's positions in order and skips the one after a stage-0
@@ -317,18 +427,34 @@ extern "C" __global__ void add_block_offsets(int* __restrict__ data, int n, cons
     if (i < n) data[i] += offsets[i / (SCAN_THREADS * SCAN_CHUNK)];
 }
 
-// Stages [first, last) for each survivor: 1 where it passes them all, else 0.
+template <bool K> __device__ __forceinline__ void run_stages_of(const Cascade& C, const Level* levels, int n_levels,
+                                                                const unsigned* sum, const unsigned* sq,
+                                                                const int* in, int n_in, int first, int last,
+                                                                int* passed)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_in) return;
+    const int w = LOAD(&in[i]);
+    const Window v = window_at(C, levels, n_levels, w, sum, sq);
+    passed[i] = stages_at<K>(C, v, first, last) < 0;
+}
+
+// Stages [first, last) for each survivor: 1 where it passes them all, else 0; the cascade in constant memory.
 extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
                                       const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
                                       const int* __restrict__ in, int n_in, int first, int last,
                                       int* __restrict__ passed)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_in) return;
-    const int w = LOAD(&in[i]);
-    const Cascade C = CASCADE;
-    const Window v = window_at(C, levels, n_levels, w, sum, sq);
-    passed[i] = stages_at(C, v.s, v.W, v.x, v.y, v.inv, first, last) < 0;
+    run_stages_of<true>(CASCADE, levels, n_levels, sum, sq, in, n_in, first, last, passed);
+}
+
+// run_stages for a cascade read from global memory.
+extern "C" __global__ void run_stages_global(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
+                                             const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
+                                             const int* __restrict__ in, int n_in, int first, int last,
+                                             int* __restrict__ passed)
+{
+    run_stages_of<false>(CASCADE, levels, n_levels, sum, sq, in, n_in, first, last, passed);
 }
 
 // The inputs that passed, in their order: offsets are the exclusive prefix sums of the

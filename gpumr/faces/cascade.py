@@ -98,6 +98,62 @@ class Cascade:
         if len(self.nodes) and (self.nodes[:, 0].max() >= len(rects) or self.nodes[:, 0].min() < 0):
             raise GpumrError(f"{path}: a node refers to a feature that does not exist")
 
+    def packed(self, layout):
+        """The cascade as ``cuda/haar.cu``'s stage kernels read it: ``(stages, nodes)``, int32 [n, 4] each.
+
+        A stage row: its trees' first node, the node after its last, its
+        threshold's float32 bits, 0. A node row (16 bytes, so that OpenCV's
+        default cascade fits constant memory): its threshold's bits; a
+        ``meta`` word holding whether the left and the right child is a node
+        (bits ``NODE_LEFT_BIT`` and ``NODE_RIGHT_BIT``), the node count of its
+        tree (from ``NODE_SIZE_BIT``) and its feature (from
+        ``NODE_FEATURE_BIT``); then each child: a node's index from its
+        tree's root, or the leaf's value as float32 bits (so a stump needs
+        no leaf table).
+
+        Parameters
+        ----------
+        layout : dict
+            The bit positions above, as ``cuda/haar.cu`` defines them
+            (:func:`gpumr.gpu.kernels.defines`).
+
+        Raises
+        ------
+        GpumrError
+            If a tree or the feature count is too large for those fields.
+        """
+        size_bit, feature_bit = layout["NODE_SIZE_BIT"], layout["NODE_FEATURE_BIT"]
+        n_nodes = len(self.nodes)
+        starts = self.trees[:, 0].astype(np.int64)
+        sizes = np.diff(np.append(starts, n_nodes))
+        if len(sizes) and sizes.max() >= 1 << (feature_bit - size_bit):
+            raise GpumrError(f"a tree of {sizes.max()} nodes: the GPU path takes trees of at most "
+                             f"{(1 << (feature_bit - size_bit)) - 1}")
+        if len(self.rects) >= 1 << (31 - feature_bit):
+            raise GpumrError(f"{len(self.rects)} features: the GPU path takes at most {(1 << (31 - feature_bit)) - 1}")
+        tree = np.repeat(np.arange(len(starts)), sizes)  # each node's tree
+        root, first_leaf = starts[tree], self.trees[tree, 1].astype(np.int64)
+        nodes = np.zeros((n_nodes, 4), np.int32)
+        nodes[:, 0] = self.node_thresholds.view(np.int32)
+        meta = (sizes[tree] << size_bit) | (self.nodes[:, 0].astype(np.int64) << feature_bit)
+        for col, bit in ((1, layout["NODE_LEFT_BIT"]), (2, layout["NODE_RIGHT_BIT"])):
+            child = self.nodes[:, col].astype(np.int64)
+            is_node = child > 0
+            meta |= is_node.astype(np.int64) << bit
+            where = np.where(is_node, 0, first_leaf - child)
+            if np.any(where >= len(self.leaves)) or np.any(is_node & (child >= sizes[tree])):
+                raise GpumrError("a node's child is neither a node of its tree nor one of its leaves")
+            leaf = self.leaves[where] if len(self.leaves) else np.zeros(n_nodes, np.float32)
+            nodes[:, 1 + col] = np.where(is_node, child, leaf.view(np.int32))
+        nodes[:, 1] = meta.astype(np.int32)
+        bounds = np.append(starts, n_nodes)
+        stages = np.zeros((len(self.stages), 4), np.int32)
+        first_tree = self.stages[:, 0].astype(np.int64)
+        stages[:, 0] = bounds[first_tree]
+        stages[:, 1] = bounds[first_tree + self.stages[:, 1]]
+        stages[:, 2] = self.stage_thresholds.view(np.int32)
+        return stages, nodes
+
     def arrays(self):
         """The arrays in the order the reference scan and the GPU kernel take them."""
         return (self.stages, self.stage_thresholds, self.trees, self.nodes, self.node_thresholds, self.leaves,

@@ -21,6 +21,7 @@ a mismatch disables the GPU path (every batch then falls back to the CPU,
 and is counted).
 """
 
+import contextlib
 import functools
 import threading
 from collections import namedtuple
@@ -42,6 +43,9 @@ STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
 #: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding.
 MEMORY_MARGIN = 32 * 1024 * 1024
+#: Bytes of one feature at one integral-image row length (``Feature`` in ``cuda/haar.cu``: the
+#: rectangles' corner offsets and weights), per distinct level width of the frames sent at once.
+FEATURE_BYTES = 64
 #: The kernels index a launch's buffers with ``int``: the frames sent at once hold at most this many
 #: integral-image elements (their largest buffer; pixels and windows are fewer), else they go in turns.
 MAX_ELEMENTS = 2 ** 31 - 1
@@ -66,33 +70,49 @@ def window_grid(level, window):
     return nx, rows, -(-nx // step), -(-rows // step)
 
 
-def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None):
+def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None, features=0):
     """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
 
     What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
     once: per frame its grey pixels (1 byte each, the only image sent); per
-    level the table row (40 bytes) and its source row (16 bytes), its column
-    and row taps (8 bytes each, :func:`resize_taps`; kept on the device for
-    the next part of the same frame sizes, so counted as if every frame had
-    its own), the pyramid's pixels (1 byte each), the sum and squared-sum
-    integrals (8 bytes per element), the row, column and window-row lists
-    (8 bytes each) and the window rows' offsets (4 bytes); per window its
-    first-stage code (1 byte), two survivor lists and the pass flags (4 bytes
-    each); summed over the largest run of :data:`PART` consecutive frames
-    (what the device holds at once); plus :data:`MEMORY_MARGIN` (which holds
-    the prefix sums' block totals, one per 4096 elements).
+    level the table row and its feature table's index (44 bytes) and its
+    source row (16 bytes), its column and row taps (8 bytes each,
+    :func:`resize_taps`; kept on the device for the next part of the same
+    frame sizes, so counted as if every frame had its own), the pyramid's
+    pixels (1 byte each), the sum and squared-sum integrals (8 bytes per
+    element), the row, column and window-row lists (8 bytes each) and the
+    window rows' offsets (4 bytes); per window its first-stage code (1
+    byte), two survivor lists and the pass flags (4 bytes each); summed over
+    the largest run of :data:`PART` consecutive frames (what the device
+    holds at once), with the feature tables of the run's distinct level
+    widths (:data:`FEATURE_BYTES` per feature of the cascade's ``features``,
+    and 4 bytes per level); plus :data:`MEMORY_MARGIN` (which holds the
+    prefix sums' block totals, one per 4096 elements).
     """
-    per_frame = []
+    per_frame, widths = [], []
     for shape in shapes:
-        frame = shape[0] * shape[1]
+        frame, seen = shape[0] * shape[1], set()
         for lv in levels(shape, window, scale_factor, min_size, max_size):
             (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
-            frame += (40 + 16 + 8 * (sw + sh) + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy)
+            frame += (44 + 16 + 8 * (sw + sh) + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy)
                       + 4 * (gy + 1) + 13 * gx * gy)
+            seen.add(sw)
         per_frame.append(frame)
+        widths.append(seen)
     # The device holds one part of at most PART consecutive frames at a time: the largest such run.
-    return MEMORY_MARGIN + max((sum(per_frame[a:a + PART]) for a in range(max(1, len(per_frame) - PART + 1))),
-                               default=0)
+    return MEMORY_MARGIN + max((sum(per_frame[a:a + PART]) + FEATURE_BYTES * features * len(set().union(
+        *widths[a:a + PART])) for a in range(max(1, len(per_frame) - PART + 1))), default=0)
+
+
+@functools.lru_cache(maxsize=16)
+def cascade_features(path):
+    """The feature count of the cascade at ``path`` (what :func:`batch_memory` takes), or 0 where the GPU
+    path cannot run it."""
+    from ..errors import GpumrError
+    try:
+        return len(Cascade(path).rects)
+    except GpumrError:
+        return 0
 
 
 @functools.lru_cache(maxsize=256)
@@ -167,12 +187,29 @@ def _grid(n):
     return ((n + BLOCK - 1) // BLOCK, 1, 1)
 
 
+def _at_least_one(a):
+    """``a``, or one zero row of its kind where it is empty (a device array of no elements is refused)."""
+    return a if len(a) else np.zeros((1,) + a.shape[1:], a.dtype)
+
+
+#: One host build of the kernels serves every simulated GPU of a process (gpumr.gpu.emulate), and with it one
+#: copy of their constant memory: detectors of different cascades take turns there.
+_EMULATED_CONSTANTS = threading.Lock()
+
+
 class FaceGPU:
-    """``run(grey frames, gpu)`` -> faces per frame, as ``FaceDetection.run_cpu`` gives them."""
+    """``run(grey frames, gpu)`` -> faces per frame, as ``FaceDetection.run_cpu`` gives them.
+
+    The cascade's stages and nodes go to constant memory where they fit
+    (OpenCV's frontal-face cascades do; ``haarcascade_frontalface_alt_tree``
+    does not) and are read from global memory otherwise, or when
+    ``constant`` is False.
+    """
 
     def __init__(self, cascade_file, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
-                 min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], prefer=None):
+                 min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], prefer=None, constant=True):
         self.cascade = Cascade(cascade_file)
+        self.constant = constant
         self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
                            max_size=max_size)
         self.prefer = prefer
@@ -252,20 +289,51 @@ class FaceGPU:
 
     # -- device state ----------------------------------------------------
     def _setup(self, gpu):
+        from ..gpu.kernels import defines
         from ..gpu.launch import launcher
         lx = launcher(gpu, self.prefer)
         c = self.cascade
+        layout = defines("haar")
+        stages, nodes = c.packed(layout)
+        constant = bool(self.constant) and len(stages) <= layout["CONST_STAGES"] and \
+            len(nodes) <= layout["CONST_NODES"]
+        kind = "" if constant else "_global"
         with lx.active():
             mod = lx.module("haar")
-            fns = {n: lx.function(mod, n) for n in ("pyramid", "integral_rows", "integral_cols", "first_stage", "row_count",
-                                                     "row_write", "scan_blocks", "add_block_offsets", "run_stages",
+            fns = {n: lx.function(mod, n) for n in ("pyramid", "integral_rows", "integral_cols", "feature_offsets",
+                                                     "row_count", "row_write", "scan_blocks", "add_block_offsets",
                                                      "compact")}
-            nodes = np.zeros((len(c.nodes), 4), np.int32)
-            nodes[:, :3] = c.nodes
-            arrays = [lx.to_device(a) for a in (c.stages, c.stage_thresholds, c.trees, nodes, c.node_thresholds,
-                                                c.leaves, c.rects.reshape(-1, 4), c.weights.reshape(-1))]
-        return dict(lx=lx, fns=fns, taps=[None, None], cascade=[np.int32(len(c.stages)), np.int32(c.window[0]),
-                                             np.int32(c.window[1])] + arrays)
+            fns.update({n: lx.function(mod, n + kind) for n in ("first_stage", "run_stages")})
+            st = dict(lx=lx, fns=fns, mod=mod, taps=[None, None], constant=(stages, nodes) if constant else None,
+                      n_features=len(c.rects),
+                      rects=lx.to_device(_at_least_one(c.rects.reshape(-1, 4))),
+                      weights=lx.to_device(_at_least_one(c.weights.reshape(-1))),
+                      cascade=[np.int32(c.window[0]), np.int32(c.window[1]), lx.to_device(_at_least_one(stages)),
+                               lx.to_device(_at_least_one(nodes))])
+            self._constants(st)
+        return st
+
+    @staticmethod
+    def _constants(st):
+        """Copy the cascade to the module's constant memory, if this detector keeps it there."""
+        if st["constant"] is not None:
+            stages, nodes = st["constant"]
+            st["lx"].set_constant(st["mod"], "c_stages", stages)
+            st["lx"].set_constant(st["mod"], "c_nodes", nodes)
+
+    def _stage_kernels(self, st):
+        """A context around a turn's stage kernels: on simulated GPUs, which share one constant memory per
+        process, this detector's cascade copied there and held; on a GPU, its module's own (nothing to do)."""
+        if st["constant"] is None or st["lx"].name != "emulated":
+            return contextlib.nullcontext()
+        lock = _EMULATED_CONSTANTS
+
+        @contextlib.contextmanager
+        def held():
+            with lock:
+                self._constants(st)
+                yield
+        return held()
 
     def _self_check(self, st):
         import cv2
@@ -310,7 +378,7 @@ class FaceGPU:
         faces = [[] for _ in grays]
         if not len(table):
             return faces
-        with st["lx"].active():
+        with st["lx"].active(), self._stage_kernels(st):
             windows = self._detect(st, pyramid)
         win_off = table[:, 9]
         level = np.searchsorted(win_off, windows, side="right") - 1
@@ -346,8 +414,21 @@ class FaceGPU:
             st["taps"] = [part.sizes, dev]
         return dev
 
+    @staticmethod
+    def _features(st, table):
+        """The feature tables of a turn's levels: ``[feats, level_feats]``, the stage kernels' last cascade
+        arguments (one table per distinct level width, made on the device by ``feature_offsets``)."""
+        lx, nf = st["lx"], st["n_features"]
+        widths, which = np.unique(table[:, 2] + 1, return_inverse=True)
+        feats = lx.empty(max(len(widths) * nf, 1) * (FEATURE_BYTES // 4), np.int32)
+        if nf:
+            lx.launch(st["fns"]["feature_offsets"], _grid(len(widths) * nf), (BLOCK, 1, 1), st["rects"],
+                      st["weights"], np.int32(nf), lx.to_device(widths.astype(np.int32)), np.int32(len(widths)), feats)
+        return [feats, lx.to_device((which.reshape(-1) * nf).astype(np.int32))]
+
     def _detect(self, st, part):
-        lx, f, casc = st["lx"], st["fns"], st["cascade"]
+        lx, f = st["lx"], st["fns"]
+        casc = st["cascade"] + self._features(st, part.table)
         i32 = np.int32
         table, n_int, n_win = part.table, part.n_int, part.n_win
         levels = lx.to_device(table)

@@ -54,10 +54,10 @@ class FaceDetection(Workload):
 
     def gpu_memory_for(self, grays):
         """The device memory the GPU path needs for these frames (:func:`gpumr.faces.gpu.batch_memory`)."""
-        from .gpu import batch_memory
+        from .gpu import batch_memory, cascade_features
         size = self.classifier.getOriginalWindowSize()
         return batch_memory([g.shape for g in grays], (int(size[0]), int(size[1])), self.params["scale_factor"],
-                            self.params["min_size"], self.params["max_size"])
+                            self.params["min_size"], self.params["max_size"], cascade_features(self.cascade_file))
 
     def gpu_backend(self, simulated=False):
         from ..gpu.launch import available
