@@ -4,6 +4,7 @@ import atexit
 import os
 import random
 import shutil
+import signal
 import tempfile
 
 import pytest
@@ -23,6 +24,13 @@ os.environ.pop("GPUMR_SIMULATE_GPUS", None)
 os.environ["GPUMR_KERNEL_CACHE"] = os.path.join(_NODE_STATE, "kernels")
 for _name in ("GPUMR_CUDA_SOURCES", "GPUMR_EMULATE_ASAN"):
     os.environ.pop(_name, None)
+
+# A suite started in the background by a non-interactive shell (``make test &``, a CI script's
+# ``cmd &``) inherits SIGINT ignored (POSIX: an asynchronous list ignores SIGINT and SIGQUIT), and so
+# would every gpumr process it starts: Python keeps an ignored SIGINT ignored, so the tests' Ctrl-C
+# would never arrive. The tests' processes get the disposition a terminal user's have.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The simulated GPU addresses the Spark workers' discovery script hands out (see ``sc``).
 ASSIGNED = ("1", "3")

@@ -288,8 +288,8 @@ def test_ctrl_c_under_load_at_random_moments_is_always_130_and_leaves_nothing(tm
     for attempt in range(8):
         argv = (["sample", "frames", "-n", "2000"] if attempt % 2 == 0 else
                 ["ct", "phantom", "--voxels", "64", "--angles", "2000", "-o", "proj.seq"])
-        proc = subprocess.Popen([sys.executable, "-m", "gpumr", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "gpumr", *argv], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             t0 = time.monotonic()
             while not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] and time.monotonic() - t0 < 120:
@@ -297,7 +297,12 @@ def test_ctrl_c_under_load_at_random_moments_is_always_130_and_leaves_nothing(tm
             time.sleep(rng.uniform(0, 0.4))
             proc.send_signal(signal.SIGINT)
         finally:
-            out, err = proc.communicate(timeout=120)
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:  # say what it was doing: its threads' stacks, its stderr
+                proc.send_signal(signal.SIGABRT)
+                out, err = proc.communicate()
+                pytest.fail(f"attempt {attempt}: still running 120 s after SIGINT; stderr:\n{err[-6000:]}")
         assert proc.returncode == EXIT_INTERRUPTED and err == "gpumr: interrupted\n", (attempt, proc.returncode, err)
         assert listing(tmp_path) == before, attempt
 
