@@ -68,7 +68,7 @@ def main():
         ref_gups = 32 ** 3 * 36 / t_ref / 1e9
 
         from gpumr.ct.workload import plan
-        from gpumr.engines.streaming import run_job
+        from gpumr.engines.mrjob import run_job
         from gpumr.jobs.backproject import MRBackproject
         plan_dir = os.path.join(work, "plan")
         os.makedirs(plan_dir)

@@ -99,7 +99,7 @@ def jpeg(work, size, scans):
         with open(os.path.join(work, name), "wb") as f:
             f.write(many_scan_jpeg(w, h, n))
     decode = "import sys, cv2, numpy as np; cv2.imdecode(np.fromfile(sys.argv[1], np.uint8), cv2.IMREAD_GRAYSCALE)"
-    ours = ("import sys, numpy as np; from gpumr.faces.decode import decode_gray; from gpumr.core import BadRecord\n"
+    ours = ("import sys, numpy as np; from gpumr.core.images import decode_gray; from gpumr.core import BadRecord\n"
             "try:\n    decode_gray(open(sys.argv[1], 'rb').read())\nexcept BadRecord as e:\n    sys.exit(str(e))")
     results = [("OpenCV alone, plain progressive (6 scans)", child(["-c", decode, "plain.jpg"], work)),
                (f"OpenCV alone, + {scans} scans", child(["-c", decode, "scans.jpg"], work)),
@@ -110,7 +110,7 @@ def jpeg(work, size, scans):
     import cv2
     import numpy as np
 
-    from gpumr.faces.decode import jpeg_scans
+    from gpumr.core.images import jpeg_scans
     plain, many = (open(os.path.join(work, n), "rb").read() for n in ("plain.jpg", "scans.jpg"))
 
     def timed(fn, data, repeat):

@@ -20,7 +20,7 @@ frames' sides) and crowdedness (empty grey scenes among them), packed into
 shards of equal bytes (``gpumr pack``), one Spark task per shard; the
 slowest task's run time over the mean (Spark's REST API). Then the same
 frames packed into shards of equal estimated cost (pixels, read from the
-image headers with :func:`gpumr.faces.decode.image_size`, greedy longest
+image headers with :func:`gpumr.core.images.image_size`, greedy longest
 first), and the new ratio.
 
 Engines (seed 004's table): ``gpumr run`` with the same face and CT work on
@@ -51,7 +51,7 @@ import urllib.request
 from _common import REPO, best_of, frame_corpus, table
 
 from gpumr.engines.spark import run, spark_context
-from gpumr.engines.streaming import run_job
+from gpumr.engines.mrjob import run_job
 from gpumr.io.packing import pack
 
 HADOOP = os.path.join(os.path.dirname(REPO), "shared", "hadoop")
@@ -154,7 +154,7 @@ def uneven_corpus(work, frames, n):
 
 def cost_balanced(work, name, frames, shards):
     """Pack ``frames`` into ``shards`` SequenceFiles of near-equal pixels (from the image headers)."""
-    from gpumr.faces.decode import image_size
+    from gpumr.core.images import image_size
     costs = []
     for f in frames:
         w, h = image_size(open(f, "rb").read(64 * 1024))

@@ -9,6 +9,18 @@ and ``ct``, ``engines`` (mrjob, Spark, Dask), ``cli``.
 
 __version__ = "0.1.0"
 
+#: The public contract of a user's workload (``from gpumr import Workload, Option``), imported on first use
+#: so that importing any gpumr module stays cheap.
+_PUBLIC = {"Workload": "gpumr.core.workload", "Option": "gpumr.core.workload", "BadRecord": "gpumr.core.workload"}
+
+
+def __getattr__(name):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpumr' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(module), name)
+
 
 def _source_checkout():
     """In a source checkout, let ``gpumr.jobs``, ``gpumr.cuda`` and ``gpumr.conf`` be the top-level folders.

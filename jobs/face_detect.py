@@ -1,25 +1,20 @@
-"""Face detection over SequenceFiles of images, on every CPU core and every free GPU.
+"""Face detection over SequenceFiles of images, as an mrjob job: ``python -m gpumr.jobs.face_detect``.
 
-Run: ``python -m gpumr.jobs.face_detect -r local frames.seq --output-dir out/``
-(or ``gpumr run faces frames.seq -o out/ --engine local``).
-Input: SequenceFiles (Text key = image name, BytesWritable value = image
-bytes), files or folders of them. Output: one line per record,
-``"key"<TAB>{"faces": [[x, y, w, h], ...], "device": "cpu"|"gpu:N",
-"width": W, "height": H}`` or ``{"error": "..."}``, sorted by key.
-
-The options, their checks and the record function are the workload's
-declaration (:class:`gpumr.faces.workload.Faces`); this class only names it.
+Run ``python -m gpumr.jobs.face_detect -r local frames.seq --output-dir out/`` (mrjob's way of saying
+``gpumr run faces frames.seq -o out/ --engine local``): the same launcher, checks and output. Output:
+one line per record, ``"key"<TAB>{"faces": [[x, y, w, h], ...], "device": "cpu"|"gpu:N", "width": W,
+"height": H}`` or ``{"error": "..."}``, sorted by key. The workload: :class:`gpumr.faces.workload.Faces`.
 """
 
-from gpumr.engines.streaming import GpumrJob
+from gpumr.engines.mrjob_task import MRWorkload
 
 
-class MRFaceDetect(GpumrJob):
+class MRFaceDetect(MRWorkload):
     """Face detection (OpenCV's Haar cascades) over SequenceFiles of images; per record a free GPU or the CPU."""
 
     WORKLOAD = "faces"
 
 
-if __name__ == "__main__":  # the launcher and each task mrjob starts: inside the error boundary
-    from gpumr.boundary import main
-    main(MRFaceDetect.run)
+if __name__ == "__main__":
+    from gpumr.engines.mrjob import job_main
+    job_main(MRFaceDetect.WORKLOAD)

@@ -26,7 +26,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 def build_parser():
     """The argument parser of the ``gpumr`` command."""
     p = Parser(prog="gpumr", formatter_class=_Formatter,
-               description="Image processing on Hadoop Streaming (mrjob) and Spark that uses "
+               description="Image processing on Hadoop Streaming (mrjob), Spark and Dask that uses "
                            "a node's GPU whenever it is free.")
     p.add_argument("--version", action="version", version=f"gpumr {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -51,3 +51,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     # (--debug is read before parsing, so that an error in parsing shows its traceback too.)
     return guard(_run, build_parser(), argv, debug=debug_wanted(argv))
+
+
+def run_command(argv):
+    """``gpumr run ARGV``: the exit status (for entry points that are ``gpumr run`` under another name)."""
+    return main(["run", *argv])

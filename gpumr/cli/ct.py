@@ -110,19 +110,6 @@ def cmd_phantom(args):
           + f" in {time.perf_counter() - t0:.1f} s")
 
 
-def cmd_plan(args):
-    from ..ct import geometry
-    from ..ct.workload import check_slab, plan, write_plan
-    from ..io.outputs import FolderOutput
-    geometry_file = _find_geometry(args)
-    g = geometry.load(geometry_file)
-    check_slab(g, args.slab)
-    lines = plan(g.nVoxel[0], args.slab)
-    with FolderOutput(args.output, "gpumr ct plan", inputs=[geometry_file, *filter(None, [args.projections])]) as stage:
-        parts = write_plan(stage, lines, args.parts)
-    print(f"wrote {len(lines)} slabs of {args.slab} slices in {parts} plan file(s) to {args.output}")
-
-
 def cmd_reconstruct(args):
     from ..ct import geometry
     from ..ct.backproject import backproject, set_threads
@@ -145,22 +132,28 @@ def cmd_reconstruct(args):
 
 
 def cmd_assemble(args):
-    from ..ct.slices import assemble, preview, save_volume
+    import numpy as np
+
+    from ..ct.slices import assemble, preview, save_tiff
     from ..io.joboutput import read_job_output
     prev = args.preview or os.path.splitext(args.output)[0] + ".png"
     _check_outputs([("-o", args.output), ("--tiff", args.tiff), ("--preview", prev)], args.outputs)
-    vol = assemble(read_job_output(args.outputs))
-    save_volume(vol, args.output, args.tiff, inputs=args.outputs)
+    t0 = time.perf_counter()
+    shape = assemble(read_job_output(args.outputs), args.outputs, args.output, inputs=args.outputs)
+    vol = np.load(args.output, mmap_mode="r")
+    if args.tiff:
+        save_tiff(vol, args.tiff, inputs=args.outputs)
     preview(vol, prev, inputs=args.outputs)
-    print(f"assembled {vol.shape[0]} slices of {vol.shape[1]}x{vol.shape[2]} into {args.output}; preview {prev}")
+    print(f"assembled {shape[0]} slices of {shape[1]}x{shape[2]} into {args.output} in "
+          f"{time.perf_counter() - t0:.1f} s; preview {prev}")
 
 
 def register(sub):
     """Add ``ct`` to the ``gpumr`` parser."""
     from ..ct.fdk import FILTERS
-    s = sub.add_parser("ct", help="cone-beam CT: geometry, phantom, plan, reconstruct, assemble",
-                       description="Cone-beam CT: geometry, phantom projections, the job's plan, "
-                                   "reconstruction on this machine, assembling the job's slices.")
+    s = sub.add_parser("ct", help="cone-beam CT: geometry, phantom, reconstruct, assemble",
+                       description="Cone-beam CT: geometry, phantom projections, reconstruction on this machine, "
+                                   "assembling the job's slabs.")
     cs = s.add_subparsers(dest="action", metavar="ACTION")
     cs.required = True
     a = command(cs, "geometry", "write a scanner's geometry as JSON (TIGRE-style fields)", cmd_geometry,
@@ -184,13 +177,6 @@ def register(sub):
     a.add_argument("--seed", type=int, default=0, help="random seed of the noise (default 0)")
     _geometry_args(a)
 
-    a = command(cs, "plan", "slab lines for the backprojection job, split into plan files", cmd_plan)
-    a.add_argument("projections", nargs="?", metavar="SEQ", help="the projections (their geometry is beside them)")
-    a.add_argument("--geometry", metavar="JSON", help="geometry file (default: beside the projections)")
-    a.add_argument("--slab", type=positive, default=16, metavar="N", help="slices per record (default 16)")
-    a.add_argument("--parts", type=positive, default=2, metavar="N", help="plan files, one per map task (default 2)")
-    a.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the plan files")
-
     a = command(cs, "reconstruct", "FDK on this machine, without mrjob", cmd_reconstruct)
     a.add_argument("projections", nargs="+", metavar="SEQ", help="SequenceFiles of projections")
     a.add_argument("--geometry", metavar="JSON", help="geometry file (default: beside the projections)")
@@ -201,7 +187,7 @@ def register(sub):
     a.add_argument("-o", "--output", required=True, metavar="NPY", help="the volume (.npy)")
     a.add_argument("--preview", metavar="PNG", help="also a PNG of the three central slices")
 
-    a = command(cs, "assemble", "job output slices -> volume .npy (+ TIFF) and a PNG preview", cmd_assemble)
+    a = command(cs, "assemble", "the job's slabs -> one volume .npy (+ TIFF) and a PNG preview", cmd_assemble)
     a.add_argument("outputs", nargs="+", metavar="OUTPUT", help="job output files or folders")
     a.add_argument("-o", "--output", required=True, metavar="NPY", help="the volume (.npy)")
     a.add_argument("--tiff", metavar="TIF", help="also write a float32 TIFF stack here")

@@ -9,8 +9,6 @@ output, filled beside it and swapped in complete.
 
 import os
 
-from ..core.counters import summary
-from ..engines.streaming import run_job
 from ..faces.render import render
 from ..faces.sample import frame_count, make_frames
 from ..io.outputs import FolderOutput
@@ -36,9 +34,10 @@ def demo(output, frames=48, shards=2, runner="local", log=print):
         log(f"[2/4] packing them into {shards} SequenceFiles in {os.path.join(output, 'frames.seq')}")
         pack([frame_dir], seq_dir, shards=shards, progress=False)
         log(f"[3/4] running the face-detection job (mrjob {runner} runner, {shards} map tasks)")
-        from ..engines.mrjob_task import MRWorkload
-        counts, seconds = run_job(MRWorkload, [seq_dir], job_out, runner, ["--workload", "faces"])
-        log(f"      {summary(counts, seconds)}")
+        from ..launch.job import launch
+        result = launch(["faces", seq_dir, "-o", job_out, "--engine", runner, "--no-conf"])
+        counts, seconds = result.counts, result.seconds
+        log(f"      {result.summary()}")
         log(f"[4/4] drawing the boxes and the contact sheet in {os.path.join(output, 'pictures')}")
         pics = render([job_out], [seq_dir], pictures)
     sheet = os.path.join(output, "pictures", os.path.basename(pics["sheet"]))

@@ -26,8 +26,13 @@ def total(counters, group=GROUP):
     return out
 
 
-def summary(counts, seconds=None):
-    """One line: how many records ran on which device, fell back, or were bad; what input was lost.
+#: Bad records the summary names (then a count of the rest).
+NAMED = 3
+
+
+def summary(counts, seconds=None, bad=()):
+    """One line: how many records ran on which device, fell back, or were bad (the first few named); what input
+    was lost.
 
     Parameters
     ----------
@@ -35,13 +40,21 @@ def summary(counts, seconds=None):
         Counter name -> value (group ``gpumr``), as :func:`total` gives.
     seconds : float, optional
         Wall time of the run, for a records/s figure.
+    bad : list of (str, str), optional
+        The first bad records' keys and reasons.
+
+    Examples
+    --------
+    >>> summary({ON_CPU: 10, BAD: 2}, bad=[("a.jpg", "empty value"), ("b.jpg", "not a decodable image")])
+    '12 records: 10 on CPU, 0 on GPU, 2 bad (a.jpg: empty value; b.jpg: not a decodable image)'
     """
-    cpu, gpu, bad, fb = (counts.get(k, 0) for k in (ON_CPU, ON_GPU, BAD, FALLBACKS))
-    records = cpu + gpu + bad
+    cpu, gpu, n_bad, fb = (counts.get(k, 0) for k in (ON_CPU, ON_GPU, BAD, FALLBACKS))
+    named = list(bad or ())
+    records = cpu + gpu + n_bad
     parts = [f"{records} record{'s' if records != 1 else ''}: {cpu} on CPU, {gpu} on GPU"]
     if fb:
         parts.append(f"{fb} GPU fallback{'s' if fb != 1 else ''}")
-    parts.append(f"{bad} bad")
+    parts.append(f"{n_bad} bad" + _named(named, n_bad))
     lost = counts.get(LOST, 0)
     if lost:
         parts.append(f"{lost} lost stretch{'es' if lost != 1 else ''} of input "
@@ -50,3 +63,12 @@ def summary(counts, seconds=None):
     if seconds is not None:
         line += f" in {seconds:.1f} s ({records / max(seconds, 1e-9):.1f} records/s)"
     return line
+
+
+def _named(bad, count):
+    """`` (key: reason; ...; and N more)`` for the first :data:`NAMED` bad records, or ""."""
+    if not bad:
+        return ""
+    shown = "; ".join(f"{key}: {reason}" for key, reason in bad[:NAMED])
+    rest = count - min(len(bad), NAMED)
+    return f" ({shown}{f'; and {rest} more' if rest > 0 else ''})"

@@ -1,51 +1,78 @@
-"""Running a workload over records, choosing a device per record."""
+"""Running a workload over records, choosing a device per record: the record flow every engine shares.
 
-import sys
+One record flows: (key, bytes) -> :meth:`Workload.load` (decode) -> choose
+a device -> :meth:`Workload.cpu_batch` or :meth:`Workload.gpu_batch` -> the
+result, or an ``error`` naming the record -> the output value (the
+``device`` it ran on added). Every record comes out exactly once.
+"""
+
 import time
 
 from ..sizes import human
 from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .workload import BadRecord
 
+#: The most of an exception's message an error line keeps.
+REASON_CHARS = 300
+
+
+def reason_of(exc):
+    """An exception as the short reason of an error line: ``Type: message`` (a BadRecord's message as it is)."""
+    if isinstance(exc, BadRecord):
+        return str(exc)
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:REASON_CHARS]}" if text else type(exc).__name__
+
+
+def plain_result(result, device):
+    """The output value of a result: a dict, with ``device`` added; BadRecord if the result is not a dict."""
+    if not isinstance(result, dict):
+        raise BadRecord(f"the workload returned a {type(result).__name__}, not a dict")
+    return {**result, "device": device}
+
 
 class Processor:
     """Runs a workload over records, choosing a device per record.
 
-    Records are decoded as they arrive. Without a usable GPU path each runs
-    on the CPU at once. With one, decoded records wait in a batch of up to
-    ``workload.gpu_batch``; when it is full (or flushed) the device is
-    chosen for the device memory the batch needs (``workload.gpu_memory_for``;
-    a batch larger than any GPU of the node is halved until it fits one):
-    a free GPU takes the batch, its lease held only while the batch runs; otherwise the first record runs on the CPU and the choice is made
-    again for the rest, so each record goes to whatever is free when its
-    turn comes. On simulated GPUs the batch runs the same GPU path, its
-    kernels executed on the host.
+    Records are decoded as they arrive. Without a usable GPU path they run
+    on the CPU, :attr:`Workload.cpu_records` at a time. With one, decoded
+    records wait in a batch of up to :attr:`Workload.gpu_records`; when it
+    is full (or flushed) the device is chosen for the device memory the
+    batch needs (:meth:`Workload.gpu_memory`; a batch larger than any GPU of
+    the node is halved until it fits one): a free GPU takes the batch, its
+    lease held only while :meth:`Workload.gpu_batch` runs; otherwise the
+    first records run on the CPU and the choice is made again for the rest,
+    so each record goes to whatever is free when its turn comes. A GPU
+    failure re-runs the batch on the CPU (counted as fallbacks).
 
     Parameters
     ----------
     workload : gpumr.core.Workload
+        Set up (:meth:`Workload.setup` has run).
+    o : namespace
+        The options.
     chooser : gpumr.devices.chooser.DeviceChooser
+    device_for : callable, optional
+        ``device_for(choice)``: the device object :meth:`Workload.gpu_batch`
+        gets; None: no GPU path here (every record on the CPU).
+    to_value : callable, optional
+        ``to_value(key, result, device)``: the output value of a result
+        (default :func:`plain_result`); a BadRecord it raises makes the
+        record an error line.
     count : callable, optional
-        ``count(name, amount)``, e.g. mrjob's ``increment_counter`` bound to the group.
+        ``count(name, amount)``: the counters.
     log : callable, optional
-        Where task-log lines go (stderr by default).
+        ``log(line)``: the task's log.
     """
 
-    def __init__(self, workload, chooser, count=None, log=None):
-        self.workload = workload
-        self.chooser = chooser
+    def __init__(self, workload, o, chooser, device_for=None, to_value=plain_result, count=None, log=None):
+        self.workload, self.o, self.chooser = workload, o, chooser
+        self.device_for = device_for
+        self.to_value = to_value
         self.count = count or (lambda name, n=1: None)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr))
-        self.backend = None
+        self.log = log or (lambda line: None)
         self._pending = []
         self._oversize = False  # a record too large for every GPU here was logged
-        if chooser.has_gpus:
-            self.backend = workload.gpu_backend(simulated=chooser.simulated)
-            if self.backend is not None and chooser.simulated:
-                self.log(f"gpumr: {workload.name}: GPUs are simulated; their CUDA kernels run on the host")
-        if self.backend is None:
-            why = chooser.why_cpu_only or f"no GPU implementation of {workload.name} is usable here"
-            self.log(f"gpumr: {workload.name}: every record runs on the CPU ({why})")
 
     def process(self, records):
         """Yield ``(key, output value)`` for every ``(key, value)`` record, each exactly once."""
@@ -56,15 +83,13 @@ class Processor:
     def feed(self, key, value):
         """Take one record; yield the outputs that are ready."""
         try:
-            item = self.workload.decode(key, value)
-        except BadRecord as exc:
-            yield self.bad(key, str(exc))
-            return
-        if self.backend is None:
-            yield from self._cpu(key, item)
+            item = self.workload.load(key, value, self.o)
+        except Exception as exc:  # noqa: BLE001 (a record that does not decode is its error line)
+            yield self.bad(key, reason_of(exc))
             return
         self._pending.append((key, item))
-        if len(self._pending) >= self.workload.gpu_batch:
+        limit = self.workload.gpu_records if self.device_for is not None else self.workload.cpu_records
+        if len(self._pending) >= limit:
             yield from self.flush()
 
     def flush(self):
@@ -77,6 +102,9 @@ class Processor:
         wait for ever.
         """
         while self._pending:
+            if self.device_for is None:
+                yield from self._cpu(self._take(self.workload.cpu_records))
+                continue
             n = len(self._pending)
             memory = self._memory(n)
             while n > 1 and not self.chooser.fits(memory):
@@ -84,19 +112,21 @@ class Processor:
                 memory = self._memory(n)
             if not self._oversize and not self.chooser.fits(memory):
                 self._oversize = True
-                self.log(f"gpumr: {self.workload.name}: a record needs more device memory ({human(memory)}) than "
-                         "any GPU here has; such records run on the CPU")
+                self.log(f"{self.workload.name}: a record needs more device memory ({human(memory)}) than any GPU "
+                         "here has; such records run on the CPU")
             choice = self.chooser.choose(memory)
             if choice.on_gpu:
-                batch, self._pending = self._pending[:n], self._pending[n:]
-                yield from self._gpu(batch, choice)
+                yield from self._gpu(self._take(n), choice)
             else:
-                key, item = self._pending.pop(0)
-                yield from self._cpu(key, item)
+                yield from self._cpu(self._take(1))
+
+    def _take(self, n):
+        batch, self._pending = self._pending[:n], self._pending[n:]
+        return batch
 
     def _memory(self, n):
         """The device memory a GPU batch of the first ``n`` waiting records needs."""
-        return self.workload.gpu_memory_for([item for _, item in self._pending[:n]])
+        return self.workload.gpu_memory([item for _, item in self._pending[:n]], self.o)
 
     def bad(self, key, reason):
         """Count a bad record and return its error output."""
@@ -125,37 +155,54 @@ class Processor:
         where = f"bytes {lost.start}-{lost.end}" if lost.end is not None else f"from byte {lost.start}"
         return lost.name, {"error": f"{where} could not be read: {lost.reason}", "lost": [lost.start, lost.end]}
 
-    def _cpu(self, key, item):
+    def _outputs(self, batch, results, device, counter):
+        """The output of each record of ``batch`` from its result (:meth:`Workload.finish` first, after any GPU
+        lease); a result that does not become an output value is an error line."""
+        for (key, _), result in zip(batch, results):
+            try:
+                value = self.to_value(key, self.workload.finish(key, result, self.o), device)
+            except Exception as exc:  # noqa: BLE001 (one record's failure must not end the task)
+                yield self.bad(key, reason_of(exc))
+                continue
+            self.count(counter, 1)
+            yield key, value
+
+    def _cpu(self, batch):
         t0 = time.perf_counter()
         try:
-            result = self.workload.run_cpu(item)
-        except BadRecord as exc:
-            return [self.bad(key, str(exc))]
-        except Exception as exc:  # one record's failure must not end the task
-            self.log(f"gpumr: record {key!r} failed on the CPU: {type(exc).__name__}: {exc}")
-            return [self.bad(key, f"processing failed: {type(exc).__name__}: {str(exc)[:200]}")]
+            results = self._results(self.workload.cpu_batch(batch, self.o), batch, "cpu_batch")
+        except Exception as exc:  # noqa: BLE001
+            if len(batch) > 1:  # which record was it: each on its own
+                for one in batch:
+                    yield from self._cpu([one])
+                return
+            key = batch[0][0]
+            if not isinstance(exc, BadRecord):
+                self.log(f"record {key!r} failed on the CPU: {reason_of(exc)}")
+            yield self.bad(key, reason_of(exc))
+            return
         self.count(CPU_MS, int(round((time.perf_counter() - t0) * 1000)))
-        self.count(ON_CPU, 1)
-        return self.workload.outputs(key, item, result, "cpu")
+        yield from self._outputs(batch, results, "cpu", ON_CPU)
 
     def _gpu(self, batch, choice):
         t0 = time.perf_counter()
         try:
-            results = self.backend.run([item for _, item in batch], choice.gpu)
-            if len(results) != len(batch):
-                raise RuntimeError(f"GPU returned {len(results)} results for {len(batch)} records")
-        except Exception as exc:  # launch failure, out of memory, lost context ...
+            device = self.device_for(choice)
+            results = self._results(self.workload.gpu_batch(batch, self.o, device), batch, "gpu_batch")
+        except Exception as exc:  # noqa: BLE001 (launch failure, out of memory, lost context ...)
             choice.release()
             self.count(FALLBACKS, len(batch))
-            self.log(f"gpumr: GPU failure on {choice.device} ({type(exc).__name__}: {exc}); "
-                     f"{len(batch)} record(s) re-run on the CPU")
-            for key, item in batch:
-                yield from self._cpu(key, item)
+            self.log(f"GPU failure on {choice.device} ({reason_of(exc)}); {len(batch)} record(s) re-run on the CPU")
+            for one in batch:
+                yield from self._cpu([one])
             return
-        choice.release()
+        choice.release()  # what is left of the work needs no GPU: after the lease
         self.count(GPU_MS, int(round((time.perf_counter() - t0) * 1000)))
-        self.count(ON_GPU, len(batch))
-        simulated = choice.gpu.simulated
-        for (key, item), result in zip(batch, results):
-            for out_key, out in self.workload.outputs(key, item, result, choice.device):
-                yield out_key, (dict(out, simulated=True) if simulated else out)
+        yield from self._outputs(batch, results, choice.device, ON_GPU)
+
+    @staticmethod
+    def _results(results, batch, what):
+        results = list(results)
+        if len(results) != len(batch):
+            raise RuntimeError(f"{what} returned {len(results)} results for {len(batch)} records")
+        return results

@@ -67,7 +67,7 @@ def header_shape(name, data):
             with tifffile.TiffFile(io.BytesIO(data)) as tif:
                 return tuple(tif.series[0].shape)
         if ext == ".png":
-            from ..faces.decode import image_size
+            from ..core.images import image_size
             size = image_size(data)
             return None if size is None else (size[1], size[0])
     except Exception:

@@ -1,12 +1,12 @@
-"""Slices as job output records, and assembling them into a volume.
+"""The CT job's output read back: slabs of binary float32, joined into one volume at disk speed.
 
-A slice travels as ``"00012"<TAB>{"z": 12, "nz": 256, "shape": [ny, nx],
-"device": ..., "data": base64(zlib(float32 little-endian))}``; the zero-padded
-key makes the identity reducer's sort the slice order.
+A slab leaves its task as an ``.npy`` file of the output (``arrays/z00016.slab.npy``,
+float32 ``[slices, ny, nx]``) named by its line:
+``"z00016"<TAB>{"z": [16, 32], "nz": 256, "slab": {"array": "arrays/z00016.slab.npy",
+"shape": [16, ny, nx], "dtype": "<f4"}, "device": ...}``. Each slab opens directly
+(``numpy.load``); :func:`assemble` joins them into one ``.npy`` by copying
+their bytes in slice order, checking every slice is there exactly once.
 """
-
-import base64
-import zlib
 
 import numpy as np
 
@@ -14,124 +14,99 @@ from .. import limits
 from ..errors import GpumrError
 from ..io.outputs import FileOutput, write_file
 
-
-def encode_slice(z, nz, image, device):
-    """The output value of slice ``z`` of ``nz``.
-
-    Parameters
-    ----------
-    z : int
-        The slice's index in the volume.
-    nz : int
-        Slices in the whole volume.
-    image : numpy.ndarray
-        The slice [y, x].
-    device : str
-        Where it was computed (``cpu``, ``gpu:N``).
-
-    Returns
-    -------
-    dict
-        ``z``, ``nz``, ``shape``, ``device`` and ``data``: the float32
-        little-endian pixels, zlib-compressed, base64.
-    """
-    data = np.ascontiguousarray(image, dtype="<f4").tobytes()
-    return {"z": int(z), "nz": int(nz), "shape": list(image.shape), "device": device,
-            "data": base64.b64encode(zlib.compress(data, 1)).decode("ascii")}
+_COPY = 8 << 20
 
 
-def slice_key(z):
-    return f"{z:05d}"
-
-
-def decode_slice(value, where="slice"):
-    """``(z, nz, image)`` from an output value, its sizes checked before anything is decompressed.
-
-    Parameters
-    ----------
-    value : dict
-        A slice record's value (:func:`encode_slice`).
-    where : str, optional
-        What to name in an error (the record's key).
-
-    Returns
-    -------
-    (int, int, numpy.ndarray)
-        The slice's index, the volume's slice count, and the float32 image [y, x].
-
-    Raises
-    ------
-    GpumrError
-        Naming ``where`` and the field: a size out of :mod:`gpumr.limits`, or data that does not
-        decompress to exactly the image the shape declares.
-    """
-    missing = [k for k in ("z", "nz", "shape", "data") if k not in value]
-    if missing:
-        raise GpumrError(f"{where}: not a slice: no {', '.join(missing)}")
-    nz = limits.number(f"{where}: nz", value["nz"], 1, limits.MAX_VOXEL_SIDE, integer=True)
-    z = limits.number(f"{where}: z", value["z"], 0, nz - 1, integer=True)
-    shape = value["shape"]
-    if not isinstance(shape, list) or len(shape) != 2:
-        raise GpumrError(f"{where}: shape must be a list of 2 numbers, not {limits.shown(shape)}")
-    ny, nx = (limits.number(f"{where}: shape[{i}]", n, 1, limits.MAX_VOXEL_SIDE, integer=True)
-              for i, n in enumerate(shape))
-    size = ny * nx * 4
-    try:
-        inflate = zlib.decompressobj()
-        raw = inflate.decompress(base64.b64decode(value["data"], validate=True), size + 1)
-    except (TypeError, ValueError, zlib.error) as exc:
-        raise GpumrError(f"{where}: data is not base64 of zlib data: {exc}") from None
-    if len(raw) != size or not inflate.eof:
-        raise GpumrError(f"{where}: data does not hold the {ny}x{nx} float32 image its shape declares")
-    return z, nz, np.frombuffer(raw, "<f4").reshape(ny, nx)
-
-
-def assemble(results):
-    """A volume [z, y, x] from slice records.
+def slabs(results, folders):
+    """``[(z0, z1, nz, location of the .npy)]`` of a job's slab lines, sorted, after checking they cover the volume.
 
     Parameters
     ----------
     results : iterable of (str, dict)
-        ``(key, value)`` of every slice record, in any order, e.g.
-        :func:`gpumr.io.joboutput.read_job_output` of a job's output.
-
-    Returns
-    -------
-    numpy.ndarray
-        float32, shape (nz, ny, nx).
+        ``(key, value)`` of every line of the job's output (:func:`gpumr.io.joboutput.read_job_output`).
+    folders : list of str
+        The output folders (or URIs) the lines came from: their ``arrays/`` hold the slabs.
 
     Raises
     ------
     GpumrError
-        For missing or duplicate slices (naming them), records that are not
-        slices (an ``error`` record's reason included), or a volume over
-        :data:`gpumr.limits.MAX_VOXELS`.
+        Naming what is wrong: a line that is not a slab (an ``error`` line's
+        reason included), slabs of different volumes or sizes, missing or
+        overlapping slices, a volume over :data:`gpumr.limits.MAX_VOXELS`.
     """
-    seen = {}
-    nz = shape = None
+    from ..io.remote import locate
+    found, nz, shape = [], None, None
     for key, value in results:
-        if not isinstance(value, dict) or "data" not in value:
+        slab = value.get("slab") if isinstance(value, dict) else None
+        if not isinstance(slab, dict) or "array" not in slab or "z" not in value or "nz" not in value:
             err = value.get("error") if isinstance(value, dict) else None
-            raise GpumrError(f"record {key!r} is not a slice" + (f" (the job reported: {err})" if err else ""))
-        z, n, img = decode_slice(value, f"record {key!r}")
+            raise GpumrError(f"record {key!r} is not a slab" + (f" (the job reported: {err})" if err else ""))
+        n = limits.number(f"record {key!r}: nz", value["nz"], 1, limits.MAX_VOXEL_SIDE, integer=True)
+        z0, z1 = (limits.number(f"record {key!r}: z", z, 0, n, integer=True) for z in value["z"])
+        dims = slab.get("shape")
+        if not (isinstance(dims, list) and len(dims) == 3 and dims[0] == z1 - z0 and z0 < z1):
+            raise GpumrError(f"record {key!r}: shape {limits.shown(dims)} does not hold slices {z0}-{z1}")
+        ny, nx = (limits.number(f"record {key!r}: shape", d, 1, limits.MAX_VOXEL_SIDE, integer=True) for d in dims[1:])
         if nz is None:
-            nz, shape = n, img.shape
-            limits.at_most(f"record {key!r}: {nz} slices of {shape[0]}x{shape[1]}", nz * shape[0] * shape[1],
-                           limits.MAX_VOXELS, "voxels")
-        if n != nz:
-            raise GpumrError(f"slice {z} says the volume has {n} slices, others say {nz}")
-        if img.shape != shape:
-            raise GpumrError(f"slice {z} is {img.shape[0]}x{img.shape[1]}, others are {shape[0]}x{shape[1]}")
-        if z in seen:
-            raise GpumrError(f"duplicate slice {z}")
-        seen[z] = img
-    if not seen:
-        raise GpumrError("no slices in the job output")
-    missing = sorted(set(range(nz)) - set(seen))
-    if missing:
-        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
-        raise GpumrError(f"missing {len(missing)} slice(s) of {nz}: {shown}")
-    return np.stack([seen[z] for z in range(nz)])
+            nz, shape = n, (ny, nx)
+            limits.at_most(f"record {key!r}: {nz} slices of {ny}x{nx}", nz * ny * nx, limits.MAX_VOXELS, "voxels")
+        if (n, (ny, nx)) != (nz, shape):
+            raise GpumrError(f"record {key!r}: a slab of a {n}x{ny}x{nx} volume; others are of {nz}x{shape[0]}x{shape[1]}")
+        if slab.get("dtype") != "<f4":
+            raise GpumrError(f"record {key!r}: slab of dtype {limits.shown(slab.get('dtype'))}, not float32 (<f4)")
+        name = slab["array"]
+        if not isinstance(name, str) or not name.startswith("arrays/") or ".." in name.split("/"):
+            raise GpumrError(f"record {key!r}: names {limits.shown(name)}, not a file of the output's arrays/")
+        where = [locate(f).child(name) for f in folders]
+        here = next((loc for loc in where if loc.stat()[0] == "file"), None)
+        if here is None:
+            raise GpumrError(f"record {key!r}: its slab {name} is in none of {', '.join(map(str, folders))}")
+        found.append((z0, z1, nz, here))
+    if not found:
+        raise GpumrError("no slabs in the job output")
+    found.sort(key=lambda s: s[0])
+    at = 0
+    for z0, z1, _, _ in found:
+        if z0 != at:
+            raise GpumrError(f"slices {at}-{z0} are missing" if z0 > at else f"slices {z0}-{min(z1, at)} come twice")
+        at = z1
+    if at != nz:
+        raise GpumrError(f"slices {at}-{nz} are missing")
+    return found, (nz, *shape)
+
+
+def assemble(results, folders, path, inputs=()):
+    """Join a job's slabs into the volume ``path`` (.npy, float32 ``[z, y, x]``), copying their bytes in order.
+
+    Written under gpumr's output rule (:class:`gpumr.io.outputs.FileOutput`):
+    whole or not at all, never over an input. Each slab's own header is
+    checked against its line before its bytes are copied.
+
+    Returns
+    -------
+    tuple of int
+        The volume's shape.
+    """
+    parts, shape = slabs(results, folders)
+    header = {"descr": "<f4", "fortran_order": False, "shape": shape}
+    with FileOutput(path, "gpumr ct", inputs=inputs) as out:
+        np.lib.format.write_array_header_1_0(out, header)
+        for z0, z1, _, loc in parts:
+            with loc.open_input() as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                got, fortran, dtype = read(f)
+                if got != (z1 - z0, *shape[1:]) or fortran or dtype != np.dtype("<f4"):
+                    raise GpumrError(f"{loc.shown}: holds a {dtype} array of shape {got}, not the slab "
+                                     f"{z0}-{z1} of {shape[1]}x{shape[2]} its line names")
+                left = (z1 - z0) * shape[1] * shape[2] * 4
+                while left:
+                    chunk = f.read(min(_COPY, left))
+                    if not chunk:
+                        raise GpumrError(f"{loc.shown}: ends before its {z1 - z0} slices")
+                    out.write(chunk)
+                    left -= len(chunk)
+    return shape
 
 
 def save_volume(volume, path, tiff=None, inputs=()):
@@ -159,9 +134,14 @@ def save_volume(volume, path, tiff=None, inputs=()):
     with FileOutput(path, "gpumr ct", inputs=inputs) as f:
         np.save(f, volume.astype(np.float32, copy=False))
     if tiff:
-        import tifffile
-        with FileOutput(tiff, "gpumr ct", inputs=inputs, option="--tiff") as f:
-            tifffile.imwrite(f, volume.astype(np.float32, copy=False))
+        save_tiff(volume, tiff, inputs)
+
+
+def save_tiff(volume, path, inputs=()):
+    """Write ``volume`` as a float32 multi-page TIFF under gpumr's output rule (``--tiff``)."""
+    import tifffile
+    with FileOutput(path, "gpumr ct", inputs=inputs, option="--tiff") as f:
+        tifffile.imwrite(f, np.asarray(volume, dtype=np.float32))
 
 
 def preview(volume, path, inputs=()):
@@ -187,7 +167,7 @@ def preview(volume, path, inputs=()):
     import cv2
     nz, ny, nx = volume.shape
     views = [volume[nz // 2], volume[:, ny // 2, :], volume[:, :, nx // 2]]
-    lo, hi = np.percentile(volume, [1, 99.5])
+    lo, hi = np.percentile(volume[::max(1, nz // 64)], [1, 99.5])  # (a sample of slices: the volume may be mapped)
     hi = hi if hi > lo else lo + 1
     tiles = []
     size = max(nx, ny, nz)

@@ -1,19 +1,21 @@
-"""Slab backprojection as a gpumr workload: one record = one slab [z0, z1) of slices.
+"""Slab backprojection (FDK) as a gpumr workload: one record = one slab [z0, z1) of slices.
 
-Each task loads the geometry and the projections once, filters them once
-(FDK weighting and ramp), and then backprojects the slabs it is given on
-the CPU or a GPU; every slice of a slab becomes an output record.
+Written on the public contract (:class:`gpumr.Workload`). The launcher
+makes the records (:meth:`Backproject.plan`: slab lines ``z0 z1``); each
+task loads the geometry and the projections once, filters them once (FDK
+weighting and ramp), and backprojects the slabs it is given on the CPU or a
+GPU. A slab leaves the task as binary float32 (``arrays/z00000.slab.npy``
+in the output, named by its line), which ``gpumr ct assemble`` joins into
+one volume (:mod:`gpumr.ct.slices`).
 """
 
 from .. import limits
-from ..core import BadRecord, Workload
-from ..core.declare import Declaration, Option
+from ..core.workload import BadRecord, Option, Workload
 from ..errors import GpumrError
 from . import geometry as geom
 from .backproject import backproject, pad
 from .fdk import FILTERS, filter_projections
 from .projections import read_set
-from .slices import encode_slice, slice_key
 
 
 def check_slab(geometry, slices, name="--slab"):
@@ -53,101 +55,41 @@ def plan(nz, slab):
     return [f"{z} {min(z + slab, nz)}" for z in range(0, nz, slab)]
 
 
-def write_plan(folder, lines, parts):
-    """Write slab ``lines`` into ``parts`` plan files ``part-NNNNN.txt`` in ``folder`` (one map task each);
-    returns how many files were written (at most one per line)."""
-    import os
-
-    from seqfile.atomic import write_bytes
-    parts = max(1, min(parts, len(lines)))
-    for p in range(parts):
-        write_bytes(os.path.join(folder, f"part-{p:05d}.txt"), "".join(ln + "\n" for ln in lines[p::parts]).encode())
-    return parts
+def slab_key(z0):
+    """The output key of the slab starting at slice ``z0``: zero-padded, so that sorting keys sorts slabs."""
+    return f"z{z0:05d}"
 
 
-class Backprojection(Workload):
-    """FDK slab reconstruction.
-
-    Parameters
-    ----------
-    projections : list of str
-        SequenceFiles of projections (one record per angle, sorted by key).
-    geometry : str
-        Geometry JSON file.
-    filter_name : str
-    i0 : float, optional
-        Convert raw intensities with ``-log(I / I0)``.
-    """
-
-    name = "backprojection"
-    gpu_batch = 1
-
-    def __init__(self, projections, geometry, filter_name=FILTERS[0], i0=None):
-        self.geometry = geom.load(geometry)
-        self.padded = pad(filter_projections(read_set(projections, self.geometry, i0), self.geometry, filter_name))
-        nz, ny, nx = self.geometry.nVoxel
-        self.gpu_memory = self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab
-
-    def decode(self, key, value):
-        return parse_slab(value, self.geometry)
-
-    def run_cpu(self, slab):
-        return backproject(None, self.geometry, slab[0], slab[1], padded=self.padded)
-
-    def outputs(self, key, slab, volume, device):
-        nz = self.geometry.nVoxel[0]
-        return [(slice_key(z), encode_slice(z, nz, volume[i], device)) for i, z in enumerate(range(*slab))]
-
-    def gpu_backend(self, simulated=False):
-        from ..gpu.launch import available
-        ok, _ = available(simulated)
-        if not ok:
-            return None
-        from .backproject_gpu import SlabBackprojector
-        return SlabBackprojector(self.padded, self.geometry)
-
-
-class Backproject(Declaration):
-    """FDK backprojection, declared once for every engine (:mod:`gpumr.core.declare`).
-
-    Its records are slab lines ``z0 z1``: engines that plan their own input
-    (Spark, Dask, ``gpumr run``) make them from :attr:`launcher_options`
-    (:meth:`plan`); the mrjob job reads plan files (``gpumr ct plan``).
-    """
+class Backproject(Workload):
+    """FDK cone-beam reconstruction, one slab of slices per record; per slab a free GPU or the CPU."""
 
     name = "backproject"
     summary = "FDK cone-beam reconstruction, one slab of slices per record; per slab a free GPU or the CPU."
-    input = "slabs"
+    input = "plan"
+    decode = "raw"
     options = (
         Option("--projections", "SequenceFile of projections, one record per angle (required; shipped to the tasks)",
                metavar="SEQ", side_file=True),
         Option("--geometry", "geometry JSON (default: the .geometry.json beside --projections; shipped)",
                metavar="JSON", side_file=True),
+        Option("--slab", "slices per record (default 16)", type=int, default=16, metavar="N", least=1),
         Option("--filter", f"ramp filter window (default {FILTERS[0]})", default=FILTERS[0], choices=FILTERS),
         Option("--i0", "projections are raw intensities: use -log(I/I0) (I0 over 0)", type=float, above=0,
                most=limits.MAX_I0),
         Option("--cpu-threads", "threads of the CPU backprojector per task (default: all cores)", type=int,
-               metavar="N", least=1, most=limits.MAX_THREADS, integer=True),
-    )
-    #: Options of the engines that make the slab plan themselves.
-    launcher_options = (
-        Option("--slab", "slices per record (default 16)", type=int, default=16, metavar="N", least=1,
-               integer=True),
+               metavar="N", least=1, most=limits.MAX_THREADS),
     )
 
-    def prepare(self, values):
+    # -- once per job --------------------------------------------------------------------------------
+    def resolve(self, o):
         from ..io.inputs import is_file
-        projections = values.get("--projections")
-        if projections and not values.get("--geometry") and is_file(geom.beside(projections)):
-            return {"--geometry": geom.beside(projections)}
-        return {}
+        if o.projections and not o.geometry and is_file(geom.beside(o.projections)):
+            o.geometry = geom.beside(o.projections)
 
     def check(self, o):
         import os
 
         from ..io.inputs import describe_file, looks_like_sequencefile
-        from .projections import read_set
-        super().check(o)
         if not o.projections:
             raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
         if not os.path.isfile(o.projections):
@@ -156,24 +98,49 @@ class Backproject(Declaration):
             raise GpumrError(f"--projections {o.projections}: {describe_file(o.projections)}")
         if not o.geometry:
             raise GpumrError(f"--geometry is required: no {geom.beside(o.projections)} beside the projections")
-        # Every projection is read once here, one at a time, and checked as the tasks will load them
-        # (count, sizes, no NaN or infinity), so that a bad one is refused before any task starts.
-        read_set([o.projections], geom.load(o.geometry), o.i0, keep=False)
-
-    def plan(self, o):
-        """The slab lines of the volume, ``o.slab`` slices each (checked against the slab limit)."""
-        for option in self.launcher_options:
-            option.check(getattr(o, option.dest))
         g = geom.load(o.geometry)
         check_slab(g, o.slab)
-        return plan(g.nVoxel[0], o.slab)
+        # Every projection is read once here, one at a time, and checked as the tasks will load them
+        # (count, sizes, no NaN or infinity), so that a bad one is refused before any task starts.
+        read_set([o.projections], g, o.i0, keep=False)
 
-    def make(self, o):
+    def plan(self, o):
+        """The slab records of the volume, ``o.slab`` slices each: ``(key, "z0 z1")``."""
+        g = geom.load(o.geometry)
+        return [(slab_key(int(line.split()[0])), line) for line in plan(g.nVoxel[0], o.slab)]
+
+    # -- in each task --------------------------------------------------------------------------------
+    def setup(self, o):
         if o.cpu_threads:
             from .backproject import set_threads
             set_threads(o.cpu_threads)
-        return Backprojection([o.projections], o.geometry, o.filter, o.i0)
+        self.geometry = geom.load(o.geometry)
+        self.padded = pad(filter_projections(read_set([o.projections], self.geometry, o.i0), self.geometry,
+                                             o.filter))
+        self._gpu = None
 
+    def load(self, key, value, o):
+        return parse_slab(value, self.geometry)
 
-#: The declaration of backprojection.
-DECLARATION = Backproject()
+    def cpu(self, key, slab, o):
+        return self._result(slab, backproject(None, self.geometry, slab[0], slab[1], padded=self.padded))
+
+    def _result(self, slab, volume):
+        return {"z": list(slab), "nz": int(self.geometry.nVoxel[0]), "slab": volume}
+
+    def gpu_ready(self, o, simulated):
+        from ..gpu.launch import available
+        ok, why = available(simulated)
+        if not ok:
+            return why
+        from .backproject_gpu import SlabBackprojector
+        self._gpu = SlabBackprojector(self.padded, self.geometry)
+        return None
+
+    def gpu_batch(self, records, o, device):
+        slabs = [slab for _, slab in records]
+        return [self._result(slab, v) for slab, v in zip(slabs, self._gpu.run(slabs, device.gpu))]
+
+    def gpu_memory(self, slabs, o):
+        nz, ny, nx = self.geometry.nVoxel
+        return self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab

@@ -1,7 +1,32 @@
-"""Engines: thin shells that feed records to the core and collect its output and counters.
+"""Engines: how a job's tasks are submitted and ended, one small module each.
 
-``common`` (what the engines that plan their own tasks share: options from the
-declaration, split planning, the split reader, the output transaction, the task),
-``streaming`` and ``runners`` (mrjob: inline, local, Hadoop Streaming, EMR),
-``spark``, ``dask``, ``progress`` (what tasks on this machine report while they run).
+Everything else, the plan (:mod:`gpumr.launch`), the run skeleton and the
+task runtime (:mod:`gpumr.tasks`), is shared. An engine is an
+:class:`~gpumr.engines.base.Engine`: its own options and its ``run(plan,
+job)``. Those that run a pool of Python tasks (Spark, Dask) share the map
+and reduce phases (:mod:`.mapreduce`); mrjob's runners (inline, local,
+Hadoop, EMR) run the same task runtime inside an mrjob job (:mod:`.mrjob`).
+Adding an engine is one module here and its name in :data:`MODULES`.
 """
+
+import importlib
+
+#: ``--engine NAME`` -> the module that holds it (imported when used; each imports its framework lazily).
+MODULES = {
+    "inline": "mrjob", "local": "mrjob", "hadoop": "mrjob", "emr": "mrjob",
+    "spark": "spark", "dask": "dask",
+}
+NAMES = tuple(MODULES)
+
+
+def get(name):
+    """The engine ``--engine NAME`` names (:class:`gpumr.engines.base.Engine`)."""
+    from ..errors import GpumrError
+    if name not in MODULES:
+        raise GpumrError(f"--engine {name}: choose one of {', '.join(NAMES)}")
+    return importlib.import_module(f"{__name__}.{MODULES[name]}").engine(name)
+
+
+def all_engines():
+    """Every engine, in the order ``--engine`` lists them."""
+    return [get(name) for name in NAMES]

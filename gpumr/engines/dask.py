@@ -1,158 +1,187 @@
-"""The Dask engine (``dask.distributed``): a workload's tasks on a Dask cluster, a thin shell over the shared core.
+"""The Dask engine: a job's tasks on ``dask.distributed``, an embedded ``LocalCluster`` or a running scheduler.
 
 Run::
 
-    gpumr run faces frames.seq/ -o out/ --engine dask [--workers N] [face options]
-    gpumr run backproject --projections proj.seq --slab 16 -o out/ --engine dask --scheduler tcp://HOST:8786
+    gpumr run faces frames.seq/ -o out/ --engine dask [--workers N]
+    gpumr run faces /shared/frames.seq -o /shared/out --engine dask --scheduler tcp://HOST:8786
 
-By default the command starts an embedded ``LocalCluster`` of worker
-processes (one per core, ``--workers``) and stops it at the end;
-``--scheduler ADDRESS`` uses a running cluster instead (dask-jobqueue on
-SLURM or PBS, Kubernetes). On SLURM, with gpumr installed where the jobs run::
-
-    # cluster.py, kept running while jobs use it
-    from dask_jobqueue import SLURMCluster
-    cluster = SLURMCluster(cores=8, processes=8, memory="64GB", job_extra_directives=["--gres=gpu:1"],
-                           worker_extra_args=["--resources", "GPU=1"])
-    cluster.scale(jobs=4)
-    print(cluster.scheduler_address)
-    input("serving; Enter stops it")
-
-    gpumr run faces /shared/frames.seq -o /shared/out --engine dask --scheduler tcp://HOST:PORT
-
-(The tasks write a local output folder on their own machines: give one on a
-shared filesystem, or a URI.) The client parses, checks and
-plans exactly as the Spark engine does (:func:`gpumr.engines.common.prepare`):
-SequenceFile byte ranges or the slab plan, one task each. Each task reads
-its range through the one split reader, chooses the device per record
-(GPUs leased as everywhere else) in a :class:`gpumr.engines.common.Task`,
-and writes its output lines into the output's hidden stage under a name of
-its own attempt. With ``--device gpu``, tasks ask for one unit of the
-workers' ``GPU`` resource where workers declare one
-(``dask worker --resources GPU=1``), so no worker runs more GPU tasks than
-it has GPUs.
-
-Output: sorted as the other engines' (``--reducers N``: N reduce tasks, each
-merging the map tasks' sorted files over its range of lines, the ranges cut
-from samples; 0: one unsorted part per task), published by the client
-through the output transaction, one attempt per part: a task re-run after a
-worker died writes a new attempt, never the same file, and only the attempt
-whose result the client received is published, with its counters, so every
-record comes out exactly once. Side files (cascade, projections, geometry)
-are read from where they are by an embedded cluster's workers, and
-uploaded to a running cluster's workers (``Client.upload_file``). A failed
-or interrupted job cancels its tasks (an embedded cluster is stopped),
-then drops the stage: nothing is visible; the error is one line.
+An embedded cluster's workers (one per core, ``--workers``) read the side
+files where the launcher keeps them; a running cluster's workers (SLURM
+through dask-jobqueue, Kubernetes: :doc:`/how-to/dask`) get them uploaded
+under their content names and must reach the inputs and the output (a
+shared filesystem or URIs). With ``--device gpu``, tasks ask for one unit
+of the workers' ``GPU`` resource where workers declare one. A failed or
+stopped job cancels its tasks and waits for them to end (an embedded
+cluster is stopped) before the stage is dropped.
 """
 
 import contextlib
-import heapq
+import functools
 import logging
 import os
-import secrets
-import shutil
-import tempfile
+import signal
 import time
 
-from ..errors import GpumrError
-from . import common
+from ..errors import GpumrError, redact
+from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
+from .mapreduce import map_reduce
 
-MADE_BY = "gpumr dask"
-#: The longest the client waits for a failed job's tasks on a running cluster to end before dropping the stage.
-END_TASKS_TIMEOUT = 60
-#: Lines each map task samples for the reduce tasks' ranges (``--reducers`` over 1).
-SAMPLES = 32
-#: Seconds to wait for a scheduler given by --scheduler to answer.
+#: Seconds to wait for a scheduler given by ``--scheduler`` to connect and to answer a request.
 CONNECT_TIMEOUT = 10
+#: The longest a failed job waits for its tasks on a running cluster to end before dropping the stage.
+END_TASKS_TIMEOUT = 60
+#: Schemes of a Dask scheduler address gpumr connects to.
+SCHEMES = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
 
 
-def _options(parser):
-    parser.add_argument("--scheduler", metavar="ADDRESS",
-                        help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: an embedded LocalCluster)")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="worker processes of the embedded LocalCluster (default: one per core)")
-
-
-# -- in the workers -------------------------------------------------------------------------------------
-def _locate(name):
-    """This worker's copy of the uploaded side file ``name``."""
+def _uploaded(name):
+    """This worker's copy of the uploaded file ``name``."""
     from distributed import get_worker
     return os.path.join(get_worker().local_directory, name)
 
 
-def map_task(kind, task_options, shipped, index, item, stage, sort):
-    """Process one item; write its lines into ``stage`` as this attempt's file; return what the client needs."""
-    task = common.Task(kind, task_options, _locate if shipped else (lambda path: path))
-    lines = task.lines([item])
-    if sort:
-        lines = sorted(lines)
-    name = f"{'map' if sort else 'part'}-{index:05d}.attempt-{secrets.token_hex(8)}"
-    size, sha = common.write_part(stage, name, lines)
-    sample = lines[::max(1, len(lines) // SAMPLES)] if sort else []
-    return {"index": index, "name": name, "size": size, "sha": sha, "counts": task.counts, "sample": sample}
+def failure(exc):
+    """One line for a Dask task's or the cluster's error: a gpumr error's message, else ``Type: message``."""
+    if isinstance(exc, GpumrError):
+        return str(exc)
+    text = " ".join(str(exc).split())
+    return redact(f"a Dask task failed: {type(exc).__name__}{': ' + text[:300] if text else ''}")
 
 
-def reduce_task(index, stage, names, low, high):
-    """Merge the sorted map files ``names`` over lines in ``[low, high)`` into part ``index``'s attempt file."""
-    runs = [common.read_part(stage, name) for name in names]
-    lines = (ln for ln in heapq.merge(*runs) if (low is None or ln >= low) and (high is None or ln < high))
-    name = f"part-{index:05d}.attempt-{secrets.token_hex(8)}"
-    return (index, name, *common.write_part(stage, name, lines))
+class DaskEngine(Engine):
+    """``--engine dask``."""
 
+    name = "dask"
+    help = "dask.distributed: an embedded LocalCluster, or a running one (--scheduler)"
 
-# -- in the client --------------------------------------------------------------------------------------
-def _bounds(maps, reducers):
-    """``reducers`` ranges ``(low, high)`` of lines, cut at quantiles of the map tasks' samples."""
-    sample = sorted(ln for m in maps for ln in m["sample"])
-    cuts = [sample[len(sample) * r // reducers] for r in range(1, reducers)] if sample else []
-    edges = [None, *cuts, None]
-    return list(zip(edges[:-1], edges[1:])) if cuts else [(None, None)] + [("\uffff", "\uffff")] * (reducers - 1)
+    def add_options(self, group):
+        group.add_argument("--scheduler", metavar="ADDRESS",
+                           help="engine dask: a running scheduler, e.g. tcp://HOST:8786 (default: an embedded "
+                                "LocalCluster of this machine)")
+        group.add_argument("--workers", type=int, default=None, metavar="N",
+                           help="engine dask: worker processes of the embedded LocalCluster (default: one per core)")
 
+    def check(self, o):
+        from .. import limits
+        if o.workers is not None:
+            limits.number("--workers", o.workers, 1, 1024, integer=True)
+        address = o.scheduler
+        if address is not None:
+            if redact(address) != address:
+                raise GpumrError(f"--scheduler {redact(address)}: an address with user-info (a user name or "
+                                 "credentials before '@') is refused, and never shown; Dask takes credentials from "
+                                 "its TLS configuration")
+            scheme, sep, _ = address.partition("://")
+            if sep and scheme not in SCHEMES:
+                raise GpumrError(f"--scheduler {address}: not a Dask scheduler address (schemes: "
+                                 f"{', '.join(s + '://' for s in SCHEMES)})")
 
-def _gpu_resources(client, device):
-    """``{"GPU": 1}`` for ``--device gpu`` where workers declare a ``GPU`` resource, else None."""
-    if device != "gpu":
-        return None
-    workers = client.scheduler_info().get("workers", {}).values()
-    return {"GPU": 1} if any((w.get("resources") or {}).get("GPU") for w in workers) else None
+    def tasks_here(self, o):
+        return o.scheduler is None
 
+    def run(self, plan, job):
+        with self._client(plan, job) as (client, embedded):
+            find = functools.partial(os.path.join, plan.folder)
+            if not embedded:
+                for side in plan.side:
+                    _bounded(lambda: client.upload_file(side.path, load=False))
+                find = _uploaded
+            resources = {"GPU": 1} if plan.o.device == "gpu" and _declare_gpus(client) else None
+            futures = []
 
-@contextlib.contextmanager
-def _cluster(scheduler, workers, debug):
-    """``(client, stop)``: a client of ``scheduler``, or of an embedded LocalCluster that ``stop()`` ends."""
-    from distributed import Client, LocalCluster
-    if not debug:  # a job stopped mid-gather leaves the client's waits to say "Task exception was never retrieved"
-        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    if scheduler:
+            def execute(phase, function, calls):
+                extra = dict(find=find) if phase == "map" else {}
+                batch = [client.submit(function, *args, **extra, pure=False, key=f"gpumr-{plan.spec.job}-{phase}-{i}",
+                                       resources=resources if phase == "map" else None)
+                         for i, args in enumerate(calls)]
+                futures.extend(batch)
+                from distributed import as_completed
+                for future in as_completed(batch, loop=client.loop):
+                    yield future.result()
+
+            try:
+                return map_reduce(plan, job, execute)
+            except BaseException as exc:
+                _end_tasks(client, futures, embedded)
+                if isinstance(exc, Exception) and not isinstance(exc, GpumrError):
+                    raise GpumrError(failure(exc)) from exc
+                raise
+
+    @contextlib.contextmanager
+    def _client(self, plan, job):
+        """``(client, embedded)``: the caller's client, a running scheduler's, or an embedded cluster's."""
+        from distributed import Client, LocalCluster
+        if not job.debug:  # a stopped job's waits say "Task exception was never retrieved" through asyncio's log
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        if job.session is not None:
+            yield job.session, False
+            return
+        address = plan.o.scheduler
+        if address:
+            try:
+                client = _bounded(lambda: Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False))
+            except GpumrError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (OSError, TimeoutError, a peer that is not Dask ...)
+                raise GpumrError(f"--scheduler {address}: no Dask scheduler answered "
+                                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+            try:
+                yield client, False
+            finally:
+                with contextlib.suppress(Exception):
+                    client.close(timeout=CONNECT_TIMEOUT)
+            return
+        # The workers must not hear a terminal's Ctrl-C (each would print its traceback): they are ended by the
+        # launcher instead. A signal ignored here stays ignored in the processes started meanwhile.
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
         try:
-            client = Client(scheduler, timeout=CONNECT_TIMEOUT)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise GpumrError(f"--scheduler {scheduler}: no Dask scheduler answered ({exc})") from None
-        try:
-            yield client, None
+            cluster = LocalCluster(n_workers=plan.o.workers or os.cpu_count() or 1, threads_per_worker=1,
+                                   processes=True, dashboard_address=None,  # (its HTTP server on any free port)
+                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                   silence_logs=False if job.debug else logging.CRITICAL)
         finally:
-            client.close()
-        return
-    if workers is not None and not 1 <= workers <= 1024:
-        raise GpumrError(f"--workers must be an integer from 1 to 1024, not {workers}")
-    cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=False if debug else logging.CRITICAL)
-    client = Client(cluster)
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+        client = Client(cluster, set_as_default=False)
+        try:
+            yield client, True
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+            with contextlib.suppress(Exception):
+                cluster.close()
 
-    def stop():
-        client.close()
-        cluster.close()
+
+def _main_thread():
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+def _bounded(call, timeout=CONNECT_TIMEOUT + 5):
+    """``call()`` given at most ``timeout`` seconds: a peer that accepts the connection and never answers ends the
+    job with one line instead of holding it for ever."""
+    import concurrent.futures
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpumr-dask-call")
     try:
-        yield client, stop
+        try:
+            return pool.submit(call).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise GpumrError(f"the Dask scheduler did not answer within {timeout} s") from None
     finally:
-        stop()
+        pool.shutdown(wait=False)
 
 
-def _end_tasks(client, futures, stop):
-    """Stop every task of the job so that none writes into the stage once it is dropped."""
-    if stop is not None:
-        stop()  # the embedded cluster's workers end with it
-        return
+def _declare_gpus(client):
+    """Whether any worker declares a ``GPU`` resource (``dask worker --resources GPU=1``)."""
+    workers = client.scheduler_info().get("workers", {}).values()
+    return any((w.get("resources") or {}).get("GPU") for w in workers)
+
+
+def _end_tasks(client, futures, embedded):
+    """Stop every task of the job, so that none writes into the stage once it is dropped."""
+    if embedded:
+        return  # the embedded cluster is stopped on the way out, its workers with it
     with contextlib.suppress(Exception):  # a cluster that died meanwhile runs no task
         client.cancel(futures, force=True)
         keys = {f.key for f in futures}
@@ -161,79 +190,5 @@ def _end_tasks(client, futures, stop):
             time.sleep(0.05)
 
 
-def failure(exc):
-    """One line for a task's error: a gpumr error's message as it is, another as ``Type: message``."""
-    if isinstance(exc, GpumrError):
-        return str(exc)
-    return f"a Dask task failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-
-
-def run(kind, argv, client=None, debug=False):
-    """Run workload ``kind`` on Dask with the command line ``argv``; returns ``(counters, seconds)``.
-
-    Parameters
-    ----------
-    kind : str
-    argv : list of str
-        ``-o``, ``--scheduler``/``--workers``, ``--split-size`` or ``--slab``, and the workload's options.
-    client : distributed.Client, optional
-        Run there (tests share one cluster); by default per ``--scheduler``.
-
-    Raises
-    ------
-    GpumrError
-        For a bad option or input (before any task), or the failed job, in one line.
-    """
-    folder = tempfile.mkdtemp(prefix="gpumr-dask-")
-    try:
-        return _run(kind, argv, client, debug, folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _run(kind, argv, client, debug, folder):
-    import argparse
-    peek = argparse.ArgumentParser(add_help=False)
-    _options(peek)
-    given = peek.parse_known_args(argv)[0]
-    here = client is None and given.scheduler is None
-    o = common.prepare(kind, argv, "dask", MADE_BY, folder, here, _options)
-    with contextlib.ExitStack() as stack:
-        stop = None
-        if client is None:
-            client, stop = stack.enter_context(_cluster(o.scheduler, o.workers, debug))
-        shipped = stop is None  # a running cluster's workers get the side files uploaded
-        task_options = dict(o.task)
-        for option, path, name in o.side:
-            if shipped:
-                try:
-                    client.upload_file(path, load=False)
-                except OSError as exc:
-                    raise GpumrError(f"{option} {path}: {exc.strerror or exc}") from None
-            else:
-                task_options[option.lstrip("-").replace("-", "_")] = path
-        t0 = time.perf_counter()
-        resources, sort, token = _gpu_resources(client, o.device), o.reducers > 0, secrets.token_hex(6)
-        futures = []
-        try:
-            stage = common.stage_of(o.out)
-            futures = [client.submit(map_task, kind, task_options, shipped, i, item, stage, sort, pure=False,
-                                     key=f"gpumr-{kind}-map-{i}-{token}", resources=resources)
-                       for i, item in enumerate(o.items)]
-            maps = client.gather(futures)
-            if sort:
-                names = [m["name"] for m in maps]
-                futures += [client.submit(reduce_task, r, stage, names, low, high, pure=False,
-                                          key=f"gpumr-{kind}-reduce-{r}-{token}")
-                            for r, (low, high) in enumerate(_bounds(maps, o.reducers))]
-                written = client.gather(futures[len(maps):])
-            else:
-                written = [(m["index"], m["name"], m["size"], m["sha"]) for m in maps]
-        except BaseException as exc:
-            _end_tasks(client, futures, stop)
-            o.out.abort()
-            if isinstance(exc, Exception) and not isinstance(exc, GpumrError):
-                raise GpumrError(failure(exc)) from exc
-            raise
-        common.publish(o.out, stage, {f"part-{i:05d}": (name, size, sha) for i, name, size, sha in written})
-        return common.add_up(m["counts"] for m in maps), time.perf_counter() - t0
+def engine(name):
+    return DaskEngine(name)

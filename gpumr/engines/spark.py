@@ -1,43 +1,37 @@
-"""The Spark engine: ``gpumr run KIND --engine spark`` (and ``gpumr spark KIND``), a thin shell over the shared engine core.
+"""The Spark engine: a job's tasks as a Spark application, on a local, local-cluster, standalone or YARN master.
 
-The options are the workload's declaration, parsed, checked and planned on
-the driver by :func:`gpumr.engines.common.prepare` (shared with the Dask
-engine); each partition reads its byte ranges through the one split reader
-and filesystem layer, runs a :class:`gpumr.engines.common.Task`, and writes
-its part into the output transaction's hidden stage under its attempt's
-name; the driver publishes one attempt per partition and sums the counters
-from one accumulator keyed by partition. ``spark-submit`` runs this file as
-a script with the same arguments. How to run it, and why it reads splits
-itself instead of through Hadoop's input format: :doc:`/how-to/spark`.
+Run::
+
+    gpumr run faces frames.seq -o out/ --engine spark [--master local-cluster[2,1,1024]]
+    spark-submit --master yarn .../gpumr/engines/spark.py faces frames.seq -o hdfs:///out
+
+Each task is one Spark task (a partition of one call), reading its byte
+ranges through the one split reader and filesystem layer; side files go out
+with ``SparkContext.addFile`` under their content names. Where the workers
+declare GPUs (``spark.task.resource.gpu.amount``), a task uses only the GPUs
+Spark assigned it. Why tasks read splits themselves rather than through
+Hadoop's input format: :doc:`/how-to/spark`.
 """
 
-import argparse
 import atexit
 import os
 import re
 import secrets
-import shutil
 import sys
 import tempfile
 import time
 
-if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the package's
-    from gpumr.boundary import main as _guarded  # module, whose functions the executors can import, inside the
-    from gpumr.engines.spark import main as _main, quiet_interrupt as _quiet  # error boundary
+if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the command
+    from gpumr.boundary import main as _guarded  # inside the error boundary, through the package's modules
+    from gpumr.engines.spark import main as _main, quiet_interrupt as _quiet
     _guarded(_main, on_interrupt=_quiet)
 
 from ..errors import GpumrError  # noqa: E402
+from .base import Engine  # noqa: E402
+from .mapreduce import map_reduce  # noqa: E402
 
-from .common import DEFAULT_SPLIT, Task, add_up, open_output, plan_splits, prepare, publish, splits, stage_of  # noqa: E402,F401
-from .common import write_part as _write_file  # noqa: E402
-from ..workloads import NAMES  # noqa: E402
-
-#: The workloads ``gpumr spark`` runs (every declared one).
-JOBS = NAMES
-#: The longest the driver waits for a failed job's tasks of a caller's context to end before removing the stage.
+#: The longest the driver waits for a failed job's tasks of a caller's context to end before the stage is dropped.
 END_TASKS_TIMEOUT = 60
-#: The command an output of this engine is proved to be from (an earlier one is replaced).
-MADE_BY = "gpumr spark"
 
 
 # -- in the executors -------------------------------------------------------------------------------
@@ -51,44 +45,73 @@ def _task_gpus():
     return [int(a) for a in info.addresses]
 
 
-def run_partition(kind, task_options, counters, items):
-    """Process one partition's items (splits or slab lines); yield output lines; add its counters to the accumulator."""
-    from pyspark import SparkFiles, TaskContext
-    task = Task(kind, task_options, SparkFiles.get, gpus=_task_gpus())
-    yield from task.lines(items)
-    counters.add({TaskContext.get().partitionId(): task.counts})
-
-
-def write_part(stage, index, lines):
-    """Write partition ``index``'s output ``lines`` into the output's hidden ``stage`` as this attempt's file.
-
-    Returns ``[(index, name, size, sha256)]``: the driver publishes the file
-    of the attempt whose result Spark kept as ``part-NNNNN``.
-    """
-    from pyspark import TaskContext
-    name = f"part-{index:05d}.attempt-{TaskContext.get().taskAttemptId()}"
-    return [(index, name, *_write_file(stage, name, lines))]
+def _call(phase, function, args):
+    """One task: ``function(*args)``, a map task given Spark's shipped files and its assigned GPUs."""
+    if phase == "map":
+        from pyspark import SparkFiles
+        return function(*args, find=SparkFiles.get, gpus=_task_gpus())
+    return function(*args)
 
 
 # -- in the driver ----------------------------------------------------------------------------------
-def input_splits(paths, split_size):
-    """The splits of the SequenceFiles ``paths`` name (:func:`gpumr.engines.common.plan_splits`)."""
-    return plan_splits(paths, split_size, "the Spark engine")
+class SparkEngine(Engine):
+    """``--engine spark``."""
+
+    name = "spark"
+    help = "a Spark application (--master; local[*] by default, spark-submit's when started by it)"
+
+    def add_options(self, group):
+        group.add_argument("--master", default=None, metavar="URL",
+                           help="engine spark: the master (default: spark-submit's, else local[*]), e.g. "
+                                "local-cluster[2,1,1024], yarn")
+
+    def tasks_here(self, o):
+        """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
+        if o.master is None:
+            return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
+        return o.master.startswith("local")
+
+    def run(self, plan, job):
+        from py4j.protocol import Py4JJavaError
+        sc, own = job.session, job.session is None
+        if own:
+            sc = spark_context(plan.o.master, f"gpumr {plan.ref.name}", debug=job.debug)
+        group = f"gpumr-{plan.spec.job}"
+        try:
+            for side in plan.side:
+                _add_file(sc, side.path)
+            sc.setJobGroup(group, f"gpumr {plan.ref.name}", interruptOnCancel=True)
+
+            def execute(phase, function, calls):
+                rdd = sc.parallelize(range(len(calls)), max(1, len(calls)))
+                yield from rdd.map(lambda i: _call(phase, function, calls[i])).collect()
+            try:
+                return map_reduce(plan, job, execute)
+            except BaseException:
+                _end_tasks(sc, own, group)
+                raise
+        except Py4JJavaError as exc:
+            raise GpumrError(failure(exc)) from exc
+        finally:
+            if own:
+                sc.stop()
 
 
-def prepare_output(out, inputs=()):
-    """Check the output ``out`` (a folder or URI) before the job; return its output transaction."""
-    return open_output(out, MADE_BY, inputs)
+def _add_file(sc, path):
+    """Ship ``path`` to the executors once per context (a content name is the same file in every job)."""
+    from pyspark import SparkFiles
+    name = os.path.basename(path)
+    added = _ADDED.setdefault(id(sc), set())
+    if name not in added:
+        try:
+            sc.addFile(path)
+        except Exception as exc:  # noqa: BLE001 (py4j's error for a name added before, in another process's job)
+            if "already registered" not in str(exc) and not os.path.exists(SparkFiles.get(name)):
+                raise
+        added.add(name)
 
 
-def _write(result, out):
-    """Run the job: every partition of ``result`` written into ``out``'s stage (:func:`write_part`).
-
-    Returns ``(stage, parts)``, the parts to publish ``{name: (staged name, size, sha256)}``.
-    """
-    target = stage_of(out)
-    written = result.mapPartitionsWithIndex(lambda index, lines: write_part(target, index, lines)).collect()
-    return target, {f"part-{index:05d}": (name, size, sha) for index, name, size, sha in written}
+_ADDED = {}
 
 
 def _end_tasks(sc, own, group):
@@ -113,37 +136,6 @@ def _end_tasks(sc, own, group):
             time.sleep(0.05)
     except Exception:  # noqa: BLE001 (a context that died meanwhile runs no task; the job's own error is reported)
         pass
-
-
-class _CountsParam:
-    """Accumulator of ``{partition id: {counter: n}}``: a re-run partition replaces its counts."""
-
-    def zero(self, value):
-        return {}
-
-    def addInPlace(self, a, b):
-        a.update(b)
-        return a
-
-
-def _master_option(parser):
-    parser.add_argument("--master", default=None, metavar="URL",
-                        help="Spark master (default: spark-submit's, else local[*]), e.g. local-cluster[2,1,1024], yarn")
-
-
-def parse(kind, argv, folder):
-    """The options of a ``gpumr spark KIND`` command line, checked and planned (:func:`gpumr.engines.common.prepare`)."""
-    master = argparse.ArgumentParser(add_help=False)
-    _master_option(master)
-    here = _executors_here(master.parse_known_args(argv)[0].master)
-    return prepare(kind, argv, "spark", MADE_BY, folder, here, _master_option)
-
-
-def _executors_here(master):
-    """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
-    if master is None:
-        return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
-    return master.startswith("local")
 
 
 def spark_context(master=None, app_name="gpumr", debug=False):
@@ -183,85 +175,6 @@ def spark_context(master=None, app_name="gpumr", debug=False):
     except RuntimeError as exc:  # PySpark's JVM exited before it answered (its own lines above say why)
         raise GpumrError(f"Spark did not start{f' (--master {master})' if master else ''}: its Java process "
                          "exited (the lines above say why; Spark needs Java 17 on PATH or JAVA_HOME)") from exc
-
-
-def run(kind, argv, sc=None, debug=False):
-    """Run workload ``kind`` on Spark with the command line ``argv``.
-
-    Parameters
-    ----------
-    kind : {"faces", "backproject"}
-    argv : list of str
-        Engine options (``-o``, ``--master``, ``--split-size`` or ``--slab``) and the job's.
-    sc : pyspark.SparkContext, optional
-        Run there (tests share one cluster); by default one is made (and stopped) from ``--master``.
-    debug : bool
-        Keep Spark's log in a context made here (otherwise off: a failure is one line).
-
-    Returns
-    -------
-    (dict, float)
-        The summed gpumr counters and the wall time in seconds.
-
-    Raises
-    ------
-    GpumrError
-        For a bad option or input (before any task), or a failed job: the
-        failing task's own error, in one line (:func:`failure`); the Spark
-        error is its ``__cause__``.
-    """
-    # File options fetched from URIs go here. Spark serves shipped files for the context's life (an
-    # executor started later fetches them again): with a context of the caller's, they stay till exit.
-    folder = tempfile.mkdtemp(prefix="gpumr-spark-")
-    if sc is not None:
-        atexit.register(shutil.rmtree, folder, True)
-        return _run(kind, argv, sc, debug, folder)
-    try:
-        return _run(kind, argv, sc, debug, folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _run(kind, argv, sc, debug, folder):
-    o = parse(kind, argv, folder)
-    out, items = o.out, o.items
-    from py4j.protocol import Py4JJavaError
-    own = sc is None
-    if own:
-        sc = spark_context(o.master, f"gpumr {kind}", debug=debug)
-    t0 = time.perf_counter()
-    group = f"gpumr-{kind}-{secrets.token_hex(8)}"
-    try:
-        try:
-            for _, path, _ in o.side:
-                sc.addFile(path)
-            counters = sc.accumulator({}, _CountsParam())
-            task_options = o.task
-            processed = sc.parallelize(items, max(1, len(items))).mapPartitions(
-                lambda it: run_partition(kind, task_options, counters, it))
-            if o.reducers == 0:
-                result = processed
-            else:
-                pairs = processed.map(lambda line: (line, None))
-                if o.reducers == 1:  # no sampling pass: one shuffle into one sorted partition
-                    pairs = pairs.partitionBy(1)
-                else:
-                    from pyspark import StorageLevel
-                    pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)  # sortByKey samples it first
-                result = pairs.sortByKey(numPartitions=o.reducers).keys()
-            sc.setJobGroup(group, f"gpumr {kind}", interruptOnCancel=True)
-            stage, parts = _write(result, out)
-        except BaseException:
-            _end_tasks(sc, own, group)
-            out.abort()
-            raise
-        finally:
-            if own:
-                sc.stop()
-        publish(out, stage, parts)
-        return add_up(counters.value.values()), time.perf_counter() - t0
-    except Py4JJavaError as exc:
-        raise GpumrError(failure(exc)) from exc
 
 
 #: The last line of a Python traceback inside a Spark error's text: "module.Type: message".
@@ -348,21 +261,14 @@ def quiet_interrupt():
 
 
 def main(argv=None):
-    """``spark-submit .../gpumr/engines/spark.py KIND ...`` or ``python -m gpumr.engines.spark KIND ...``.
-
-    Runs inside the error boundary when started as a program (one line, exit
-    status 0, 1 or 130); ``--debug`` keeps Spark's log and shows tracebacks.
-    """
-    from ..boundary import UsageError, debug_wanted, logger
-    from ..core.counters import summary
+    """``spark-submit .../gpumr/engines/spark.py WORKLOAD ...``: ``gpumr run WORKLOAD ... --engine spark``."""
+    from ..cli import run_command
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = debug_wanted(argv)
-    argv = [a for a in argv if a != "--debug"]
-    if not argv or argv[0] not in JOBS:
-        raise UsageError(f"usage: spark.py {{{','.join(JOBS)}}} [--debug] [options]")
-    counts, seconds = run(argv[0], argv[1:], debug=debug)
-    logger(__name__).info(summary(counts, seconds))
-    return 0
+    return run_command([*argv, "--engine", "spark"])
+
+
+def engine(name):
+    return SparkEngine(name)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from ..io.joboutput import read_job_output
 from ..io.keyfiles import KeyFiles
 from ..io.outputs import FolderOutput
 from ..io.records import open_reader
-from .decode import MAX_PIXELS, image_size
+from ..core.images import MAX_PIXELS, image_size
 
 
 def draw_boxes(image, faces, thickness=2):
@@ -103,7 +103,7 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     Frames are drawn one at a time; only the ``sheet_frames`` first (by key)
     are kept for the sheet, each as a :data:`TILE`-sized copy, so memory
     grows neither with the number of frames nor with their size. A frame is decoded only if its header's size is within
-    :data:`gpumr.faces.decode.MAX_PIXELS`, as in the job.
+    :data:`gpumr.core.images.MAX_PIXELS`, as in the job.
 
     Parameters
     ----------

@@ -8,11 +8,14 @@ its inputs here.
 """
 
 
+import os
+
 from seqfile.header import MAGIC
 
+from .. import limits
 from ..errors import GpumrError
+from ..sizes import human
 from .remote import READ_FLAGS, locate, shown  # noqa: F401 (READ_FLAGS: where gpumr's callers import it)
-
 
 
 def expand_inputs(paths):
@@ -42,8 +45,68 @@ def expand_sized(paths):
     for p in paths:
         out += [(str(loc), size) for loc, size in locate(p).list_files()]
     if not out:
+        folders = [p for p in paths if locate(p).local is not None and os.path.isdir(locate(p).local)]
+        if folders and any(os.path.isdir(os.path.join(locate(f).local, n)) for f in folders
+                           for n in os.listdir(locate(f).local)):
+            f = folders[0]
+            raise GpumrError(f"{shown(f)}: holds folders, no files: the inputs are SequenceFiles (a folder's files "
+                             f"are read, not its subfolders); pack the images first: gpumr pack {shown(f)} -o "
+                             f"{shown(f).rstrip('/')}.seq")
         raise GpumrError(f"no files in {', '.join(shown(p) for p in paths)}")
     return out
+
+
+def splits(files, split_size):
+    """``(path, start, end)`` byte ranges of at most ``split_size`` covering each file, Hadoop's splits.
+
+    ``files`` are ``(path or URI, size)`` pairs; a file of unknown size
+    (listed through ``hadoop fs``) is one range ``(path, 0, None)``. The
+    number of ranges is counted before any is made and refused above
+    :data:`gpumr.limits.MAX_SPLITS`.
+
+    Raises
+    ------
+    GpumrError
+        Naming the split size that keeps the job within the limit.
+
+    Examples
+    --------
+    >>> splits([("a.seq", 100), ("b.seq", 0)], 64)
+    [('a.seq', 0, 64), ('a.seq', 64, 100), ('b.seq', 0, 0)]
+    """
+    if len(files) > limits.MAX_SPLITS:
+        raise GpumrError(f"{len(files)} input files: each is at least one task, over the limit of "
+                         f"{limits.MAX_SPLITS}; pack them into fewer SequenceFiles (gpumr pack --shards N)")
+    count = sum(1 if size is None else max(1, -(-size // split_size)) for _, size in files)
+    if count > limits.MAX_SPLITS:
+        total = sum(size or 0 for _, size in files)
+        need = -(-total // max(1, limits.MAX_SPLITS - len(files)) // (1 << 20)) << 20  # enough, in whole MiB
+        raise GpumrError(f"--split-size {split_size}: {count} splits of {human(total)} of input, over the limit of "
+                         f"{limits.MAX_SPLITS} tasks; use --split-size {need >> 20}MiB or more")
+    out = []
+    for path, size in files:
+        if size is None:
+            out.append((path, 0, None))
+            continue
+        for start in range(0, max(size, 1), split_size):
+            out.append((path, start, min(start + split_size, size)))
+    return out
+
+
+def require_sequencefiles(files):
+    """Refuse inputs none of which is a SequenceFile (their first bytes are read until one is), with the hint to pack.
+
+    Raises
+    ------
+    GpumrError
+        ``no SequenceFile among the inputs: a.jpg (a JPEG image), ...; pack files first: gpumr pack ...``.
+    """
+    if any(looks_like_sequencefile(f) for f in files):
+        return
+    shown_files = ", ".join(f"{shown(f)} ({describe_file(f)})" for f in files[:3]) + (" ..." if len(files) > 3 else "")
+    folder = os.path.dirname(files[0]) or "."
+    raise GpumrError(f"no SequenceFile among the inputs: {shown_files}; pack files first: "
+                     f"gpumr pack {shown(folder)} -o {shown(folder).rstrip('/')}.seq")
 
 
 def is_file(path):

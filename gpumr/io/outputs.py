@@ -109,11 +109,14 @@ class Rule:
         The proof beside the existing output.
     pack_parts : bool
         ``part-NNNNN.seq`` files whose headers say ``gpumr pack`` wrote them are gpumr's without a proof.
+    also : tuple of str
+        Other names ``output``'s command had (an output of any of them is one of ``output``'s).
     """
 
-    def __init__(self, shown, output, proof, pack_parts):
+    def __init__(self, shown, output, proof, pack_parts, also=()):
         self.shown = shown
         self.output = output
+        self.also = tuple(also)
         self.proof = proof
         self.pack_parts = pack_parts
         self.folders = set()
@@ -136,7 +139,7 @@ class Rule:
         ``what`` is "file", "folder", or what else the entry is, in words.
         """
         proof, output = self.proof, self.output
-        if proof is not None and proof.output != output:
+        if proof is not None and proof.output != output and proof.output not in self.also:
             raise GpumrError(f"{self.shown}: an output of {proof.output}, not of {output}; choose another folder")
         if proof is not None and (rel in self.folders if what == "folder" else
                                   what == "file" and proof.has_size(rel, size)):
@@ -226,7 +229,7 @@ def _words(what):
     return {"file": "a regular file", "folder": "a folder"}.get(what, what)
 
 
-def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False):
+def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False, also=()):
     """Refuse ``path`` (a path or URI) as the destination of a new output unless it is free or an earlier gpumr output.
 
     A cheap check, made before any work starts: sizes, not contents, are
@@ -249,6 +252,8 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
         The option naming ``path``, for messages.
     pack_parts : bool
         Also accept a folder of ``part-NNNNN.seq`` files whose headers say ``gpumr pack`` wrote them.
+    also : tuple of str
+        Other names of ``output``'s command, whose outputs it replaces too.
 
     Raises
     ------
@@ -270,7 +275,7 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     want = "folder" if folder else "file"
     if what != want:
         raise GpumrError(f"{loc.shown}: is {_words(what)}, not a {want} that gpumr made; it is not replaced")
-    rule = Rule(loc.shown, output, proof, pack_parts)
+    rule = Rule(loc.shown, output, proof, pack_parts, also)
     if not folder:
         rule.check_file(size, loc, _proof_name(loc.name))
         return
@@ -306,7 +311,10 @@ class _Transaction:
     folder = False
     proves_itself = False
 
-    def _setup(self, path, output, log=warn, proves_itself=False):
+    also = ()
+
+    def _setup(self, path, output, log=warn, proves_itself=False, also=()):
+        self.also = tuple(also)
         self.loc = locate(path).stripped()
         self.shown = self.loc.shown
         self.output = output
@@ -333,7 +341,7 @@ class _Transaction:
                     proof.versions += old_proof.versions
                 proof.save()  # vouches for the new output and the old one while either may be visible
                 proof.versions = proof.versions[:1]
-            self.kept = self._publish(parts, Rule(self.shown, self.output, old_proof, self.proves_itself))
+            self.kept = self._publish(parts, Rule(self.shown, self.output, old_proof, self.proves_itself, self.also))
         finally:
             self.abort()
             if self.kept:
@@ -461,13 +469,13 @@ class FolderOutput(_Transaction):
 
     folder = True
 
-    def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, log=warn):
-        self._setup(local_output(path, option), output, log, proves_itself=pack_parts)
+    def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, log=warn, also=()):
+        self._setup(local_output(path, option), output, log, proves_itself=pack_parts, also=also)
         self.path = self.loc.local
         self.pack_parts = pack_parts
         self.stage = self._holder = None
         check_output(self.path, output, folder=True, replace=replace, inputs=inputs, option=option,
-                     pack_parts=pack_parts)
+                     pack_parts=pack_parts, also=also)
 
     def begin(self):
         """Make the hidden folder beside the destination; return :attr:`stage`."""
@@ -489,9 +497,11 @@ class FolderOutput(_Transaction):
         for rel, (staged, _, _) in parts.items():
             if staged != rel:
                 os.rename(os.path.join(self.stage, staged), os.path.join(self.stage, rel))
-        for rel, what, _ in stage.entries():
+        entries = stage.entries()
+        for rel, what, _ in entries:
             if what != "folder" and rel not in parts:
                 stage.child(rel).delete()
+        _drop_empty_folders(stage, entries)
         return {rel: [size, sha] for rel, (_, size, sha) in parts.items()}
 
     def _publish(self, parts, rule):
@@ -507,6 +517,14 @@ class FolderOutput(_Transaction):
             if self._holder is not None:
                 shutil.rmtree(self._holder, ignore_errors=True)
                 self._holder = None
+
+
+def _drop_empty_folders(stage, entries):
+    """Remove the folders of a stage (listed in ``entries``, a folder before what it holds) left empty once the
+    files that are not published went: task attempts' folders, an engine's own."""
+    for rel, what, _ in reversed(entries):
+        if what == "folder":
+            stage.child(rel).remove_empty_folder()
 
 
 def _marker(rel):
@@ -546,8 +564,9 @@ class UriOutput(_Transaction):
     drops the stage. See the module's rule for how each filesystem publishes.
     """
 
-    def __init__(self, uri, output, *, folder, inputs=(), replace=True, option="-o", proves_itself=False, log=warn):
-        self._setup(uri, output, log, proves_itself)
+    def __init__(self, uri, output, *, folder, inputs=(), replace=True, option="-o", proves_itself=False, log=warn,
+                 also=()):
+        self._setup(uri, output, log, proves_itself, also)
         self.uri = str(self.loc)
         self.name = self.loc.name
         self.folder = folder
@@ -567,7 +586,7 @@ class UriOutput(_Transaction):
         if self.mode == "copy" and self.loc.top().stat()[0] is None:
             raise GpumrError(f"{self.shown}: no such bucket ({shown(self.loc.authority)})")
         check_output(self.loc, output, folder=folder, replace=replace, inputs=inputs, option=option,
-                     pack_parts=proves_itself)
+                     pack_parts=proves_itself, also=also)
 
     def check_size(self, size, name=""):
         """Refuse a file of ``size`` bytes (``name`` in the output; ``""``: the output itself) too large to publish.
@@ -646,6 +665,7 @@ class UriOutput(_Transaction):
             for rel, size in stage.tree():
                 if size is not None and rel not in parts:
                     stage.child(rel).delete()
+            _drop_empty_folders(stage, stage.entries())
         aside = None
         if dest.exists():
             aside = dest.beside(aside_name(self.name))

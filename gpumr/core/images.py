@@ -1,11 +1,17 @@
-"""Image records to grey arrays, refusing what is not a usable image before decoding it."""
+"""Image records to arrays, refusing what is not a usable image before decoding it.
+
+The decode step of every workload (``decode = "color"`` or ``"gray"``): the
+image's size is read from its header and checked against the cap before a
+pixel is decoded, so a small file that would decode to gigabytes (a
+decompression bomb) never is, and a JPEG's scans are counted first.
+"""
 
 import io
 import re
 
 import numpy as np
 
-from ..core import BadRecord
+from .workload import BadRecord
 from ..limits import MAX_JPEG_SCANS
 
 #: Largest image accepted by default (decompression bombs are refused before decoding).
@@ -123,14 +129,23 @@ def jpeg_scans(data, most=MAX_JPEG_SCANS):
     return scans
 
 
-def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
-    """Decode image bytes to an 8-bit grey array.
+def decode_image(data, mode="color", max_pixels=MAX_PIXELS, check=None):
+    """Decode image bytes to an 8-bit array: BGR ``[height, width, 3]`` (``"color"``) or grey ``[height, width]``.
 
     Parameters
     ----------
+    data : bytes
+        The image file's bytes (JPEG, PNG, BMP, TIFF, WebP, PNM, GIF).
+    mode : {"color", "gray"}
+    max_pixels : int
+        Refuse larger images, from their header.
     check : callable, optional
         ``check(width, height)``, called with the header's size before
         decoding; it raises BadRecord to refuse the image unread.
+
+    Returns
+    -------
+    numpy.ndarray
 
     Raises
     ------
@@ -159,7 +174,7 @@ def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
         check(*size)
     buf = np.frombuffer(data, np.uint8)
     try:
-        img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+        img = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE if mode == "gray" else cv2.IMREAD_COLOR)
     except cv2.error as exc:
         raise BadRecord(f"not a decodable image ({str(exc).strip().splitlines()[-1][:120]})") from None
     if img is None or img.size == 0:
@@ -167,3 +182,16 @@ def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
     if img.shape[0] * img.shape[1] > max_pixels:
         raise BadRecord(f"image of {img.shape[1]}x{img.shape[0]} pixels exceeds the limit of {max_pixels}")
     return img
+
+
+def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
+    """:func:`decode_image` in grey.
+
+    Examples
+    --------
+    >>> import cv2, numpy as np
+    >>> png = cv2.imencode(".png", np.zeros((4, 6), np.uint8))[1].tobytes()
+    >>> decode_gray(png).shape
+    (4, 6)
+    """
+    return decode_image(data, "gray", max_pixels, check)

@@ -1,8 +1,11 @@
-"""Progress of a running job on this machine (mrjob's inline and local runners): tasks report, the launcher shows.
+"""Progress of a running job, on every engine: tasks report, the launcher shows.
 
-Each task rewrites one small file of its counts in a private folder the
-launcher made (``$GPUMR_PROGRESS``), both sides under :mod:`gpumr.trusted`;
-the launcher sums them into a bar on a terminal, or a line every
+Two sources, summed field by field as the larger of the two: each finished
+task's counts (every engine hands them back), and, for tasks running on
+the launcher's machine, one small file of counts each task rewrites in a
+private folder the launcher made (:attr:`gpumr.tasks.runtime.Spec.progress`),
+both sides under :mod:`gpumr.trusted`. The launcher shows a bar on a
+terminal (tqdm: input bytes, records, bad, on GPU), or a line every
 :data:`LINE_EVERY` seconds otherwise (:doc:`/concepts/record-path`).
 """
 
@@ -15,7 +18,6 @@ from ..core.counters import BAD, FALLBACKS, ON_CPU, ON_GPU
 from ..errors import GpumrError
 from ..trusted import check_folder, open_regular, warn_once
 
-PROGRESS_ENV = "GPUMR_PROGRESS"
 #: What a task's progress file holds, in this order.
 FIELDS = (ON_CPU, ON_GPU, BAD, FALLBACKS, "input bytes")
 #: Seconds between progress lines when stderr is not a terminal.
@@ -26,11 +28,10 @@ _WIDTH = 20
 class TaskProgress:
     """A task's side: counts kept in memory and written to its progress file now and then.
 
-    Does nothing when ``$GPUMR_PROGRESS`` is not set (Hadoop, Spark, tests).
+    Does nothing when ``folder`` is None or not on this machine (a task on another node).
     """
 
-    def __init__(self, env=None, every=0.5):
-        folder = (os.environ if env is None else env).get(PROGRESS_ENV)
+    def __init__(self, folder=None, every=0.5):
         self.counts = dict.fromkeys(FIELDS, 0)
         self._fd = None
         self._every, self._last = every, 0.0
@@ -90,28 +91,50 @@ def read_totals(folder):
 
 
 class Display:
-    """The launcher's side: a thread that shows the tasks' summed progress until stopped.
+    """The launcher's side: a thread that shows the job's progress until stopped.
 
     Parameters
     ----------
-    folder : str
-        The progress folder the tasks write to.
+    folder : str or None
+        The progress folder tasks on this machine write to.
     total_bytes : int or None
         Input bytes of the whole job, for a percentage; None when unknown.
     label : str
     stream : file, optional
         stderr by default; a bar on a terminal, plain lines otherwise.
+
+    Engines tell it each finished task's counts (:meth:`done`).
     """
 
-    def __init__(self, folder, total_bytes=None, label="gpumr", stream=None):
+    def __init__(self, folder=None, total_bytes=None, label="gpumr", stream=None):
         self.folder, self.total, self.label = folder, total_bytes, label
         self.stream = stream or sys.stderr
+        self._finished = dict.fromkeys(FIELDS, 0)
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._bar = None
         self._thread = threading.Thread(target=self._run, name="gpumr-progress", daemon=True)
 
+    def done(self, counts, input_bytes=0):
+        """A task finished with these counters (and read this many input bytes)."""
+        with self._lock:
+            for name in FIELDS:
+                self._finished[name] += counts.get(name, 0)
+            self._finished["input bytes"] += input_bytes
+
+    def totals(self):
+        """The job's counts so far: each field the larger of the finished tasks' and the progress files'."""
+        files = read_totals(self.folder) if self.folder else dict.fromkeys(FIELDS, 0)
+        with self._lock:
+            return {name: max(files[name], self._finished[name]) for name in FIELDS}
+
     def __enter__(self):
-        if self.stream.isatty():
+        from ..boundary import quiet
+        if quiet():  # -q: nothing shown; the engines' reports are still taken
+            self._thread = None
+            return self
+        isatty = getattr(self.stream, "isatty", None)
+        if isatty is not None and isatty():
             from tqdm import tqdm
             self._bar = tqdm(total=self.total, unit="B", unit_scale=True, desc=self.label, file=self.stream,
                              leave=False, dynamic_ncols=True)
@@ -120,6 +143,8 @@ class Display:
         return self
 
     def __exit__(self, *exc):
+        if self._thread is None:
+            return
         self._stop.set()
         self._thread.join()
         if self._bar is not None:
@@ -128,14 +153,15 @@ class Display:
     def _run(self):
         last_line = time.monotonic()
         while not self._stop.wait(1.0):
-            t = read_totals(self.folder)
+            t = self.totals()
             records = t[ON_CPU] + t[ON_GPU] + t[BAD]
             detail = f"{records} records: {t[ON_CPU]} CPU, {t[ON_GPU]} GPU, {t[BAD]} bad"
             if self._bar is not None:
-                self._bar.n = t["input bytes"]
+                self._bar.n = min(t["input bytes"], self.total or t["input bytes"])
                 self._bar.set_postfix_str(detail, refresh=True)
             elif time.monotonic() - last_line >= LINE_EVERY:
                 last_line = time.monotonic()
                 share = f" ({100 * t['input bytes'] / self.total:.0f}% of the input)" if self.total else ""
                 rate = records / max(time.monotonic() - self._t0, 1e-9)
-                print(f"{self.label}: {detail}{share}, {rate:.1f} records/s", file=self.stream, flush=True)
+                from ..boundary import logger
+                logger(__name__).info("%s: %s%s, %.1f records/s", self.label, detail, share, rate)

@@ -1,0 +1,284 @@
+"""mrjob's runners as engines: ``inline``, ``local``, ``hadoop`` (Hadoop Streaming) and ``emr``.
+
+The launcher's tasks become task files (gzipped, one item per line, so
+that each file is exactly one map task on every runner); mrjob runs
+:class:`gpumr.engines.mrjob_task.MRWorkload` over them with the job's spec
+shipped as a file and the side files through its upload (Hadoop's
+distributed cache), and writes the sorted parts into ``job/`` in the
+output's stage. mrjob's own options (``-c mrjob.conf``, ``--jobconf``,
+``--hadoop-streaming-jar``, ...) go to the runner as given; its scratch
+files go in the job's private folder. Hadoop: :doc:`/how-to/hadoop`; EMR:
+:doc:`/how-to/emr`.
+"""
+
+import gzip
+import json
+import logging
+import os
+import shutil
+import sys
+
+from ..errors import GpumrError, redact
+from ..io.remote import locate
+from .base import Engine, Outcome
+
+#: The runners whose tasks run on this machine.
+HERE = ("inline", "local")
+#: Keys of mrjob's settings whose values ``--dry-run`` never shows.
+SECRET = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key")
+
+
+def _redacted(options):
+    """mrjob's resolved settings with every secret hidden: AWS keys and tokens, and every ``cmdenv`` value."""
+    out = {}
+    for key, value in options.items():
+        if any(word in key.lower() for word in SECRET):
+            value = "***"
+        elif key == "cmdenv" and isinstance(value, dict):
+            value = {k: "***" for k in value}
+        elif isinstance(value, str):
+            value = redact(value)
+        out[key] = value
+    return out
+
+
+class MRJobEngine(Engine):
+    """``--engine inline|local|hadoop|emr``: one of mrjob's runners."""
+
+    passes_through = True
+    HELP = {"inline": "mrjob's inline runner: every task in this process (the default)",
+            "local": "mrjob's local runner: a process per task, on every core of this machine",
+            "hadoop": "Hadoop Streaming through mrjob (hadoop on PATH)",
+            "emr": "Amazon EMR through mrjob (-c conf/mrjob.emr.conf; output at s3://)"}
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.help = self.HELP[name]
+
+    def group_title(self):
+        return "inline, local, hadoop, emr (mrjob's runners; its own options pass through)"
+
+    def add_options(self, group):
+        group.add_argument("--hadoop-splits", action="store_true",
+                           help="engines hadoop, emr: Hadoop's own SequenceFile input format reads and splits the "
+                                "inputs (data locality), instead of gpumr's split reader")
+
+    def check(self, o):
+        if o.hadoop_splits and self.name not in ("hadoop", "emr"):
+            raise GpumrError(f"--hadoop-splits: only for --engine hadoop or emr, not {self.name}")
+        if self.name == "emr" and locate(o.output).local is not None:
+            raise GpumrError(f"-o {o.output}: EMR writes its output to a URI (s3://BUCKET/...), not a local folder")
+        if self.name == "hadoop" and not (shutil.which("hadoop") or os.environ.get("HADOOP_HOME")):
+            raise GpumrError("--engine hadoop: no hadoop command on PATH and no $HADOOP_HOME: install Hadoop's client "
+                             "and put its bin/ on PATH (or --engine local runs the job on this machine)")
+
+    def tasks_here(self, o):
+        return self.name in HERE
+
+    # -- the job's files and arguments -----------------------------------------------------------
+    def _task_files(self, plan, folder):
+        """Write the plan's tasks as gzipped task files (a map task each) in ``folder``; their paths."""
+        if plan.o.hadoop_splits:
+            return [path for path, _ in plan.inputs]
+        n = len(plan.tasks) if self.name not in HERE else min(len(plan.tasks), os.cpu_count() or 1)
+        os.makedirs(folder, exist_ok=True)
+        paths = []
+        for f in range(max(1, n)):
+            path = os.path.join(folder, f"tasks-{f:05d}.gz")
+            with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
+                for items in plan.tasks[f::max(1, n)]:
+                    for item in items:
+                        out.write(json.dumps(item) + "\n")
+            paths.append(path)
+        return paths
+
+    def _args(self, plan, spec_path, inputs, output_dir):
+        args = ["-r", self.name, "--gpumr-spec", spec_path, "--reducers", str(plan.o.reducers),
+                "--local-tmp-dir", os.path.join(plan.folder, "mrjob")]
+        if plan.o.hadoop_splits:
+            args.append("--hadoop-splits")
+        for side in plan.side:
+            args += ["--files", side.path]  # (named by content already: the tasks find them by that name)
+        return [*args, *plan.extra, "--output-dir", output_dir, *inputs]
+
+    def _job(self, args):
+        from .mrjob_task import MRWorkload
+        if "--debug" not in sys.argv:
+            logging.getLogger("mrjob").setLevel(logging.ERROR)
+        try:
+            return MRWorkload(args=args)
+        except ValueError as exc:  # mrjob's way of refusing an option given as a list
+            raise GpumrError(redact(str(exc))) from None
+
+    def _spec_file(self, plan):
+        path = os.path.join(plan.folder, "gpumr-spec.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(plan.spec.to_json())
+        return path
+
+    def dry_run(self, plan, show):
+        args = self._args(plan, self._spec_file(plan), self._task_files(plan, os.path.join(plan.folder, "tasks")),
+                          str(plan.out.loc))
+        runner = self._job(args).make_runner()
+        try:
+            settings = {k: v for k, v in sorted(runner._opts.items()) if v not in (None, [], {}, ())}
+            show(f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob_task "
+                 f"--mapper ... with {len(plan.tasks)} task(s)")
+            show("mrjob's settings (secrets hidden): " + json.dumps(
+                {"runner": runner.alias, "python_bin": runner._python_bin(), "options": _redacted(settings)},
+                sort_keys=True, default=str))
+        finally:
+            runner.cleanup()
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self, plan, job):
+        from mrjob.step import StepFailedException
+
+        from ..core.counters import total
+        stage = locate(job.stage)
+        local_out = self.name in HERE and stage.local is None  # a URI output of a runner on this machine
+        output_dir = (os.path.join(plan.folder, "job-out") if local_out
+                      else str(stage.child("job")) if stage.local is None
+                      else (stage.child("job").uri() if self.name == "hadoop" else stage.child("job").local))
+        args = self._args(plan, self._spec_file(plan), self._task_files(plan, os.path.join(plan.folder, "tasks")),
+                          output_dir)
+        mr = self._job(args)
+        try:
+            with mr.make_runner() as runner:
+                if self.name in HERE and plan.o.reducers > 0:
+                    _limit_sim_reducers(runner, plan.o.reducers)
+                runner.run()
+                counts = total(runner.counters())
+        except StepFailedException as exc:
+            raise GpumrError(f"the {self.name} job failed: {redact(str(exc))} (mrjob's log above says why)") from exc
+        except OSError as exc:
+            if self.name == "hadoop":
+                raise GpumrError(f"--engine hadoop: {exc.strerror or exc} running {exc.filename or 'hadoop'} "
+                                 "(is Hadoop's client installed and on PATH?)") from None
+            raise
+        except Exception as exc:  # noqa: BLE001 (mrjob's own errors, e.g. "Could not mkdir hdfs:///...")
+            if self.name == "hadoop" and "mkdir" in str(exc) and "hdfs" in str(exc):
+                raise GpumrError(f"--engine hadoop: {redact(str(exc)).splitlines()[0]}: mrjob keeps its scratch files "
+                                 "in HDFS; without HDFS, give -c conf/mrjob.local.conf (or --hadoop-tmp-dir "
+                                 "file:///tmp/gpumr-mrjob)") from None
+            raise
+        if local_out:  # the runner wrote here: into the stage, then published with the rest
+            for name in os.listdir(output_dir):
+                if name.startswith("part-"):
+                    stage.child(f"job/{name}").upload(os.path.join(output_dir, name))
+        return Outcome({**_parts(stage.child("job")), **_arrays(stage)}, counts)
+
+
+def _parts(folder):
+    """``{name: ("job/" + name, size, sha256)}`` of the part files mrjob wrote into ``folder`` (a location)."""
+    from ..io.outputs import digest
+    names = sorted(rel for rel, what, _ in folder.entries() if what == "file" and rel.startswith("part-"))
+    return {n: (f"job/{n}", *digest(folder.child(n))) for n in names}
+
+
+def _arrays(stage):
+    """The arrays the map tasks that finished wrote (their done-files list them): ``{name: (staged, size, sha)}``."""
+    from ..tasks.output import ARRAYS
+    from .mrjob_task import DONE
+    folder = stage.child(ARRAYS)
+    if folder.stat()[0] != "folder":
+        return {}
+    parts = {}
+    for rel, what, _ in folder.entries():
+        if what == "file" and rel.endswith("/" + DONE):
+            with folder.child(rel).open_input() as f:
+                for name, staged, size, sha in json.loads(f.read().decode("utf-8")):
+                    parts.setdefault(name, (staged, size, sha))  # (two attempts of one task: either)
+    return parts
+
+
+def _limit_sim_reducers(runner, n):
+    """Make an inline/local runner run at most ``n`` reduce tasks, as Hadoop would run exactly ``n``.
+
+    mrjob's simulated runners ignore ``mapreduce.job.reduces`` and cut the
+    sorted reducer input into about twice as many pieces as there are cores.
+    This replaces that cut, for this runner only, by one into at most ``n``
+    pieces of near-equal bytes that never part the records of one key.
+    """
+    def split_reducer_input(step_num):
+        path = runner._sorted_reducer_input_path(step_num)
+        budget = os.path.getsize(path) / n
+        files = runner._yield_split_fileobjs("reducer", step_num)
+        tasks, used, last_key, dest = 0, 0, None, None
+        with open(path, "rb") as src:
+            for line in src:
+                key = line.split(b"\t", 1)[0]
+                if dest is None or (used >= budget * tasks and key != last_key and tasks < n):
+                    if dest is not None:
+                        dest.close()
+                    dest = next(files)
+                    tasks += 1
+                dest.write(line)
+                used += len(line)
+                last_key = key
+        if dest is None:  # empty input: one empty task, as mrjob does
+            next(files).close()
+            return 1
+        dest.close()
+        return tasks
+
+    runner._split_reducer_input = split_reducer_input
+
+
+def engine(name):
+    return MRJobEngine(name)
+
+
+def job_argv(workload, argv):
+    """``gpumr run``'s command line for mrjob's ``python -m gpumr.jobs.X [-r RUNNER] ... --output-dir OUT``."""
+    out, runner, rest, args = None, "inline", [], list(argv)
+    while args:
+        a = args.pop(0)
+        name, eq, value = a.partition("=")
+        if name in ("-r", "--runner", "--output-dir") and not eq:
+            if not args:
+                raise GpumrError(f"{name} needs a value")
+            value = args.pop(0)
+        if name in ("-r", "--runner"):
+            runner = value
+        elif name == "--output-dir":
+            out = value
+        else:
+            rest.append(a)
+    if out is None:
+        raise GpumrError("--output-dir OUT is required: gpumr writes the job's output into a folder or URI")
+    return [workload, *rest, "-o", out, "--engine", runner]
+
+
+def job_main(workload):
+    """``python -m gpumr.jobs.X``: the job through the one launcher, inside the error boundary."""
+    from ..boundary import main
+    from ..cli import run_command
+    main(lambda: run_command(job_argv(workload, sys.argv[1:])))
+
+
+def run_job(job_class, inputs, output_dir, runner="local", extra=(), conf=None):
+    """Run a gpumr job class of ``jobs/`` from Python, through the one launcher.
+
+    Parameters
+    ----------
+    job_class : type
+        ``gpumr.jobs.face_detect.MRFaceDetect`` or ``gpumr.jobs.backproject.MRBackproject``.
+    inputs : list of str
+    output_dir : str
+    runner : str
+        An engine: inline, local, hadoop, emr (or spark, dask).
+    extra : list of str
+        More options of the job.
+    conf : str, optional
+        An mrjob.conf (default: none, ``--no-conf``).
+
+    Returns
+    -------
+    (dict, float)
+        The summed gpumr counters and the wall time in seconds.
+    """
+    from ..launch.job import launch
+    args = [*(["-c", conf] if conf else ["--no-conf"])] if runner in ("inline", "local", "hadoop", "emr") else []
+    result = launch([job_class.WORKLOAD, *inputs, "-o", output_dir, "--engine", runner, *args, *extra])
+    return result.counts, result.seconds

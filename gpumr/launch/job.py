@@ -1,0 +1,124 @@
+"""The one run skeleton: prepare, submit and gather through the engine, end tasks and abort on failure, publish,
+add up. Written once, as mrjob keeps ``MRJobRunner.run``; an engine gives only how its tasks are submitted and
+ended (:class:`gpumr.engines.base.Engine`).
+
+The outcome's rule, the same on every engine: the output is published when
+the job ran to its end, whatever its records held: a record that could not
+be processed is an ``error`` line of the output, counted and named in the
+summary (exit status 0). A job refused before any task, or that failed, or
+was stopped, publishes nothing and leaves nothing visible (exit status 1,
+or 130 / 143 for SIGINT / SIGTERM: :mod:`gpumr.errors`).
+"""
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+from ..boundary import logger, quiet
+from ..core.counters import BAD, NAMED, summary
+from ..engines.base import Job
+from ..io.remote import locate
+from ..tasks.output import key_of
+from ..tasks.progress import Display
+from .plan import make_plan
+
+log = logger(__name__)
+#: The most bytes of the output the launcher reads to name bad records an engine could not name.
+BAD_SCAN_BYTES = 64 << 20
+
+
+@dataclass
+class Result:
+    """What a finished job says: its counters, wall time and first bad records."""
+
+    counts: dict
+    seconds: float
+    bad: list
+
+    def summary(self):
+        """The one summary line (:func:`gpumr.core.counters.summary`)."""
+        return summary(self.counts, self.seconds, self.bad)
+
+
+@contextlib.contextmanager
+def job_folder():
+    """The job's private folder on this machine (mode 0700), removed whatever happens."""
+    folder = tempfile.mkdtemp(prefix="gpumr-job-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def launch(argv, session=None, debug=False, verbosity=None):
+    """Plan and run ``gpumr run``'s command line ``argv``; the :class:`Result` (None for ``--dry-run``).
+
+    Parameters
+    ----------
+    argv : list of str
+        ``WORKLOAD [INPUT...] -o OUT [--engine E] [options]``.
+    session : object, optional
+        A running cluster's handle for the engine (a SparkContext, a Dask client): tests share one.
+    debug : bool
+        ``--debug``: frameworks keep their own log.
+    verbosity : str, optional
+        ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``.
+    """
+    with job_folder() as folder:
+        plan = make_plan(argv, folder, verbosity)
+        return run(plan, session=session, debug=debug)
+
+
+def run(plan, session=None, debug=False):
+    """Run a checked plan: the skeleton every engine shares (see the module's rule). Returns a :class:`Result`."""
+    if plan.o.dry_run:
+        for text in plan.describe():
+            print(f"gpumr run: {text}")
+        plan.engine.dry_run(plan, lambda text: print(f"gpumr run: {text}"))
+        return None
+    t0 = time.perf_counter()
+    here = plan.engine.tasks_here(plan.o)
+    progress_folder = None
+    if here and not quiet():
+        progress_folder = os.path.join(plan.folder, "progress")
+        os.mkdir(progress_folder, 0o700)
+    stage = plan.out.begin()
+    try:
+        plan.spec = dataclasses.replace(plan.spec, stage=str(stage), progress=progress_folder)
+        with Display(progress_folder, plan.input_bytes, label=f"gpumr {plan.ref.name}") as progress:
+            outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug))
+        locate(stage).child("_SUCCESS").write_bytes(b"")
+        parts = dict(outcome.parts, _SUCCESS=("_SUCCESS", 0, hashlib.sha256(b"").hexdigest()))
+        bad = outcome.bad if outcome.bad is not None else named_bad(stage, outcome.parts, outcome.counts)
+        plan.out.commit(parts)
+    except BaseException:
+        plan.out.abort()
+        raise
+    return Result(outcome.counts, time.perf_counter() - t0, bad)
+
+
+def named_bad(stage, parts, counts):
+    """The first bad records' keys and reasons, read from the staged parts (for engines whose tasks cannot say)."""
+    if not counts.get(BAD):
+        return []
+    import json
+    found, read = [], 0
+    for rel, (staged, _, _) in sorted(parts.items()):
+        if not rel.startswith("part-"):
+            continue
+        with locate(stage).child(staged).open_input() as f:
+            for raw in f:
+                read += len(raw)
+                if b'"error": ' in raw:
+                    text = raw.decode("utf-8")
+                    value = json.loads(text.partition("\t")[2])
+                    if "error" in value:
+                        found.append((json.loads(key_of(text)), value["error"]))
+                if len(found) >= NAMED or read > BAD_SCAN_BYTES:
+                    return found
+    return found

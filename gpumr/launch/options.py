@@ -1,0 +1,56 @@
+"""The options every workload takes on every engine, declared once with their limits.
+
+Device choice (``--device``, ``--gpu-slots``, ``--gpu-memory``), the job's
+shape (``--reducers``, ``--split-size``) and the record size cap
+(``--max-record-size``). The one parser (:mod:`gpumr.launch.parser`) adds
+them beside the workload's own and the engines'; the launcher checks each
+against its limit once per job (:func:`check_limits`).
+"""
+
+from .. import limits
+from ..core.workload import Option
+from ..devices.chooser import MODES
+from ..devices.protocol import MAX_MEMORY
+from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
+from ..sizes import human, size_arg
+
+#: Bytes of SequenceFile per task by default (engines that cut byte ranges).
+DEFAULT_SPLIT = 32 << 20
+
+#: Where records run.
+DEVICE = (
+    Option("--device", "auto: per record, a GPU if one is free now, else the CPU (default); cpu: never touch CUDA; "
+                       "gpu: wait for a GPU", choices=MODES, default="auto"),
+    Option("--gpu-slots", f"tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})",
+           type=int, default=1, metavar="N", least=1, most=limits.MAX_GPU_SLOTS),
+    Option("--gpu-memory", "device memory a GPU batch needs, e.g. 2GiB (default: the workload's figure for each batch)",
+           type=size_arg, default=None, metavar="SIZE", least=1, most=MAX_MEMORY),
+)
+
+#: The job's shape and its inputs' caps.
+JOB = (
+    Option("--reducers", "reduce tasks (default 1: one output file, sorted by key); 0: no reduce, output not sorted",
+           type=int, default=1, metavar="N", least=0, most=limits.MAX_REDUCERS),
+    Option("--split-size", f"bytes of SequenceFile per task (default {human(DEFAULT_SPLIT)}, at least "
+                           f"{human(limits.MIN_SPLIT_SIZE)}); mrjob's engines cut their own splits",
+           type=size_arg, default=DEFAULT_SPLIT, metavar="SIZE", least=limits.MIN_SPLIT_SIZE),
+    Option("--max-record-size", "refuse a record, or a block of a block-compressed file, larger than SIZE once "
+                                f"decompressed: an error line, not the task's memory (default "
+                                f"{human(DEFAULT_MAX_RECORD_SIZE)})",
+           type=max_record_size_arg, default=DEFAULT_MAX_RECORD_SIZE, metavar="SIZE"),
+)
+
+COMMON = DEVICE + JOB
+
+
+def task_options(workload_cls):
+    """Every option a task of this workload reads: the workload's own, then :data:`COMMON`."""
+    return (*workload_cls.options, *COMMON)
+
+
+def check_limits(workload_cls, o):
+    """Refuse any option out of its declared limit: one line naming it. Reads no file."""
+    for option in task_options(workload_cls):
+        value = option.check(getattr(o, option.dest, None))
+        if value is not None:
+            setattr(o, option.dest, value)

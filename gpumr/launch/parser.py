@@ -1,0 +1,64 @@
+"""The one parser of ``gpumr run WORKLOAD``: the workload's options, the shared ones and every engine's, in groups.
+
+``gpumr run WORKLOAD --help`` prints it; the docs' reference is generated
+from it (``docs/_ext/gpumr_argparse.py``); ``python -m gpumr.jobs.X``
+parses with it too. Options the parser does not know are mrjob's (``-c
+mrjob.conf``, ``--jobconf``) and go to an mrjob engine as they are; any
+other engine refuses them.
+"""
+
+import argparse
+
+from .. import engines
+from ..boundary import UsageError
+from .options import DEVICE, JOB
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one-line :class:`gpumr.boundary.UsageError`\\ s (exit status 1)."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _add(group, options):
+    for option in options:
+        group.add_argument(option.name, **option.kwargs())
+
+
+def run_parser(cls, prog=None):
+    """The parser of ``gpumr run`` for workload class ``cls``.
+
+    Groups: inputs and output; the workload's options; device choice; the
+    job; then one per engine with that engine's own options.
+    """
+    engine_list = engines.all_engines()
+    p = Parser(prog=prog or f"gpumr run {cls.name}", description=cls.summary, add_help=True,
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog="Options not listed here go to mrjob's runner as given (engines inline, local, hadoop, "
+                      "emr: -c mrjob.conf, --jobconf, ...).")
+    io = p.add_argument_group("inputs and output")
+    if cls.input == "seqfile":
+        io.add_argument("inputs", nargs="*", metavar="INPUT",
+                        help="SequenceFiles, folders of them, or URIs (s3://, hdfs://, file://)")
+    io.add_argument("-o", "--output", metavar="OUT", help="output folder or URI of part-* files (required)")
+    io.add_argument("--engine", choices=[e.name for e in engine_list], default="inline",
+                    help="where the tasks run (default inline): " + "; ".join(f"{e.name}: {e.help}" for e in engine_list))
+    io.add_argument("--dry-run", action="store_true",
+                    help="check everything and print the plan (and an mrjob runner's command and settings); run nothing")
+    if cls.options:
+        _add(p.add_argument_group(f"{cls.name} options"), cls.options)
+    _add(p.add_argument_group("device choice"), DEVICE)
+    _add(p.add_argument_group("the job"), JOB)
+    seen = set()
+    for engine in engine_list:
+        if type(engine) in seen:
+            continue  # (one class serves several names: mrjob's runners)
+        seen.add(type(engine))
+        group = p.add_argument_group(f"engine {engine.group_title()}")
+        engine.add_options(group)
+    for flag, help in (("-q", "warnings and errors only"), ("-v", "debug lines too, each task's start and end"),
+                       ("--debug", "show the traceback above an error's line")):
+        p.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help,
+                       dest={"-q": "quiet", "-v": "verbose"}.get(flag, "debug"))
+    return p

@@ -1,0 +1,174 @@
+"""The launcher: a command line in, one checked :class:`Plan` out, the same for every engine.
+
+:func:`make_plan` parses (:mod:`gpumr.launch.parser`), then checks in one
+order, once per job wherever the job runs: the declared limits (reading no
+file), the inputs, the output (:mod:`gpumr.io.outputs`: new, empty, or an
+earlier output of ``gpumr run``), the workload's own checks of the files
+its options name (:meth:`gpumr.Workload.check`), then ships the side files
+by content (:mod:`gpumr.launch.ship`) and cuts the work into tasks. The
+plan is all an engine gets.
+"""
+
+import argparse
+import functools
+import os
+from dataclasses import dataclass, field
+
+from ..boundary import UsageError, logger
+from ..errors import GpumrError
+from ..io.inputs import expand_sized, require_sequencefiles, splits
+from ..io.outputs import open_output
+from ..io.remote import locate
+from ..tasks.runtime import Spec
+from ..workloads import find, load
+from .options import check_limits, task_options
+from .parser import run_parser
+from .ship import ship
+
+#: The command every engine's output is proved to be from: an output of any engine is replaced by any other's.
+MADE_BY = "gpumr run"
+#: The commands earlier gpumr versions recorded for their engines' outputs (the same outputs).
+ALSO_MADE_BY = ("gpumr spark", "gpumr dask")
+
+log = logger(__name__)
+
+
+@dataclass
+class Plan:
+    """Everything settled before any task starts; engines read it, none changes it.
+
+    Attributes
+    ----------
+    ref : gpumr.workloads.Ref
+        Where the workload is.
+    workload : gpumr.Workload
+        An instance, on the launcher's side (its ``check`` and ``plan`` ran).
+    o : argparse.Namespace
+        Every option's value, checked.
+    engine : gpumr.engines.base.Engine
+    inputs : list of (str, int)
+        The input files and their sizes (SequenceFile workloads).
+    tasks : list of list
+        Each task's items: ``["split", path, start, end]`` or ``["record", key, value]``.
+    out : gpumr.io.outputs._Transaction
+        The output, checked, not yet begun.
+    side : list of gpumr.launch.ship.SideFile
+        The files shipped to every task (the user's module among them).
+    spec : gpumr.tasks.runtime.Spec
+        What every task gets (its ``stage`` set when the job starts).
+    extra : list of str
+        Options for the engine's framework as given (mrjob's).
+    folder : str
+        The job's private folder on this machine.
+    """
+
+    ref: object
+    workload: object
+    o: argparse.Namespace
+    engine: object
+    inputs: list
+    tasks: list
+    out: object
+    side: list
+    spec: Spec
+    extra: list = field(default_factory=list)
+    folder: str = None
+
+    @property
+    def input_bytes(self):
+        """Bytes of input the tasks read (None when a size is unknown)."""
+        sizes = [size for _, size in self.inputs]
+        return None if None in sizes else sum(sizes)
+
+    def describe(self):
+        """Lines saying what the job would do (``--dry-run``)."""
+        what = (f"{len(self.inputs)} input file(s), {self.input_bytes if self.input_bytes is not None else '?'} bytes"
+                if self.workload.input == "seqfile" else "records planned by the workload")
+        lines = [f"workload {self.ref.name} ({self.ref.how}): {len(self.tasks)} task(s) over {what}",
+                 f"engine {self.engine.name}; output {self.out.shown}; --device {self.o.device}; "
+                 f"--reducers {self.o.reducers}"]
+        lines += [f"ships {f.option} as {f.name} ({f.size} bytes)" for f in self.side]
+        return lines
+
+
+def verbosity(o):
+    """The job's verbosity from ``-q``/``-v`` (and the ``gpumr`` command's own): what its tasks log."""
+    if getattr(o, "verbose", False):
+        return "debug"
+    if getattr(o, "quiet", False):
+        return "quiet"
+    return "info"
+
+
+def make_plan(argv, folder, verbosity_given=None):
+    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``).
+
+    Parameters
+    ----------
+    argv : list of str
+        ``gpumr run``'s arguments: the workload (a name or ``MODULE:CLASS``) first.
+    folder : str
+        The job's private folder (side files' copies, fetched URIs).
+    verbosity_given : str, optional
+        The ``gpumr`` command's own ``-q``/``-v``, where they were given before ``run``.
+
+    Raises
+    ------
+    GpumrError
+        One line, before any task: a usage error, an option out of its
+        limit, a missing or unreadable input, an output gpumr may not
+        replace, a side file that does not check.
+    """
+    if not argv or argv[0].startswith("-"):
+        raise UsageError("give the workload first: gpumr run WORKLOAD ... (gpumr run --help lists them)")
+    ref = find(argv[0])
+    cls = load(ref)
+    parser = run_parser(cls, prog=f"gpumr run {argv[0]}")
+    o, extra = parser.parse_known_args(argv[1:])
+    from .. import engines
+    engine = engines.get(o.engine)
+    if extra and not engine.passes_through:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if not o.output:
+        raise GpumrError("-o OUT is required: the output folder or URI")
+    workload = cls()
+    inputs = list(getattr(o, "inputs", []))
+    if cls.input == "seqfile" and not inputs:
+        raise GpumrError(f"no input given: gpumr run {argv[0]} INPUT... -o OUT (SequenceFiles: gpumr pack makes them)")
+    if cls.input == "plan" and getattr(o, "inputs", None):
+        raise GpumrError(f"{ref.name} makes its own records: give no inputs ({' '.join(o.inputs)})")
+    workload.resolve(o)
+    check_limits(cls, o)  # reads no file: first
+    engine.check(o)
+    files = []
+    if cls.input == "seqfile":
+        files = [(locate(f).absolute(), size) for f, size in expand_sized(inputs)]  # (tasks run anywhere)
+        require_sequencefiles([f for f, _ in files])
+    values = [(opt, getattr(o, opt.dest)) for opt in cls.options if opt.side_file and getattr(o, opt.dest, None)]
+    out = open_output(o.output, MADE_BY, folder=True, inputs=[*inputs, *(v for _, v in values)],
+                      also=ALSO_MADE_BY)
+    workload.check(o)  # the files the options name, once per job
+    side = [ship(opt.name, value, folder) for opt, value in values]
+    names = {f.option: f.name for f in side}
+    workload_ref = list(ref)
+    if ref.file is not None:  # a user's module, shipped as a side file too
+        module = ship("workload", ref.file, folder)
+        side.append(module)
+        workload_ref[2] = module.name
+    tasks = ([[["split", path, start, end]] for path, start, end in splits(files, o.split_size)]
+             if cls.input == "seqfile" else [[["record", k, v]] for k, v in workload.plan(o)])
+    if o.device == "gpu" and engine.tasks_here(o):
+        from ..devices.chooser import require_gpu
+        require_gpu()
+    options = {opt.dest: getattr(o, opt.dest, None) for opt in task_options(cls)}
+    options.update({opt.dest: names[opt.name] for opt, _ in values})
+    spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
+                verbosity=verbosity_given or verbosity(o))
+    if ref.file is not None:
+        log.info("workload %s from %s", ref.name, ref.how)
+    return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder)
+
+
+def find_here(plan):
+    """``find(name)`` for tasks that share this machine's filesystem: the shipped copies in the job's folder."""
+    return functools.partial(os.path.join, plan.folder)

@@ -1,0 +1,104 @@
+"""Side files, content-addressed: what every task of a job reads besides its records (a cascade, projections,
+a geometry, a user's module), each shipped under a name made of its content's hash.
+
+Two jobs on one cluster never see each other's files: a different content
+is a different name, the same content the same bytes. Every cache in the
+tasks is keyed by these names (:class:`gpumr.tasks.runtime.Spec`), so a
+worker that built a workload for one job's projections never serves it to
+another's. The launcher checks the file (the workload's ``check``), then keeps its
+shipped copy in the job's own folder (a hard link where it can, else a
+copy) and names it by the hash of what it read.
+"""
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+
+from ..errors import GpumrError
+from ..io.remote import locate, shown
+from ..trusted import open_regular
+
+_CHUNK = 4 << 20
+
+
+@dataclass
+class SideFile:
+    """One shipped file.
+
+    Attributes
+    ----------
+    option : str
+        The option that named it (``--projections``), or ``workload`` for a user's module.
+    path : str
+        Its copy in the job's folder, on this machine.
+    name : str
+        Its content name: ``<sha256, 24 hex digits>-<its file name>``.
+    size : int
+    """
+
+    option: str
+    path: str
+    name: str
+    size: int
+
+
+def content_name(path, label=None):
+    """``(name, size)`` of the regular file at ``path``: its SHA-256 (24 hex digits), a dash, then ``label``
+    (its file name by default).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> with tempfile.NamedTemporaryFile(suffix=".txt", delete=False) as f:
+    ...     _ = f.write(b"abc")
+    >>> content_name(f.name, "a.txt")
+    ('ba7816bf8f01cfea414140de-a.txt', 3)
+    >>> os.unlink(f.name)
+    """
+    h, size = hashlib.sha256(), 0
+    fd = open_regular(path, what="a side file", any_owner=True)
+    with os.fdopen(fd, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+            size += len(chunk)
+    base = label or os.path.basename(path)
+    return f"{h.hexdigest()[:24]}-{base}", size
+
+
+def ship(option, value, folder):
+    """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``.
+
+    A URI is fetched first (through the filesystem layer); a local file is
+    hard-linked (copied where it cannot be: another filesystem, another
+    owner's file).
+
+    Raises
+    ------
+    GpumrError
+        Naming the option and the file: missing, not a regular file, unreadable.
+    """
+    loc = locate(value)
+    os.makedirs(folder, exist_ok=True)
+    source = loc.local
+    if source is None:
+        source = os.path.join(folder, "fetched-" + (loc.name or "file"))
+        loc.fetch(source)
+    try:
+        name, size = content_name(source)
+    except FileNotFoundError:
+        raise GpumrError(f"{option} {shown(value)}: no such file") from None
+    except OSError as exc:
+        raise GpumrError(f"{option} {shown(value)}: {exc.strerror or exc}") from None
+    except GpumrError as exc:
+        raise GpumrError(f"{option} {shown(value)}: {str(exc).rpartition(': ')[2]}") from None
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+        try:
+            os.link(source, path)
+        except OSError:
+            shutil.copyfile(source, path)
+    return SideFile(option, path, name, size)

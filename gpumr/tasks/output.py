@@ -1,0 +1,203 @@
+"""What a task writes: output lines, arrays as .npy files, sorted runs and the parts merged from them.
+
+Every engine's tasks write through these functions into the output
+transaction's hidden stage (:mod:`gpumr.io.outputs`), each file under a
+name of its own attempt, so that two attempts of one task never write one
+file and the launcher publishes exactly one attempt of each.
+
+- A line is ``json(key)<TAB>json(value)`` (the standard library's JSON, the
+  same bytes on every engine).
+- A result's numpy arrays leave the task as binary ``.npy`` files
+  (``arrays/<key>.<field>.npy``), the line naming each (:func:`encode`).
+- A map task writes its lines sorted (a run), with a sample of keys and
+  their byte offsets; a reduce task merges the runs over a range of keys,
+  reading each run from the sampled offset nearest below the range, one
+  line at a time (memory and reads bounded by the range, not the output).
+"""
+
+import bisect
+import hashlib
+import heapq
+import json
+import re
+
+import numpy as np
+
+from ..io.remote import locate
+
+#: Bytes of output lines a task gathers before each write into its file.
+WRITE_CHUNK = 1 << 20
+#: Keys (and their offsets) a map task samples from its run, for the reduce tasks' ranges and seeks.
+SAMPLES = 64
+#: The folder of the output (and of the stage) that holds the arrays.
+ARRAYS = "arrays"
+#: A numpy array of at most this many elements nested inside a result (not a top-level field) becomes a JSON list.
+NESTED_ELEMENTS = 65536
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _default(value):
+    """JSON for numpy scalars and small nested arrays (``json.dumps``'s ``default``)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.size <= NESTED_ELEMENTS:
+        return value.tolist()
+    raise TypeError(f"a {type(value).__name__} is not JSON (return numbers, strings, lists, dicts or numpy arrays)")
+
+
+def line(key, value):
+    """One output line, without its newline: ``json(key)<TAB>json(value)``.
+
+    Examples
+    --------
+    >>> line("a.jpg", {"faces": [], "device": "cpu"})
+    '"a.jpg"\\t{"faces": [], "device": "cpu"}'
+    """
+    return json.dumps(key) + "\t" + json.dumps(value, default=_default, allow_nan=False)
+
+
+def key_of(text):
+    """The JSON key of an output line (the text before its tab)."""
+    return text.partition("\t")[0]
+
+
+def array_name(key, field):
+    """The file name of array ``field`` of record ``key``: the key made safe for any filesystem (a hash added where
+    it had to change), then the field: ``z00000.slab.npy``.
+
+    Examples
+    --------
+    >>> array_name("z00016", "slab")
+    'z00016.slab.npy'
+    >>> array_name("dir/a b.jpg", "mask")
+    'dir_a_b.jpg-3c0e2a5d.mask.npy'
+    """
+    safe = _UNSAFE.sub("_", key)[:120]
+    if safe.startswith((".", "_")) or safe != key or not safe:
+        safe = f"{safe.lstrip('._')[:120]}-{hashlib.sha1(key.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    return f"{safe}.{_UNSAFE.sub('_', field)}.npy"
+
+
+class _Hashing:
+    """A binary file that hashes what is written to it (``size``, ``sha256()``)."""
+
+    def __init__(self, f):
+        self.f, self.h, self.size = f, hashlib.sha256(), 0
+
+    def write(self, data):
+        self.f.write(data)
+        self.h.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def sha256(self):
+        return self.h.hexdigest()
+
+
+class Arrays:
+    """Writes the numpy arrays of results into ``stage/arrays/<attempt>/`` and lists them for the launcher.
+
+    Parameters
+    ----------
+    stage : str
+        The output transaction's stage (a path or URI).
+    attempt : str
+        This task attempt's name: its arrays' folder.
+
+    Attributes
+    ----------
+    written : list of (str, str, int, str)
+        ``(name in the output, name in the stage, size, sha256)`` of each array written.
+    """
+
+    def __init__(self, stage, attempt):
+        self.stage, self.attempt = stage, attempt
+        self.written = []
+
+    def encode(self, key, value):
+        """``value`` with each top-level numpy array written as a file and replaced by where it is."""
+        if not any(isinstance(v, np.ndarray) for v in value.values()):
+            return value
+        if self.stage is None:
+            raise RuntimeError("a result holds arrays, and this task has no stage to write them")
+        out = dict(value)
+        if not self.written:
+            locate(self.stage).child(f"{ARRAYS}/{self.attempt}").make_folder()
+        for field, array in value.items():
+            if isinstance(array, np.ndarray):
+                name = f"{ARRAYS}/{array_name(key, field)}"
+                staged = f"{ARRAYS}/{self.attempt}/{array_name(key, field)}"
+                with locate(self.stage).child(staged).open_output() as f:
+                    h = _Hashing(f)
+                    np.lib.format.write_array(h, np.ascontiguousarray(array), allow_pickle=False)
+                self.written.append((name, staged, h.size, h.sha256()))
+                out[field] = {"array": name, "shape": list(array.shape), "dtype": array.dtype.str}
+        return out
+
+
+def write_lines(stage, name, lines, samples=0):
+    """Write ``lines`` (str, without newlines) as file ``name`` in ``stage``.
+
+    Returns ``(size, sha256, sample)``, ``sample`` being up to ``samples``
+    ``(key, byte offset)`` pairs of lines spread over the file (a run's
+    index; empty when ``samples`` is 0). ``lines`` may be any iterable;
+    they are written in chunks of :data:`WRITE_CHUNK` bytes.
+    """
+    out = _Hashing(None)
+    offsets = []  # (key, offset) of every line while the file is small, thinned as it grows
+    step, count = 1, 0
+    with locate(stage).child(name).open_output() as f:
+        out.f = f
+        chunk, held = [], 0
+        for text in lines:
+            data = text.encode("utf-8") + b"\n"
+            if samples and count % step == 0:
+                offsets.append((key_of(text), out.size + held))
+                if len(offsets) >= 4 * samples:
+                    offsets, step = offsets[::2], step * 2
+            count += 1
+            chunk.append(data)
+            held += len(data)
+            if held >= WRITE_CHUNK:
+                out.write(b"".join(chunk))
+                chunk, held = [], 0
+        out.write(b"".join(chunk))
+    sample = offsets[::max(1, len(offsets) // samples)] if samples else []
+    return out.size, out.sha256(), sample
+
+
+def bounds(samples, reducers):
+    """``reducers`` key ranges ``(low, high)`` (None: open) cut at quantiles of the map tasks' sampled keys."""
+    keys = sorted(k for run in samples for k, _ in run)
+    cuts = sorted(set(keys[len(keys) * r // reducers] for r in range(1, reducers))) if keys else []
+    edges = [None, *cuts, None]
+    ranges = list(zip(edges[:-1], edges[1:]))
+    return ranges + [("\uffff", "\uffff")] * (reducers - len(ranges))  # empty parts where keys are few
+
+
+def _run_lines(stage, name, sample, low, high):
+    """The lines of run ``name`` with keys in ``[low, high)``, read from the sampled offset nearest below ``low``."""
+    start = 0
+    if low is not None and sample:
+        i = bisect.bisect_left([k for k, _ in sample], low) - 1
+        start = sample[i][1] if i >= 0 else 0
+    with locate(stage).child(name).open_input() as f:
+        f.seek(start)
+        for raw in f:
+            text = raw.decode("utf-8").rstrip("\n")
+            k = key_of(text)
+            if low is not None and k < low:
+                continue
+            if high is not None and k >= high:
+                return
+            yield text
+
+
+def merge(stage, runs, low, high):
+    """The lines of the sorted ``runs`` (``[(name, sample)]``) with keys in ``[low, high)``, merged in order.
+
+    Lines are ordered as wholes (key, then value), as mrjob and Hadoop's
+    sort order them, so every engine writes the same bytes.
+    """
+    return heapq.merge(*(_run_lines(stage, name, sample, low, high) for name, sample in runs))

@@ -1,0 +1,299 @@
+"""The one task runtime: how every task of every engine runs its records.
+
+A task gets the job's :class:`Spec` (made once by the launcher) and its
+items: SequenceFile splits ``["split", path, start, end]`` or the
+workload's own records ``["record", key, value]``. It builds the workload
+once per process (keyed by the spec's content, side files by their
+content's hash), chooses a device per record (:class:`gpumr.core.Processor`),
+writes arrays and lines into the output's stage, and counts. It logs
+through the ``gpumr`` logger at the job's verbosity, so ``-q`` and ``-v``
+reach it on every engine. Engines call :func:`map_task` and
+:func:`reduce_task` (Spark, Dask, RADICAL-Pilot, Flink), or
+:meth:`Task.lines` (mrjob's tasks).
+"""
+
+import argparse
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..boundary import install, logger, set_verbosity
+from ..errors import GpumrError
+from . import output
+
+log = logger(__name__)
+
+#: Bad records a task names back to the launcher (the summary names the first few of the job).
+BAD_NAMED = 5
+
+
+@dataclass
+class Spec:
+    """What every task of one job needs, made once by the launcher; JSON, so that any engine can carry it.
+
+    Attributes
+    ----------
+    workload : list
+        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]``;
+        a shipped module's ``file`` is its content name (see ``side``).
+    options : dict
+        Every option's value by ``dest``; a side file's value is its content name.
+    side : dict
+        ``{content name: size}`` of the files shipped to the tasks.
+    stage : str or None
+        The output transaction's hidden stage, which tasks write into.
+    verbosity : {"quiet", "info", "debug"}
+    progress : str or None
+        A folder on the launcher's machine where tasks there report progress.
+    job : str
+        The job's token: attempt names and engine keys start with it.
+    """
+
+    workload: list
+    options: dict
+    side: dict = field(default_factory=dict)
+    stage: str = None
+    verbosity: str = "info"
+    progress: str = None
+    job: str = field(default_factory=lambda: secrets.token_hex(6))
+
+    def to_json(self):
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        return cls(**json.loads(text))
+
+    @property
+    def key(self):
+        """What identifies the built workload in a process: everything but where output goes."""
+        return json.dumps([self.workload, self.options, self.side], sort_keys=True)
+
+
+def here(name):
+    """Find a shipped file where the launcher left it (engines whose tasks share its filesystem): itself."""
+    return name
+
+
+_BUILT = {}
+_SAID = set()
+
+
+def say_once(text, level="info"):
+    """Log ``text`` once per process (a process runs many tasks that would say the same)."""
+    if text not in _SAID:
+        _SAID.add(text)
+        getattr(log, level)("%s", text)
+
+
+def _verified(name, find, size):
+    """This node's path of shipped file ``name``, its size checked (a copy cut short is never used)."""
+    path = find(name)
+    got = os.path.getsize(path) if os.path.isfile(path) else None
+    deadline = time.monotonic() + 30
+    while got != size and time.monotonic() < deadline:  # (a copy still arriving: another job shipping it)
+        time.sleep(0.2)
+        got = os.path.getsize(path) if os.path.isfile(path) else None
+    if got != size:
+        raise GpumrError(f"the shipped file {name} is {'missing' if got is None else f'{got} bytes'} on this node, "
+                         f"not the {size} bytes the launcher shipped")
+    return path
+
+
+def built(spec, find=here):
+    """``(o, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
+    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content."""
+    got = _BUILT.get(spec.key)
+    if got is not None:
+        return got
+    from ..workloads import Ref, load
+    ref = Ref(*spec.workload)
+    paths = {name: _verified(name, find, size) for name, size in spec.side.items()}
+    cls = load(ref, paths.get(ref.file) if ref.file else None)
+    o = argparse.Namespace(**spec.options)
+    for opt in cls.options:
+        value = getattr(o, opt.dest, None)
+        if opt.side_file and value is not None:
+            setattr(o, opt.dest, paths[value])
+    workload = cls()
+    workload.setup(o)
+    _BUILT[spec.key] = (o, workload)
+    return o, workload
+
+
+class Task:
+    """One task's run over its items: device choice per record, output values, counters.
+
+    Parameters
+    ----------
+    spec : Spec
+    find : callable
+        ``find(name)``: this node's path of the shipped file ``name``.
+    gpus : list of int, optional
+        The only GPUs this task may use (the engine assigned them), else any free one.
+    attempt : str, optional
+        This attempt's name (its files in the stage); a new one by default.
+    count : callable, optional
+        Also told each counter change (mrjob's counters).
+
+    Attributes
+    ----------
+    counts : dict
+        The gpumr counters, complete once the items are done.
+    bad : list of (str, str)
+        The first :data:`BAD_NAMED` bad records' keys and reasons.
+    arrays : gpumr.tasks.output.Arrays
+    """
+
+    def __init__(self, spec, find=here, gpus=None, attempt=None, count=None):
+        install()
+        set_verbosity(quiet=spec.verbosity == "quiet", verbose=spec.verbosity == "debug")
+        self.spec = spec
+        self.o, self.workload = built(spec, find)
+        self.gpus = gpus
+        self.attempt = attempt or f"{spec.job}-{secrets.token_hex(6)}"
+        self.counts, self.bad = {}, []
+        self._tell = count
+        self.arrays = output.Arrays(spec.stage, self.attempt)
+        from .progress import TaskProgress
+        self.progress = TaskProgress(spec.progress)
+
+    def count(self, name, n=1):
+        self.counts[name] = self.counts.get(name, 0) + n
+        self.progress.count(name, n)
+        if self._tell is not None:
+            self._tell(name, n)
+
+    def _line(self, key, result, device):
+        """The output line of a result (inside the processor's care: a result that is not JSON is that record's
+        error line)."""
+        from ..core.processor import plain_result
+        value = self.arrays.encode(key, plain_result(result, device))
+        if device != "cpu" and self._simulated:
+            value["simulated"] = True
+        try:
+            return output.line(key, value)
+        except (TypeError, ValueError) as exc:
+            from ..core.workload import BadRecord
+            raise BadRecord(f"the result is not JSON: {exc}") from None
+
+    def _processor_for(self, chooser):
+        from ..core import Processor
+        device_for, why = None, chooser.why_cpu_only
+        if chooser.has_gpus and self.workload.has_gpu():
+            why = self.workload.gpu_ready(self.o, chooser.simulated)
+            if why is None:
+                from .device import Device
+                device_for = Device
+                if chooser.simulated:
+                    say_once(f"{self.workload.name}: GPUs are simulated; their CUDA kernels run on the host")
+        elif chooser.has_gpus:
+            why = f"{self.workload.name} has no GPU path"
+        if device_for is None:
+            say_once(f"{self.workload.name}: every record runs on the CPU ({why})", "debug")
+        self._simulated = chooser.simulated
+        return Processor(self.workload, self.o, chooser, device_for, self._line, self.count,
+                         lambda text: say_once(text, "warning"))
+
+    def open(self):
+        """Start: device choice set up for this task (a connection to the scheduler service, leases)."""
+        from ..devices.chooser import DeviceChooser, describe
+        o = self.o
+        self._chooser = DeviceChooser(o.device, memory=o.gpu_memory, slots=o.gpu_slots, only=self.gpus,
+                                      log=lambda text: say_once(text, "warning"))
+        say_once(describe(self._chooser), "debug")
+        self._processor = self._processor_for(self._chooser)
+
+    def feed(self, item):
+        """Yield the output lines of one item (a split's records, or one record) that are ready."""
+        from ..io.records import process, read_split
+        kind = item[0]
+        if kind == "record":
+            yield from self._named(self._processor.feed(item[1], item[2]))
+        elif kind == "split":
+            _, path, start, end = item
+            done = self.progress.counts["input bytes"]
+            records = read_split(path, start, end, path, max_record_size=self.o.max_record_size)
+            yield from self._named(process(self._processor, records,
+                                           at=lambda at: self.progress.set_bytes(done + at - start)))
+            if end is not None:
+                self.progress.set_bytes(done + end - start)
+        else:
+            raise GpumrError(f"a task item of unknown kind {kind!r}")
+
+    def refuse(self, key, reason):
+        """The error line of a record that cannot be given to the workload (counted as bad)."""
+        return next(self._named([self._processor.bad(key, reason)]))
+
+    def close(self):
+        """Yield the lines of the records still waiting, then end the task's device choice and progress."""
+        try:
+            yield from self._named(self._processor.flush())
+        finally:
+            self._chooser.close()
+            self.progress.close()
+
+    def lines(self, items):
+        """Yield the output line (:func:`gpumr.tasks.output.line`) of every record of ``items`` (splits or
+        records), each exactly once."""
+        self.open()
+        ended = False
+        try:
+            for item in items:
+                yield from self.feed(item)
+            ended = True
+            yield from self.close()
+        finally:
+            if not ended:
+                self._chooser.close()
+                self.progress.close()
+
+    def _named(self, outputs):
+        """Output lines from the processor's outputs: its lines as they are, an error value encoded and named."""
+        for key, value in outputs:
+            if isinstance(value, str):
+                yield value
+                continue
+            if len(self.bad) < BAD_NAMED:
+                self.bad.append((key, value["error"]))
+            yield output.line(key, value)
+
+
+
+def map_task(spec, index, items, sort, find=here, gpus=None):
+    """Run one task over ``items``; write its lines into the stage as this attempt's file; return what the launcher
+    needs: the file (``name``, ``size``, ``sha``), its key ``sample`` (sorted runs), ``counts``, ``bad``, ``arrays``.
+
+    ``sort``: write the lines sorted (a run a reduce task merges), else as a part of its own.
+    """
+    t0 = time.perf_counter()
+    task = Task(spec, find, gpus)
+    log.debug("task %d started: %s", index, describe_items(items))
+    lines = task.lines(items)
+    if sort:
+        lines = sorted(lines)
+    name = f"{'map' if sort else 'part'}-{index:05d}.attempt-{task.attempt}"
+    size, sha, sample = output.write_lines(spec.stage, name, lines, output.SAMPLES if sort else 0)
+    log.debug("task %d done in %.1f s: %s", index, time.perf_counter() - t0, task.counts)
+    return {"index": index, "name": name, "size": size, "sha": sha, "sample": sample, "counts": task.counts,
+            "bad": task.bad, "arrays": task.arrays.written}
+
+
+def reduce_task(spec, index, runs, low, high):
+    """Merge the sorted runs ``[(name, sample)]`` over keys in ``[low, high)`` into part ``index``'s attempt file."""
+    install()
+    set_verbosity(quiet=spec.verbosity == "quiet", verbose=spec.verbosity == "debug")
+    name = f"part-{index:05d}.attempt-{spec.job}-{secrets.token_hex(6)}"
+    size, sha, _ = output.write_lines(spec.stage, name, output.merge(spec.stage, runs, low, high))
+    return {"index": index, "name": name, "size": size, "sha": sha}
+
+
+def describe_items(items):
+    """A few words on a task's items, for its log lines."""
+    if items and items[0][0] == "split":
+        _, path, start, end = items[0]
+        more = f" and {len(items) - 1} more" if len(items) > 1 else ""
+        return f"{path} bytes {start}-{end}{more}"
+    return f"{len(items)} record{'s' if len(items) != 1 else ''}"
