@@ -34,12 +34,6 @@ autodoc_mock_imports = ["pycuda", "cupy", "pyspark"]
 # The command reference (docs/_ext/gpumr_argparse.py).
 gpumr_parser = "gpumr.cli:build_parser"
 gpumr_reference_page = "reference/cli"
-# Commands whose options their engine parses: (module, function, *arguments) -> that parser.
-gpumr_pass_through = {"run faces": ("gpumr_argparse", "run_parser", "faces"),
-                      "run backproject": ("gpumr_argparse", "run_parser", "backproject"),
-                      "spark faces": ("gpumr_argparse", "run_parser", "faces", "spark"),
-                      "spark backproject": ("gpumr_argparse", "run_parser", "backproject", "spark")}
-gpumr_pass_through_jobs = {"run faces": "face_detect", "run backproject": "backproject"}
 
 exclude_patterns = ["_build"]
 # Quotes and ellipses only: "--" in help texts and descriptions stays two hyphens, as users type it.

@@ -16,7 +16,10 @@ gpumr.engines.spark``, ``gpumr scheduler serve``):
 - Ctrl-C (SIGINT) ends in ``gpumr: interrupted`` and exit status
   :data:`~gpumr.errors.EXIT_INTERRUPTED` (130), whenever it comes: what
   the command was writing is removed first
-  (:func:`seqfile.atomic.discard_unfinished`).
+  (:func:`seqfile.atomic.discard_unfinished`). SIGTERM takes the same path
+  (:class:`Terminated`, a ``KeyboardInterrupt``: every clean-up that
+  Ctrl-C runs, runs) and ends in ``gpumr: terminated``, exit status
+  :data:`~gpumr.errors.EXIT_TERMINATED` (143).
 - success is :data:`~gpumr.errors.EXIT_OK` (0), and so is a closed pipe
   on stdout (``gpumr ls big.seq | head``).
 
@@ -46,7 +49,7 @@ from seqfile import SequenceFileError
 from seqfile.atomic import discard_unfinished
 from seqfile.codecs import CodecError
 
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, GpumrError, redact
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, redact
 
 #: Name of the logger every gpumr message goes through; modules log through children of it (:func:`logger`).
 ROOT = "gpumr"
@@ -60,6 +63,32 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 class UsageError(GpumrError):
     """A command line that cannot be parsed: an unknown option, a bad value, a missing argument."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is (as Ctrl-C raises KeyboardInterrupt), so that it cleans up the same way."""
+
+
+_SIGTERM_PID = None
+
+
+def _on_sigterm(signum, frame):
+    import signal
+    if os.getpid() != _SIGTERM_PID:  # a child forked with this handler (a framework's worker): the default action
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise Terminated()
+
+
+def _catch_sigterm():
+    """Raise :class:`Terminated` on SIGTERM in this (main) thread, where SIGTERM has its default action."""
+    import signal
+    import threading
+    global _SIGTERM_PID
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        _SIGTERM_PID = os.getpid()
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 # -- messages -----------------------------------------------------------------------------------------
@@ -120,6 +149,12 @@ def _attach():
         log.propagate = False
         if log.level == logging.NOTSET:
             log.setLevel(logging.INFO)
+
+
+def _unraisable(info):
+    """``sys.unraisablehook``: an error Python cannot raise (a library's ``__del__`` at exit) is a debug line."""
+    logging.getLogger(ROOT).debug("ignored in %s: %s", getattr(info.object, "__qualname__", info.object),
+                                  describe(info.exc_value) if info.exc_value is not None else info.exc_type)
 
 
 def install():
@@ -194,8 +229,8 @@ def _exit_code(exc):
     code = exc.code
     if code is None or code == 0:
         return EXIT_OK
-    if code == EXIT_INTERRUPTED:
-        return EXIT_INTERRUPTED
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        return code
     if not isinstance(code, int):
         logging.getLogger(ROOT).error("%s", one_line(code))
     return EXIT_ERROR
@@ -227,13 +262,16 @@ def guard(func, *args, debug=None, on_interrupt=None):
         0, 1 or 130.
     """
     install()
+    _catch_sigterm()
     log = logging.getLogger(ROOT)
     if debug is None:
         debug = debug_wanted()
+    if not debug:  # a third party's clean-up failing at exit says no traceback either
+        sys.unraisablehook = _unraisable
     try:
         status = func(*args)
-    except KeyboardInterrupt:
-        return _interrupted(on_interrupt)
+    except KeyboardInterrupt as exc:
+        return _interrupted(on_interrupt, isinstance(exc, Terminated))
     except SystemExit as exc:
         if exc.code not in (None, 0):
             discard_unfinished()
@@ -244,36 +282,37 @@ def guard(func, *args, debug=None, on_interrupt=None):
             return EXIT_OK
         return _fail(log, exc, debug)
     except BaseException as exc:  # noqa: BLE001 (the boundary: every failure is one line)
-        if _after_interrupt(exc):  # a clean-up step failed on the way out of Ctrl-C: still "interrupted"
-            return _interrupted(on_interrupt)
+        stopped = _after_interrupt(exc)
+        if stopped:  # a clean-up step failed on the way out of Ctrl-C: still "interrupted"
+            return _interrupted(on_interrupt, isinstance(stopped, Terminated))
         return _fail(log, exc, debug)
     if isinstance(status, int) and not isinstance(status, bool):
-        return EXIT_OK if status == 0 else EXIT_INTERRUPTED if status == EXIT_INTERRUPTED else EXIT_ERROR
+        return status if status in (EXIT_OK, EXIT_INTERRUPTED, EXIT_TERMINATED) else EXIT_ERROR
     return EXIT_OK
 
 
 def _after_interrupt(exc):
-    """Whether ``exc`` was raised while a ``KeyboardInterrupt`` was being handled (its context chain holds one)."""
+    """The ``KeyboardInterrupt`` being handled when ``exc`` was raised (in its context chain), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
-            return True
+            return exc
         seen.add(id(exc))
         exc = exc.__context__
-    return False
+    return None
 
 
-def _interrupted(on_interrupt):
-    """Ctrl-C: clean up, say ``gpumr: interrupted``, return 130."""
+def _interrupted(on_interrupt, terminated=False):
+    """Ctrl-C (or SIGTERM): clean up, say ``gpumr: interrupted`` (``terminated``), return 130 (143)."""
     with contextlib.suppress(Exception, KeyboardInterrupt):
         if on_interrupt is not None:
             on_interrupt()
     with contextlib.suppress(Exception, KeyboardInterrupt):
         discard_unfinished()
     with contextlib.suppress(Exception, KeyboardInterrupt):
-        logging.getLogger(ROOT).critical("interrupted", extra={"plain": True})
+        logging.getLogger(ROOT).critical("terminated" if terminated else "interrupted", extra={"plain": True})
     _handled_keyboard_interrupt()
-    return EXIT_INTERRUPTED
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 def _handled_keyboard_interrupt():
@@ -315,4 +354,4 @@ def main(func, *args, **kwargs):
 
 
 __all__ = ["guard", "main", "describe", "one_line", "logger", "install", "set_verbosity", "quiet", "debug_wanted",
-           "UsageError", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]
+           "UsageError", "Terminated", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]

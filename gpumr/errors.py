@@ -35,8 +35,9 @@ def printable(name):
 
 #: The exit statuses of every gpumr entry point (the ``gpumr`` command, ``python -m gpumr.jobs.X``,
 #: the service): 0 done; 1 any error, a refused option or usage error included; 130 interrupted
-#: (Ctrl-C or SIGINT). One rule, so scripts can tell "failed" from "stopped" and nothing else.
-EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
+#: (Ctrl-C or SIGINT); 143 terminated (SIGTERM). One rule, so scripts can tell "failed" from "stopped"
+#: and nothing else; a job whose records were bad but which ran to its end is done (0).
+EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
 
 # ``scheme://user[:password]@host...``: the user-info part of a URI, up to the last ``@`` before the
 # path. Credentials never reach a message, a log line or a traceback gpumr prints.

@@ -97,6 +97,11 @@ def check_folder(path, what, *, shared=False):
         st = os.lstat(path)
     except OSError as exc:
         raise Untrusted(f"{shown}: cannot use it for {what} ({exc.strerror})") from None
+    return _judge_folder(st, shown, what, shared)
+
+
+def _judge_folder(st, shown, what, shared):
+    """The rule on a folder's ``stat``: its kind, owner and mode (see :func:`check_folder`)."""
     if not stat.S_ISDIR(st.st_mode):
         kind = "a file, not a folder" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
         raise Untrusted(f"{shown}: refusing it for {what}: it is {kind}")
@@ -113,6 +118,57 @@ def check_folder(path, what, *, shared=False):
                             f"the sticky bit, so they could replace what gpumr keeps there (chmod +t it, "
                             f"e.g. 1770 or 3770 for a group)")
     return st
+
+
+def open_folder(path, what, *, shared=False):
+    """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened.
+
+    A link is followed once, to the folder it names (Hadoop's distributed
+    cache shows a shipped folder as a link in a task's working folder); a
+    link to a link is refused. The folder itself is opened without following
+    anything more (``O_NOFOLLOW``) and the rule (owner, mode) is applied to
+    the open descriptor (``fstat``), so that files opened relative to it
+    (:func:`read_at`) come from the folder that was judged, whatever the
+    link names meanwhile.
+
+    Returns
+    -------
+    int
+        The folder's descriptor (the caller closes it).
+
+    Raises
+    ------
+    Untrusted
+        A chain of links, not a folder, another user's, writable by others.
+    """
+    shown = printable(path)
+    target = path
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            target = os.path.join(os.path.dirname(os.path.abspath(path)), os.readlink(path))
+            if stat.S_ISLNK(os.lstat(target).st_mode):
+                raise Untrusted(f"{shown}: refusing it for {what}: a link to a link (one link is followed, not a "
+                                "chain)")
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Untrusted(f"{shown}: cannot use it for {what} ({exc.strerror})") from None
+    try:
+        _judge_folder(os.fstat(fd), printable(target), what, shared)  # (the folder it names: its name in messages)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_at(dir_fd, name, limit, *, what="a file"):
+    """The bytes (at most ``limit``) of regular file ``name`` in the folder open as ``dir_fd`` (:func:`open_folder`),
+    opened under the rule (no link, non-blocking, ``fstat``-checked, yours or root's)."""
+    fd = open_regular(name, dir_fd=dir_fd, what=what)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)
 
 
 def ensure_folder(path, what, *, shared=False):
@@ -144,7 +200,7 @@ def ensure_folder(path, what, *, shared=False):
     return path
 
 
-def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False):
+def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False, dir_fd=None):
     """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked).
 
     Parameters
@@ -156,6 +212,8 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owne
         Accept a file of another user (a lock file in a shared folder: only
         locked, its content never trusted). By default the file must be
         yours or root's.
+    dir_fd : int, optional
+        ``path`` is a name in this open folder (:func:`open_folder`).
 
     Raises
     ------
@@ -166,7 +224,7 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owne
     """
     shown = printable(path)
     try:
-        fd = os.open(path, flags | OPEN_FLAGS, mode)
+        fd = os.open(path, flags | OPEN_FLAGS, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the last component is a link
             raise Untrusted(f"{shown}: refusing {what} that is a symlink") from None

@@ -15,5 +15,5 @@ class MRBackproject(MRWorkload):
 
 
 if __name__ == "__main__":
-    from gpumr.engines.mrjob import job_main
+    from gpumr.cli.run import job_main
     job_main(MRBackproject.WORKLOAD)

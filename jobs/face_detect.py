@@ -16,5 +16,5 @@ class MRFaceDetect(MRWorkload):
 
 
 if __name__ == "__main__":
-    from gpumr.engines.mrjob import job_main
+    from gpumr.cli.run import job_main
     job_main(MRFaceDetect.WORKLOAD)

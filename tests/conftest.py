@@ -237,3 +237,11 @@ def packed(sample_frames, tmp_path_factory):
     seq = str(tmp_path_factory.mktemp("packed") / "frames")
     pack([sample_frames], seq, shards=2, progress=False)
     return seq
+
+
+def run_workload(kind, argv, engine="inline", session=None):
+    """``gpumr run KIND ARGV --engine ENGINE`` through the one launcher (``session``: a shared SparkContext or Dask
+    client); ``(counters, seconds)``."""
+    from gpumr.launch.job import launch
+    result = launch([kind, *argv, "--engine", engine], session=session)
+    return result.counts, result.seconds

@@ -47,16 +47,20 @@ def one_error_line(proc, *words):
     (["-m", "gpumr", "ls", "--max-record-size", "2GiB", "x.seq"], ["ls: argument --max-record-size", "2GiB"]),
     (["-m", "gpumr"], ["COMMAND"]),
     (["-m", "gpumr", "no-such-command"], ["invalid choice"]),
-    (["-m", "gpumr", "ct", "plan", "--slab", "x", "-o", "p"], ["ct plan: argument --slab"]),
+    (["-m", "gpumr", "ct", "reconstruct", "--threads", "x", "p.seq", "-o", "v.npy"], ["ct reconstruct: argument --threads"]),
     (["-m", "gpumr", "info", "x.seq", "--no-such-option"], ["unrecognized arguments: --no-such-option"]),
     (["-m", "gpumr", "scheduler", "serve", "--idle-timeout", "-1"], ["--idle-timeout"]),
-    (["-m", "gpumr.jobs.face_detect", "--bad-option", "x.seq"], ["--bad-option", "face_detect.py --help"]),
-    (["-m", "gpumr.jobs.face_detect", "--device", "tpu", "x.seq"], ["--device"]),
-    (["-m", "gpumr.jobs.backproject", "--filter", "nope", "plan"], ["--filter"]),
-    (["-m", "gpumr.jobs.backproject", "plan"], ["plan: no such file"]),
-    (["-m", "gpumr.jobs.face_detect", "missing.seq"], ["missing.seq"]),
+    (["-m", "gpumr.jobs.face_detect", "--bad-option", "x.seq", "--output-dir", "o"], ["--bad-option", "--help"]),
+    (["-m", "gpumr.jobs.face_detect", "--device", "tpu", "x.seq", "--output-dir", "o"], ["--device"]),
+    (["-m", "gpumr.jobs.backproject", "--filter", "nope", "--output-dir", "o"], ["--filter"]),
+    (["-m", "gpumr.jobs.backproject", "plan"], ["--output-dir OUT is required"]),
+    (["-m", "gpumr.jobs.backproject", "plan", "--output-dir", "o"], ["backproject makes its own records"]),
+    (["-m", "gpumr.jobs.face_detect", "missing.seq", "--output-dir", "o"], ["missing.seq"]),
     (["-m", "gpumr", "spark", "faces", "x.seq"], ["-o OUT is required"]),
-    (["-m", "gpumr.engines.spark"], ["usage: spark.py"]),
+    (["-m", "gpumr.engines.spark"], ["give the workload first"]),
+    (["-m", "gpumr.engines.mrjob_task"], ["the task script mrjob's runners start"]),
+    (["-m", "gpumr", "run", "faces", "x.seq", "-o", "o", "--engine", "inline", "--dry-run", "--no-such"],
+     ["--no-such"]),
     (["-m", "gpumr.engines.spark", "faces", "x.seq"], ["-o OUT is required"]),
 ])
 def test_every_error_is_one_line_and_exit_status_1(tmp_path, argv, words):
@@ -199,7 +203,7 @@ def test_q_and_v_on_command_lines(tmp_path):
     proc = run("-m", "gpumr", "ct", "phantom", *geometry, "-o", "p.seq", "-q", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     proc = run("-m", "gpumr.jobs.backproject", "-q", "--no-conf", "-r", "inline", "plan", "--projections", "p.seq",
-               cwd=tmp_path)
+               "--output-dir", "o", cwd=tmp_path)
     one_error_line(proc, "plan")
     assert run("-m", "gpumr", "sample", "frames", "-n", "2", "-q", cwd=tmp_path).returncode == 0
     assert run("-m", "gpumr", "pack", "frames", "-o", "f.seq", "-q", cwd=tmp_path).returncode == 0

@@ -1,4 +1,4 @@
-"""The record-processing core: per-record choice, GPU batches, fallbacks, counters."""
+"""The record-processing core: per-record choice, GPU batches, fallbacks, counters, on the public contract."""
 
 from collections import Counter
 
@@ -8,30 +8,28 @@ from gpumr.devices.nvml import GPU
 
 
 class Square(Workload):
-    name = "square"
-    gpu_batch = 3
+    """x -> x * x, as a user's workload would say it: a CPU function and a GPU batch function."""
 
-    def decode(self, key, value):
+    name = "square"
+    decode = "raw"
+    gpu_records = 3
+
+    def __init__(self, fail=False):
+        self.fail, self.batches = fail, []
+
+    def load(self, key, value, o):
         if value is None:
             raise BadRecord("no value")
         return value
 
-    def run_cpu(self, x):
-        return x * x
+    def cpu(self, key, x, o):
+        return {"y": x * x}
 
-    def outputs(self, key, item, result, device):
-        return [(key, {"y": result, "device": device})]
-
-
-class Backend:
-    def __init__(self, fail=False):
-        self.fail, self.batches = fail, []
-
-    def run(self, items, gpu):
-        self.batches.append(list(items))
+    def gpu_batch(self, records, o, device):
+        self.batches.append([x for _, x in records])
         if self.fail:
             raise RuntimeError("launch failed")
-        return [x * x for x in items]
+        return [{"y": x * x} for _, x in records]
 
 
 class Chooser:
@@ -56,19 +54,18 @@ class Chooser:
         self.released += 1
 
 
-def run(backend, records):
+def run(w, records):
     counts = Counter()
-    w = Square()
-    w.gpu_backend = lambda simulated=False: backend
     chooser = Chooser()
-    p = Processor(w, chooser, count=lambda name, n=1: counts.update({name: n}), log=lambda m: None)
+    p = Processor(w, None, chooser, device_for=lambda choice: choice.gpu,
+                  count=lambda name, n=1: counts.update({name: n}))
     out = dict(p.process(records))
     return out, counts, chooser
 
 
 def test_every_record_once_with_gpu_batches_and_cpu_records():
     records = [(f"k{i}", i) for i in range(10)] + [("bad", None)]
-    backend = Backend()
+    backend = Square()
     out, counts, chooser = run(backend, records)
     assert set(out) == {k for k, _ in records}
     assert all(out[f"k{i}"]["y"] == i * i for i in range(10))
@@ -81,17 +78,16 @@ def test_every_record_once_with_gpu_batches_and_cpu_records():
 
 def test_device_choice_is_told_each_batchs_memory():
     w = Square()
-    w.gpu_memory_for = lambda items: 100 * sum(items)
-    w.gpu_backend = lambda simulated=False: Backend()
+    w.gpu_memory = lambda items, o: 100 * sum(items)
     chooser = Chooser()
-    out = dict(Processor(w, chooser, log=lambda m: None).process([(f"k{i}", i) for i in range(1, 7)]))
+    out = dict(Processor(w, None, chooser, device_for=lambda c: c.gpu).process([(f"k{i}", i) for i in range(1, 7)]))
     assert len(out) == 6
     # Batches of 3 wait for their choice: 1+2+3 on the GPU; then 4 on the CPU, and the rest (5, 6) chosen for.
     assert chooser.memory == [600, 1500, 1100]
 
 
 def test_gpu_failure_reruns_on_cpu_and_counts():
-    backend = Backend(fail=True)
+    backend = Square(fail=True)
     out, counts, chooser = run(backend, [(f"k{i}", i) for i in range(7)])
     assert all(out[f"k{i}"] == {"y": i * i, "device": "cpu"} for i in range(7))
     assert counts["GPU fallbacks"] == sum(len(b) for b in backend.batches) > 0
@@ -101,10 +97,12 @@ def test_gpu_failure_reruns_on_cpu_and_counts():
 
 def test_an_unexpected_cpu_error_is_a_bad_record_not_a_crash():
     class Fragile(Square):
-        def run_cpu(self, x):
+        cpu_records = 4  # a batch holding the bad record: each record is then run on its own
+
+        def cpu(self, key, x, o):
             if x == 3:
                 raise ZeroDivisionError("boom")
-            return x * x
+            return {"y": x * x}
 
     counts = Counter()
     w = Fragile()
@@ -112,9 +110,32 @@ def test_an_unexpected_cpu_error_is_a_bad_record_not_a_crash():
     class NoGPU:
         has_gpus, simulated, why_cpu_only = False, False, "none"
 
-    out = dict(Processor(w, NoGPU(), count=lambda n, k=1: counts.update({n: k}), log=lambda m: None)
+    out = dict(Processor(w, None, NoGPU(), count=lambda n, k=1: counts.update({n: k}))
                .process([(f"k{i}", i) for i in range(5)]))
-    assert out["k3"]["error"].startswith("processing failed: ZeroDivisionError")
+    assert out["k3"]["error"] == "ZeroDivisionError: boom"
     assert all(out[f"k{i}"]["y"] == i * i for i in (0, 1, 2, 4))
     assert counts["records on CPU"] == 4 and counts["bad records"] == 1
     assert set(counts) == {"records on CPU", "bad records", "CPU milliseconds"}
+
+
+def test_a_result_that_is_not_a_dict_or_not_json_is_that_records_error_line():
+    """The contract: cpu() returns a dict of JSON values; anything else is the record's error, the job goes on."""
+    from gpumr.launch.job import launch  # noqa: F401 (the task runtime's JSON check is what gpumr run uses)
+    from gpumr.tasks.output import line
+
+    class Odd(Square):
+        def cpu(self, key, x, o):
+            return [x] if x == 1 else {"y": object()} if x == 2 else {"y": x}
+
+    counts = Counter()
+
+    def to_line(key, result, device):
+        from gpumr.core.processor import plain_result
+        return line(key, plain_result(key, result, device))
+
+    out = dict(Processor(Odd(), None, type("C", (), {"has_gpus": False})(), to_value=to_line,
+                         count=lambda n, k=1: counts.update({n: k})).process([(f"k{i}", i) for i in range(4)]))
+    assert out["k1"] == {"error": "the workload returned a list, not a dict"}
+    assert out["k2"]["error"].startswith("TypeError: a object is not JSON")
+    assert out["k3"] == '"k3"\t{"y": 3, "device": "cpu"}'
+    assert counts["records on CPU"] == 2 and counts["bad records"] == 2

@@ -1,4 +1,5 @@
-"""The backprojection job: assembled volume equals a direct reconstruction; assemble's errors."""
+"""The backprojection job: slabs leave as binary float32, the assembled volume equals a direct reconstruction;
+assemble's errors."""
 
 import json
 import os
@@ -12,7 +13,7 @@ from gpumr.ct.backproject import backproject
 from gpumr.ct.fdk import filter_projections
 from gpumr.ct.projections import read_set
 from gpumr.ct.slices import assemble
-from gpumr.engines.streaming import run_job
+from gpumr.launch.job import run_job
 from gpumr.errors import GpumrError
 from gpumr.io.joboutput import read_job_output
 
@@ -23,15 +24,13 @@ def phantom_files(tmp_path_factory):
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
     assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq"),
                  "--truth", str(d / "truth.npy")]) == 0
-    assert main(["ct", "plan", "--geometry", str(d / "g.json"), "--slab", "6", "--parts", "2",
-                 "-o", str(d / "plan")]) == 0
     return d
 
 
-def _run_job(d, out, runner, extra=(), plan=None):
+def _run_job(d, out, runner, extra=()):
     from gpumr.jobs.backproject import MRBackproject
-    return run_job(MRBackproject, [str(plan or d / "plan")], str(out), runner,
-                   ["--projections", str(d / "proj.seq"), "--geometry", str(d / "proj.geometry.json"), *extra])[0]
+    return run_job(MRBackproject, [], str(out), runner, ["--projections", str(d / "proj.seq"), "--geometry",
+                                                        str(d / "proj.geometry.json"), "--slab", "6", *extra])[0]
 
 
 @pytest.mark.parametrize("runner", ["inline", pytest.param("local", marks=pytest.mark.slow)])
@@ -51,7 +50,15 @@ def test_job_volume_equals_direct_reconstruction(phantom_files, tmp_path, runner
     assert np.array_equal(tifffile.imread(tmp_path / "vol.tif"), vol)
     lines = open(sorted((tmp_path / "out").glob("part-*"))[0]).read().splitlines()
     keys = [json.loads(line.split("\t")[0]) for line in lines]
-    assert keys == sorted(keys) and keys[0] == "00000"
+    assert keys == sorted(keys) and keys[0] == "z00000" and len(keys) == 6
+    # Each slab is binary float32 a user opens directly, named by its line; the output holds the volume once.
+    first = json.loads(lines[0].split("\t")[1])
+    assert first["z"] == [0, 6] and first["slab"] == {"array": "arrays/z00000.slab.npy", "shape": [6, 32, 32],
+                                                      "dtype": "<f4"}
+    assert np.array_equal(np.load(tmp_path / "out" / "arrays" / "z00000.slab.npy"), vol[:6])
+    assert sorted(os.listdir(tmp_path / "out" / "arrays")) == [f"z{z:05d}.slab.npy" for z in range(0, 32, 6)]
+    arrays = sum(os.path.getsize(p) for p in (tmp_path / "out" / "arrays").iterdir())
+    assert arrays < vol.nbytes * 1.01
 
 
 def _volume(d, out, tmp_path):
@@ -67,7 +74,7 @@ def test_device_gpu_on_simulated_gpus_runs_the_kernel(phantom_files, tmp_path, m
     monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
     counters = _run_job(phantom_files, tmp_path / "out", runner, ["--device", "gpu"])
     values = [v for _, v in read_job_output([str(tmp_path / "out")])]
-    assert len(values) == 32 and all(v["device"] == "gpu:0" and v["simulated"] is True for v in values)
+    assert len(values) == 6 and all(v["device"] == "gpu:0" and v["simulated"] is True for v in values)
     assert counters["records on GPU"] == 6 and set(counters) == {"records on GPU", "GPU milliseconds"}
     vol, direct = _volume(phantom_files, tmp_path / "out", tmp_path)
     assert np.linalg.norm(vol - direct) / np.linalg.norm(direct) < 1e-5
@@ -86,24 +93,33 @@ def test_a_broken_kernel_is_caught_by_the_self_check_and_every_slab_falls_back(p
 
 def test_assemble_names_missing_and_duplicate_slices(phantom_files, tmp_path):
     _run_job(phantom_files, tmp_path / "out", "inline")
-    lines = []
-    for p in sorted((tmp_path / "out").glob("part-*")):
-        lines += open(p).read().splitlines()
+    lines = open(tmp_path / "out" / "part-00000").read().splitlines()
+    folders = [str(tmp_path / "out")]
     (tmp_path / "missing").mkdir()
-    (tmp_path / "missing" / "part-00000").write_text("\n".join(l for l in lines if not l.startswith('"00007"')))
-    with pytest.raises(GpumrError, match=r"missing 1 slice\(s\) of 32: 7"):
-        assemble(read_job_output([str(tmp_path / "missing")]))
+    (tmp_path / "missing" / "part-00000").write_text("\n".join(l for l in lines if not l.startswith('"z00012"')))
+    with pytest.raises(GpumrError, match="slices 12-18 are missing"):
+        assemble(read_job_output([str(tmp_path / "missing")]), folders, str(tmp_path / "v.npy"))
     (tmp_path / "dup").mkdir()
     (tmp_path / "dup" / "part-00000").write_text("\n".join(lines + lines[3:4]))
-    with pytest.raises(GpumrError, match="duplicate slice 3"):
-        assemble(read_job_output([str(tmp_path / "dup")]))
+    with pytest.raises(GpumrError, match="slices 18-24 come twice"):
+        assemble(read_job_output([str(tmp_path / "dup")]), folders, str(tmp_path / "v.npy"))
     assert main(["ct", "assemble", str(tmp_path / "dup"), "-o", str(tmp_path / "v.npy")]) == 1
+    assert not (tmp_path / "v.npy").exists()
+    # A slab file that does not hold what its line says is refused by name, and nothing is written.
+    bad = tmp_path / "out" / "arrays" / "z00006.slab.npy"
+    np.save(bad, np.zeros((5, 32, 32), np.float32))
+    with pytest.raises(GpumrError, match="z00006.slab.npy: holds a float32 array of shape \\(5, 32, 32\\)"):
+        assemble(read_job_output(folders), folders, str(tmp_path / "v.npy"))
     assert not (tmp_path / "v.npy").exists()
 
 
-def test_bad_plan_lines_are_counted(phantom_files, tmp_path):
-    plan = tmp_path / "plan"
-    plan.mkdir()
-    (plan / "p.txt").write_text("0 6\nnonsense\n30 40\n6 12\n")
-    c = _run_job(phantom_files, tmp_path / "o", "inline", plan=plan)
-    assert c["bad records"] == 2 and c["records on CPU"] == 2
+def test_bad_slab_records_are_error_lines(phantom_files):
+    """A record that is not a slab of the volume is its error line (the workload's load refuses it)."""
+    from gpumr.ct import geometry
+    from gpumr.ct.workload import parse_slab
+    from gpumr.core.workload import BadRecord
+    g = geometry.load(str(phantom_files / "proj.geometry.json"))
+    assert parse_slab("0 6", g) == (0, 6)
+    for line in ("nonsense", "30 40", "6 6"):
+        with pytest.raises(BadRecord):
+            parse_slab(line, g)

@@ -92,20 +92,6 @@ def test_run_reference_has_every_engines_options():
             assert alone == engine_option_strings(kind, name)
 
 
-def test_job_reference_lists_both_jobs():
-    from mrjob.job import MRJob
-    jobs = set()
-    for path in glob.glob(os.path.join(ROOT, "jobs", "*.py")):
-        name = os.path.splitext(os.path.basename(path))[0]
-        if name.startswith("_"):
-            continue
-        module = importlib.import_module(f"gpumr.jobs.{name}")
-        jobs |= {f"{module.__name__}.{n}" for n, c in vars(module).items()
-                 if inspect.isclass(c) and issubclass(c, MRJob) and c.__module__ == module.__name__}
-    documented = set(re.findall(r"^\.\. gpumr-job:: (\S+)", read(REF, "jobs.rst"), re.M))
-    assert len(jobs) >= 2 and documented == jobs
-
-
 def env_names_in_code():
     """Every ``GPUMR_*`` environment variable the shipped code and scripts name.
 
@@ -143,7 +129,7 @@ def test_scheduler_error_codes_documented():
 def test_exit_statuses_documented():
     from gpumr import errors
     text = read(REF, "exit-status.rst")
-    for name in ("EXIT_OK", "EXIT_ERROR", "EXIT_INTERRUPTED"):
+    for name in ("EXIT_OK", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED"):
         assert re.search(rf"^{getattr(errors, name)}\s+``{name}``", text, re.M), name
 
 
@@ -165,6 +151,11 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     from gpumr.cli import build_parser
     for path in leaf_commands(build_parser()):
         assert f'id="cmd-{"-".join(path)}"' in cli, path
-    jobs = (out / "reference" / "jobs.html").read_text(encoding="utf-8")
-    for option in ("--device", "--cascade", "--projections", "--filter"):
-        assert option in jobs
+    # gpumr run WORKLOAD's options, from the one parser, in the reference.
+    from gpumr.launch.parser import run_parser
+    from gpumr.workloads import BUILT_IN, find, load
+    for name in BUILT_IN:
+        assert f'id="run-{name}"' in cli
+        for action in run_parser(load(find(name)))._actions:
+            for option in action.option_strings:
+                assert option in cli, (name, option)

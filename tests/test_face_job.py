@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import seqfile
-from gpumr.engines.streaming import run_job
+from gpumr.launch.job import run_job
 from gpumr.faces.cpu import detect, load_cascade
 from gpumr.io.packing import pack
 

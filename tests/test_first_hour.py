@@ -9,7 +9,7 @@ import pytest
 
 import seqfile
 from gpumr.cli import build_parser, main
-from gpumr.engines.streaming import run_job
+from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,31 +114,27 @@ def test_local_run_shows_progress_while_it_runs(packed, tmp_path, monkeypatch, c
     """The job's own progress folder goes at the end; what other runs on this machine keep is not looked at."""
     import tempfile
 
-    from gpumr.engines import progress
-    from gpumr.jobs.face_detect import MRFaceDetect
+    from gpumr.tasks import progress
     monkeypatch.setattr(progress, "LINE_EVERY", 0.0)
     temp = tmp_path / "temp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    other = temp / "gpumr-progress-of-another-run"  # another gpumr run on this machine, still going
-    other.mkdir(mode=0o700)
-    (other / "task-1-0").write_text("x")
-    job = MRFaceDetect(args=["-r", "local", "--no-conf", packed, "--output-dir", str(tmp_path / "out"),
-                             "--device", "cpu"])
-    job.run_job()
+    other = temp / "gpumr-job-of-another-run"  # another gpumr run on this machine, still going
+    (other / "progress").mkdir(mode=0o700, parents=True)
+    (other / "progress" / "task-1-0").write_text("x")
+    assert main(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "local", "--no-conf",
+                 "--device", "cpu"]) == 0
     err = capfd.readouterr().err
-    shown = [ln for ln in err.splitlines() if ln.startswith("MRFaceDetect: ")]
+    shown = [ln for ln in err.splitlines() if ln.startswith("gpumr: gpumr faces: ")]
     assert shown and all("records:" in ln and "records/s" in ln for ln in shown)
     assert err.strip().splitlines()[-1].startswith("gpumr: 12 records: 12 on CPU")
-    assert os.path.dirname(job._progress_folder) == str(temp)
-    assert not os.path.exists(job._progress_folder)  # its own folder is gone
-    assert (other / "task-1-0").read_text() == "x"  # the other run's is left alone
+    assert os.listdir(temp) == ["gpumr-job-of-another-run"]  # its own job folder is gone
+    assert (other / "progress" / "task-1-0").read_text() == "x"  # the other run's is left alone
 
 
 def test_task_progress_files_add_up(tmp_path):
-    from gpumr.engines.progress import PROGRESS_ENV, TaskProgress, read_totals
-    env = {PROGRESS_ENV: str(tmp_path)}
-    a, b = TaskProgress(env, every=0), TaskProgress(env, every=0)
+    from gpumr.tasks.progress import TaskProgress, read_totals
+    a, b = TaskProgress(str(tmp_path), every=0), TaskProgress(str(tmp_path), every=0)
     for _ in range(5):
         a.count("records on CPU")
     b.count("records on GPU", 3)
@@ -149,19 +145,16 @@ def test_task_progress_files_add_up(tmp_path):
     b.close()
     t = read_totals(str(tmp_path))
     assert (t["records on CPU"], t["records on GPU"], t["bad records"], t["input bytes"]) == (5, 3, 1, 1234)
-    assert TaskProgress({}).count("records on CPU") is None  # no folder: nothing written anywhere
+    assert TaskProgress(None).count("records on CPU") is None  # no folder: nothing written anywhere
 
 
 def test_backprojection_job_needs_its_projections(tmp_path):
-    (tmp_path / "plan").mkdir()
-    (tmp_path / "plan" / "p.txt").write_text("0 4\n")
-    proc = _run(["-m", "gpumr.jobs.backproject", "-r", "inline", str(tmp_path / "plan"),
-                 "--output-dir", str(tmp_path / "o")], str(tmp_path))
+    proc = _run(["-m", "gpumr.jobs.backproject", "-r", "inline", "--output-dir", str(tmp_path / "o")], str(tmp_path))
     assert proc.returncode == 1 and "--projections is required" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     (tmp_path / "p.seq").write_bytes(b"\xff\xd8\xff\xe0 not a SequenceFile")
-    proc = _run(["-m", "gpumr.jobs.backproject", "-r", "inline", str(tmp_path / "plan"), "--projections",
-                 str(tmp_path / "p.seq"), "--output-dir", str(tmp_path / "o")], str(tmp_path))
+    proc = _run(["-m", "gpumr.jobs.backproject", "-r", "inline", "--projections", str(tmp_path / "p.seq"),
+                 "--output-dir", str(tmp_path / "o")], str(tmp_path))
     assert proc.returncode == 1 and "p.seq: a JPEG image" in proc.stderr
 
 
@@ -170,10 +163,10 @@ def test_ct_flow_carries_one_geometry_file(tmp_path, capsys):
     d = tmp_path
     assert main(["ct", "phantom", "--voxels", "16", "--angles", "24", "-o", str(d / "proj.seq")]) == 0
     assert sorted(n for n in os.listdir(d) if not n.startswith(".")) == ["proj.geometry.json", "proj.seq"]
-    assert main(["ct", "plan", str(d / "proj.seq"), "--slab", "5", "-o", str(d / "plan")]) == 0
     assert main(["ct", "reconstruct", str(d / "proj.seq"), "--threads", "1", "-o", str(d / "direct.npy")]) == 0
     from gpumr.jobs.backproject import MRBackproject
-    counts, _ = run_job(MRBackproject, [str(d / "plan")], str(d / "out"), "inline", ["--projections", str(d / "proj.seq")])
+    counts, _ = run_job(MRBackproject, [], str(d / "out"), "inline", ["--projections", str(d / "proj.seq"),
+                                                                       "--slab", "5"])
     assert counts["records on CPU"] == 4
     assert main(["ct", "assemble", str(d / "out"), "-o", str(d / "vol.npy")]) == 0
     assert np.allclose(np.load(d / "vol.npy"), np.load(d / "direct.npy"), rtol=1e-6, atol=1e-6)

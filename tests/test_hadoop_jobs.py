@@ -23,7 +23,7 @@ import pytest
 
 import seqfile
 from gpumr.cli import main
-from gpumr.engines.streaming import run_job
+from gpumr.launch.job import run_job
 from gpumr.gpu import kernels
 from gpumr.io.packing import pack
 from hadoop import cluster
@@ -123,10 +123,8 @@ def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels):
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
     assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
-    assert main(["ct", "plan", "--geometry", str(d / "g.json"), "--slab", "6", "--parts", "2",
-                 "-o", str(d / "plan")]) == 0
     assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
-    job = cluster.run(MRBackproject, [str(d / "plan"), "--projections", str(d / "proj.seq"), "--cpu-threads", "1",
+    job = cluster.run(MRBackproject, ["--slab", "6", "--projections", str(d / "proj.seq"), "--cpu-threads", "1",
                                       "--cmdenv", "GPUMR_SIMULATE_GPUS=1", "--device", "gpu"], str(tmp_path), "ct")
     assert job.counters["records on GPU"] == 6 and set(job.counters) == {"records on GPU", "GPU milliseconds"}
     assert all(v["device"] == "gpu:0" and v["simulated"] is True for v in parsed(job.output).values())

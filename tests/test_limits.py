@@ -250,14 +250,13 @@ def test_sample_frames_are_bounded(tmp_path):
 # -- CT ----------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ct(tmp_path_factory):
-    """Projections (16^3 voxels, 12 angles) with their geometry and a plan; the same with one NaN pixel."""
+    """Projections (16^3 voxels, 12 angles) with their geometry; the same with one NaN pixel."""
     import io
 
     import tifffile
     from gpumr.ct.projections import encode_tiff
     d = tmp_path_factory.mktemp("ct")
     assert main(["ct", "phantom", "--voxels", "16", "--angles", "12", "-o", str(d / "p.seq")]) == 0
-    assert main(["ct", "plan", str(d / "p.seq"), "--slab", "8", "-o", str(d / "plan")]) == 0
     with seqfile.Writer(str(d / "nan.seq")) as w:
         for i, r in enumerate(seqfile.Reader(str(d / "p.seq"))):
             img = tifffile.imread(io.BytesIO(r.value))
@@ -272,11 +271,12 @@ def ct_commands(d, geometry=None, projections="p.seq", extra=()):
     """Every CT command that reads a geometry or projections: ``{name: (argv, prefix, status)}``."""
     g = ["--geometry", str(geometry)] if geometry else []
     p = str(d / projections)
-    return {"plan": (["-m", "gpumr", "ct", "plan", p, *g, "-o", str(d / "never"), *extra], "gpumr: error: ", 1),
+    return {"plan": (["-m", "gpumr", "run", "backproject", "--projections", p, *g, "--slab", "8", "-o",
+                      str(d / "never"), "--dry-run", *extra], "gpumr: error: ", 1),
             "reconstruct": (["-m", "gpumr", "ct", "reconstruct", p, *g, "-o", str(d / "never.npy"), *extra],
                             "gpumr: error: ", 1),
             "phantom": (["-m", "gpumr", "ct", "phantom", *g, "-o", str(d / "never.seq"), *extra], "gpumr: error: ", 1),
-            "job": (["-m", "gpumr.jobs.backproject", "-r", "inline", "--no-conf", str(d / "plan"), "--projections", p,
+            "job": (["-m", "gpumr.jobs.backproject", "-r", "inline", "--no-conf", "--projections", p,
                      *g, "--output-dir", str(d / "never"), *extra], "gpumr: error: ", 1),
             "spark": (["-m", "gpumr", "spark", "backproject", "--projections", p, *g, "--slab", "8", "-o",
                        str(d / "never"), "--master", "local[1]", *extra], "gpumr: error: ", 1)}
@@ -387,38 +387,33 @@ def test_a_slab_over_its_limit_is_refused(ct):
     g = json.loads((ct / "p.geometry.json").read_text())
     g.update(nVoxel=[16, 8192, 8192], dVoxel=[0.002, 0.002, 0.002])  # within the field of view
     (ct / "wide.geometry.json").write_text(json.dumps(g))
-    plan = ["-m", "gpumr", "ct", "plan", "--geometry", str(ct / "wide.geometry.json")]
+    plan = ["-m", "gpumr", "run", "backproject", "--projections", str(ct / "p.seq"), "--geometry",
+            str(ct / "wide.geometry.json"), "--dry-run"]
     refused(run([*plan, "--slab", "16", "-o", str(ct / "never")], str(ct)),
             "--slab: a slab of 16 slices of 8192x8192: 1,073,741,824 voxels, over the limit of 268,435,456")
     assert run([*plan, "--slab", "4", "-o", str(ct / "wide-plan")], str(ct)).returncode == 0
     refused(run(["-m", "gpumr", "spark", "backproject", "--projections", str(ct / "p.seq"), "--geometry",
                  str(ct / "wide.geometry.json"), "--slab", "16", "-o", str(ct / "never"), "--master", "local[1]"],
                 str(ct)), "--slab: a slab of 16 slices")
-    # A plan line asking for more is that record's error line; the job reads the (small) projections only.
-    (ct / "big-plan").mkdir()
-    (ct / "big-plan" / "part-00000.txt").write_text("0 16\n")
-    out = ct / "wide-out"
-    proc = run(["-m", "gpumr.jobs.backproject", "-r", "inline", "--no-conf", str(ct / "big-plan"), "--projections",
-                str(ct / "p.seq"), "--geometry", str(ct / "wide.geometry.json"), "--output-dir", str(out)], str(ct))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = open(out / "part-00000").read().strip()
-    assert json.loads(line.split("\t")[1]) == {"error": "slab 0 16: a slab of 16 slices of 8192x8192: 1,073,741,824 "
-                                                        "voxels, over the limit of 268,435,456"}
 
 
-def test_assemble_checks_each_slice_before_decompressing_it(tmp_path):
-    import base64
+def test_assemble_checks_each_slab_line_before_reading_its_array(tmp_path):
+    """A line declaring a volume over the limits, or naming a file outside arrays/, is refused before any byte of a
+    slab is read; a slab whose file holds less than its line says is refused by name."""
     out = tmp_path / "out"
-    out.mkdir()
+    (out / "arrays").mkdir(parents=True)
+    np.save(out / "arrays" / "z00000.slab.npy", np.zeros((2, 8, 8), np.float32)[:1])
 
-    def line(value):
-        return json.dumps("00000") + "\t" + json.dumps(value) + "\n"
-    bomb = base64.b64encode(zlib.compress(bytes(100 << 20))).decode()  # 100 MB of zeros in 100 KB
-    for value, message in (({"z": 0, "nz": 10 ** 9, "shape": [8, 8], "data": ""}, "nz must be a whole number "
-                                                                                   "from 1 to 16,384"),
-                           ({"z": 0, "nz": 1, "shape": [8, 8], "data": bomb}, "data does not hold the 8x8 float32 "
-                                                                              "image its shape declares"),
-                           ({"z": 0, "nz": 1, "shape": [8, "x"], "data": ""}, "shape[1] must be a whole number")):
-        (out / "part-00000").write_text(line(value))
+    def line(**value):
+        slab = {"array": "arrays/z00000.slab.npy", "shape": [2, 8, 8], "dtype": "<f4"}
+        slab.update(value.pop("slab", {}))
+        return json.dumps("z00000") + "\t" + json.dumps({"z": [0, 2], "nz": 2, "slab": slab, **value}) + "\n"
+    for text, message in ((line(nz=10 ** 9), "nz must be a whole number from 1 to 16,384"),
+                          (line(slab={"shape": [2, 8, "x"]}), "shape must be a whole number"),
+                          (line(slab={"array": "../../etc/passwd"}), "not a file of the output's arrays/"),
+                          (line(slab={"dtype": "<f8"}), "not float32"),
+                          (line(), "holds a float32 array of shape (1, 8, 8), not the slab 0-2 of 8x8")):
+        (out / "part-00000").write_text(text)
         refused(run(["-m", "gpumr", "ct", "assemble", str(out), "-o", str(tmp_path / "v.npy")], str(tmp_path)),
                 message)
+        assert not (tmp_path / "v.npy").exists()

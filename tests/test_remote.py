@@ -21,8 +21,16 @@ import pytest
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
-from gpumr.engines.spark import run, splits
-from gpumr.engines.streaming import run_job
+from conftest import run_workload
+
+
+def run(kind, argv, sc=None):
+    """The Spark engine (on the session's cluster where given)."""
+    return run_workload(kind, argv, "spark", sc)
+
+
+from gpumr.io.inputs import splits  # noqa: E402
+from gpumr.launch.job import run_job
 from gpumr.errors import GpumrError
 from gpumr.io import remote
 from gpumr.io.packing import pack

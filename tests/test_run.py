@@ -97,31 +97,55 @@ def test_hadoop(packed, reference, tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000"]  # no .crc files published
 
 
-def test_emr_dry_run_resolves_the_config_without_aws(packed, capsys, monkeypatch):
+def test_emr_dry_run_resolves_the_config_without_running_anything(s3, packed, capsys, monkeypatch, tmp_path):
+    """The plan (inputs listed at the S3 server, the output checked) and mrjob's EMR runner's settings, no secret."""
     pytest.importorskip("boto3", reason="mrjob's EMR runner needs boto3 (pip install '.[dev]')")
+    from s3server import BUCKET
+    for name in sorted(os.listdir(packed)):
+        s3.put(f"emrdry/frames/{name}", open(os.path.join(packed, name), "rb").read())
     monkeypatch.chdir(CHECKOUT)  # the config names the bootstrap and the sdist from the checkout's root
-    assert main(["run", "faces", "s3://bucket/frames/", "-o", "s3://bucket/out/", "--engine", "emr", "--dry-run",
-                 "-c", os.path.join(CONF_DIR, "mrjob.emr.conf"), "--cloud-tmp-dir", "s3://bucket/tmp/",
-                 "--device", "gpu", "--scale-factor", "1.2"]) == 0
+    conf = tmp_path / "secret.conf"  # the EMR config with secrets a user may keep in it
+    conf.write_text(open(os.path.join(CONF_DIR, "mrjob.emr.conf")).read().replace(
+        "    region: us-east-1\n", "    region: us-east-1\n    aws_secret_access_key: SECRETKEY123\n"
+                                    "    aws_session_token: TOKEN456\n").replace(
+        "      OMP_NUM_THREADS: '1'\n", "      OMP_NUM_THREADS: '1'\n      API_PASSWORD: hunter2\n", 1))
+    assert main(["run", "faces", f"s3://{BUCKET}/emrdry/frames/", "-o", f"s3://{BUCKET}/emrdry/out/", "--engine", "emr",
+                 "--dry-run", "-c", str(conf), "--cloud-tmp-dir", f"s3://{BUCKET}/tmp/", "--device", "gpu",
+                 "--scale-factor", "1.2"]) == 0
     said = capsys.readouterr().out
-    first, rest = said.split("\n", 1)
-    assert first.startswith("gpumr run: would run on emr: ") and "-r emr --workload faces s3://bucket/frames/" in first
-    assert "--device gpu --scale-factor 1.2" in first and first.endswith("--output-dir s3://bucket/out/")
-    settings = json.loads(rest)
+    for secret in ("SECRETKEY123", "TOKEN456", "hunter2"):
+        assert secret not in said
+    lines = said.splitlines()
+    assert lines[0] == "gpumr run: workload faces (built in): 2 task(s) over 2 input file(s), " \
+                       f"{sum(os.path.getsize(os.path.join(packed, n)) for n in os.listdir(packed))} bytes"
+    assert lines[1].startswith(f"gpumr run: engine emr; output s3://{BUCKET}/emrdry/out; --device gpu")
+    prefix = "gpumr run: mrjob's settings (secrets hidden): "
+    settings = json.loads(next(ln for ln in lines if ln.startswith(prefix))[len(prefix):])
     o = settings["options"]
     assert settings["runner"] == "emr" and settings["python_bin"] == ["/opt/gpumr/venv/bin/python"]
-    assert o["release_label"].startswith("emr-7") and o["cloud_tmp_dir"] == "s3://bucket/tmp/"
+    assert o["release_label"].startswith("emr-7") and o["cloud_tmp_dir"] == f"s3://{BUCKET}/tmp/"
+    assert o["aws_secret_access_key"] == o["aws_session_token"] == "***"
+    assert o["cmdenv"]["GPUMR_SCHEDULER_SOCKET"] == "***" and o["cmdenv"]["API_PASSWORD"] == "***"
     types = [g["InstanceType"] for g in o["instance_groups"] if g["InstanceRole"] != "MASTER"]
     assert types and all(t.split(".")[0] in ("g4dn", "g5") for t in types)
-    assert o["cmdenv"]["GPUMR_SCHEDULER_SOCKET"] == "/run/gpumr/scheduler.sock"
-    # The declaration's checks run before: a wrong option is the same one line as on every engine.
-    assert main(["run", "faces", "s3://bucket/frames/", "-o", "s3://bucket/out/", "--engine", "emr", "--dry-run",
-                 "-c", os.path.join(CONF_DIR, "mrjob.emr.conf"), "--scale-factor", "nan"]) == 1
+    # The checks run before: a wrong option is the same one line as on every engine.
+    assert main(["run", "faces", f"s3://{BUCKET}/emrdry/frames/", "-o", f"s3://{BUCKET}/emrdry/out/", "--engine",
+                 "emr", "--dry-run", "-c", str(conf), "--scale-factor", "nan"]) == 1
     assert capsys.readouterr().err == "gpumr: error: --scale-factor must be a number over 1 and at most 100, not nan\n"
 
 
+def test_dry_run_on_every_engine_runs_nothing(packed, tmp_path, capsys):
+    """``--dry-run`` was an AttributeError called a bug on the inline engine: on each, the plan, and nothing made."""
+    for engine in ("inline", "local", "dask", "spark"):
+        assert main(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", engine, "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("gpumr run: workload faces (built in): 2 task(s) over 2 input file(s)"), out
+        assert f"engine {engine}; output {tmp_path / 'out'}" in out
+    assert os.listdir(tmp_path) == []
+
+
 def test_backproject_plans_its_slabs_on_local(tmp_path):
-    """No ``gpumr ct plan`` first: the command makes the plan the mrjob job reads."""
+    """The workload makes its own records (the slabs); the mrjob job reads them from the launcher's task files."""
     seq, direct = ct_phantom(tmp_path, 12, 16)
     proc = gpumr(["run", "backproject", "--projections", seq, "--slab", "5", "-o", str(tmp_path / "out"),
                   "--engine", "local", "--device", "cpu", "--no-conf"], tmp_path)

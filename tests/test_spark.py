@@ -22,9 +22,15 @@ from conftest import ASSIGNED, ct_phantom, lines_of
 
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
-from gpumr.engines.spark import prepare_output, run
-from gpumr.engines.streaming import run_job
+from conftest import run_workload
+
+
+def run(kind, argv, sc=None):
+    """The Spark engine (on the session's cluster where given)."""
+    return run_workload(kind, argv, "spark", sc)
+from gpumr.launch.job import run_job
 from gpumr.errors import GpumrError
+from gpumr.io.outputs import open_output
 from gpumr.io.packing import pack
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
@@ -72,13 +78,13 @@ def test_output_folder_safety(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    with pytest.raises(GpumrError, match="gpumr spark did not make"):
-        prepare_output(str(mine))
+    with pytest.raises(GpumrError, match="gpumr run did not make"):
+        open_output(str(mine), "gpumr run", folder=True)
     assert (mine / "notes.txt").read_text() == "keep me"
     (tmp_path / "target").mkdir()
     os.symlink(tmp_path / "target", tmp_path / "link")
     with pytest.raises(GpumrError, match="is a symbolic link"):
-        prepare_output(str(tmp_path / "link"))
+        open_output(str(tmp_path / "link"), "gpumr run", folder=True)
     with pytest.raises(GpumrError, match="-o OUT is required"):
         run("faces", ["in.seq"])
     with pytest.raises(GpumrError, match="--projections is required"):
@@ -87,15 +93,16 @@ def test_output_folder_safety(tmp_path):
         run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
 
 
-def test_two_file_options_of_one_name_are_refused_before_a_context_starts(tmp_path):
-    """The refusal came after the Spark context started (here: a master that cannot start one)."""
+def test_two_side_files_of_one_name_both_reach_the_tasks(sc, tmp_path):
+    """Side files travel by content (their name is their hash): two files both named ``data`` are two files."""
     assert main(["ct", "phantom", "--voxels", "8", "--angles", "4", "-o", str(tmp_path / "p.seq")]) == 0
     for folder, src in (("p", "p.seq"), ("g", "p.geometry.json")):
         (tmp_path / folder).mkdir()
         shutil.copy(tmp_path / src, tmp_path / folder / "data")
-    with pytest.raises(GpumrError, match="^--projections .*/p/data: another shipped file has the name data$"):
-        run("backproject", ["--projections", str(tmp_path / "p" / "data"), "--geometry", str(tmp_path / "g" / "data"),
-                            "--slab", "4", "-o", str(tmp_path / "out"), "--master", "no-such-master"])
+    counts, _ = run("backproject", ["--projections", str(tmp_path / "p" / "data"), "--geometry",
+                                    str(tmp_path / "g" / "data"), "--slab", "4", "-o", str(tmp_path / "out"),
+                                    "--device", "cpu"], sc=sc)
+    assert counts["records on CPU"] == 2 and not counts.get("bad records")
 
 
 def test_a_spark_that_cannot_start_is_one_gpumr_line(tmp_path):

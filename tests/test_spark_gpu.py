@@ -13,8 +13,13 @@ import pytest
 
 from conftest import ASSIGNED, ct_phantom
 from gpumr.cli import main
-from gpumr.engines.spark import run
-from gpumr.engines.streaming import run_job
+from conftest import run_workload
+
+
+def run(kind, argv, sc=None):
+    """The Spark engine (on the session's cluster where given)."""
+    return run_workload(kind, argv, "spark", sc)
+from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 
 pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")

@@ -238,3 +238,37 @@ def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-theirs"))
     with pytest.warns(UserWarning, match=f"{shared_tmp}/theirs: refusing it for kernels to load: it belongs to uid"):
         assert kernels.locate("haar") == (None, "nowhere")
+
+
+def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(shared_tmp, monkeypatch, planter):
+    """The folder named through a link was checked, then every fatbin opened through the link again: repointing it
+    after the check served another user's fatbin. Now the folder is opened once and its files read relative to it;
+    and a link to a link (the docs say "followed once") is refused."""
+    from gpumr.gpu import kernels
+    name = f"haar-{kernels._digest('haar')}.fatbin"
+    if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
+        pytest.skip("a fatbin ships beside the sources here")
+    monkeypatch.setenv(kernels.CACHE_ENV, os.path.join(shared_tmp, "cache"))
+    monkeypatch.setattr(kernels, "_FOLDERS", {})
+    for owner, data in (("mine", b"my fatbin"), ("theirs", b"their fatbin")):
+        folder = os.path.join(shared_tmp, owner)
+        os.mkdir(folder, 0o755)
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    theirs = os.path.join(shared_tmp, "theirs")
+    os.chown(theirs, planter, planter)
+    os.chown(os.path.join(theirs, name), planter, planter)
+    link = os.path.join(shared_tmp, "kernels")
+    os.symlink(os.path.join(shared_tmp, "mine"), link)
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, link)
+    assert kernels.image("haar") == b"my fatbin"  # judged and opened: mine
+    os.unlink(link)
+    os.symlink(theirs, link)  # repointed at another user's folder after the check
+    assert kernels.image("haar") == b"my fatbin"  # still the folder that was judged
+    # A chain of two links is refused, with one warning, and nothing is read through it.
+    monkeypatch.setattr(kernels, "_FOLDERS", {})
+    chain = os.path.join(shared_tmp, "chain")
+    os.symlink(link, chain)
+    monkeypatch.setenv(kernels.KERNEL_DIR_ENV, chain)
+    with pytest.warns(UserWarning, match="a link to a link"):
+        assert kernels.locate("haar") == (None, "nowhere")

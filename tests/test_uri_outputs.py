@@ -24,7 +24,12 @@ import pytest
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
-from gpumr.engines.spark import run
+from conftest import run_workload
+
+
+def run(kind, argv, sc=None, engine="spark"):
+    """The Spark engine (on the session's cluster where given)."""
+    return run_workload(kind, argv, engine, sc)
 from gpumr.errors import GpumrError
 from gpumr.io.outputs import UriOutput
 from gpumr.io.packing import pack
@@ -268,6 +273,22 @@ def test_spark_checks_its_output_against_the_inputs_as_given_before_fetching_the
     assert s3.keys(prefix) == [f"{prefix}/p.geometry.json", f"{prefix}/p.seq"]
 
 
+@pytest.mark.parametrize("how", ["dout/../{p}", "./{p}", "{p}/x/.."])
+def test_dot_segments_name_the_key_every_check_and_write_uses(s3, tmp_path, how):
+    """``-o s3://b/dout/../in`` (or ``./in``): the output rule checked the literal key while writes went to the
+    normalized one, and the job ran over the input's folder, leaving a stage and a false proof beside it."""
+    import seqfile
+    prefix = f"dots-{secrets.token_hex(4)}"
+    with seqfile.Writer(str(tmp_path / "in.seq")) as w:
+        w.append("k", b"v")
+    s3.put(f"{prefix}/in.seq", (tmp_path / "in.seq").read_bytes())
+    out = f"s3://{BUCKET}/" + how.format(p=prefix)
+    with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/{prefix}: is or holds the input s3://{BUCKET}/{prefix}/"):
+        run("faces", [f"s3://{BUCKET}/{prefix}/in.seq", "-o", out, "--device", "cpu"], engine="inline")
+    assert s3.keys(prefix) == [f"{prefix}/in.seq"]
+    assert not [k for k in s3.keys() if k.startswith(f".{prefix}") or "dout" in k]
+
+
 @pytest.fixture(scope="module")
 def packed(sample_frames, tmp_path_factory):
     seq = str(tmp_path_factory.mktemp("packed") / "frames")
@@ -313,7 +334,7 @@ def test_spark_replaces_its_output_at_a_uri_keeps_what_appeared_refuses_foreign_
 
     # A prefix holding an object gpumr did not make: refused before any task, untouched.
     s3.put("foreign/README", b"someone's")
-    with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/foreign: holds README, which gpumr spark did not make"):
+    with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/foreign: holds README, which gpumr run did not make"):
         run("faces", [*args, "-o", f"s3://{BUCKET}/foreign"], sc=sc)
     assert s3.keys("foreign") == ["foreign/README"] and not [k for k in s3.keys() if k.startswith(".foreign")]
 

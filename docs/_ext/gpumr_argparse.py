@@ -9,10 +9,10 @@ Two directives, so that no option is ever copied by hand into the docs:
     lets a page name a command that this build does not have yet: it renders
     TEXT until the command exists, and the parser's reference after that.
 
-``.. gpumr-job:: MODULE.CLASS``
-    An mrjob job class: its usage and the options gpumr adds (the job's
-    pass-through and file options, read from the job's own ``arg_parser``),
-    then the mrjob options these docs use, with mrjob's own help.
+``.. gpumr-run:: WORKLOAD``
+    ``gpumr run WORKLOAD``'s options, from the one parser the launcher
+    parses with (:func:`gpumr.launch.parser.run_parser`), group by group:
+    the workload's own, device choice, the job, and each engine's.
 
 The build also warns about every ``gpumr`` subcommand that no
 ``gpumr-command`` directive covers, so ``sphinx-build -W`` fails until a new
@@ -33,10 +33,6 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
 logger = logging.getLogger(__name__)
-
-#: The mrjob options the job pages list beside gpumr's own (the rest: mrjob's documentation).
-MRJOB_OPTIONS = ("-r", "-c", "--output-dir", "--python-bin", "--cmdenv", "--files", "--archives", "--dirs",
-                 "--jobconf", "--setup", "--hadoop-streaming-jar")
 
 #: Underline characters for nesting levels below the directive's own section.
 _UNDERLINES = "~^'\""
@@ -183,50 +179,16 @@ def _load(spec):
     return getattr(importlib.import_module(module), attr)
 
 
-def run_parser(kind, engine=None):
-    """The options of ``gpumr run KIND`` (or, with ``engine``, one engine's) from the parsers the engines use.
-
-    :func:`gpumr.engines.common.parser` plus the workload's declaration, as
-    every engine parses them; then ``--engine`` and ``--dry-run``
-    (:mod:`gpumr.cli.run`) and each engine's own options (Spark's
-    ``--master``, Dask's ``--scheduler`` and ``--workers``), each saying which
-    engines take it. ``engine`` (``"spark"``) keeps only that engine's.
-    """
-    from gpumr.cli.run import ENGINES
-    from gpumr.engines import common, dask, spark
-    from gpumr.engines.runners import ENGINES as MRJOB
-    from gpumr.workloads import get
-
-    p = common.parser(kind, engine or "ENGINE")
-    p.prog = f"gpumr run {kind}" if engine is None else f"gpumr {engine} {kind}"
-    only = {}
-
-    def add(engines, add_options):
-        before = {a.dest for a in p._actions}
-        add_options(p)
-        for a in p._actions:
-            if a.dest not in before:
-                only[a.dest] = engines
-
-    if engine is None:
-        p.add_argument("--engine", choices=ENGINES, default="inline",
-                       help="where the job runs (default inline): " + ", ".join(ENGINES))
-        p.add_argument("--dry-run", action="store_true",
-                       help="print the mrjob job's command line and its runner's settings, resolved from the "
-                            "options and the config, and run nothing")
-        only["dry_run"] = MRJOB
-        if any(a.dest == "split_size" for a in p._actions):
-            only["split_size"] = ("spark", "dask")
-    if engine in (None, "spark"):
-        add(("spark",), spark._master_option)
-    if engine in (None, "dask"):
-        add(("dask",), dask._options)
-    get(kind).add_to(p)
-    if engine is None:
-        for a in p._actions:
-            if a.dest in only and a.help:
-                a.help = f"{a.help} (engines: {', '.join(only[a.dest])})"
-    return p
+def _group_lines(parser, level):
+    """One section per argument group of ``parser`` (the one parser of ``gpumr run``): its options."""
+    lines = []
+    for group in parser._action_groups:
+        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        if not actions or group.title in ("options", "optional arguments", "positional arguments"):
+            continue
+        title = group.title[:1].upper() + group.title[1:]
+        lines += [title, _UNDERLINES[level] * len(title), ""] + _option_lines(actions, parser)
+    return lines
 
 
 def _command_lines(app, parser, path, level):
@@ -245,19 +207,9 @@ def _command_lines(app, parser, path, level):
     lines += _usage_lines(parser)
     lines += [f".. program:: {name}", ""]
     actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
-    pass_through = parser.get_default("pass_through")
-    extra = app.config.gpumr_pass_through.get(" ".join(path))
-    if pass_through and extra:
-        module, func, *args = extra
-        engine = getattr(importlib.import_module(module), func)(*args)
-        actions = [a for a in engine._actions if a.dest != "help"]
-        lines += _option_lines(actions, engine)
-        job = app.config.gpumr_pass_through_jobs.get(" ".join(path))
-        if job:
-            lines += ["Every other option goes to mrjob's runner as given (engines inline, local, hadoop, emr; "
-                      f"e.g. ``-c mrjob.conf``, ``--jobconf``): see :ref:`job-{job}`.", ""]
-    else:
-        lines += _option_lines(actions, parser)
+    lines += _option_lines(actions, parser)
+    if parser.get_default("pass_through"):
+        lines += ["Each workload's options follow: ``gpumr run WORKLOAD --help`` prints them.", ""]
     return lines
 
 
@@ -293,39 +245,22 @@ class CommandDirective(SphinxDirective):
         return node.children
 
 
-class JobDirective(CommandDirective):
-    """``.. gpumr-job:: MODULE.CLASS``: an mrjob job's options, from the job class's own parser."""
-
-    option_spec = {"module": directives.unchanged}
+class RunDirective(CommandDirective):
+    """``.. gpumr-run:: WORKLOAD``: ``gpumr run WORKLOAD``'s options, from the one parser the launcher parses with."""
 
     def run(self):
-        cls = _load(self.arguments[0])
+        from gpumr.launch.parser import run_parser
+        from gpumr.workloads import find, load
+        name = self.arguments[0]
         self.env.note_dependency(__file__)
-        module = self.options.get("module") or cls.__module__
-        job = cls(args=[])
-        parser = job.arg_parser
-        prog = f"python -m {module}"
-        parser.prog = prog
-        short = module.rpartition(".")[2]
-        title = f"``{prog}``"
-        lines = [f".. _job-{short}:", "", title, "~" * len(title), ""]
-        lines += _paragraphs((cls.__doc__ or "").strip().split("\n\n")[0])
+        parser = run_parser(load(find(name)), prog=f"gpumr run {name}")
+        title = f"``gpumr run {name}``"
+        lines = [f".. _run-{name}:", "", title, "~" * len(title), ""]
+        lines += _paragraphs(parser.description)
         lines += _usage_lines(parser)
-        lines += [f".. program:: {prog}", ""]
-        own = job._passthru_arg_dests | job._file_arg_dests
-        gpumr_actions = [a for a in parser._actions if a.dest in own]
-        lines += ["gpumr's options", "^" * 15, ""] + _option_lines(gpumr_actions, parser)
-        by_name = {o: a for a in parser._actions for o in a.option_strings}
-        mrjob_actions = []
-        for name in MRJOB_OPTIONS:
-            a = by_name.get(name)
-            if a is not None and a not in mrjob_actions:
-                mrjob_actions.append(a)
-        lines += ["mrjob's options used in these pages", "^" * 35, "",
-                  "Every other mrjob option works as mrjob documents it (``" + prog + " --help -r emr``, "
-                  "or mrjob's own documentation).", ""]
-        lines += _option_lines(mrjob_actions, parser)
-        _store(self.env, "jobs").add(self.arguments[0])
+        lines += [f".. program:: gpumr run {name}", ""]
+        lines += _group_lines(parser, 1)
+        lines += _paragraphs(parser.epilog)
         return self._parse(lines)
 
 
@@ -356,10 +291,8 @@ def _check_coverage(app, env):
 def setup(app):
     app.add_config_value("gpumr_parser", None, "env")
     app.add_config_value("gpumr_reference_page", "reference/cli", "env")
-    app.add_config_value("gpumr_pass_through", {}, "env")
-    app.add_config_value("gpumr_pass_through_jobs", {}, "env")
     app.add_directive("gpumr-command", CommandDirective)
-    app.add_directive("gpumr-job", JobDirective)
+    app.add_directive("gpumr-run", RunDirective)
     app.connect("env-purge-doc", _purge)
     app.connect("env-check-consistency", _check_coverage)
     return {"version": "1", "parallel_read_safe": False, "env_version": 1}

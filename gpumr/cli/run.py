@@ -7,7 +7,7 @@ plans once; the engine only runs the tasks; every engine writes the same
 output and ends with the same one-line summary.
 """
 
-from ..boundary import logger
+from ..boundary import UsageError, logger
 
 
 def _general_help():
@@ -53,3 +53,33 @@ def register(sub):
                        description="Run a workload (built in, installed, or MODULE:CLASS of your own) on an engine; "
                                    "gpumr run WORKLOAD --help lists its options.")
     s.set_defaults(func=cmd, pass_through=True)
+
+
+def job_argv(workload, argv):
+    """``gpumr run``'s command line for mrjob's ``python -m gpumr.jobs.X [-r RUNNER] ... --output-dir OUT``."""
+    out, runner, rest, args = None, "inline", [], list(argv)
+    while args:
+        a = args.pop(0)
+        name, eq, value = a.partition("=")
+        if name in ("-r", "--runner", "--output-dir") and not eq:
+            if not args:
+                raise UsageError(f"{name} needs a value")
+            value = args.pop(0)
+        if name in ("-r", "--runner"):
+            runner = value
+        elif name == "--output-dir":
+            out = value
+        else:
+            rest.append(a)
+    if out is None:
+        raise UsageError("--output-dir OUT is required: gpumr writes the job's output into a folder or URI")
+    return [workload, *rest, "-o", out, "--engine", runner]
+
+
+def job_main(workload):
+    """``python -m gpumr.jobs.X``: the job through the one launcher, inside the error boundary."""
+    import sys
+
+    from ..boundary import main
+    from . import run_command
+    main(lambda: run_command(job_argv(workload, sys.argv[1:])))

@@ -24,7 +24,7 @@ def reason_of(exc):
     return f"{type(exc).__name__}: {text[:REASON_CHARS]}" if text else type(exc).__name__
 
 
-def plain_result(result, device):
+def plain_result(key, result, device):
     """The output value of a result: a dict, with ``device`` added; BadRecord if the result is not a dict."""
     if not isinstance(result, dict):
         raise BadRecord(f"the workload returned a {type(result).__name__}, not a dict")

@@ -65,13 +65,10 @@ class Engine:
         Its name in ``--engine``.
     help : str
         One line for ``--engine``'s help.
-    passes_through : bool
-        Options the parser does not know go to the engine as they are (mrjob's ``-c``, ``--jobconf``).
     """
 
     name = "engine"
     help = ""
-    passes_through = False
 
     def __init__(self, name=None):
         self.name = name or self.name
@@ -85,6 +82,12 @@ class Engine:
 
     def check(self, o):
         """Refuse this engine's own options out of their limits (one line; reads nothing)."""
+
+    def check_extra(self, extra):
+        """Refuse options the one parser does not know (``extra``); an engine that passes them on checks them here."""
+        from ..boundary import UsageError
+        if extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see gpumr run WORKLOAD --help)")
 
     def tasks_here(self, o):
         """Whether the tasks run on this machine (``--device gpu`` is then refused here without a GPU)."""

@@ -75,6 +75,16 @@ class DaskEngine(Engine):
             if sep and scheme not in SCHEMES:
                 raise GpumrError(f"--scheduler {address}: not a Dask scheduler address (schemes: "
                                  f"{', '.join(s + '://' for s in SCHEMES)})")
+            if scheme == "tls":
+                import dask
+                if not dask.config.get("distributed.comm.tls.client.cert", None):
+                    raise GpumrError(f"--scheduler {address}: tls:// needs Dask's TLS configuration (the "
+                                     "distributed.comm.tls settings: CA, certificate and key), and none is set here")
+            if scheme == "ucx":
+                import importlib.util
+                if importlib.util.find_spec("distributed_ucxx") is None and importlib.util.find_spec("ucp") is None:
+                    raise GpumrError(f"--scheduler {address}: ucx:// needs UCX for Dask (pip install distributed-ucxx), "
+                                     "which is not installed here")
 
     def tasks_here(self, o):
         return o.scheduler is None
@@ -160,16 +170,22 @@ def _main_thread():
 
 def _bounded(call, timeout=CONNECT_TIMEOUT + 5):
     """``call()`` given at most ``timeout`` seconds: a peer that accepts the connection and never answers ends the
-    job with one line instead of holding it for ever."""
-    import concurrent.futures
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpumr-dask-call")
-    try:
+    job with one line instead of holding it for ever (the call goes on in a daemon thread, which exit drops)."""
+    import threading
+    done, box = threading.Event(), {}
+
+    def target():
         try:
-            return pool.submit(call).result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise GpumrError(f"the Dask scheduler did not answer within {timeout} s") from None
-    finally:
-        pool.shutdown(wait=False)
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+            box["error"] = exc
+        done.set()
+    threading.Thread(target=target, name="gpumr-dask-call", daemon=True).start()
+    if not done.wait(timeout):
+        raise GpumrError(f"the Dask scheduler did not answer within {timeout} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _declare_gpus(client):

@@ -11,6 +11,7 @@ files go in the job's private folder. Hadoop: :doc:`/how-to/hadoop`; EMR:
 :doc:`/how-to/emr`.
 """
 
+import contextlib
 import gzip
 import json
 import logging
@@ -18,6 +19,7 @@ import os
 import shutil
 import sys
 
+from ..boundary import UsageError
 from ..errors import GpumrError, redact
 from ..io.remote import locate
 from .base import Engine, Outcome
@@ -45,7 +47,6 @@ def _redacted(options):
 class MRJobEngine(Engine):
     """``--engine inline|local|hadoop|emr``: one of mrjob's runners."""
 
-    passes_through = True
     HELP = {"inline": "mrjob's inline runner: every task in this process (the default)",
             "local": "mrjob's local runner: a process per task, on every core of this machine",
             "hadoop": "Hadoop Streaming through mrjob (hadoop on PATH)",
@@ -75,6 +76,11 @@ class MRJobEngine(Engine):
     def tasks_here(self, o):
         return self.name in HERE
 
+    def check_extra(self, extra):
+        """mrjob's own options, checked by mrjob's parser before anything is listed or read."""
+        if extra:
+            self._job(["-r", self.name, *extra])
+
     # -- the job's files and arguments -----------------------------------------------------------
     def _task_files(self, plan, folder):
         """Write the plan's tasks as gzipped task files (a map task each) in ``folder``; their paths."""
@@ -103,12 +109,14 @@ class MRJobEngine(Engine):
 
     def _job(self, args):
         from .mrjob_task import MRWorkload
-        if "--debug" not in sys.argv:
-            logging.getLogger("mrjob").setLevel(logging.ERROR)
+        log = logging.getLogger("mrjob")
+        if log.level == logging.NOTSET:  # (mrjob's chatter, "No configs specified ...": its errors only)
+            log.setLevel(logging.ERROR)
         try:
             return MRWorkload(args=args)
         except ValueError as exc:  # mrjob's way of refusing an option given as a list
-            raise GpumrError(redact(str(exc))) from None
+            raise UsageError(f"{redact(str(exc))} (see gpumr run WORKLOAD --help; other options go to mrjob's runner)") \
+                from None
 
     def _spec_file(self, plan):
         path = os.path.join(plan.folder, "gpumr-spec.json")
@@ -143,30 +151,61 @@ class MRJobEngine(Engine):
         args = self._args(plan, self._spec_file(plan), self._task_files(plan, os.path.join(plan.folder, "tasks")),
                           output_dir)
         mr = self._job(args)
+        said = []
         try:
-            with mr.make_runner() as runner:
+            with _mrjob_said(said, job.debug), mr.make_runner() as runner:
                 if self.name in HERE and plan.o.reducers > 0:
                     _limit_sim_reducers(runner, plan.o.reducers)
                 runner.run()
                 counts = total(runner.counters())
         except StepFailedException as exc:
-            raise GpumrError(f"the {self.name} job failed: {redact(str(exc))} (mrjob's log above says why)") from exc
+            raise GpumrError(f"a task of the {self.name} job failed: {_task_error(said, exc)}") from exc
         except OSError as exc:
             if self.name == "hadoop":
                 raise GpumrError(f"--engine hadoop: {exc.strerror or exc} running {exc.filename or 'hadoop'} "
                                  "(is Hadoop's client installed and on PATH?)") from None
             raise
-        except Exception as exc:  # noqa: BLE001 (mrjob's own errors, e.g. "Could not mkdir hdfs:///...")
+        except GpumrError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (mrjob's own errors; a task's, raised here by the inline runner)
             if self.name == "hadoop" and "mkdir" in str(exc) and "hdfs" in str(exc):
                 raise GpumrError(f"--engine hadoop: {redact(str(exc)).splitlines()[0]}: mrjob keeps its scratch files "
                                  "in HDFS; without HDFS, give -c conf/mrjob.local.conf (or --hadoop-tmp-dir "
                                  "file:///tmp/gpumr-mrjob)") from None
-            raise
+            from ..core.processor import reason_of
+            raise GpumrError(f"a task of the {self.name} job failed: {redact(reason_of(exc))}") from exc
         if local_out:  # the runner wrote here: into the stage, then published with the rest
             for name in os.listdir(output_dir):
                 if name.startswith("part-"):
                     stage.child(f"job/{name}").upload(os.path.join(output_dir, name))
         return Outcome({**_parts(stage.child("job")), **_arrays(stage)}, counts)
+
+
+@contextlib.contextmanager
+def _mrjob_said(lines, debug):
+    """What mrjob logs during the block, kept (``lines``) from the user's stderr unless ``debug``: a failed step's
+    "probable cause" holds the task's own one-line error, which the job's one line then says."""
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    log = logging.getLogger("mrjob")
+    handler, propagate = Keep(logging.WARNING), log.propagate
+    log.addHandler(handler)
+    log.propagate = debug
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+
+
+def _task_error(said, exc):
+    """The failed task's own error line (``gpumr: error: ...``) from mrjob's log, else mrjob's first line."""
+    for text in said:
+        for line in text.splitlines():
+            if line.startswith("gpumr: error: "):
+                return redact(line[len("gpumr: error: "):])
+    return redact(str(exc).splitlines()[0])
 
 
 def _parts(folder):
@@ -228,57 +267,3 @@ def _limit_sim_reducers(runner, n):
 def engine(name):
     return MRJobEngine(name)
 
-
-def job_argv(workload, argv):
-    """``gpumr run``'s command line for mrjob's ``python -m gpumr.jobs.X [-r RUNNER] ... --output-dir OUT``."""
-    out, runner, rest, args = None, "inline", [], list(argv)
-    while args:
-        a = args.pop(0)
-        name, eq, value = a.partition("=")
-        if name in ("-r", "--runner", "--output-dir") and not eq:
-            if not args:
-                raise GpumrError(f"{name} needs a value")
-            value = args.pop(0)
-        if name in ("-r", "--runner"):
-            runner = value
-        elif name == "--output-dir":
-            out = value
-        else:
-            rest.append(a)
-    if out is None:
-        raise GpumrError("--output-dir OUT is required: gpumr writes the job's output into a folder or URI")
-    return [workload, *rest, "-o", out, "--engine", runner]
-
-
-def job_main(workload):
-    """``python -m gpumr.jobs.X``: the job through the one launcher, inside the error boundary."""
-    from ..boundary import main
-    from ..cli import run_command
-    main(lambda: run_command(job_argv(workload, sys.argv[1:])))
-
-
-def run_job(job_class, inputs, output_dir, runner="local", extra=(), conf=None):
-    """Run a gpumr job class of ``jobs/`` from Python, through the one launcher.
-
-    Parameters
-    ----------
-    job_class : type
-        ``gpumr.jobs.face_detect.MRFaceDetect`` or ``gpumr.jobs.backproject.MRBackproject``.
-    inputs : list of str
-    output_dir : str
-    runner : str
-        An engine: inline, local, hadoop, emr (or spark, dask).
-    extra : list of str
-        More options of the job.
-    conf : str, optional
-        An mrjob.conf (default: none, ``--no-conf``).
-
-    Returns
-    -------
-    (dict, float)
-        The summed gpumr counters and the wall time in seconds.
-    """
-    from ..launch.job import launch
-    args = [*(["-c", conf] if conf else ["--no-conf"])] if runner in ("inline", "local", "hadoop", "emr") else []
-    result = launch([job_class.WORKLOAD, *inputs, "-o", output_dir, "--engine", runner, *args, *extra])
-    return result.counts, result.seconds

@@ -16,15 +16,13 @@ Hadoop's input format: :doc:`/how-to/spark`.
 import atexit
 import os
 import re
-import secrets
 import sys
 import tempfile
 import time
 
-if __name__ == "__main__" and not __package__:  # spark-submit runs this file as a script: run the command
-    from gpumr.boundary import main as _guarded  # inside the error boundary, through the package's modules
-    from gpumr.engines.spark import main as _main, quiet_interrupt as _quiet
-    _guarded(_main, on_interrupt=_quiet)
+if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run WORKLOAD ... --engine spark
+    from gpumr.cli import run_command  # (the package's modules, which the executors import too)
+    sys.exit(run_command([*sys.argv[1:], "--engine", "spark"]))
 
 from ..errors import GpumrError  # noqa: E402
 from .base import Engine  # noqa: E402
@@ -87,7 +85,9 @@ class SparkEngine(Engine):
                 yield from rdd.map(lambda i: _call(phase, function, calls[i])).collect()
             try:
                 return map_reduce(plan, job, execute)
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    quiet_interrupt()  # the boundary's "gpumr: interrupted" is the one line
                 _end_tasks(sc, own, group)
                 raise
         except Py4JJavaError as exc:
@@ -260,17 +260,5 @@ def quiet_interrupt():
     threading.excepthook = lambda args: None
 
 
-def main(argv=None):
-    """``spark-submit .../gpumr/engines/spark.py WORKLOAD ...``: ``gpumr run WORKLOAD ... --engine spark``."""
-    from ..cli import run_command
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return run_command([*argv, "--engine", "spark"])
-
-
 def engine(name):
     return SparkEngine(name)
-
-
-if __name__ == "__main__":
-    from ..boundary import main as _guarded
-    _guarded(main, on_interrupt=quiet_interrupt)

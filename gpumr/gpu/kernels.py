@@ -305,12 +305,11 @@ def _usable(name, path, place):
     try:
         if place == "the per-user cache":
             return _vouched(path, _made_by(name))
-        os.close(trusted.open_regular(path, what="a kernel fatbin"))
-        if place == f"${KERNEL_DIR_ENV}":
-            # Hadoop's distributed cache shows a shipped archive as a link in the task's working
-            # folder (``kernels -> .../filecache/.../fatbins.tar.gz``): the folder it names is the
-            # one the rule (owner, mode) is applied to.
-            trusted.check_folder(os.path.realpath(os.path.dirname(path)), "kernels to load", shared=True)
+        # Hadoop's distributed cache shows a shipped archive as a link in the task's working folder
+        # (``kernels -> .../filecache/.../fatbins.tar.gz``): the folder it names is opened once, judged, and
+        # its files read relative to it (:func:`image`).
+        fd = _folder_fd(os.path.dirname(path), place)
+        os.close(trusted.open_regular(os.path.basename(path), dir_fd=fd, what="a kernel fatbin"))
         return True
     except FileNotFoundError:
         return False
@@ -337,6 +336,46 @@ def describe(names=KERNELS):
         parts.append(f"{name} from {place} ({path})" if path else
                      f"{name}: no fatbin for this source (compiled with nvcc on first GPU use)")
     return "kernels: " + "; ".join(parts)
+
+
+#: The largest fatbin read (OpenCV-sized kernels' fatbins for every architecture are well under this).
+MAX_FATBIN_BYTES = 256 << 20
+_FOLDERS = {}  # a shipped kernel folder -> its descriptor, opened once per process (gpumr.trusted.open_folder)
+
+
+def _folder_fd(folder, place):
+    """The descriptor of a folder fatbins are loaded from: a shipped one (``$GPUMR_KERNEL_DIR``) judged by the
+    trusted-paths rule; the installed sources' as it is (gpumr's own install)."""
+    if folder not in _FOLDERS:
+        if place == f"${KERNEL_DIR_ENV}":
+            _FOLDERS[folder] = trusted.open_folder(folder, "kernels to load", shared=True)
+        else:
+            _FOLDERS[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return _FOLDERS[folder]
+
+
+def image(name, arch=None):
+    """The bytes of the fatbin of kernel ``name`` to load: from ``$GPUMR_KERNEL_DIR`` or beside the sources, read
+    relative to the folder opened once (a link to it followed once, never again); else the per-user cache's
+    (compiled for ``arch`` first where none is there).
+
+    Raises
+    ------
+    gpumr.trusted.Untrusted
+        Where the rule refuses the shipped folder or the file in it.
+    """
+    file = f"{name}-{_digest(name)}.fatbin"
+    for place, folder in _places(name)[:2]:
+        if not folder:
+            continue
+        try:
+            return trusted.read_at(_folder_fd(folder, place), file, MAX_FATBIN_BYTES, what="a kernel fatbin")
+        except FileNotFoundError:
+            continue
+        except trusted.Untrusted as exc:
+            trusted.warn_once(f"{exc}; not loaded", stacklevel=2)
+    path = fatbin(name, arch)
+    return trusted.read_regular(path, MAX_FATBIN_BYTES, what="a kernel fatbin")
 
 
 def fatbin(name, arch=None):

@@ -35,7 +35,7 @@ class PyCUDALauncher(Launcher):
             yield
 
     def module(self, name):
-        return self.cuda.module_from_file(kernels.fatbin(name, self.arch))
+        return self.cuda.module_from_buffer(kernels.image(name, self.arch))
 
     def to_device(self, host):
         import pycuda.gpuarray as ga
@@ -108,7 +108,9 @@ class CuPyLauncher(Launcher):
             yield
 
     def module(self, name):
-        return self.cp.RawModule(path=kernels.fatbin(name, self.arch))
+        module = self.cp.cuda.function.Module()
+        module.load(kernels.image(name, self.arch))
+        return module
 
     def to_device(self, host):
         return self.cp.asarray(np.ascontiguousarray(host))

@@ -127,8 +127,7 @@ def make_plan(argv, folder, verbosity_given=None):
     o, extra = parser.parse_known_args(argv[1:])
     from .. import engines
     engine = engines.get(o.engine)
-    if extra and not engine.passes_through:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    engine.check_extra(extra)
     if not o.output:
         raise GpumrError("-o OUT is required: the output folder or URI")
     workload = cls()

@@ -170,7 +170,7 @@ class Task:
         """The output line of a result (inside the processor's care: a result that is not JSON is that record's
         error line)."""
         from ..core.processor import plain_result
-        value = self.arrays.encode(key, plain_result(result, device))
+        value = self.arrays.encode(key, plain_result(key, result, device))
         if device != "cpu" and self._simulated:
             value["simulated"] = True
         try:

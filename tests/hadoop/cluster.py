@@ -18,7 +18,6 @@ import shutil
 import sys
 
 import gpumr.conf
-from gpumr.core.counters import total
 
 #: gpumr's mrjob configuration for one machine (its ``hadoop`` section is the one used).
 CONF = os.path.join(os.path.dirname(gpumr.conf.__file__), "mrjob.local.conf")
@@ -89,12 +88,12 @@ class JobRun:
 
 
 def run(job_class, args, workdir, name="job", python_bin=sys.executable):
-    """Run ``job_class`` with ``args`` (inputs and job options) through ``-r hadoop``.
+    """Run ``job_class``'s workload with ``args`` (inputs and job options) on ``--engine hadoop``, through the launcher.
 
     Parameters
     ----------
     job_class : type
-        A :class:`gpumr.engines.streaming.GpumrJob` subclass.
+        A job class of ``gpumr.jobs`` (its ``WORKLOAD`` is run).
     args : list of str
     workdir : str
         A fresh folder; the job runs from ``workdir/NAME-cwd``, mrjob's
@@ -111,26 +110,25 @@ def run(job_class, args, workdir, name="job", python_bin=sys.executable):
     AssertionError
         When the job fails, with the end of its log.
     """
-    from mrjob.step import StepFailedException
+    from gpumr.errors import GpumrError
+    from gpumr.launch.job import launch
 
     cwd = os.path.join(workdir, f"{name}-cwd")
     out = os.path.join(workdir, f"{name}-out")
     os.makedirs(cwd)
-    argv = ["-r", "hadoop", "-c", CONF, "--hadoop-streaming-jar", streaming_jar(),
-            "--hadoop-tmp-dir", "file://" + os.path.join(workdir, f"{name}-tmp"), "--python-bin", python_bin,
-            *args, "--output-dir", "file://" + out]
+    argv = [job_class.WORKLOAD, *args, "-o", out, "--engine", "hadoop", "-c", CONF, "--hadoop-streaming-jar",
+            streaming_jar(), "--hadoop-tmp-dir", "file://" + os.path.join(workdir, f"{name}-tmp"), "--python-bin",
+            python_bin]
     keep, logger = _Keep(), logging.getLogger("mrjob")
     level, old = logger.level, os.getcwd()
     logger.addHandler(keep)
     logger.setLevel(logging.INFO)
     os.chdir(cwd)
     try:
-        with job_class(args=argv).make_runner() as runner:
-            try:
-                runner.run()
-            except StepFailedException as exc:
-                raise AssertionError(f"{exc}; the log ends:\n" + "\n".join(keep.lines[-60:])) from None
-            counters = total(runner.counters())
+        try:
+            counters = launch(argv).counts
+        except GpumrError as exc:
+            raise AssertionError(f"{exc}; the log ends:\n" + "\n".join(keep.lines[-60:])) from None
     finally:
         os.chdir(old)
         logger.removeHandler(keep)

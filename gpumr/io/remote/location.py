@@ -1,30 +1,16 @@
-r"""The one filesystem layer: local paths and URIs (``s3://``, ``hdfs://``, ``file://`` ...) behind one interface.
-
-:func:`locate` parses a path or URI once and returns a :class:`Location`
-served by the operating system (:class:`_Local`), pyarrow's filesystems
-(:class:`_Arrow`), boto3 for S3 keys pyarrow cannot name (:class:`_Boto`) or
-the ``hadoop fs`` command (:class:`_Hadoop`); it is the only place that
-tells a URI from a path, and every command, engine and the output
-transaction (:mod:`gpumr.io.outputs`) come here. A URI holding user-info is
-refused without echoing it; errors are one-line :class:`GpumrError`\ s, and
-a file that changes size under a reader is :class:`ReadFailed`. Schemes,
-credentials and the fallback: :doc:`/how-to/remote-data`.
-"""
+"""Paths and URIs parsed once: :class:`Location`, the one place that tells a URI from a path; its
+operations are served by one backend module each (:mod:`.local`, :mod:`.arrow`, :mod:`.boto`, :mod:`.hadoop`)."""
 
 import contextlib
-import functools
 import io
 import os
-import posixpath
 import re
 import shutil
 import stat as _stat
-import subprocess
-import tempfile
 
 from seqfile.atomic import AtomicFile, temp_name
 
-from ..errors import GpumrError, printable, redact
+from ...errors import GpumrError, printable, redact
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 HDFS_SCHEMES = ("hdfs", "viewfs")
@@ -319,7 +305,7 @@ class Location:
     def publish_from(self, f, may_replace):
         """Write what is left in binary file ``f`` as this file, appearing whole; an existing file goes only if
         ``may_replace(old)`` says so (as :meth:`publish_bytes`)."""
-        if self.impl is _LOCAL:
+        if self.scheme is None:  # (the operating system: atomic files)
             replace = (lambda old: may_replace(locate(old))) if may_replace else False
             try:
                 with AtomicFile(self.local, replace=replace) as out:
@@ -430,46 +416,63 @@ def locate(path):
                              "an S3-compatible server is chosen with AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL")
     if scheme == "file" and authority not in ("", "localhost"):
         raise GpumrError(f"{shown(text)}: a file:// URI names a file of this machine (file:///PATH)")
-    return Location(text, scheme, authority, rest)
+    path = _without_dots(rest, text)
+    if path != rest:  # the key every check and every write uses is the same one
+        text = f"{text[:m.end()]}{authority}/{path}"
+    return Location(text, scheme, authority, path)
+
+
+def _without_dots(path, text):
+    """A URI's path with its ``.`` and ``..`` segments resolved (RFC 3986's remove_dot_segments); empty segments
+    are kept (``a//b`` is an S3 key of its own). GpumrError for a ``..`` above the top (the bucket).
+
+    Examples
+    --------
+    >>> _without_dots("out/../in/x", "s3://b/out/../in/x")
+    'in/x'
+    >>> _without_dots("./in", "s3://b/./in")
+    'in'
+    """
+    parts = path.split("/")
+    if "." not in parts and ".." not in parts:
+        return path
+    out = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == ".":
+            if last:
+                out.append("")
+        elif part == "..":
+            if not out:
+                raise GpumrError(f"{shown(text)}: '..' goes above the top of the filesystem (the bucket)")
+            out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(part)
+    return "/".join(out)
 
 
 def _choose(loc):
     """The implementation for ``loc``: the one choice among the operating system, pyarrow, boto3 and ``hadoop fs``."""
+    from .arrow import Arrow, connect
+    from .boto import Boto
+    from .hadoop import Hadoop
+    from .local import LOCAL
     if loc.scheme is None:
-        return _LOCAL
+        return LOCAL
     scheme = "s3" if loc.scheme in S3_SCHEMES else loc.scheme
     key = (scheme, loc.authority)
     impl = _IMPLS.get(key)
     if impl is None:
         try:
-            impl = _Arrow(_connect(scheme, loc.authority))
+            impl = Arrow(connect(scheme, loc.authority))
         except Unavailable as exc:
-            impl = _Hadoop(str(exc))
+            impl = Hadoop(str(exc))
         _IMPLS[key] = impl
-    if scheme == "s3" and "//" in loc.path.rstrip("/") and isinstance(impl, _Arrow):
-        return _Boto.get(loc)  # a key pyarrow cannot name
+    if scheme == "s3" and "//" in loc.path.rstrip("/") and isinstance(impl, Arrow):
+        return Boto.get(loc)  # a key pyarrow cannot name
     return impl
-
-
-def _connect(kind, authority):
-    try:
-        from pyarrow import fs
-    except ImportError:
-        raise Unavailable("pyarrow is not installed (pip install pyarrow)") from None
-    try:
-        if kind == "s3":
-            # from_uri asks the bucket for its region and honours AWS_ENDPOINT_URL(_S3).
-            return fs.FileSystem.from_uri(f"s3://{authority}")[0]
-        if kind == "file":
-            return fs.LocalFileSystem()
-        if kind in HDFS_SCHEMES:
-            host, _, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
-            if kind == "viewfs":
-                return fs.HadoopFileSystem(f"viewfs://{host}", int(port or 0))
-            return fs.HadoopFileSystem(f"hdfs://{host}" if host else "default", int(port or 0))
-    except (OSError, ValueError) as exc:
-        raise Unavailable(f"pyarrow cannot reach {kind}://{redact(authority)}: {_first_line(exc)}") from None
-    raise Unavailable(f"pyarrow has no filesystem for {kind}://")
 
 
 @contextlib.contextmanager
@@ -539,441 +542,6 @@ class _Checked(io.RawIOBase):
             super().close()
 
 
-# -- the implementations ------------------------------------------------------------------------
-class _Local:
-    """Local paths, through the operating system."""
-
-    publish_mode = "rename"
-
-    def inner(self, loc):
-        return loc.local
-
-    def stat(self, loc):
-        try:
-            st = os.stat(loc.local)
-        except FileNotFoundError:
-            return None, None
-        if _stat.S_ISREG(st.st_mode):
-            return "file", st.st_size
-        if _stat.S_ISDIR(st.st_mode):
-            return "folder", None
-        return kind(st.st_mode), None
-
-    def exists(self, loc):
-        return os.path.lexists(loc.local)
-
-    def list_files(self, loc):
-        p = loc.local
-        if os.path.isdir(p):
-            names = sorted(n for n in os.listdir(p) if not _hidden(n))
-            found = [loc.child(n) for n in names if not os.path.isdir(os.path.join(p, n))]
-        elif os.path.lexists(p):
-            found = [loc]
-        else:
-            raise GpumrError(f"{shown(loc)}: no such file or directory")
-        out = []
-        for f in found:
-            try:
-                st = os.stat(f.local)
-            except OSError as exc:
-                raise GpumrError(f"{shown(f)}: {exc.strerror}") from None
-            if not _stat.S_ISREG(st.st_mode):
-                raise GpumrError(f"{shown(f)}: {kind(st.st_mode)}, not a regular file; only files are read "
-                                 "(copy a stream to a file first)")
-            out.append((f, st.st_size))
-        return out
-
-    def entries(self, loc):
-        out, stack = [], [""]
-        top = loc.local
-        while stack:
-            rel = stack.pop()
-            with os.scandir(os.path.join(top, *rel.split("/")) if rel else top) as it:
-                found = sorted(it, key=lambda e: e.name)
-            folders = []
-            for e in found:
-                sub = f"{rel}/{e.name}" if rel else e.name
-                st = e.stat(follow_symlinks=False)
-                what = ("file" if _stat.S_ISREG(st.st_mode) else "folder" if _stat.S_ISDIR(st.st_mode)
-                        else kind(st.st_mode))
-                out.append((sub, what, st.st_size))
-                if what == "folder":
-                    folders.append(sub)
-            stack.extend(reversed(folders))
-        return out
-
-    def remove_empty_folder(self, loc):
-        try:
-            os.rmdir(loc.local)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False  # something else is in it
-        return True
-
-    @contextlib.contextmanager
-    def open_input(self, loc, buffer_size, follow):
-        try:
-            fd = os.open(loc.local, READ_FLAGS if not follow else READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
-        except OSError as exc:
-            raise GpumrError(f"{shown(loc)}: {exc.strerror}") from None
-        try:
-            mode = os.fstat(fd).st_mode
-            if not _stat.S_ISREG(mode):
-                raise GpumrError(f"{shown(loc)}: {kind(mode)}, not a regular file")
-            os.set_blocking(fd, True)
-            f = os.fdopen(fd, "rb", buffering=min(buffer_size, 1 << 20))
-        except BaseException:
-            os.close(fd)
-            raise
-        with f:
-            yield f
-
-    def create(self, loc):
-        return open(loc.local, "wb")
-
-    def make_folder(self, loc):
-        os.makedirs(loc.local, exist_ok=True)
-
-    def upload(self, local, loc):
-        if os.path.isdir(local):
-            shutil.copytree(local, loc.local, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copyfile(local, loc.local)
-
-    def copy(self, src, dst):
-        shutil.copyfile(src.local, dst.local)
-
-    def move(self, src, dst):
-        if os.path.lexists(dst.local):
-            raise FileExistsError(0, "already exists", dst.local)
-        os.rename(src.local, dst.local)
-
-    def delete(self, loc):
-        p = loc.local
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p)
-        elif os.path.lexists(p):
-            os.unlink(p)
-
-
-_LOCAL = _Local()
-
-
-class _Arrow:
-    """A pyarrow filesystem (S3, HDFS, viewfs)."""
-
-    def __init__(self, fs):
-        self.fs = fs
-        self.publish_mode = "copy" if fs.type_name == "s3" else "rename"
-
-    def inner(self, loc):
-        if self.fs.type_name == "s3":
-            return posixpath.join(loc.authority, loc.path).rstrip("/")
-        return "/" + loc.path
-
-    def stat(self, loc):
-        from pyarrow.fs import FileType
-        info = self.fs.get_file_info(self.inner(loc))
-        if info.type == FileType.File:
-            return "file", info.size
-        if info.type == FileType.Directory:
-            return "folder", None
-        return None, None
-
-    def exists(self, loc):
-        return self.stat(loc)[0] is not None
-
-    def list_files(self, loc):
-        from pyarrow.fs import FileSelector, FileType
-        inner = self.inner(loc)
-        info = self.fs.get_file_info(inner)
-        if info.type == FileType.File:
-            return [(loc, info.size)]
-        if info.type != FileType.Directory:
-            raise GpumrError(f"{shown(loc)}: no such file or directory")
-        found = self.fs.get_file_info(FileSelector(inner))
-        return sorted(((loc.child(i.base_name), i.size) for i in found
-                       if i.type == FileType.File and not _hidden(i.base_name)), key=lambda e: e[0].text)
-
-    def entries(self, loc):
-        from pyarrow.fs import FileSelector, FileType
-        inner = self.inner(loc)
-        found = self.fs.get_file_info(FileSelector(inner, recursive=True))
-        return sorted((i.path[len(inner) + 1:], "file" if i.type == FileType.File else "folder",
-                       i.size if i.type == FileType.File else None) for i in found
-                      if i.type in (FileType.File, FileType.Directory))
-
-    def remove_empty_folder(self, loc):
-        if self.stat(loc)[0] is None:
-            return True
-        if self.entries(loc):
-            return False
-        self.delete(loc)
-        return True
-
-    @contextlib.contextmanager
-    def open_input(self, loc, buffer_size, follow):
-        with _errors(loc):
-            raw = self.fs.open_input_file(self.inner(loc))
-            size = raw.size()
-        with io.BufferedReader(_Checked(raw, loc, size), buffer_size) as f:  # each refill is one ranged read
-            yield f
-
-    def create(self, loc):
-        # Byte for byte: pyarrow's default compresses by the name's suffix (.gz, .bz2, .zst).
-        return self.fs.open_output_stream(self.inner(loc), compression=None)
-
-    def make_folder(self, loc):
-        if self.fs.type_name != "s3":
-            self.fs.create_dir(self.inner(loc), recursive=True)
-
-    def upload(self, local, loc):
-        folders = self.fs.type_name != "s3"  # S3 has none to make
-        made = set()
-        if os.path.isfile(local):
-            files = [("", local)]
-        else:
-            files = [("/".join(os.path.relpath(os.path.join(d, f), local).split(os.sep)), os.path.join(d, f))
-                     for d, _, names in os.walk(local) for f in names]
-            if folders:
-                self.make_folder(loc)
-                made.add(loc.text)
-        for rel, path in sorted(files):
-            target = loc.child(rel)
-            up = target.parent()
-            if rel and folders and up.text not in made:
-                self.make_folder(up)
-                made.add(up.text)
-            with open(path, "rb") as src, self.create(target) as dst:
-                shutil.copyfileobj(src, dst, READ_BUFFER)
-
-    def copy(self, src, dst):
-        self.fs.copy_file(self.inner(src), dst.impl.inner(dst))
-
-    def move(self, src, dst):
-        self.fs.move(self.inner(src), dst.impl.inner(dst))
-
-    def delete(self, loc):
-        kind, _ = self.stat(loc)
-        if kind == "file":
-            self.fs.delete_file(self.inner(loc))
-        elif kind == "folder":
-            self.fs.delete_dir(self.inner(loc))
-
-
-class _Boto:
-    """S3 objects whose keys pyarrow cannot name (an empty path component, ``a//b.seq``), through boto3."""
-
-    publish_mode = "copy"
-
-    def __init__(self, client, bucket):
-        self.client, self.bucket = client, bucket
-
-    @classmethod
-    def get(cls, loc):
-        key = ("boto", loc.authority)
-        impl = _IMPLS.get(key)
-        if impl is None:
-            try:
-                import boto3
-            except ImportError:
-                raise GpumrError(f"{shown(loc)}: an S3 key with an empty path component ('//'), which pyarrow "
-                                 "cannot name; pip install 'gpumr[s3]' (boto3) to reach it, or give the object another key") from None
-            impl = _IMPLS[key] = cls(boto3.client("s3"), loc.authority)
-        return impl
-
-    def inner(self, loc):
-        return loc.path
-
-    def stat(self, loc):
-        from botocore.exceptions import ClientError
-        key = loc.path.rstrip("/")
-        try:
-            return "file", self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"]
-        except ClientError:
-            pass
-        found = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key + "/", MaxKeys=1)
-        return ("folder", None) if found.get("KeyCount") else (None, None)
-
-    def exists(self, loc):
-        return self.stat(loc)[0] is not None
-
-    def _keys(self, loc):
-        prefix = loc.path.rstrip("/") + "/"
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        return [(o["Key"][len(prefix):], o["Size"]) for page in pages for o in page.get("Contents", ())]
-
-    def list_files(self, loc):
-        kind, size = self.stat(loc)
-        if kind == "file":
-            return [(loc, size)]
-        if kind is None:
-            raise GpumrError(f"{shown(loc)}: no such file or directory")
-        return sorted(((loc.child(rel), size) for rel, size in self._keys(loc)
-                       if "/" not in rel and rel and not _hidden(rel)), key=lambda e: e[0].text)
-
-    def entries(self, loc):
-        files = {rel: size for rel, size in self._keys(loc) if rel}
-        folders = {rel.rsplit("/", i)[0] for rel in files for i in range(1, rel.count("/") + 1)}
-        return sorted([(rel, "file", size) for rel, size in files.items()]
-                      + [(rel, "folder", None) for rel in folders - set(files)])
-
-    def remove_empty_folder(self, loc):
-        return not self._keys(loc)
-
-    @contextlib.contextmanager
-    def open_input(self, loc, buffer_size, follow):
-        with _errors(loc):
-            kind, size = self.stat(loc)
-            if kind != "file":
-                raise GpumrError(f"{shown(loc)}: no such file")
-        with io.BufferedReader(_Checked(_BotoRanges(self, loc.path), loc, size), buffer_size) as f:
-            yield f
-
-    def create(self, loc):
-        return _BotoUpload(self, loc.path)
-
-    def make_folder(self, loc):
-        pass
-
-    def upload(self, local, loc):
-        if os.path.isfile(local):
-            self.client.upload_file(local, self.bucket, loc.path)
-            return
-        for d, _, names in os.walk(local):
-            for n in names:
-                rel = "/".join(os.path.relpath(os.path.join(d, n), local).split(os.sep))
-                self.client.upload_file(os.path.join(d, n), self.bucket, f"{loc.path.rstrip('/')}/{rel}")
-
-    def copy(self, src, dst):
-        self.client.copy_object(Bucket=self.bucket, Key=dst.path, CopySource={"Bucket": self.bucket, "Key": src.path})
-
-    def move(self, src, dst):
-        self.copy(src, dst)
-        self.client.delete_object(Bucket=self.bucket, Key=src.path)
-
-    def delete(self, loc):
-        kind, _ = self.stat(loc)
-        if kind == "file":
-            self.client.delete_object(Bucket=self.bucket, Key=loc.path)
-        elif kind == "folder":
-            for rel, _ in self._keys(loc):
-                self.client.delete_object(Bucket=self.bucket, Key=f"{loc.path.rstrip('/')}/{rel}")
-
-
-class _BotoRanges:
-    """``read_at`` through ranged GETs (what :class:`_Checked` needs)."""
-
-    def __init__(self, impl, key):
-        self.impl, self.key = impl, key
-
-    def read_at(self, n, pos):
-        try:
-            got = self.impl.client.get_object(Bucket=self.impl.bucket, Key=self.key, Range=f"bytes={pos}-{pos + n - 1}")
-        except Exception as exc:  # botocore's ClientError and connection errors
-            raise OSError(str(exc)) from None
-        return got["Body"].read()
-
-    def close(self):
-        pass
-
-
-class _BotoUpload(io.BytesIO):
-    """A stream that becomes one object when closed (whole, as S3 makes every object)."""
-
-    def __init__(self, impl, key):
-        super().__init__()
-        self.impl, self.key = impl, key
-
-    def close(self):
-        if not self.closed:
-            self.impl.client.put_object(Bucket=self.impl.bucket, Key=self.key, Body=self.getvalue())
-        super().close()
-
-
-class _Hadoop:
-    """The ``hadoop fs`` command, where pyarrow cannot serve a URI (``reason`` says why)."""
-
-    publish_mode = "hadoop"
-
-    def __init__(self, reason):
-        self.reason = reason
-
-    def inner(self, loc):
-        return loc.text
-
-    def _run(self, args, loc, ok=(0,)):
-        """Run ``hadoop fs ARGS``; its exit status; GpumrError naming ``loc`` when it fails."""
-        try:
-            return _hadoop_fs().invoke_hadoop(["fs", *args], ok_returncodes=list(ok))
-        except (subprocess.CalledProcessError, OSError) as exc:
-            raise GpumrError(f"{shown(loc)}: hadoop fs {args[0]} failed ({_first_line(exc)}), and {self.reason}") \
-                from None
-
-    def stat(self, loc):
-        if not self.exists(loc):
-            return None, None
-        return ("folder", None) if self._run(["-test", "-d", loc.text], loc, ok=(0, 1)) == 0 else ("file", None)
-
-    def exists(self, loc):
-        return self._run(["-test", "-e", loc.text], loc, ok=(0, 1)) == 0
-
-    def list_files(self, loc):
-        base = loc.text.rstrip("/")
-        try:
-            found = list(_hadoop_fs().ls(base))
-        except (OSError, subprocess.CalledProcessError) as exc:  # mrjob asks `hadoop version` first
-            raise GpumrError(f"{shown(loc)}: hadoop fs cannot list it ({_first_line(exc)}), and {self.reason}") \
-                from None
-        if not found:
-            raise GpumrError(f"{shown(loc)}: no such file or directory")
-        if found == [base]:  # a file
-            return [(loc, None)]
-        direct = [u for u in found if u.startswith(base + "/") and "/" not in u[len(base) + 1:]]
-        return [(locate(u), None) for u in sorted(direct) if not _hidden(posixpath.basename(u))]
-
-    def entries(self, loc):
-        raise GpumrError(f"{shown(loc)}: {self.reason}; gpumr lists folders there through pyarrow only")
-
-    def remove_empty_folder(self, loc):
-        self._run(["-rmdir", loc.text], loc, ok=(0, 1))
-        return not self.exists(loc)
-
-    @contextlib.contextmanager
-    def open_input(self, loc, buffer_size, follow):
-        with tempfile.TemporaryDirectory(prefix="gpumr-get-") as folder:
-            local = os.path.join(folder, "copy")
-            self._run(["-copyToLocal", loc.text, local], loc)
-            with open(local, "rb") as f:
-                yield f
-
-    def create(self, loc):
-        raise GpumrError(f"{shown(loc)}: {self.reason}; gpumr writes files there through pyarrow only")
-
-    def make_folder(self, loc):
-        self._run(["-mkdir", "-p", loc.text], loc)
-
-    def upload(self, local, loc):
-        self._run(["-put", local, loc.text], loc)
-
-    def copy(self, src, dst):
-        self._run(["-cp", src.text, dst.text], src)
-
-    def move(self, src, dst):
-        self._run(["-mv", src.text, dst.text], src)
-
-    def delete(self, loc):
-        self._run(["-rm", "-r", "-f", loc.text], loc)
-
-
-@functools.lru_cache(maxsize=None)
-def _hadoop_fs():
-    """mrjob's ``hadoop fs`` wrapper (one per process: it remembers the Hadoop version it asked for)."""
-    from mrjob.fs.hadoop import HadoopFilesystem
-    return HadoopFilesystem()
-
-
 # -- the same operations by path or URI (each parses once and calls the location) ------------------
 def list_files(path):
     """:meth:`Location.list_files` of ``path``, as ``[(path or URI, size)]``."""
@@ -993,3 +561,4 @@ def write_bytes(path, data):
 def upload(local, path):
     """:meth:`Location.upload` of ``path``."""
     locate(path).upload(local)
+

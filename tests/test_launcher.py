@@ -1,0 +1,290 @@
+"""One launcher, one task runtime: each class of the fifth hostile round, against real processes.
+
+A Dask scheduler and worker started as separate processes (``dask
+scheduler``, ``dask worker``), the moto S3 server, a real second user; the
+launcher's checks counted on every engine.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import ct_phantom, lines_of
+
+from gpumr.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def gpumr(args, cwd, timeout=600, env=None):
+    return subprocess.run([sys.executable, "-m", "gpumr", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_line(proc):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("gpumr: error: "), proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """A running Dask cluster of separate processes: ``dask scheduler`` and one ``dask worker`` of one thread."""
+    pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")
+    d = tmp_path_factory.mktemp("dask")
+    file = d / "scheduler.json"
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    env = dict(os.environ, DASK_DISTRIBUTED__LOGGING__DISTRIBUTED="error")
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+                               "--scheduler-file", str(file)], cwd=d, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    deadline = time.monotonic() + 120
+    while not file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    procs.append(subprocess.Popen([dask, "worker", "--scheduler-file", str(file), "--nworkers", "1", "--nthreads", "1",
+                                   "--no-dashboard", "--local-directory", str(d / "worker")], cwd=d, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    address = json.loads(file.read_text())["address"]
+    from distributed import Client
+    with Client(address, timeout=60) as c:
+        c.wait_for_workers(1, timeout=120)
+    yield address
+    for p in reversed(procs):
+        p.terminate()
+        p.wait(60)
+
+
+# ---- class 1: side files by content ----------------------------------------------------------------------
+def test_two_jobs_on_one_running_cluster_never_see_each_others_side_files(scheduler, tmp_path):
+    """The second job, with other projections under the same name, used to write the first job's volume."""
+    volumes = {}
+    for name, voxels, angles in (("pa", 12, 16), ("pb", 12, 24)):
+        (tmp_path / name).mkdir()
+        seq, direct = ct_phantom(tmp_path / name, voxels, angles, name="proj")
+        volumes[name] = direct
+        proc = gpumr(["run", "backproject", "--projections", seq, "--slab", "6", "-o", tmp_path / name / "out",
+                      "--engine", "dask", "--scheduler", scheduler, "--device", "cpu"], tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert main(["ct", "assemble", str(tmp_path / name / "out"), "-o", str(tmp_path / name / "vol.npy")]) == 0
+    assert not np.allclose(volumes["pa"], volumes["pb"], atol=1e-3)  # (the two scans differ)
+    for name, direct in volumes.items():
+        got = np.load(tmp_path / name / "vol.npy")
+        assert np.linalg.norm(got - direct) / np.linalg.norm(direct) < 1e-5, name
+
+
+def test_concurrent_jobs_with_same_named_cascades_each_get_their_own(scheduler, packed, tmp_path):
+    """Two jobs at once, each shipping a cascade named ``c.xml`` (different files): each gets the faces of its own."""
+    import cv2
+    outs = {}
+    for name in ("default", "alt2"):
+        (tmp_path / name).mkdir()
+        src = os.path.join(cv2.data.haarcascades, f"haarcascade_frontalface_{name}.xml")
+        (tmp_path / name / "c.xml").write_bytes(open(src, "rb").read())
+    procs = {name: subprocess.Popen([sys.executable, "-m", "gpumr", "run", "faces", packed, "-o",
+                                     str(tmp_path / name / "out"), "--engine", "dask", "--scheduler", scheduler,
+                                     "--cascade", str(tmp_path / name / "c.xml"), "--device", "cpu"],
+                                    cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+             for name in ("default", "alt2")}
+    for name, p in procs.items():
+        assert p.wait(600) == 0, p.stderr.read()[-3000:]
+        outs[name] = lines_of(str(tmp_path / name / "out"))
+        ref = tmp_path / name / "ref"
+        assert main(["run", "faces", packed, "-o", str(ref), "--cascade", str(tmp_path / name / "c.xml"),
+                     "--device", "cpu", "--no-conf"]) == 0
+        assert outs[name] == lines_of(str(ref)), name
+    assert outs["default"] != outs["alt2"]
+
+
+# ---- class 2: secrets ------------------------------------------------------------------------------------
+def test_a_scheduler_address_with_a_secret_is_refused_without_showing_it(tmp_path, packed):
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "dask", "--scheduler",
+                  "tcp://bob:SECRET@127.0.0.1:1"], tmp_path)
+    assert "SECRET" not in proc.stderr and "bob" not in proc.stderr
+    assert "tcp://***@127.0.0.1:1" in one_line(proc)
+
+
+# ---- class 4: hangs --------------------------------------------------------------------------------------
+def test_a_scheduler_that_never_answers_ends_the_job_in_bounded_time(tmp_path, packed):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(8)], daemon=True).start()
+    t0 = time.monotonic()
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "dask", "--scheduler",
+                  f"tcp://127.0.0.1:{server.getsockname()[1]}"], tmp_path, timeout=120)
+    assert time.monotonic() - t0 < 90
+    assert "did not answer" in one_line(proc) or "no Dask scheduler answered" in one_line(proc)
+    assert not os.path.exists(tmp_path / "o")
+    server.close()
+
+
+@pytest.mark.parametrize("address, words", [("tls://127.0.0.1:1", "needs Dask's TLS configuration"),
+                                            ("ucx://127.0.0.1:1", "needs UCX for Dask"),
+                                            ("http://127.0.0.1:1", "not a Dask scheduler address")])
+def test_other_schemes_are_one_line(tmp_path, packed, address, words):
+    assert words in one_line(gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "dask", "--scheduler",
+                                    address], tmp_path))
+
+
+# ---- class 6: signals ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def many_frames(tmp_path_factory):
+    d = tmp_path_factory.mktemp("many")
+    assert main(["sample", "-n", "120", str(d / "frames")]) == 0
+    assert main(["pack", str(d / "frames"), "-o", str(d / "frames.seq"), "--shards", "4"]) == 0
+    return str(d / "frames.seq")
+
+
+@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "gpumr: interrupted"),
+                                                   (signal.SIGTERM, 143, "gpumr: terminated")])
+def test_a_signal_on_a_dask_job_ends_it_with_one_line_and_nothing_left(tmp_path, many_frames, signum, status, said):
+    """SIGTERM ended -15 with no message and left the hidden stage; a terminal's Ctrl-C (to the whole process group,
+    the workers too) printed the workers' tracebacks before the line."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "faces", many_frames, "-o", str(tmp_path / "out"),
+                             "--engine", "dask", "--workers", "2", "--device", "cpu", "--split-size", "32KiB"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(n.startswith(".out.") for n in os.listdir(tmp_path)):
+        time.sleep(0.2)  # the stage exists: tasks are running
+    time.sleep(3)
+    os.killpg(proc.pid, signum)
+    assert proc.wait(120) == status
+    err = proc.stderr.read()
+    assert err.strip().splitlines()[-1] == said and "Traceback" not in err, err[-3000:]
+    assert os.listdir(tmp_path) == []  # no stage, no output, no proof
+
+
+# ---- class 7: not one line -------------------------------------------------------------------------------
+def test_the_task_script_and_dry_runs_are_one_line_or_a_plan(tmp_path, packed):
+    proc = subprocess.run([sys.executable, "-m", "gpumr.engines.mrjob_task", "--gpumr-spec", "x"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert "the task script mrjob's runners start" in one_line(proc)
+    for engine in ("inline", "dask"):
+        proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", engine, "--dry-run"], tmp_path)
+        assert proc.returncode == 0 and proc.stdout.startswith("gpumr run: workload faces"), proc.stderr
+    assert "--workers: invalid int value: 'abc'" in one_line(
+        gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "dask", "--workers", "abc"], tmp_path))
+    assert "--master: expected one argument" in one_line(
+        gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "spark", "--master"], tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+# ---- class 8: engines agree ------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ["inline", "local", "dask", "spark"])
+def test_the_same_outcome_has_the_same_status_on_every_engine(tmp_path, packed, engine):
+    (tmp_path / "empty.seq").write_bytes(b"")
+    extra = {"dask": ["--workers", "1"], "spark": ["--master", "local[1]"]}.get(engine, [])
+    # A 0-byte input alone: no SequenceFile among the inputs, refused before any task, status 1.
+    assert "no SequenceFile among the inputs" in one_line(gpumr(
+        ["run", "faces", tmp_path / "empty.seq", "-o", tmp_path / "o", "--engine", engine, *extra], tmp_path))
+    # Beside a good one: its error line, the job done, status 0, the bad file named in the summary.
+    proc = gpumr(["run", "faces", packed + "/part-00000.seq", tmp_path / "empty.seq", "-o", tmp_path / "o",
+                  "--engine", engine, "--device", "cpu", *extra], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert " 1 bad (" in summary and "empty.seq: from byte 0 could not be read" in summary, summary
+    # A rerun on another engine replaces the output of this one.
+    other = "inline" if engine != "inline" else "local"
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", other, "--device", "cpu"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("engine", ["dask", "spark", "local"])
+def test_quiet_reaches_the_tasks(tmp_path, packed, engine, monkeypatch):
+    """``gpumr -q run`` on Dask and Spark still printed the tasks' lines: -q reaches every task's logger."""
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")  # (the tasks have something to say: simulated GPUs)
+    extra = {"dask": ["--workers", "1"], "spark": ["--master", "local[1]"]}.get(engine, [])
+    proc = gpumr(["-q", "run", "faces", packed, "-o", tmp_path / "q", "--engine", engine, *extra], tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "v", "--engine", engine, "-v", *extra], tmp_path)
+    assert proc.returncode == 0 and "gpumr: debug: " in proc.stderr, proc.stderr[-3000:]
+    assert "simulated" in proc.stderr
+
+
+def test_a_failed_inline_job_leaves_nothing_in_the_temp_folder(tmp_path, packed):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--no-such-mrjob-option"], tmp_path, env=env)
+    one_line(proc)
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--cascade", tmp_path / "missing.xml"], tmp_path,
+                 env=env)
+    one_line(proc)
+    (tmp_path / "broken.py").write_text(BROKEN)  # a job whose every task fails
+    assert "setup exploded" in one_line(gpumr(["run", "broken.py:Broken", packed, "-o", tmp_path / "o"], tmp_path,
+                                              env=env))
+    assert os.listdir(tmp) == [] and not os.path.exists(tmp_path / "o")
+
+
+BROKEN = """
+from gpumr import Workload
+
+
+class Broken(Workload):
+    name = "broken"
+
+    def setup(self, o):
+        raise RuntimeError("setup exploded")
+
+    def cpu(self, key, image, o):
+        return {}
+"""
+
+
+@pytest.mark.parametrize("engine", ["local", "dask", "spark"])
+def test_a_failing_task_is_one_line_on_every_engine(tmp_path, packed, engine):
+    (tmp_path / "broken.py").write_text(BROKEN)
+    extra = {"dask": ["--workers", "1"], "spark": ["--master", "local[1]"]}.get(engine, [])
+    line = one_line(gpumr(["run", "broken.py:Broken", packed, "-o", tmp_path / "o", "--engine", engine, *extra],
+                          tmp_path))
+    assert "RuntimeError: setup exploded" in line, line
+    assert sorted(os.listdir(tmp_path)) == ["broken.py"]
+
+
+# ---- checks once per job, on every engine ----------------------------------------------------------------
+COUNTED = '''
+import os
+from gpumr.ct.workload import Backproject
+
+
+class Counted(Backproject):
+    """Backprojection, its launcher-side check and its task set-up counted in files."""
+
+    name = "counted"
+
+    def check(self, o):
+        with open({checks!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+        super().check(o)
+
+    def setup(self, o):
+        with open({setups!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+        super().setup(o)
+'''
+
+
+@pytest.mark.parametrize("engine", ["inline", "local", "dask", "spark"])
+def test_backproject_check_runs_once_per_job_on_every_engine(tmp_path, engine):
+    """The launcher was written three times: ``gpumr run backproject --engine inline`` read and checked every
+    projection twice. The check (Backproject's own, which reads every projection) runs once, in the launcher."""
+    seq, _ = ct_phantom(tmp_path, 8, 8)
+    checks, setups = tmp_path / "checks", tmp_path / "setups"
+    (tmp_path / "counted.py").write_text(COUNTED.format(checks=str(checks), setups=str(setups)))
+    extra = {"dask": ["--workers", "2"], "spark": ["--master", "local[2]"]}.get(engine, [])
+    proc = gpumr(["run", "counted.py:Counted", "--projections", seq, "--slab", "2", "-o", tmp_path / "out",
+                  "--engine", engine, "--device", "cpu", *extra], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    launcher = checks.read_text().split()
+    assert len(launcher) == 1  # once per job
+    assert setups.exists() and launcher[0] not in setups.read_text().split() or engine == "inline"
+    assert len(lines_of(str(tmp_path / "out"))) == 4

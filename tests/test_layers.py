@@ -1,0 +1,100 @@
+"""The import rule of the design doc, held: each layer imports only itself and the layers below it.
+
+Layers, bottom up (``../shared/DESIGN.md``, "Layers that keep promises"):
+seqfile; the shared base (errors, sizes, limits, trusted paths, the error
+boundary); the filesystem layer and outputs (io); the record-processing
+core; CUDA launching (gpu); device choice (devices); the workloads; the
+task runtime (tasks); the engines; the launcher (launch); the command line
+and the mrjob jobs. Every ``import`` statement is read from the source,
+those inside functions included; only a module's ``if __name__ ==
+"__main__"`` block (its program entry, the command line's layer) is exempt.
+"""
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAYERS = [
+    ("seqfile",),
+    ("gpumr", "gpumr.errors", "gpumr.sizes", "gpumr.limits", "gpumr.trusted", "gpumr.boundary"),
+    ("gpumr.io",),
+    ("gpumr.core",),
+    ("gpumr.gpu",),
+    ("gpumr.devices",),
+    ("gpumr.faces", "gpumr.ct", "gpumr.blobs", "gpumr.watershed", "gpumr.workloads"),
+    ("gpumr.tasks",),
+    ("gpumr.engines",),
+    ("gpumr.launch",),
+    ("gpumr.cli", "gpumr.__main__", "gpumr.jobs"),
+]
+
+
+def layer(module):
+    """The index of the layer holding ``module`` (the longest matching prefix), or None (not gpumr's)."""
+    best = None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[1]):
+                best = (i, len(name))
+    return None if best is None else best[0]
+
+
+def modules():
+    """``(module name, path)`` of every Python file of seqfile, gpumr and jobs (installed as gpumr.jobs)."""
+    for top in ("seqfile", "gpumr", "jobs"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    path = os.path.join(folder, f)
+                    name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    name = "gpumr." + name if name.startswith("jobs") else name
+                    yield name[:-len(".__init__")] if name.endswith(".__init__") else name, path
+
+
+def imports(module, path):
+    """``(line, imported module)`` of every import in the file, outside its ``__main__`` block."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    exempt = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
+                getattr(node.test.left, "id", None) == "__name__":
+            exempt.update(id(sub) for sub in ast.walk(node))
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if id(node) in exempt:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            yield node.lineno, base
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def test_every_module_imports_only_its_layer_and_below():
+    found = list(modules())
+    assert len(found) > 100 and all(layer(m) is not None for m, _ in found), [m for m, _ in found if layer(m) is None]
+    broken = [f"{os.path.relpath(path, ROOT)}:{line}: {module} imports {target}"
+              for module, path in found for line, target in imports(module, path)
+              if layer(target) is not None and layer(target) > layer(module)]
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize("source, target, allowed", [
+    ("gpumr.core.processor", "gpumr.devices.chooser", False),
+    ("gpumr.core.workload", "gpumr.engines", False),
+    ("gpumr.engines.dask", "gpumr.launch.job", False),
+    ("gpumr.launch.plan", "gpumr.engines", True),
+    ("gpumr.io.outputs", "gpumr.boundary", True),
+    ("gpumr.tasks.runtime", "gpumr.cli", False),
+])
+def test_the_rule_itself(source, target, allowed):
+    """The check tells a layer below from one above (so a broken rule would be seen)."""
+    assert (layer(target) <= layer(source)) is allowed
