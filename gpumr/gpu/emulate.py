@@ -204,7 +204,7 @@ def build(name, sanitize=False):
         return f"{source}: the host build with {cxx} failed: {first.strip()}"
     cmd = [cxx, *flags, "-iquote", os.path.dirname(source), "-include", header, "-x", "c++", "-"]
     made_by = f"gpumr (host build of a CUDA kernel for simulated GPUs: sha256 {key.hexdigest()})"
-    path = kernels.cached(f"{name}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so", made_by,
+    path = kernels.cached(f"{kernels.stem(name)}-{key.hexdigest()[:16]}-host{'-asan' if sanitize else ''}.so", made_by,
                           lambda path: kernels.compile_into(path, made_by, cmd, failed, stdin=unit,
                                                             env=dict(os.environ, LC_ALL="C")))
     return path, names, constants

@@ -50,14 +50,24 @@ def package_path(file):
     return os.path.join(os.path.dirname(gpumr.cuda.__file__), file)
 
 
+def stem(name):
+    """The name a kernel's builds are filed under: ``haar``, or a workload's own ``.cu`` file's stem."""
+    return os.path.splitext(os.path.basename(name))[0]
+
+
 def source_path(name):
-    """The ``.cu`` source of kernel ``name``: from ``$GPUMR_CUDA_SOURCES`` when set, else the installed one.
+    """The ``.cu`` source of kernel ``name``: from ``$GPUMR_CUDA_SOURCES`` when set, else the installed one; a
+    path to a ``.cu`` file (a user workload's own kernel) as it is.
 
     Raises
     ------
     GpumrError
         If that folder has no such file.
     """
+    if name.endswith(".cu"):
+        if not os.path.isfile(name):
+            raise GpumrError(f"{name}: no such kernel source")
+        return os.path.abspath(name)
     folder = os.environ.get(SOURCES_ENV)
     path = os.path.join(os.path.abspath(folder), f"{name}.cu") if folder else package_path(f"{name}.cu")
     if not os.path.isfile(path):
@@ -287,7 +297,7 @@ def locate(name):
         found: ``$GPUMR_KERNEL_DIR`` (e.g. a folder shipped through Hadoop's
         distributed cache), ``beside the sources`` or ``the per-user cache``.
     """
-    file = f"{name}-{_digest(name)}.fatbin"
+    file = f"{stem(name)}-{_digest(name)}.fatbin"
     for place, folder in _places(name):
         if folder and _usable(name, os.path.join(folder, file), place):
             return os.path.join(folder, file), place
@@ -364,7 +374,7 @@ def image(name, arch=None):
     gpumr.trusted.Untrusted
         Where the rule refuses the shipped folder or the file in it.
     """
-    file = f"{name}-{_digest(name)}.fatbin"
+    file = f"{stem(name)}-{_digest(name)}.fatbin"
     for place, folder in _places(name)[:2]:
         if not folder:
             continue
@@ -383,5 +393,5 @@ def fatbin(name, arch=None):
     path, _ = locate(name)
     if path:
         return path
-    return cached(f"{name}-{_digest(name)}.fatbin", _made_by(name),
+    return cached(f"{stem(name)}-{_digest(name)}.fatbin", _made_by(name),
                   lambda path: compile_fatbin(name, path, (arch,) if arch else ARCHS))

@@ -1,5 +1,7 @@
 """The GPU a record batch was given, as a workload's ``gpu``/``gpu_batch`` sees it."""
 
+import os
+
 
 class Device:
     """The leased GPU a workload's GPU path runs on, while the lease is held.
@@ -26,6 +28,33 @@ class Device:
         self.index = choice.gpu.index
         self.name = choice.device
         self.simulated = bool(choice.gpu.simulated)
+
+    def module(self, source):
+        """A workload's own CUDA C kernels, compiled for this GPU (nvcc, cached) or, on a simulated GPU, for the
+        host: its functions by ``launcher.function(module, NAME)``.
+
+        ``source`` is the kernels' CUDA C text (kept in the workload's
+        module, so that it travels with it to every task), or the path of a
+        ``.cu`` file every node has.
+
+        Examples
+        --------
+        In a workload's ``gpu_batch``::
+
+            m = device.module(SHARPEN_CU)   # a string of CUDA C in the module
+            fn = device.launcher.function(m, "sharpen")
+        """
+        if "__global__" in source:  # the text itself: filed in the kernel cache under its hash
+            import hashlib
+
+            from seqfile.atomic import write_bytes
+
+            from ..gpu.kernels import cache_dir
+            path = os.path.join(cache_dir(), f"src-{hashlib.sha256(source.encode()).hexdigest()[:16]}.cu")
+            if not os.path.exists(path):
+                write_bytes(path, source.encode())
+            source = path
+        return self.launcher.module(source)
 
     @property
     def launcher(self):
