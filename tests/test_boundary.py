@@ -71,7 +71,7 @@ def test_every_error_is_one_line_and_exit_status_1(tmp_path, argv, words):
 
 def test_debug_on_a_job_shows_the_traceback_above_the_line(tmp_path):
     """``--debug`` is the boundary's (taken out before mrjob parses), and reaches the tasks through GPUMR_DEBUG."""
-    proc = run("-m", "gpumr.jobs.face_detect", "--no-conf", "missing.seq", "--debug", cwd=tmp_path)
+    proc = run("-m", "gpumr.jobs.face_detect", "--no-conf", "missing.seq", "--output-dir", "o", "--debug", cwd=tmp_path)
     assert proc.returncode == EXIT_ERROR and "Traceback (most recent call last)" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "gpumr: error: missing.seq: no such file or directory"
 

@@ -90,8 +90,7 @@ def test_the_default_runner_honours_reducers_too(packed, tmp_path):
     """Without ``-r`` (mrjob's default: the inline runner) ``--reducers 1`` gave one part per piece mrjob cut."""
     from gpumr.jobs.face_detect import MRFaceDetect
     out = str(tmp_path / "out")
-    with MRFaceDetect(args=["--no-conf", packed, "--output-dir", out, "--device", "cpu"]).make_runner() as runner:
-        runner.run()
+    run_job(MRFaceDetect, [packed], out, "inline", ["--device", "cpu"])
     assert sorted(os.listdir(out)) == ["part-00000"]
     keys = [json.loads(ln.split("\t")[0]) for ln in _lines(out)]
     assert keys == sorted(keys) and len(keys) == 12

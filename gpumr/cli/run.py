@@ -57,6 +57,8 @@ def register(sub):
 
 def job_argv(workload, argv):
     """``gpumr run``'s command line for mrjob's ``python -m gpumr.jobs.X [-r RUNNER] ... --output-dir OUT``."""
+    if "-h" in argv or "--help" in argv:
+        return [workload, "--help"]
     out, runner, rest, args = None, "inline", [], list(argv)
     while args:
         a = args.pop(0)
@@ -77,7 +79,8 @@ def job_argv(workload, argv):
 
 
 def job_main(workload):
-    """``python -m gpumr.jobs.X``: the job through the one launcher, inside the error boundary."""
+    """``python -m gpumr.jobs.X``: the job through the one launcher, inside the error boundary (``--help``: the
+    options of ``gpumr run WORKLOAD``, which are the job's)."""
     import sys
 
     from ..boundary import main

@@ -83,6 +83,11 @@ class Engine:
     def check(self, o):
         """Refuse this engine's own options out of their limits (one line; reads nothing)."""
 
+    def split_args(self, argv, ours):
+        """``(argv for gpumr's parser, argv for the engine's framework)``: the framework's own options and their
+        values taken out (none by default). ``ours``: the option strings gpumr's parser knows, which stay its."""
+        return list(argv), []
+
     def check_extra(self, extra):
         """Refuse options the one parser does not know (``extra``); an engine that passes them on checks them here."""
         from ..boundary import UsageError

@@ -7,7 +7,7 @@ Run::
 
 An embedded cluster's workers (one per core, ``--workers``) read the side
 files where the launcher keeps them; a running cluster's workers (SLURM
-through dask-jobqueue, Kubernetes: :doc:`/how-to/dask`) get them uploaded
+through dask-jobqueue: :doc:`/how-to/slurm`; Kubernetes) get them uploaded
 under their content names and must reach the inputs and the output (a
 shared filesystem or URIs). With ``--device gpu``, tasks ask for one unit
 of the workers' ``GPU`` resource where workers declare one. A failed or
@@ -22,10 +22,12 @@ import os
 import signal
 import time
 
+from ..boundary import logger
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
 from .mapreduce import map_reduce
 
+log = logger(__name__)
 #: Seconds to wait for a scheduler given by ``--scheduler`` to connect and to answer a request.
 CONNECT_TIMEOUT = 10
 #: The longest a failed job waits for its tasks on a running cluster to end before dropping the stage.
@@ -92,6 +94,9 @@ class DaskEngine(Engine):
     def run(self, plan, job):
         with self._client(plan, job) as (client, embedded):
             find = functools.partial(os.path.join, plan.folder)
+            if not embedded and not client.scheduler_info().get("workers"):
+                log.warning("the Dask scheduler has no workers yet: the job waits for them (batch jobs still "
+                            "queued?); Ctrl-C stops it")
             if not embedded:
                 for side in plan.side:
                     _bounded(lambda: client.upload_file(side.path, load=False))

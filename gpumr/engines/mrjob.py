@@ -67,6 +67,9 @@ class MRJobEngine(Engine):
     def check(self, o):
         if o.hadoop_splits and self.name not in ("hadoop", "emr"):
             raise GpumrError(f"--hadoop-splits: only for --engine hadoop or emr, not {self.name}")
+
+    def _check_here(self, o):
+        """What this machine must have for the runner (after the job's own checks, before anything starts)."""
         if self.name == "emr" and locate(o.output).local is not None:
             raise GpumrError(f"-o {o.output}: EMR writes its output to a URI (s3://BUCKET/...), not a local folder")
         if self.name == "hadoop" and not (shutil.which("hadoop") or os.environ.get("HADOOP_HOME")):
@@ -75,6 +78,27 @@ class MRJobEngine(Engine):
 
     def tasks_here(self, o):
         return self.name in HERE
+
+    def split_args(self, argv, ours):
+        """mrjob's own options (``-c``, ``--jobconf K=V``, ``--hadoop-streaming-jar J`` ...) and their values, taken
+        by mrjob's own table of them; an option neither knows stays gpumr's, to be refused by its parser."""
+        import argparse
+        from .mrjob_task import MRWorkload
+        flags = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
+                 argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
+        table = {s: a.nargs != 0 and not isinstance(a, flags)
+                 for a in MRWorkload(args=[]).arg_parser._actions for s in a.option_strings}
+        mine, theirs, args = [], [], list(argv)
+        while args:
+            a = args.pop(0)
+            name = a.partition("=")[0]
+            if name in ours or name not in table:
+                mine.append(a)
+                continue
+            theirs.append(a)
+            if "=" not in a and table[name] and args:
+                theirs.append(args.pop(0))
+        return mine, theirs
 
     def check_extra(self, extra):
         """mrjob's own options, checked by mrjob's parser before anything is listed or read."""
@@ -125,6 +149,7 @@ class MRJobEngine(Engine):
         return path
 
     def dry_run(self, plan, show):
+        self._check_here(plan.o)
         args = self._args(plan, self._spec_file(plan), self._task_files(plan, os.path.join(plan.folder, "tasks")),
                           str(plan.out.loc))
         runner = self._job(args).make_runner()
@@ -132,9 +157,10 @@ class MRJobEngine(Engine):
             settings = {k: v for k, v in sorted(runner._opts.items()) if v not in (None, [], {}, ())}
             show(f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob_task "
                  f"--mapper ... with {len(plan.tasks)} task(s)")
+            python = getattr(runner, "_python_bin", None)  # (the inline runner runs in this Python)
             show("mrjob's settings (secrets hidden): " + json.dumps(
-                {"runner": runner.alias, "python_bin": runner._python_bin(), "options": _redacted(settings)},
-                sort_keys=True, default=str))
+                {"runner": runner.alias, "python_bin": python() if python else [sys.executable],
+                 "options": _redacted(settings)}, sort_keys=True, default=str))
         finally:
             runner.cleanup()
 
@@ -143,6 +169,7 @@ class MRJobEngine(Engine):
         from mrjob.step import StepFailedException
 
         from ..core.counters import total
+        self._check_here(plan.o)
         stage = locate(job.stage)
         local_out = self.name in HERE and stage.local is None  # a URI output of a runner on this machine
         output_dir = (os.path.join(plan.folder, "job-out") if local_out

@@ -98,20 +98,33 @@ class SparkEngine(Engine):
 
 
 def _add_file(sc, path):
-    """Ship ``path`` to the executors once per context (a content name is the same file in every job)."""
-    from pyspark import SparkFiles
+    """Ship ``path`` (named by its content) to the executors, once per context.
+
+    Spark serves a file from where it was added for the context's life
+    (an executor that starts later fetches it then): the copy it serves is
+    kept in a folder of this process, not in the job's, which goes with the
+    job.
+    """
+    import shutil
+
+    from ..trusted import private_temp_dir
     name = os.path.basename(path)
     added = _ADDED.setdefault(id(sc), set())
     if name not in added:
-        try:
-            sc.addFile(path)
-        except Exception as exc:  # noqa: BLE001 (py4j's error for a name added before, in another process's job)
-            if "already registered" not in str(exc) and not os.path.exists(SparkFiles.get(name)):
-                raise
+        if not _SERVED:
+            _SERVED.append(private_temp_dir("gpumr-spark-files-"))
+        served = os.path.join(_SERVED[0], name)
+        if not os.path.exists(served):
+            try:
+                os.link(path, served)
+            except OSError:
+                shutil.copyfile(path, served)
+        sc.addFile(served)
         added.add(name)
 
 
 _ADDED = {}
+_SERVED = []
 
 
 def _end_tasks(sc, own, group):

@@ -41,6 +41,8 @@ def run_parser(cls, prog=None):
     if cls.input == "seqfile":
         io.add_argument("inputs", nargs="*", metavar="INPUT",
                         help="SequenceFiles, folders of them, or URIs (s3://, hdfs://, file://)")
+    else:  # (the workload makes its records: inputs given anyway are refused by name)
+        io.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)
     io.add_argument("-o", "--output", metavar="OUT", help="output folder or URI of part-* files (required)")
     io.add_argument("--engine", choices=[e.name for e in engine_list], default="inline",
                     help="where the tasks run (default inline): " + "; ".join(f"{e.name}: {e.help}" for e in engine_list))

@@ -23,7 +23,7 @@ from ..tasks.runtime import Spec
 from ..workloads import find, load
 from .options import check_limits, task_options
 from .parser import run_parser
-from .ship import ship
+from .ship import fetch, ship
 
 #: The command every engine's output is proved to be from: an output of any engine is replaced by any other's.
 MADE_BY = "gpumr run"
@@ -124,9 +124,10 @@ def make_plan(argv, folder, verbosity_given=None):
     ref = find(argv[0])
     cls = load(ref)
     parser = run_parser(cls, prog=f"gpumr run {argv[0]}")
-    o, extra = parser.parse_known_args(argv[1:])
     from .. import engines
-    engine = engines.get(o.engine)
+    engine = engines.get(parser.parse_known_args(argv[1:])[0].engine)
+    mine, extra = engine.split_args(argv[1:], {s for a in parser._actions for s in a.option_strings})
+    o = parser.parse_args(mine)
     engine.check_extra(extra)
     if not o.output:
         raise GpumrError("-o OUT is required: the output folder or URI")
@@ -134,7 +135,7 @@ def make_plan(argv, folder, verbosity_given=None):
     inputs = list(getattr(o, "inputs", []))
     if cls.input == "seqfile" and not inputs:
         raise GpumrError(f"no input given: gpumr run {argv[0]} INPUT... -o OUT (SequenceFiles: gpumr pack makes them)")
-    if cls.input == "plan" and getattr(o, "inputs", None):
+    if cls.input == "plan" and o.inputs:
         raise GpumrError(f"{ref.name} makes its own records: give no inputs ({' '.join(o.inputs)})")
     workload.resolve(o)
     check_limits(cls, o)  # reads no file: first
@@ -146,8 +147,12 @@ def make_plan(argv, folder, verbosity_given=None):
     values = [(opt, getattr(o, opt.dest)) for opt in cls.options if opt.side_file and getattr(o, opt.dest, None)]
     out = open_output(o.output, MADE_BY, folder=True, inputs=[*inputs, *(v for _, v in values)],
                       also=ALSO_MADE_BY)
+    for opt, value in values:  # a side file at a URI is fetched here first: the checks read it, then it ships
+        loc = locate(value)
+        if loc.is_uri:
+            setattr(o, opt.dest, loc.local or fetch(loc, folder))
     workload.check(o)  # the files the options name, once per job
-    side = [ship(opt.name, value, folder) for opt, value in values]
+    side = [ship(opt.name, getattr(o, opt.dest), folder) for opt, _ in values]
     names = {f.option: f.name for f in side}
     workload_ref = list(ref)
     if ref.file is not None:  # a user's module, shipped as a side file too
@@ -163,8 +168,8 @@ def make_plan(argv, folder, verbosity_given=None):
     options.update({opt.dest: names[opt.name] for opt, _ in values})
     spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
                 verbosity=verbosity_given or verbosity(o))
-    if ref.file is not None:
-        log.info("workload %s from %s", ref.name, ref.how)
+    if ref.how != "built in":
+        log.info("workload %s: %s", ref.name, ref.how)
     return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder)
 
 

@@ -69,6 +69,18 @@ def content_name(path, label=None):
     return f"{h.hexdigest()[:24]}-{base}", size
 
 
+def fetch(loc, folder):
+    """A local copy, in ``folder``, of the file at the URI ``loc`` (a :class:`gpumr.io.remote.Location`); its path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "fetched-" + (loc.name or "file"))
+    n = 1
+    while os.path.exists(path):
+        path = os.path.join(folder, f"fetched{n}-{loc.name or 'file'}")
+        n += 1
+    loc.fetch(path)
+    return path
+
+
 def ship(option, value, folder):
     """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``.
 
@@ -83,10 +95,7 @@ def ship(option, value, folder):
     """
     loc = locate(value)
     os.makedirs(folder, exist_ok=True)
-    source = loc.local
-    if source is None:
-        source = os.path.join(folder, "fetched-" + (loc.name or "file"))
-        loc.fetch(source)
+    source = loc.local or fetch(loc, folder)
     try:
         name, size = content_name(source)
     except FileNotFoundError:

@@ -77,6 +77,8 @@ def here(name):
     return name
 
 
+#: Workloads a process keeps built at once (a worker serving several jobs): the least recently used goes first.
+KEEP_BUILT = 2
 _BUILT = {}
 _SAID = set()
 
@@ -105,8 +107,9 @@ def _verified(name, find, size):
 def built(spec, find=here):
     """``(o, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
     workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content."""
-    got = _BUILT.get(spec.key)
+    got = _BUILT.pop(spec.key, None)
     if got is not None:
+        _BUILT[spec.key] = got  # (the most recently used last)
         return got
     from ..workloads import Ref, load
     ref = Ref(*spec.workload)
@@ -119,6 +122,8 @@ def built(spec, find=here):
             setattr(o, opt.dest, paths[value])
     workload = cls()
     workload.setup(o)
+    while len(_BUILT) >= KEEP_BUILT:
+        _BUILT.pop(next(iter(_BUILT)))
     _BUILT[spec.key] = (o, workload)
     return o, workload
 
