@@ -32,19 +32,28 @@ if [ -e "$CONF" ] && [ "$(head -n 1 "$CONF")" != "$MARK" ]; then
   cannot "not started: $CONF is another SLURM's configuration (not made by this script), left as it is"
 fi
 
-# The daemons this script started (a pid file naming a live process).
-alive() { local pid; pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
+# One call at a time (two test runs starting it at once would each start daemons).
+exec 9>/run/gpumr-slurm-up.lock
+flock 9
+
+# A daemon runs: its pid file names a live process of that name (a pid reused by another program is not it, nor
+# a killed daemon that no one has reaped yet).
+alive() {
+  local pid
+  pid=$(cat "/run/$1.pid" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${1##*/}" ] \
+    && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null
+}
 munge_answers() { command -v munge >/dev/null && munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 node_state() { sinfo -h -N -o %T 2>/dev/null | head -n 1; }
 
 stop_slurm() {
   local d pid
   for d in slurmd slurmctld; do
-    if alive "/run/$d.pid"; then
+    if alive "$d"; then
       pid=$(cat "/run/$d.pid")
       kill "$pid"
-      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      ! kill -0 "$pid" 2>/dev/null || failed "$d (pid $pid) did not stop within 10 s"
+      for _ in $(seq 100); do alive "$d" || break; sleep 0.1; done
+      ! alive "$d" || failed "$d (pid $pid) did not stop within 10 s"
       stopped+=("$d")
     fi
   done
@@ -53,7 +62,7 @@ stop_slurm() {
 if [ "${1:-}" = --stop ]; then
   stopped=()
   [ -e "$CONF" ] && stop_slurm
-  if munge_answers && alive /run/munge/munged.pid; then
+  if munge_answers && alive munge/munged; then
     runuser -u munge -- munged --stop >/dev/null 2>&1 || failed "munged --stop failed"
     stopped+=(munged)
   fi
@@ -64,7 +73,7 @@ elif [ $# -gt 0 ]; then
   exit 2
 fi
 
-if alive /run/slurmctld.pid && alive /run/slurmd.pid && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]]; then
+if munge_answers && alive slurmctld && alive slurmd && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]]; then
   say "already running: node $(hostname -s) $(node_state) in partition debug ($CONF)"
   exit 0
 fi
