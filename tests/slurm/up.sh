@@ -32,9 +32,9 @@ if [ -e "$CONF" ] && [ "$(head -n 1 "$CONF")" != "$MARK" ]; then
   cannot "not started: $CONF is another SLURM's configuration (not made by this script), left as it is"
 fi
 
-# One call at a time (two test runs starting it at once would each start daemons).
+# One call at a time (two test runs starting it at once would each start daemons); the daemons do not inherit it.
 exec 9>/run/gpumr-slurm-up.lock
-flock 9
+flock -w 120 9 || failed "another tests/slurm/up.sh has held /run/gpumr-slurm-up.lock for 2 minutes"
 
 # A daemon runs: its pid file names a live process of that name (a pid reused by another program is not it, nor
 # a killed daemon that no one has reaped yet).
@@ -95,7 +95,7 @@ fi
 if ! munge_answers; then
   [ -s /etc/munge/munge.key ] || runuser -u munge -- mungekey --create
   install -d -o munge -g munge -m 0755 /run/munge
-  runuser -u munge -- munged || failed "munged did not start: see /var/log/munge/munged.log"
+  runuser -u munge -- munged 9>&- || failed "munged did not start: see /var/log/munge/munged.log"
   for _ in $(seq 50); do munge_answers && break; sleep 0.1; done
   munge_answers || failed "munged started but does not answer: see /var/log/munge/munged.log"
   did+=("started munged")
@@ -140,8 +140,8 @@ EOF
 chmod 0644 "$tmp"
 mv -f "$tmp" "$CONF"
 
-slurmctld -c || failed "slurmctld did not start: see $LOGS/slurmctld.log"
-slurmd || failed "slurmd did not start: see $LOGS/slurmd.log"
+slurmctld -c 9>&- || failed "slurmctld did not start: see $LOGS/slurmctld.log"
+slurmd 9>&- || failed "slurmd did not start: see $LOGS/slurmd.log"
 for _ in $(seq 300); do
   [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]] && break
   sleep 0.1
