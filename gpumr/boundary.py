@@ -55,6 +55,8 @@ from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Gpum
 ROOT = "gpumr"
 #: Set to 1 to show tracebacks (as ``--debug``), e.g. in tasks a job starts.
 DEBUG_ENV = "GPUMR_DEBUG"
+#: What the one line of an unexpected error (a bug) ends with.
+BUG_HINT = " (an unexpected error, a bug: rerun with --debug to see where it happened)"
 #: Error classes whose message is written for the user as it is.
 USER_ERRORS = (GpumrError, SequenceFileError, CodecError)
 
@@ -215,8 +217,7 @@ def describe(exc):
     if isinstance(exc, MemoryError):
         return "out of memory"
     text = str(exc)
-    return one_line(f"{type(exc).__name__}{': ' + text if text else ''} "
-                    "(an unexpected error, a bug: rerun with --debug to see where it happened)")
+    return one_line(f"{type(exc).__name__}{': ' + text if text else ''}{BUG_HINT}")
 
 
 def debug_wanted(argv=()):

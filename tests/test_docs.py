@@ -69,42 +69,23 @@ def engine_option_strings(kind, engine):
     return {s for a in p._actions for s in a.option_strings} - {"-h", "--help"}
 
 
-def test_run_reference_has_every_engines_options():
-    """``gpumr run WORKLOAD``'s reference lists every option of every engine's own parser, and --engine's choices."""
-    sys.path.insert(0, os.path.join(DOCS, "_ext"))
-    try:
-        from gpumr_argparse import run_parser
-    finally:
-        sys.path.remove(os.path.join(DOCS, "_ext"))
-    from gpumr.cli.run import ENGINES
-    from gpumr.workloads import NAMES
-    assert set(NAMES) == {"faces", "backproject"}
-    for kind in NAMES:
-        documented = run_parser(kind)
-        shown = {s for a in documented._actions for s in a.option_strings}
-        engine = next(a for a in documented._actions if a.dest == "engine")
-        assert tuple(engine.choices) == ENGINES
-        for name in ENGINES:
-            missing = engine_option_strings(kind, name) - shown
-            assert not missing, f"gpumr run {kind} --engine {name}: {sorted(missing)} not in the reference"
-        for name in ("spark", "dask"):  # gpumr spark KIND's reference (one engine's options alone)
-            alone = {s for a in run_parser(kind, name)._actions for s in a.option_strings} - {"-h", "--help"}
-            assert alone == engine_option_strings(kind, name)
-
-
-def env_names_in_code():
-    """Every ``GPUMR_*`` environment variable the shipped code and scripts name.
-
-    C macros of the kernels' host emulation (``GPUMR_KERNEL(...)``, include
-    guards in ``cuda/``) are not variables: ``cuda/`` is not searched and a
-    name followed by ``(`` is a macro.
-    """
-    names = set()
-    for top in ("gpumr", "seqfile", "jobs", "conf", "bench"):
-        for path in glob.glob(os.path.join(ROOT, top, "**", "*"), recursive=True):
-            if os.path.splitext(path)[1] in (".py", ".sh", ".conf", ".json") and os.path.isfile(path):
-                names |= set(re.findall(r"\b(GPUMR_[A-Z0-9_]+)\b(?!\()", read(path)))
-    return names
+def test_run_parser_has_every_engines_options_in_groups():
+    """``gpumr run WORKLOAD --help`` (the one parser, which the reference is generated from) lists ``--engine``'s
+    choices and each engine's own options in a group of its own."""
+    from gpumr import engines
+    from gpumr.launch.parser import run_parser
+    from gpumr.workloads import BUILT_IN, find, load
+    for name in BUILT_IN:
+        cls = load(find(name))
+        p = run_parser(cls)
+        engine = next(a for a in p._actions if a.dest == "engine")
+        assert tuple(engine.choices) == engines.NAMES
+        groups = {g.title: {s for a in g._group_actions for s in a.option_strings} for g in p._action_groups}
+        assert groups["engine dask"] == {"--scheduler", "--workers"} and groups["engine spark"] == {"--master"}
+        assert "--hadoop-splits" in next(v for k, v in groups.items() if k.startswith("engine inline"))
+        assert {"--device", "--gpu-slots", "--gpu-memory"} == groups["device choice"]
+        assert {o.name for o in cls.options} == groups[f"{name} options"]
+        assert all(e in p.format_help() for e in engines.NAMES)
 
 
 def test_environment_table_lists_every_variable():

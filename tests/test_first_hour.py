@@ -91,7 +91,7 @@ def test_the_default_runner_honours_reducers_too(packed, tmp_path):
     from gpumr.jobs.face_detect import MRFaceDetect
     out = str(tmp_path / "out")
     run_job(MRFaceDetect, [packed], out, "inline", ["--device", "cpu"])
-    assert sorted(os.listdir(out)) == ["part-00000"]
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "part-00000"]
     keys = [json.loads(ln.split("\t")[0]) for ln in _lines(out)]
     assert keys == sorted(keys) and len(keys) == 12
 

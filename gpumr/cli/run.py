@@ -42,6 +42,8 @@ def cmd(args):
     from ..launch.job import launch
     result = launch(argv, debug=args.debug, verbosity=verbosity(args))
     if result is not None:
+        if result.how != "built in":
+            logger(__name__).info("workload %s: %s", result.name, result.how)
         logger(__name__).info("%s", result.summary())
 
 

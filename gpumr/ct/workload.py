@@ -75,7 +75,7 @@ class Backproject(Workload):
         Option("--slab", "slices per record (default 16)", type=int, default=16, metavar="N", least=1),
         Option("--filter", f"ramp filter window (default {FILTERS[0]})", default=FILTERS[0], choices=FILTERS),
         Option("--i0", "projections are raw intensities: use -log(I/I0) (I0 over 0)", type=float, above=0,
-               most=limits.MAX_I0),
+               most=limits.MAX_I0, metavar="I0"),
         Option("--cpu-threads", "threads of the CPU backprojector per task (default: all cores)", type=int,
                metavar="N", least=1, most=limits.MAX_THREADS),
     )

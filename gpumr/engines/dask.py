@@ -47,7 +47,7 @@ def failure(exc):
     if isinstance(exc, GpumrError):
         return str(exc)
     text = " ".join(str(exc).split())
-    return redact(f"a Dask task failed: {type(exc).__name__}{': ' + text[:300] if text else ''}")
+    return redact(f"a task of the dask job failed: {type(exc).__name__}{': ' + text[:300] if text else ''}")
 
 
 class DaskEngine(Engine):

@@ -231,7 +231,8 @@ def _task_error(said, exc):
     for text in said:
         for line in text.splitlines():
             if line.startswith("gpumr: error: "):
-                return redact(line[len("gpumr: error: "):])
+                from ..boundary import BUG_HINT
+                return redact(line[len("gpumr: error: "):].replace(BUG_HINT, ""))
     return redact(str(exc).splitlines()[0])
 
 

@@ -14,6 +14,7 @@ Hadoop's input format: :doc:`/how-to/spark`.
 """
 
 import atexit
+import contextlib
 import os
 import re
 import sys
@@ -24,7 +25,7 @@ if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run 
     from gpumr.cli import run_command  # (the package's modules, which the executors import too)
     sys.exit(run_command([*sys.argv[1:], "--engine", "spark"]))
 
-from ..errors import GpumrError  # noqa: E402
+from ..errors import GpumrError, redact  # noqa: E402
 from .base import Engine  # noqa: E402
 from .mapreduce import map_reduce  # noqa: E402
 
@@ -179,15 +180,46 @@ def spark_context(master=None, app_name="gpumr", debug=False):
         # (PySpark takes the workers' interpreter from this variable when it starts the JVM itself.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from py4j.protocol import Py4JJavaError
+    said = None
+    if not debug and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        said = tempfile.TemporaryFile()  # the JVM this starts writes here, not on the user's terminal
     try:
-        sc = SparkContext.getOrCreate(conf)
+        with _stderr_to(said):
+            sc = SparkContext.getOrCreate(conf)
         _interrupt_quietly()
         return sc
     except Py4JJavaError as exc:  # the JVM refused the configuration, e.g. a master URL it cannot parse
         raise GpumrError(failure(exc, "Spark did not start")) from exc
-    except RuntimeError as exc:  # PySpark's JVM exited before it answered (its own lines above say why)
+    except RuntimeError as exc:  # PySpark's JVM exited before it answered
+        why = _last_words(said) or "the lines above say why"
         raise GpumrError(f"Spark did not start{f' (--master {master})' if master else ''}: its Java process "
-                         "exited (the lines above say why; Spark needs Java 17 on PATH or JAVA_HOME)") from exc
+                         f"exited ({why}; Spark needs Java 17 on PATH or JAVA_HOME)") from exc
+
+
+@contextlib.contextmanager
+def _stderr_to(f):
+    """Give the processes started in the block (Spark's JVM) ``f`` as their stderr (none: the process's own)."""
+    if f is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _last_words(f):
+    """The last line a JVM wrote to ``f`` that is not a warning or the log's set-up, or ""."""
+    if f is None:
+        return ""
+    f.seek(0)
+    lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("WARNING:", "Setting ", "To adjust", "Using Spark"))]
+    return redact(lines[-1])[:300] if lines else ""
 
 
 #: The last line of a Python traceback inside a Spark error's text: "module.Type: message".
@@ -210,8 +242,8 @@ def failure(exc, what="the Spark job failed"):
     if found:
         kind, _, message = found.group(1).partition(":")
         if kind.rsplit(".", 1)[-1] in _USER_ERRORS:
-            return f"a Spark task failed: {message.strip()}"
-        return f"a Spark task failed: {kind.rsplit('.', 1)[-1]}:{message} (gpumr --debug shows the trace)"
+            return f"a task of the spark job failed: {message.strip()}"
+        return f"a task of the spark job failed: {kind.rsplit('.', 1)[-1]}:{message}"
     java = getattr(exc, "java_exception", None)
     first = (str(java) if java is not None else text).strip().splitlines()
     return f"{what}: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"

@@ -24,9 +24,9 @@ class Faces(Workload):
         Option("--cascade", f"cascade XML file, or the bare name of one opencv ships (default {DEFAULT_CASCADE}); "
                             "shipped to the tasks", metavar="XML", side_file=True),
         Option("--scale-factor", f"pyramid step between scales, over 1 and at most {limits.MAX_SCALE_FACTOR:g} "
-                                 f"(default {DEFAULTS['scale_factor']})", type=float, default=DEFAULTS["scale_factor"]),
+                                 f"(default {DEFAULTS['scale_factor']})", type=float, default=DEFAULTS["scale_factor"], metavar="F"),
         Option("--min-neighbors", f"overlapping detections a face needs (default {DEFAULTS['min_neighbors']})",
-               type=int, default=DEFAULTS["min_neighbors"], least=0),
+               type=int, default=DEFAULTS["min_neighbors"], least=0, metavar="N"),
         Option("--min-size", f"smallest face, pixels (default {DEFAULTS['min_size']})", type=int,
                default=DEFAULTS["min_size"], metavar="PX"),
         Option("--max-size", "largest face, pixels (default: no limit)", type=int, default=DEFAULTS["max_size"],

@@ -34,11 +34,14 @@ BAD_SCAN_BYTES = 64 << 20
 
 @dataclass
 class Result:
-    """What a finished job says: its counters, wall time and first bad records."""
+    """What a finished job says: its counters, wall time and first bad records; its workload's name and where
+    the workload came from (``built in``, a module shipped to the tasks, one installed there)."""
 
     counts: dict
     seconds: float
     bad: list
+    name: str = ""
+    how: str = "built in"
 
     def summary(self):
         """The one summary line (:func:`gpumr.core.counters.summary`)."""
@@ -83,6 +86,8 @@ def run(plan, session=None, debug=False):
         return None
     t0 = time.perf_counter()
     here = plan.engine.tasks_here(plan.o)
+    log.debug("%s: %d task(s) on --engine %s, output %s", plan.ref.name, len(plan.tasks), plan.engine.name,
+              plan.out.shown)
     progress_folder = None
     if here and not quiet():
         progress_folder = os.path.join(plan.folder, "progress")
@@ -99,7 +104,7 @@ def run(plan, session=None, debug=False):
     except BaseException:
         plan.out.abort()
         raise
-    return Result(outcome.counts, time.perf_counter() - t0, bad)
+    return Result(outcome.counts, time.perf_counter() - t0, bad, plan.ref.name, plan.ref.how)
 
 
 def named_bad(stage, parts, counts):

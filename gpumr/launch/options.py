@@ -12,7 +12,7 @@ from ..core.workload import Option
 from ..devices.chooser import MODES
 from ..devices.protocol import MAX_MEMORY
 from ..io.records import DEFAULT_MAX_RECORD_SIZE, max_record_size_arg
-from ..sizes import human, size_arg
+from ..sizes import size_arg
 
 #: Bytes of SequenceFile per task by default (engines that cut byte ranges).
 DEFAULT_SPLIT = 32 << 20
@@ -31,12 +31,12 @@ DEVICE = (
 JOB = (
     Option("--reducers", "reduce tasks (default 1: one output file, sorted by key); 0: no reduce, output not sorted",
            type=int, default=1, metavar="N", least=0, most=limits.MAX_REDUCERS),
-    Option("--split-size", f"bytes of SequenceFile per task (default {human(DEFAULT_SPLIT)}, at least "
-                           f"{human(limits.MIN_SPLIT_SIZE)}); mrjob's engines cut their own splits",
+    Option("--split-size", f"bytes of SequenceFile per task (default {DEFAULT_SPLIT >> 20}MiB, at least "
+                           f"{limits.MIN_SPLIT_SIZE >> 10}KiB)",
            type=size_arg, default=DEFAULT_SPLIT, metavar="SIZE", least=limits.MIN_SPLIT_SIZE),
     Option("--max-record-size", "refuse a record, or a block of a block-compressed file, larger than SIZE once "
                                 f"decompressed: an error line, not the task's memory (default "
-                                f"{human(DEFAULT_MAX_RECORD_SIZE)})",
+                                f"{DEFAULT_MAX_RECORD_SIZE >> 20}MiB)",
            type=max_record_size_arg, default=DEFAULT_MAX_RECORD_SIZE, metavar="SIZE"),
 )
 

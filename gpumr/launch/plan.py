@@ -168,8 +168,6 @@ def make_plan(argv, folder, verbosity_given=None):
     options.update({opt.dest: names[opt.name] for opt, _ in values})
     spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
                 verbosity=verbosity_given or verbosity(o))
-    if ref.how != "built in":
-        log.info("workload %s: %s", ref.name, ref.how)
     return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder)
 
 

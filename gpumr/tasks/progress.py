@@ -103,6 +103,8 @@ class Display:
     stream : file, optional
         stderr by default; a bar on a terminal, plain lines otherwise.
 
+    Notes
+    -----
     Engines tell it each finished task's counts (:meth:`done`).
     """
 
