@@ -1,7 +1,8 @@
 """Slab backprojection as a gpumr workload: one record = one slab [z0, z1) of slices.
 
-Each task loads the geometry and the projections once, filters them once
-(FDK weighting and ramp), and then backprojects the slabs it is given on
+Each task loads the geometry and the projections once, filters (FDK weighting
+and ramp) only the detector rows its slabs reach, each row once
+(:class:`gpumr.ct.bands.FilteredRows`), and then backprojects the slabs it is given on
 the CPU or a GPU; every slice of a slab becomes an output record.
 """
 
@@ -10,8 +11,9 @@ from ..core import BadRecord, Workload
 from ..core.declare import Declaration, Option
 from ..errors import GpumrError
 from . import geometry as geom
-from .backproject import backproject, pad
-from .fdk import FILTERS, filter_projections
+from .backproject import backproject
+from .bands import FilteredRows
+from .fdk import FILTERS
 from .projections import read_set
 from .slices import encode_slice, slice_key
 
@@ -84,7 +86,9 @@ class Backprojection(Workload):
 
     def __init__(self, projections, geometry, filter_name=FILTERS[0], i0=None):
         self.geometry = geom.load(geometry)
-        self.padded = pad(filter_projections(read_set(projections, self.geometry, i0), self.geometry, filter_name))
+        # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
+        self.rows = FilteredRows(read_set(projections, self.geometry, i0), self.geometry, filter_name)
+        self.padded = self.rows.padded
         nz, ny, nx = self.geometry.nVoxel
         self.gpu_memory = self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab
 
@@ -92,7 +96,7 @@ class Backprojection(Workload):
         return parse_slab(value, self.geometry)
 
     def run_cpu(self, slab):
-        return backproject(None, self.geometry, slab[0], slab[1], padded=self.padded)
+        return backproject(None, self.geometry, slab[0], slab[1], padded=self.rows.need(*slab))
 
     def outputs(self, key, slab, volume, device):
         nz = self.geometry.nVoxel[0]
@@ -104,7 +108,7 @@ class Backprojection(Workload):
         if not ok:
             return None
         from .backproject_gpu import SlabBackprojector
-        return SlabBackprojector(self.padded, self.geometry)
+        return SlabBackprojector(self.rows.all(), self.geometry)
 
 
 class Backproject(Declaration):
