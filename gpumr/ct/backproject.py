@@ -181,7 +181,7 @@ def set_threads(n):
     return n
 
 
-def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0):
+def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0, window=None):
     """Fast CPU backprojection of slices [z0, z1), float32 [z, y, x].
 
     Parameters
@@ -200,6 +200,8 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
         float32 [z1 - z0, y, x] to write into.
     row0 : int, optional
         The detector row the projections given start at (0: all rows).
+    window : (int, int, int, int), optional
+        Only voxel rows [y0, y1) and columns [x0, x1) of each slice (the GPU's self-check).
 
     Returns
     -------
@@ -219,6 +221,8 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
     na, height, width = padded.shape
     k = _scalars(geometry)
     zs, ys, xs = (a.astype(np.float32) for a in _axes(geometry))
+    if window is not None:
+        ys, xs = ys[window[0]:window[1]], xs[window[2]:window[3]]
     b = np.asarray(geometry.angles, dtype=np.float64)
     if out is None:
         out = np.empty((z1 - z0, len(ys), len(xs)), np.float32)

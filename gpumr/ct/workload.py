@@ -82,7 +82,7 @@ class Backprojection(Workload):
     """
 
     name = "backprojection"
-    gpu_batch = 1
+    gpu_batch = 4  # slabs per GPU call: pipelined through two reused device and page-locked buffers
 
     def __init__(self, projections, geometry, filter_name=FILTERS[0], i0=None):
         self.geometry = geom.load(geometry)
