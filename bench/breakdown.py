@@ -114,10 +114,11 @@ def draw(bars, out):
             ax.text(x, total, f"{total:.2f} s", ha="center", va="bottom")
         ax.set_title(title)
         ax.set_ylabel("seconds")
-    np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=8)
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles[::-1], labels[::-1], loc="center right", fontsize=8)
     fig.suptitle("Where the job's time goes: CPU measured here; GPU bars: PREDICTION (compute from the GPU model, "
                  "no GPU ran)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 0.95))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=100)
 
