@@ -139,13 +139,16 @@ struct Source {
     int xtap, ytap; // first tap of the level's columns and of its rows
 };
 
-// The level holding pyramid pixel i: the last whose img_off is <= i.
-__device__ __forceinline__ int level_of_pixel(const Level* levels, int n_levels, int i)
+// The level an item belongs to, levels holding consecutive runs of items from their field F on
+// (pyramid pixels from img_off, windows from win_off): the last level whose F is <= i. One binary
+// search for both lists.
+template <int Level::*F>
+__device__ __forceinline__ int level_at(const Level* levels, int n_levels, int i)
 {
     int lo = 0, hi = n_levels - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (levels[mid].img_off <= i) lo = mid; else hi = mid - 1;
+        if (levels[mid].*F <= i) lo = mid; else hi = mid - 1;
     }
     return lo;
 }
@@ -156,7 +159,7 @@ extern "C" __global__ void pyramid(const unsigned char* __restrict__ frames, con
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_pixels) return;
-    const int lv = level_of_pixel(levels, n_levels, i);
+    const int lv = level_at<&Level::img_off>(levels, n_levels, i);
     const Level L = levels[lv];
     const Source S = sources[lv];
     const int k = i - L.img_off;
@@ -299,20 +302,10 @@ template <bool K> __device__ int stages_at(const Cascade& C, const Window& v, in
     return -1;
 }
 
-__device__ __forceinline__ int find_level(const Level* levels, int n_levels, int w)
-{
-    int lo = 0, hi = n_levels - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (levels[mid].win_off <= w) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-}
-
 __device__ __forceinline__ Window window_at(const Cascade& C, const Level* levels, int n_levels, int w,
                                             const unsigned* sum, const unsigned* sq)
 {
-    const int level = find_level(levels, n_levels, w);
+    const int level = level_at<&Level::win_off>(levels, n_levels, w);
     const Level L = levels[level];
     const int k = w - L.win_off;
     const int W = L.width + 1;

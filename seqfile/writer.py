@@ -19,6 +19,9 @@ _ESCAPE = _INT32.pack(-1)
 #: Hadoop's default ``io.seqfile.compress.blocksize``.
 BLOCK_SIZE = 1_000_000
 
+#: Values at least this large are written to the file directly, past the writer's buffer.
+_DIRECT = 1 << 16
+
 
 class Writer:
     """Write key/value records to a new SequenceFile, atomically.
@@ -124,7 +127,15 @@ class Writer:
         n = len(value)
         self._maybe_sync()
         self._f.write(_TWO_INT32.pack(len(key) + 4 + n, len(key)) + key + _INT32.pack(n))
-        self._f.write(value)
+        raw = getattr(self._f, "raw", None)
+        if n >= _DIRECT and raw is not None:
+            # a large value goes straight to the file, not copied through the writer's buffer first
+            self._f.flush()
+            view = memoryview(value).cast("B")
+            while view:
+                view = view[raw.write(view):]
+        else:
+            self._f.write(value)
         self._pos += 12 + len(key) + n
         self.records += 1
 

@@ -116,3 +116,29 @@ def test_gpu_check_without_a_gpu_says_so_and_fails(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.startswith("gpu_check: no NVIDIA GPU here") and proc.stderr.count("\n") == 1
     assert not (tmp_path / "out").exists() and not (tmp_path / "site").exists()
+
+
+def test_gpu_check_dry_run_says_so_and_measures_nothing(tmp_path):
+    """``--dry``: no GPU needed; every step named with its timeout (all within 8 minutes), the table's rows
+    unmeasured, exit 0, nothing installed or written."""
+    import re
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPUMR_SITE=str(tmp_path / "site"))
+    proc = subprocess.run([shutil.which("bash"), os.path.join(REPO, "bench", "gpu_check.sh"), "--dry"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "no GPU is used and nothing is measured" in out and "DRY RUN, no GPU used" in out
+    limits = [int(s) for s in re.findall(r"step \S+, at most (\d+)s", out)]
+    assert len(limits) >= 5 and sum(limits) <= 480
+    assert "-m gpu" in out  # only the tests that touch the device
+    for row in ("equality on the device", "faces fps, job end to end", "CT GUPS at 512^3", "CT 1024^3 x 360 end to end",
+                "CPU and GPU together"):
+        assert re.search(re.escape(row) + r".*not run \(dry\)", out)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "site").exists()
+
+
+def test_gpu_check_counts_a_skipped_gpu_test_as_a_failure():
+    with open(os.path.join(REPO, "bench", "gpu_check.sh"), encoding="utf-8") as f:
+        script = f.read()
+    assert "a skip is a failure" in script and 'suite.get("skipped"' in script
+    assert "GPUMR_SIMULATE_GPUS" not in script

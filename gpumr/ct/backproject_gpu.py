@@ -1,16 +1,23 @@
 """The slab backprojector on a GPU (``cuda/backproject.cu``), same function as the CPU one.
 
 Projections are uploaded once per task and device and kept there across the
-task's slabs. Slabs are pipelined (:meth:`SlabBackprojector.run`): a slab's
-copy back into page-locked memory overlaps the next slab's kernels; each
+task's slabs. A call takes a batch of slabs and pipelines them
+(:meth:`SlabBackprojector.run`): a slab's copy back into page-locked memory
+overlaps the next slab's kernels, through two device buffers and two
+page-locked host buffers made once per device and reused by every slab and
+call after (grown only for a taller slab), and the slabs land in one host
+array per call; each
 launch's angles are cut into the parts that fill the device's waves of
 blocks (:func:`split_for_waves`; ``bench/gpu_model.py`` predicts the
 gain). A slab whose output does not fit the free device memory is cut into
 smaller slabs (halving) rather than failing. Before a device is trusted,
 2 ZB + 3 slices around the volume's centre (every one of the ZB slices a
-kernel thread keeps) are compared with the CPU backprojector
-(:mod:`gpumr.gpu.trust`); a mismatch disables the GPU path (slabs then fall
-back to the CPU, counted).
+kernel thread keeps), in a window of :data:`CHECK_WINDOW` voxels around
+the slices' centre, are compared with the CPU backprojector
+(:mod:`gpumr.gpu.trust`): the CPU's side is computed when the
+backprojector is made, before any GPU is leased, and the window keeps the
+check small at any volume size; a mismatch disables the GPU path (slabs
+then fall back to the CPU, counted).
 """
 
 import numpy as np
@@ -20,6 +27,8 @@ from ..gpu.trust import DeviceStates
 from .backproject import _axes, _scalars
 
 BLOCK = (32, 8, 1)
+#: The self-check's window of each slice, rows x columns around the centre (whole blocks of BLOCK).
+CHECK_WINDOW = (32, 64)
 
 
 class SlabBackprojector:
@@ -36,7 +45,7 @@ class SlabBackprojector:
         self.padded = np.ascontiguousarray(padded, np.float32)
         self.geometry = geometry
         self.prefer = prefer
-        self._devices = DeviceStates("GPU backprojection", self._setup, self._self_check)
+        self._devices = DeviceStates("GPU backprojection", self._setup, self._self_check, self._check_case)
 
     def _setup(self, gpu):
         from ..gpu.launch import launcher
@@ -49,24 +58,41 @@ class SlabBackprojector:
             trig = np.stack([np.cos(b), np.sin(b)], axis=1).astype(np.float32)
             return dict(lx=lx, mod=mod, fn=lx.function(mod, "backproject_slab"), proj=lx.to_device(self.padded),
                         trig=trig, zs=lx.to_device(zs), ys=lx.to_device(ys), xs=lx.to_device(xs),
-                        zb=constants["ZB"], max_angles=constants["MAX_ANGLES"])
+                        zb=constants["ZB"], max_angles=constants["MAX_ANGLES"], streams=(lx.stream(), lx.stream()),
+                        slots=[None, None])
 
-    def _self_check(self, st):
-        """Slices around the centre against the CPU: two whole ZB-slice blocks and 3 more.
+    def _check_window(self):
+        """The self-check's slices ``(z0, z1)`` and window ``(y0, y1, x0, x1)`` (see :data:`CHECK_WINDOW`)."""
+        nz, ny, nx = self.geometry.nVoxel
+        zb = defines("backproject")["ZB"]
+        n = min(2 * zb + 3, nz)
+        z0 = max(0, min(nz // 2 - n // 2, nz - n))
+        h, w = min(CHECK_WINDOW[0], ny), min(CHECK_WINDOW[1], nx)
+        y0, x0 = (ny - h) // 2, (nx - w) // 2
+        return (z0, z0 + n), (y0, y0 + h, x0, x0 + w)
+
+    def _check_case(self):
+        """The CPU's side of the self-check: its window of slices, backprojected on the CPU.
+
+        Computed once when the backprojector is made (:class:`gpumr.gpu.trust.DeviceStates` starts it
+        then), so that no GPU lease waits for it.
+        """
+        from .backproject import backproject
+        (z0, z1), (y0, y1, x0, x1) = self._check_window()
+        return backproject(None, self.geometry, z0, z1, padded=self.padded, window=(y0, y1, x0, x1))
+
+    def _self_check(self, st, cpu_slab):
+        """The check's window of slices on the device against the CPU's: two whole ZB-slice blocks and 3 more.
 
         Each thread of the kernel keeps ZB slices; the check covers every one
         of a thread's slices, and a block that the volume's end cuts short.
         """
-        from .backproject import backproject
-        nz = self.geometry.nVoxel[0]
-        n = min(2 * st["zb"] + 3, nz)
-        z0 = max(0, min(nz // 2 - n // 2, nz - n))
+        (z0, z1), (y0, y1, x0, x1) = self._check_window()
         with st["lx"].active():
-            gpu_slab = self._slab(st, z0, z0 + n)
-        cpu_slab = backproject(None, self.geometry, z0, z0 + n, padded=self.padded)
+            gpu_slab = self._slab(st, z0, z1, st["ys"][y0:y1], st["xs"][x0:x1])
         err = float(np.linalg.norm(gpu_slab - cpu_slab) / max(np.linalg.norm(cpu_slab), 1e-30))
         return True if err < 1e-5 else \
-            f"slices {z0}-{z0 + n - 1} differ from the CPU backprojector (relative L2 {err:.2e})"
+            f"slices {z0}-{z1 - 1} differ from the CPU backprojector (relative L2 {err:.2e})"
 
     def state(self, gpu):
         """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use.
@@ -79,70 +105,95 @@ class SlabBackprojector:
         return self._devices.get(gpu)
 
     def run(self, slabs, gpu):
-        """The slabs ``[(z0, z1), ...]`` backprojected on ``gpu``, in order.
+        """The slabs ``[(z0, z1), ...]`` backprojected on ``gpu``, in order: views of one host array.
 
         Pipelined: each slab's launches go on one stream, its copy back into
         page-locked host memory on another, after them; the next slab's
         launches are queued before the host waits for that copy, so copies
         (and the host's receiving of each slab) overlap the kernels. At most
-        two slabs are in flight; a slab that does not fit beside them runs
+        two slabs are in flight, each in one of the device's two slots (a
+        device buffer and a page-locked host buffer, made once and reused by
+        every later slab and call); a slab that does not fit beside them runs
         alone, cut in halves if need be (:meth:`_slab`).
         """
         st = self.state(gpu)
         lx = st["lx"]
+        ny, nx = self.geometry.nVoxel[1], self.geometry.nVoxel[2]
+        heights = [z1 - z0 for z0, z1 in slabs]
+        result = np.empty((sum(heights), ny, nx), np.float32)
+        views = np.split(result, np.cumsum(heights)[:-1]) if slabs else []
         with lx.active():
-            compute, copy = lx.stream(), lx.stream()
-            done, flight = [], []
-            for z0, z1 in slabs:
-                shape = (z1 - z0, self.geometry.nVoxel[1], self.geometry.nVoxel[2])
+            compute, copy = st["streams"]
+            flight = []
+            for i, ((z0, z1), view) in enumerate(zip(slabs, views)):
                 try:
-                    dev = lx.empty(shape, np.float32)
+                    dev, host = self._slot(st, i % 2, z1 - z0)
                 except lx.out_of_memory:
-                    done.extend(self._land(lx, flight, len(flight)))
+                    self._land(lx, flight, len(flight))
                     lx.synchronize()
-                    done.append(self._slab(st, z0, z1))
+                    view[:] = self._slab(st, z0, z1)
                     continue
                 lx.zero_async(dev, compute)
                 self.launch(st, z0, z1, dev, compute)
-                host = lx.pinned(shape, np.float32)
-                flight.append((dev, host, lx.to_host_async(dev, host, copy, after=compute)))
-                done.extend(self._land(lx, flight, len(flight) - 1))
-            done.extend(self._land(lx, flight, len(flight)))
-            return done
+                flight.append((host, view, lx.to_host_async(dev, host, copy, after=compute)))
+                self._land(lx, flight, len(flight) - 1)
+            self._land(lx, flight, len(flight))
+        return views
+
+    @staticmethod
+    def _slot(st, i, height):
+        """Slot ``i``'s device buffer and page-locked host buffer, as ``height`` slices of the volume.
+
+        Made on first use and kept (for every later slab and call); remade
+        only for a taller slab. A slot is reused only after its last copy
+        landed (:meth:`run` keeps at most two slabs in flight).
+        """
+        lx = st["lx"]
+        have = st["slots"][i]
+        if have is None or have[0].shape[0] < height:
+            st["slots"][i] = None  # the old buffers go before the new are made
+            shape = (height,) + tuple(st["ys"].shape) + tuple(st["xs"].shape)
+            have = st["slots"][i] = (lx.empty(shape, np.float32), lx.pinned(shape, np.float32))
+        dev, host = have
+        return dev[:height], host[:height]
 
     @staticmethod
     def _land(lx, flight, n):
-        """The first ``n`` slabs in flight, received (their copies waited for), taken off ``flight``."""
-        out = []
+        """The first ``n`` slabs in flight received: their copies waited for, copied into their views."""
         for _ in range(n):
-            dev, host, token = flight.pop(0)
+            host, view, token = flight.pop(0)
             lx.wait(token)
-            out.append(np.array(host))
-            del dev
-        return out
+            view[:] = host
 
-    def _slab(self, st, z0, z1):
+    def _slab(self, st, z0, z1, ys=None, xs=None):
+        """Slab [z0, z1) alone (rows ``ys``, columns ``xs`` of each slice: device arrays, default all), cut in
+        halves where its output does not fit the device."""
         lx = st["lx"]
-        nz, ny, nx = z1 - z0, self.geometry.nVoxel[1], self.geometry.nVoxel[2]
+        ys = st["ys"] if ys is None else ys
+        xs = st["xs"] if xs is None else xs
+        nz, ny, nx = z1 - z0, ys.shape[0], xs.shape[0]
         try:
             out = lx.zeros((nz, ny, nx), np.float32)
         except lx.out_of_memory:
             if nz == 1:
                 raise
             mid = (z0 + z1) // 2
-            return np.concatenate([self._slab(st, z0, mid), self._slab(st, mid, z1)])
-        self.launch(st, z0, z1, out)
+            return np.concatenate([self._slab(st, z0, mid, ys, xs), self._slab(st, mid, z1, ys, xs)])
+        self.launch(st, z0, z1, out, ys=ys, xs=xs)
         lx.synchronize()
         return lx.to_host(out)
 
-    def launch(self, st, z0, z1, out, stream=None):
+    def launch(self, st, z0, z1, out, stream=None, ys=None, xs=None):
         """Queue the kernel launches for slab [z0, z1) into zeroed device array ``out`` on ``stream``.
 
         Angles go in launches of at most ``MAX_ANGLES`` (constant memory), and
         each launch's angles in the parts that fill its waves best
-        (:func:`split_for_waves`).
+        (:func:`split_for_waves`). ``ys``, ``xs``: the voxel rows and columns
+        to compute (device arrays; default: all of them).
         """
         lx, k = st["lx"], _scalars(self.geometry)
+        ys = st["ys"] if ys is None else ys
+        xs = st["xs"] if xs is None else xs
         nz, ny, nx = out.shape
         na, plane = self.padded.shape[0], self.padded.shape[1] * self.padded.shape[2]
         step = max(1, min(st["max_angles"], (2 ** 31 - 1) // plane - 1))  # the kernel's 32-bit element indices
@@ -158,7 +209,7 @@ class SlabBackprojector:
                 lx.set_constant(st["mod"], "c_trig", st["trig"][a0:a1])
                 st["trig_at"] = a0
             lx.launch_on(stream, st["fn"], grid[:2] + (grid[2] * split,), BLOCK, st["proj"][a0:a1], i32(a1 - a0),
-                         i32(k["nv"]), i32(k["nu"]), zs, st["ys"], st["xs"], i32(nz), i32(ny), i32(nx),
+                         i32(k["nv"]), i32(k["nu"]), zs, ys, xs, i32(nz), i32(ny), i32(nx),
                          f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]), f32(k["inv_du"]),
                          f32(k["inv_dv"]), i32(split), out)
 

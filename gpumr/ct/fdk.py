@@ -158,24 +158,56 @@ def is_short_scan(angles):
     return (a[-1] - a[0]) + np.median(np.diff(a)) < 2 * np.pi - 1e-6
 
 
-def filter_projections(proj, geometry, filter_name="ram-lak"):
+def filter_projections(proj, geometry, filter_name="ram-lak", rows=None):
     """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
+
+    The ramp filter runs along each detector row on its own, and the weights
+    are per pixel, so filtering a band of rows gives exactly those rows of
+    filtering them all: a slab needs only the rows its voxels reach
+    (:func:`gpumr.ct.bands.row_band`).
 
     Parameters
     ----------
     proj : ndarray [angle, row, col]
-        Line integrals.
+        Line integrals, every detector row.
+    geometry : gpumr.ct.geometry.Geometry
+        The scan's geometry (its detector and angle count must match ``proj``).
+    filter_name : str, optional
+        The ramp's window (:data:`FILTERS`).
+    rows : (int, int), optional
+        Filter only detector rows [r0, r1) (default: all).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 [angle, rows, col]: all rows, or the ``r1 - r0`` rows asked for.
+
+    Raises
+    ------
+    GpumrError
+        If the projections' shape is not the geometry's, or ``rows`` is not a band of the detector.
+
+    Examples
+    --------
+    >>> from gpumr.ct import geometry
+    >>> g = geometry.simple(8, 4)
+    >>> q = np.ones((4, *g.nDetector), np.float32)
+    >>> bool(np.array_equal(filter_projections(q, g, rows=(2, 5)), filter_projections(q, g)[:, 2:5]))
+    True
     """
     proj = np.asarray(proj, dtype=np.float32)
     na, nv, nu = proj.shape
     if (nv, nu) != tuple(geometry.nDetector) or na != geometry.n_angles:
         raise GpumrError(f"projections are {na}x{nv}x{nu} (angles x rows x cols), the geometry says "
                          f"{geometry.n_angles}x{geometry.nDetector[0]}x{geometry.nDetector[1]}")
+    r0, r1 = (0, nv) if rows is None else (int(rows[0]), int(rows[1]))
+    if not 0 <= r0 <= r1 <= nv:
+        raise GpumrError(f"rows {r0}-{r1} are not a band of the detector's {nv} rows")
     dv, du = geometry.dDetector
     ov, ou = geometry.offDetector
     scale = geometry.DSO / geometry.DSD
     u = ((np.arange(nu) - (nu - 1) / 2) * du + ou) * scale
-    v = ((np.arange(nv) - (nv - 1) / 2) * dv + ov) * scale
+    v = ((np.arange(r0, r1) - (nv - 1) / 2) * dv + ov) * scale
     cosw = (geometry.DSO / np.sqrt(geometry.DSO ** 2 + u[None, :] ** 2 + v[:, None] ** 2)).astype(np.float32)
     H = ramp(nu, du * scale, filter_name)
     n = len(H)
@@ -186,8 +218,10 @@ def filter_projections(proj, geometry, filter_name="ram-lak"):
         weights = (parker_weights(geometry.angles, gamma) * step).astype(np.float32)
     else:
         weights = np.repeat((angle_weights(geometry.angles) / 2)[:, None], nu, axis=1).astype(np.float32)
-    out = np.empty_like(proj)
+    out = np.empty((na, r1 - r0, nu), np.float32)
+    if r1 == r0:
+        return out
     for i in range(na):
-        spectrum = np.fft.rfft(proj[i] * cosw * weights[i][None, :], n=n, axis=1)
+        spectrum = np.fft.rfft(proj[i, r0:r1] * cosw * weights[i][None, :], n=n, axis=1)
         out[i] = np.fft.irfft(spectrum * H[: n // 2 + 1], n=n, axis=1)[:, :nu]
     return out

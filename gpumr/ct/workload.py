@@ -2,9 +2,10 @@
 
 Written on the public contract (:class:`gpumr.Workload`). The launcher
 makes the records (:meth:`Backproject.plan`: slab lines ``z0 z1``); each
-task loads the geometry and the projections once, filters them once (FDK
-weighting and ramp), and backprojects the slabs it is given on the CPU or a
-GPU. A slab leaves the task as binary float32 (``arrays/z00000.slab.npy``
+task loads the geometry and the projections once, filters (FDK weighting
+and ramp) only the detector rows its slabs reach, each row once
+(:class:`gpumr.ct.bands.FilteredRows`), and backprojects the slabs it is
+given on the CPU or a GPU (several slabs per GPU call). A slab leaves the task as binary float32 (``arrays/z00000.slab.npy``
 in the output, named by its line), which ``gpumr ct assemble`` joins into
 one volume (:mod:`gpumr.ct.slices`).
 """
@@ -13,8 +14,9 @@ from .. import limits
 from ..core.workload import BadRecord, Option, Workload
 from ..errors import GpumrError
 from . import geometry as geom
-from .backproject import backproject, pad
-from .fdk import FILTERS, filter_projections
+from .backproject import backproject
+from .bands import FilteredRows
+from .fdk import FILTERS
 from .projections import read_set
 
 
@@ -67,6 +69,7 @@ class Backproject(Workload):
     summary = "FDK cone-beam reconstruction, one slab of slices per record; per slab a free GPU or the CPU."
     input = "plan"
     decode = "raw"
+    gpu_records = 4  # slabs per GPU call: pipelined through two reused device and page-locked buffers
     options = (
         Option("--projections", "SequenceFile of projections, one record per angle (required; shipped to the tasks)",
                metavar="SEQ", side_file=True),
@@ -115,15 +118,16 @@ class Backproject(Workload):
             from .backproject import set_threads
             set_threads(o.cpu_threads)
         self.geometry = geom.load(o.geometry)
-        self.padded = pad(filter_projections(read_set([o.projections], self.geometry, o.i0), self.geometry,
-                                             o.filter))
+        # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
+        self.rows = FilteredRows(read_set([o.projections], self.geometry, o.i0), self.geometry, o.filter)
+        self.padded = self.rows.padded
         self._gpu = None
 
     def load(self, key, value, o):
         return parse_slab(value, self.geometry)
 
     def cpu(self, key, slab, o):
-        return self._result(slab, backproject(None, self.geometry, slab[0], slab[1], padded=self.padded))
+        return self._result(slab, backproject(None, self.geometry, slab[0], slab[1], padded=self.rows.need(*slab)))
 
     def _result(self, slab, volume):
         return {"z": list(slab), "nz": int(self.geometry.nVoxel[0]), "slab": volume}
@@ -134,7 +138,7 @@ class Backproject(Workload):
         if not ok:
             return why
         from .backproject_gpu import SlabBackprojector
-        self._gpu = SlabBackprojector(self.padded, self.geometry)
+        self._gpu = SlabBackprojector(self.rows.all(), self.geometry)
         return None
 
     def gpu_batch(self, records, o, device):

@@ -21,7 +21,6 @@ a mismatch disables the GPU path (every batch then falls back to the CPU,
 and is counted).
 """
 
-import contextlib
 import functools
 import threading
 from collections import namedtuple
@@ -115,7 +114,6 @@ def cascade_features(path):
         return 0
 
 
-@functools.lru_cache(maxsize=256)
 def resize_taps(src, dst):
     """One axis of OpenCV's 8-bit ``INTER_LINEAR_EXACT`` resize from ``src`` to ``dst`` pixels: int32 [dst, 2].
 
@@ -130,6 +128,8 @@ def resize_taps(src, dst):
     ``pyramid`` kernel (``cuda/haar.cu``) then does only integer arithmetic.
     Also what OpenCV's shortcuts give: an equal size is a copy (``c1 = 0``)
     and an exact halving its 2x2 area mean ((a + b + c + d + 2) >> 2).
+    Not cached here: a detector keeps each frame size's taps, all levels
+    together (:meth:`FaceGPU._shape_taps`), the one cache of them.
     """
     scale = 1.0 / (dst / src)
     f = scale * (np.arange(dst, dtype=np.float64) + 0.5) - 0.5
@@ -140,7 +140,6 @@ def resize_taps(src, dst):
     out = np.empty((dst, 2), np.int32)
     out[:, 0] = np.where(left, 0, np.where(right, src - 1, first))
     out[:, 1] = np.where(left | right, 0, c1)
-    out.setflags(write=False)
     return out
 
 
@@ -190,11 +189,6 @@ def _grid(n):
 def _at_least_one(a):
     """``a``, or one zero row of its kind where it is empty (a device array of no elements is refused)."""
     return a if len(a) else np.zeros((1,) + a.shape[1:], a.dtype)
-
-
-#: One host build of the kernels serves every simulated GPU of a process (gpumr.gpu.emulate), and with it one
-#: copy of their constant memory: detectors of different cascades take turns there.
-_EMULATED_CONSTANTS = threading.Lock()
 
 
 class FaceGPU:
@@ -321,20 +315,6 @@ class FaceGPU:
             st["lx"].set_constant(st["mod"], "c_stages", stages)
             st["lx"].set_constant(st["mod"], "c_nodes", nodes)
 
-    def _stage_kernels(self, st):
-        """A context around a turn's stage kernels: on simulated GPUs, which share one constant memory per
-        process, this detector's cascade copied there and held; on a GPU, its module's own (nothing to do)."""
-        if st["constant"] is None or st["lx"].name != "emulated":
-            return contextlib.nullcontext()
-        lock = _EMULATED_CONSTANTS
-
-        @contextlib.contextmanager
-        def held():
-            with lock:
-                self._constants(st)
-                yield
-        return held()
-
     def _self_check(self, st):
         import cv2
         from skimage import data
@@ -378,7 +358,7 @@ class FaceGPU:
         faces = [[] for _ in grays]
         if not len(table):
             return faces
-        with st["lx"].active(), self._stage_kernels(st):
+        with st["lx"].active():
             windows = self._detect(st, pyramid)
         win_off = table[:, 9]
         level = np.searchsorted(win_off, windows, side="right") - 1

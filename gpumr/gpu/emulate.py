@@ -35,6 +35,7 @@ built with AddressSanitizer (the process must run with gcc's ``libasan``
 preloaded), whose redzones then guard every device allocation.
 """
 
+import collections
 import ctypes
 import functools
 import hashlib
@@ -357,13 +358,37 @@ def _dims(name, grid, block):
     return grid3, block3
 
 
+_PRIVATE = []  # this process's folder of loaded copies of host builds
+_LOADED = iter(range(1 << 62))
+
+
+def _own_copy(path):
+    """A copy of host build ``path`` that only one :class:`Module` loads, in this process's private folder.
+
+    The loader maps a file once per process however often it is opened, and
+    its globals (the kernels' ``__constant__`` symbols) with it; a module of
+    its own copy has constant memory of its own, as each module loaded on a
+    GPU has.
+    """
+    from ..trusted import private_temp_dir
+    if not _PRIVATE:
+        _PRIVATE.append(private_temp_dir("gpumr-modules-"))
+    own = os.path.join(_PRIVATE[0], f"{next(_LOADED)}-{os.path.basename(path)}")
+    shutil.copyfile(path, own)
+    return own
+
+
 class Module:
-    """The host build of one kernel source, loaded."""
+    """The host build of one kernel source, loaded: a copy of its own, so its constant memory is its own."""
 
     def __init__(self, launcher, name, path, names, constants):
         self.launcher = launcher
         self.name = name
-        self.lib = ctypes.CDLL(path)
+        own = _own_copy(path)
+        try:
+            self.lib = ctypes.CDLL(own)
+        finally:
+            os.unlink(own)  # mapped now: the file is no longer needed
         self.kernels = set(names)
         self.constants = {}
         for c in constants:
@@ -404,7 +429,16 @@ class EmulatedLauncher(Launcher):
     ----------
     used, peak : int
         Bytes of device memory allocated now, and at most so far (see :meth:`reset_peak`).
+    calls : collections.Counter
+        The driver calls made through this launcher, by the interface's method name (``launch``,
+        ``to_device``, ``pinned``, ``synchronize`` ...): what a driver would be asked to do, counted
+        so that tests can hold a driver's calls per unit of work (see :attr:`syncs`).
     """
+
+    #: The calls after which the host waits for the device: a synchronisation, waiting for a copy, a
+    #: blocking copy back (PyCUDA's ``get``), and a blocking copy to the device (``to_gpu`` from pageable
+    #: memory, ordered after every launch queued on the default stream).
+    SYNCS = ("synchronize", "wait", "to_host", "to_device")
 
     name = "emulated"
     out_of_memory = DeviceOutOfMemory
@@ -419,6 +453,16 @@ class EmulatedLauncher(Launcher):
         self.threads = len(os.sched_getaffinity(0))
         self.used = self.peak = 0
         self._lock = threading.Lock()
+        self.calls = collections.Counter()
+
+    @property
+    def syncs(self):
+        """Host synchronisations so far: the :attr:`calls` named in :data:`SYNCS`."""
+        return sum(self.calls[name] for name in self.SYNCS)
+
+    def _count(self, name):
+        with self._lock:
+            self.calls[name] += 1
 
     def _reserve(self, nbytes):
         with self._lock:
@@ -438,6 +482,7 @@ class EmulatedLauncher(Launcher):
             self.peak = self.used
 
     def module(self, name):
+        self._count('module')
         return Module(self, name, *build(name, self.sanitize))
 
     def _array(self, shape, dtype):
@@ -446,26 +491,31 @@ class EmulatedLauncher(Launcher):
         return DeviceArray(Allocation(self, nbytes), 0, shape, dtype)
 
     def to_device(self, host):
+        self._count('to_device')
         data = np.ascontiguousarray(host)
         dev = self._array(data.shape, data.dtype)
         ctypes.memmove(dev.ptr, data.ctypes.data, data.nbytes)
         return dev
 
     def zeros(self, shape, dtype):
+        self._count('zeros')
         dev = self._array(shape, dtype)
         ctypes.memset(dev.ptr, 0, dev.nbytes)
         return dev
 
     def to_host(self, dev):
+        self._count('to_host')
         out = np.empty(dev.shape, dev.dtype)
         ctypes.memmove(out.ctypes.data, dev.ptr, dev.nbytes)
         return out
 
     def copy_to_symbol(self, ptr, data):
+        self._count('set_constant')
         ctypes.memmove(ptr, data.ctypes.data, data.nbytes)
 
     def synchronize(self):
         """Nothing to wait for: an emulated launch returns when its grid has run."""
+        self._count('synchronize')
 
     #: The simulated device's waves: SMs, and blocks of up to 256 threads per SM (what drivers size launches by).
     SMS, BLOCKS_PER_SM = 4, 6
@@ -474,13 +524,35 @@ class EmulatedLauncher(Launcher):
         return self.SMS * self.BLOCKS_PER_SM * max(1, 256 // max(threads, 1))
 
     def empty(self, shape, dtype):
+        self._count('empty')
         return self._array(shape, dtype)
 
     def zero_async(self, dev, stream):
+        self._count('zero_async')
         ctypes.memset(dev.ptr, 0, dev.nbytes)
 
     def to_host_async(self, dev, host, stream, after=None):
+        self._count('to_host_async')
         if host.nbytes != dev.nbytes:
             raise ValueError(f"copy of {dev.nbytes} bytes into a host array of {host.nbytes}")
         ctypes.memmove(host.ctypes.data, dev.ptr, dev.nbytes)
         return None
+
+    def wait(self, token):
+        self._count("wait")
+
+    def pinned(self, shape, dtype):
+        self._count("pinned")
+        return np.empty(shape, dtype)
+
+    def stream(self):
+        self._count("stream")
+        return None
+
+    def launch(self, fn, grid, block, *args):
+        self._count("launch")
+        fn(*args, grid=tuple(grid), block=tuple(block))
+
+    def launch_on(self, stream, fn, grid, block, *args):
+        self._count("launch")
+        fn(*args, grid=tuple(grid), block=tuple(block))

@@ -6,7 +6,13 @@ before any record runs there. A device whose set-up or self-check fails, or
 whose self-check raises, stays untrusted for the task, with the reason: every
 batch given to it then fails with that reason, and the core re-runs its
 records on the CPU (counted as GPU fallbacks).
+
+The CPU's side of a self-check (its expected answer) is started when the
+implementation is made, in a thread of its own, before any GPU is leased:
+a lease then waits only for the device's side.
 """
+
+from concurrent.futures import ThreadPoolExecutor
 
 
 class DeviceStates:
@@ -20,13 +26,22 @@ class DeviceStates:
         ``setup(gpu) -> dict``: the device's state (launcher, kernels, uploads).
     check : callable
         ``check(state) -> True`` when the device computes what the CPU does,
-        else a sentence saying how it differs.
+        else a sentence saying how it differs; ``check(state, expected)``
+        where ``expected`` is given.
+    expected : callable, optional
+        ``expected() -> value``: the CPU's side of the check, started now in
+        a thread of its own (outside any GPU lease) and computed once.
     """
 
-    def __init__(self, what, setup, check):
+    def __init__(self, what, setup, check, expected=None):
         self.what = what
         self._setup = setup
         self._check = check
+        self._expected = None
+        if expected is not None:
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpumr-self-check")
+            self._expected = pool.submit(expected)
+            pool.shutdown(wait=False)
         self._states = {}
         self._verdicts = {}
 
@@ -46,7 +61,8 @@ class DeviceStates:
                 state, verdict = None, f"setting it up failed: {type(exc).__name__}: {exc}"
             else:
                 try:
-                    verdict = self._check(state)
+                    verdict = self._check(state) if self._expected is None else \
+                        self._check(state, self._expected.result())
                 except Exception as exc:
                     verdict = f"its self-check raised {type(exc).__name__}: {exc}"
             self._states[key], self._verdicts[key] = state, verdict

@@ -249,14 +249,21 @@ def _read_regular(path):
         fd = os.open(path, READ_FLAGS)
     except OSError as exc:
         raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
-    with open(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise GpumrError(f"{printable(path)}: became {kind(mode)} while packing; pack reads only regular files")
-        try:
-            return f.read()
-        except OSError as exc:
-            raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise GpumrError(f"{printable(path)}: became {kind(st.st_mode)} while packing; pack reads only regular "
+                             "files")
+        # straight from the descriptor, sized by fstat (no buffered reader's copy); a file that grew
+        # meanwhile is read to its end
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 1 << 20))
+        return chunks[0] if len(chunks) == 2 else b"".join(chunks)
+    except OSError as exc:
+        raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):

@@ -1,0 +1,164 @@
+"""Where a job's time goes, per workload: a stacked bar per device, drawn into a PNG.
+
+Each component is measured here with the library functions the tasks call,
+on one machine, one after another (no engine): engine start-up (a new Python
+process that imports the workload and loads its kernel or cascade), read
+(the SequenceFile records), decode (TIFF projections, JPEG frames), filter
+(CT: cosine weighting and ramp), compute (CPU backprojection / OpenCV's
+detector, all cores as the tasks use them), encode (today's output records),
+write and publish (the output through gpumr's output transaction). The GPU
+bars keep every host component as measured and replace compute with the
+GPU model's kernel figure: a PREDICTION (``--gpu-gups``, ``--gpu-fps``; no
+GPU ran), labelled so in the picture.
+
+Usage: python bench/breakdown.py [--out bench-out/breakdown.png] [--voxels 128] [--angles 180] [--frames 400]
+(matplotlib: the ``bench`` extra)
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from _common import frame_corpus, table
+
+COMPONENTS = ("engine start-up", "read", "decode", "filter", "compute", "encode", "write + publish")
+COLOURS = ("#7f7f7f", "#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e", "#2ca02c")
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def start_up(code):
+    """Seconds a new Python process takes to run ``code`` (imports, kernel or cascade load)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def ct(work, n, na, slab):
+    import seqfile
+    from gpumr.ct import geometry, phantom
+    from gpumr.ct.backproject import backproject, pad
+    from gpumr.ct.fdk import filter_projections
+    from gpumr.ct.projections import read_set, write_set
+    from gpumr.ct.slices import encode_slice
+    from gpumr.io.outputs import write_file
+    g = geometry.simple(n, na, n_detector=n)
+    seq = os.path.join(work, "proj.seq")
+    write_set(seq, phantom.projections(g))
+    backproject(np.zeros((4, *geometry.simple(8, 4).nDetector), np.float32), geometry.simple(8, 4))  # cache warm
+    t = {"engine start-up": start_up(
+        "import numpy as np; from gpumr.ct import geometry; from gpumr.ct.backproject import backproject; "
+        "g = geometry.simple(8, 4); backproject(np.zeros((4, *g.nDetector), np.float32), g)")}
+    t["read"], _ = timed(lambda: sum(len(v) for _, v, _ in seqfile.Reader(seq)))
+    load, raw = timed(lambda: read_set([seq], g))
+    t["decode"] = max(load - t["read"], 0.0)
+    t["filter"], filtered = timed(lambda: filter_projections(raw, g))
+    padded = pad(filtered)
+    backproject(None, g, 0, 2, padded=padded)
+    t["compute"], slabs = timed(lambda: [backproject(None, g, z, min(z + slab, n), padded=padded)
+                                         for z in range(0, n, slab)])
+    t["encode"], _ = timed(lambda: [encode_slice(z0 + i, n, s, "cpu") for z0, sl in zip(range(0, n, slab), slabs)
+                                    for i, s in enumerate(sl)])
+    t["write + publish"], _ = timed(lambda: [write_file(os.path.join(work, f"slab-{i:04d}.raw"), s.tobytes())
+                                             for i, s in enumerate(slabs)])
+    return t, n ** 3 * na
+
+
+def faces(work, frames):
+    import cv2
+
+    import seqfile
+    from gpumr.faces.cpu import cascade_path, detect, load_cascade
+    from gpumr.faces.decode import decode_gray
+    from gpumr.io.outputs import write_file
+    from gpumr.io.packing import pack
+    paths = frame_corpus(work, count=frames, distinct=64)
+    seq = os.path.join(work, "frames.seq")
+    pack([os.path.dirname(paths[0])], seq, progress=False)
+    t = {"engine start-up": start_up("from gpumr.faces.cpu import load_cascade; load_cascade()")}
+    t["read"], records = timed(lambda: [(k, bytes(v)) for k, v, _ in seqfile.Reader(seq)])
+    t["decode"], grays = timed(lambda: [decode_gray(v) for _, v in records])
+    t["filter"] = 0.0
+    clf = load_cascade(cascade_path())
+    cv2.setNumThreads(len(os.sched_getaffinity(0)))
+    t["compute"], found = timed(lambda: [detect(clf, g) for g in grays])
+    t["encode"], lines = timed(lambda: "".join(f"{json.dumps(k)}\t{json.dumps({'faces': f})}\n"
+                                               for (k, _), f in zip(records, found)).encode())
+    t["write + publish"], _ = timed(lambda: write_file(os.path.join(work, "part-00000"), lines))
+    return t, len(records)
+
+
+def draw(bars, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(bars), figsize=(6 * len(bars), 5))
+    for ax, (title, cases) in zip(np.atleast_1d(axes), bars.items()):
+        labels = list(cases)
+        bottom = np.zeros(len(labels))
+        for comp, colour in zip(COMPONENTS, COLOURS):
+            vals = np.array([cases[lab].get(comp, 0.0) for lab in labels])
+            ax.bar(labels, vals, bottom=bottom, color=colour, label=comp)
+            bottom += vals
+        for x, total in enumerate(bottom):
+            ax.text(x, total, f"{total:.2f} s", ha="center", va="bottom")
+        ax.set_title(title)
+        ax.set_ylabel("seconds")
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles[::-1], labels[::-1], loc="center right", fontsize=8)
+    fig.suptitle("Where the job's time goes: CPU measured here; GPU bars: PREDICTION (compute from the GPU model, "
+                 "no GPU ran)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.86, 0.95))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=100)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join("bench-out", "breakdown.png"))
+    ap.add_argument("--voxels", type=int, default=128)
+    ap.add_argument("--angles", type=int, default=180)
+    ap.add_argument("--slab", type=int, default=32)
+    ap.add_argument("--frames", type=int, default=400)
+    ap.add_argument("--gpu-gups", type=float, default=900.0, help="the model's kernel GUPS (H100, PREDICTION)")
+    ap.add_argument("--gpu-fps", type=float, default=4700.0, help="the model's kernel fps (H100, PREDICTION)")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="gpumr-breakdown-")
+    try:
+        os.makedirs(os.path.join(work, "ct"))
+        t_ct, updates = ct(os.path.join(work, "ct"), args.voxels, args.angles, args.slab)
+        t_faces, n = faces(os.path.join(work, "faces"), args.frames)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cores = len(os.sched_getaffinity(0))
+    bars = {
+        f"CT {args.voxels}^3 from {args.angles} projections": {
+            f"CPU, {cores} cores\n(measured)": t_ct,
+            "GPU\n(PREDICTION)": dict(t_ct, compute=updates / (args.gpu_gups * 1e9))},
+        f"faces, {n} frames": {
+            f"CPU, {cores} cores\n(measured)": t_faces,
+            "GPU\n(PREDICTION)": dict(t_faces, compute=n / args.gpu_fps)},
+    }
+    rows = [[comp] + [f"{case.get(comp, 0.0):.3f}" for cases in bars.values() for case in cases.values()]
+            for comp in COMPONENTS]
+    rows.append(["total"] + [f"{sum(case.values()):.3f}" for cases in bars.values() for case in cases.values()])
+    header = ["component (s)"] + [f"{w.split()[0]} {d.splitlines()[0]}{' PREDICTION' if 'PREDICTION' in d else ''}"
+                                  for w, cases in bars.items() for d in cases]
+    table("Where the time goes (CPU measured here; GPU columns: PREDICTION, compute from the model, no GPU ran)",
+          header, rows)
+    draw(bars, args.out)
+    print(f"\npicture: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

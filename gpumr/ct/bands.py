@@ -1,0 +1,135 @@
+"""The detector rows a slab of slices needs, and projections filtered only where slabs need them.
+
+A voxel at height ``z`` is seen at detector row ``z * DSD / (DSO - t) / dv + cv``
+(``t``: its distance towards the source), and its bilinear read takes that
+row's floor and the row after. Over a slab [z0, z1), all its voxels and all
+angles, the rows read therefore lie between the values at the slab's first and
+last slice and the nearest and farthest ``t`` of the volume's corners
+(:func:`row_band`). Ramp filtering works along each row alone, so filtering
+that band of rows gives exactly the band of filtering every row
+(:func:`gpumr.ct.fdk.filter_projections` with ``rows``): a task needs to
+filter only the rows its slabs reach (:class:`FilteredRows`).
+"""
+
+import threading
+
+import numpy as np
+
+from .backproject import _axes
+from .fdk import filter_projections
+
+#: Rows added on each side of the exact band: the kernels compute rows in float32, this in float64.
+MARGIN = 1
+
+
+def row_band(geometry, z0, z1):
+    """Detector rows [r0, r1) the voxels of slices [z0, z1) read over all angles (bilinear, both rows).
+
+    Exact in float64 and widened by :data:`MARGIN` row on each side for the
+    kernels' float32 rounding; clipped to the detector (rows beyond it read
+    the zero border).
+
+    Parameters
+    ----------
+    geometry : gpumr.ct.geometry.Geometry
+        The scan's geometry.
+    z0, z1 : int
+        The slab's first slice and the one after its last (``z0 < z1``).
+
+    Returns
+    -------
+    (int, int)
+        ``0 <= r0 <= r1 <= rows``; ``r0 == r1`` where the slab sees no row of the detector.
+
+    Examples
+    --------
+    >>> from gpumr.ct import geometry
+    >>> g = geometry.simple(64, 90, n_detector=64)
+    >>> r0, r1 = row_band(g, 0, 8)
+    >>> 0 <= r0 < r1 < 32
+    True
+    """
+    nv = geometry.nDetector[0]
+    zs, ys, xs = _axes(geometry)
+    b = np.asarray(geometry.angles, np.float64)
+    corners = np.array([(x, y) for x in (xs[0], xs[-1]) for y in (ys[0], ys[-1])])
+    t = corners[:, :1] * np.cos(b)[None, :] + corners[:, 1:] * np.sin(b)[None, :]
+    dv = geometry.dDetector[0]
+    cv = (nv - 1) / 2 - geometry.offDetector[0] / dv
+    mags = geometry.DSD / (geometry.DSO - np.array([t.min(), t.max()])) / dv
+    rows = np.outer([zs[z0], zs[z1 - 1]], mags).ravel() + cv
+    r0 = int(np.floor(rows.min())) - MARGIN
+    r1 = int(np.floor(rows.max())) + 2 + MARGIN
+    r0, r1 = min(max(r0, 0), nv), min(max(r1, 0), nv)
+    return r0, max(r0, r1)
+
+
+class FilteredRows:
+    """A task's filtered projections, filtered a band of rows at a time, when a slab first needs them.
+
+    :attr:`padded` has the shape of ``pad(filter_projections(raw))`` from the
+    start (rows not yet needed are zero); :meth:`need` filters the rows of a
+    slab's band that are not filtered yet, so a task filters the union of its
+    slabs' bands and no more, each row once. Safe to call from several threads.
+
+    Parameters
+    ----------
+    raw : numpy.ndarray
+        Line integrals [angle, row, col] (kept until every row is filtered).
+    geometry : gpumr.ct.geometry.Geometry
+        The scan's geometry.
+    filter_name : str, optional
+        The ramp's window.
+
+    Examples
+    --------
+    >>> from gpumr.ct import geometry
+    >>> g = geometry.simple(16, 8, n_detector=16)
+    >>> rows = FilteredRows(np.ones((8, 16, 16), np.float32), g)
+    >>> rows.need(0, 4).shape, int(rows.filtered)
+    ((8, 18, 18), 10)
+    """
+
+    def __init__(self, raw, geometry, filter_name="ram-lak"):
+        self.geometry = geometry
+        self.filter_name = filter_name
+        self._raw = raw
+        na, nv, nu = raw.shape
+        self.padded = np.zeros((na, nv + 2, nu + 2), np.float32)
+        self._done = np.zeros(nv, bool)
+        self._lock = threading.Lock()
+
+    @property
+    def filtered(self):
+        """How many detector rows are filtered so far."""
+        return int(self._done.sum())
+
+    def need(self, z0, z1):
+        """:attr:`padded`, with every row slices [z0, z1) read filtered.
+
+        Returns
+        -------
+        numpy.ndarray
+            float32 [angle, rows + 2, cols + 2], the zero border included.
+        """
+        return self.rows(*row_band(self.geometry, z0, z1))
+
+    def rows(self, r0, r1):
+        """:attr:`padded`, with detector rows [r0, r1) filtered."""
+        with self._lock:
+            todo = np.flatnonzero(~self._done[r0:r1]) + r0
+            if len(todo):
+                # consecutive runs of rows still to filter, one call each
+                cuts = np.flatnonzero(np.diff(todo) > 1) + 1
+                for run in np.split(todo, cuts):
+                    a, b = int(run[0]), int(run[-1]) + 1
+                    self.padded[:, a + 1:b + 1, 1:-1] = filter_projections(self._raw, self.geometry,
+                                                                           self.filter_name, rows=(a, b))
+                    self._done[a:b] = True
+                if self._done.all():
+                    self._raw = None  # every row is filtered: the line integrals are no longer needed
+        return self.padded
+
+    def all(self):
+        """:attr:`padded` with every row filtered (what a GPU, given the whole projections, needs)."""
+        return self.rows(0, len(self._done))

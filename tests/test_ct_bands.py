@@ -1,0 +1,80 @@
+"""Filtering only the detector rows a slab needs: the band is exact (within its margin) and changes nothing."""
+
+import numpy as np
+import pytest
+
+from gpumr.ct import geometry
+from gpumr.ct.backproject import backproject
+from gpumr.ct.bands import MARGIN, FilteredRows, row_band
+from gpumr.ct.fdk import filter_projections
+from gpumr.errors import GpumrError
+
+
+def _case(off=False, short=False):
+    d = geometry.simple(48, 60, n_detector=48).to_dict()
+    if off:
+        d.update(offOrigin=[5.0, -2.5, 1.5], offDetector=[6.0, -3.0], nVoxel=[41, 48, 45])
+    if short:
+        d["angles"] = list(np.linspace(0, np.pi + 0.9, 60))
+    g = geometry.from_dict(d)
+    # random line integrals: every row and column matters, so a row missing from a band shows
+    q = np.random.default_rng(3).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
+    return g, q
+
+
+@pytest.mark.parametrize("off, short", [(False, False), (True, False), (False, True)])
+def test_filtering_a_band_equals_filtering_all_then_taking_the_band(off, short):
+    g, q = _case(off, short)
+    full = filter_projections(q, g)
+    nv = g.nDetector[0]
+    for r0, r1 in ((0, nv), (0, 5), (17, 31), (nv - 3, nv), (9, 9)):
+        assert np.array_equal(filter_projections(q, g, rows=(r0, r1)), full[:, r0:r1])
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_a_slab_backprojected_from_its_band_equals_it_from_every_row(off):
+    g, q = _case(off)
+    full = filter_projections(q, g)
+    nz = g.nVoxel[0]
+    for z0, z1 in ((0, 8), (nz // 2 - 3, nz // 2 + 4), (nz - 8, nz), (0, nz), (11, 12)):
+        r0, r1 = row_band(g, z0, z1)
+        band = backproject(filter_projections(q, g, rows=(r0, r1)), g, z0, z1, row0=r0)
+        assert np.array_equal(band, backproject(full, g, z0, z1))
+
+
+def test_the_band_is_tight_to_its_margin():
+    """One row fewer than the margin on a side that the detector does not clip changes the slab: the band
+    holds every row read, and at most MARGIN rows more on each side."""
+    g, q = _case()
+    full = filter_projections(q, g)
+    nv = g.nDetector[0]
+    z0, z1 = 20, 28
+    r0, r1 = row_band(g, z0, z1)
+    assert 0 < r0 and r1 < nv and r1 - r0 < nv // 2
+    want = backproject(full, g, z0, z1)
+    for a, b in ((r0 + MARGIN + 1, r1), (r0, r1 - MARGIN - 1)):
+        cut = backproject(full[:, a:b], g, z0, z1, row0=a)
+        assert not np.array_equal(cut, want)
+
+
+def test_a_task_filters_the_union_of_its_slabs_bands_each_row_once():
+    g, q = _case()
+    nv, nz = g.nDetector[0], g.nVoxel[0]
+    rows = FilteredRows(q, g)
+    full = filter_projections(q, g)
+    slabs = [(16, 24), (24, 32)]
+    for z0, z1 in slabs:
+        padded = rows.need(z0, z1)
+        assert np.array_equal(backproject(None, g, z0, z1, padded=padded), backproject(full, g, z0, z1))
+    bands = [row_band(g, *s) for s in slabs]
+    union = set().union(*(range(a, b) for a, b in bands))
+    assert rows.filtered == len(union) < nv
+    padded = rows.all()
+    assert rows.filtered == nv and np.array_equal(padded[:, 1:-1, 1:-1], full)
+    assert np.array_equal(backproject(None, g, 0, nz, padded=padded), backproject(full, g))
+
+
+def test_rows_outside_the_detector_are_refused():
+    g, q = _case()
+    with pytest.raises(GpumrError, match="not a band of the detector"):
+        filter_projections(q, g, rows=(10, g.nDetector[0] + 1))
