@@ -45,14 +45,14 @@ def read_in_workers(sc, paths, split_size):
     :func:`gpumr.io.records.read_split` and sums the records and their bytes
     (no other work). Returns ``((records, bytes), tasks)``.
     """
-    from gpumr.engines.spark import input_splits
-    items = input_splits(paths, split_size)
+    from gpumr.io.inputs import expand_sized, splits
+    items = splits(expand_sized(paths), split_size)
 
     def read(part):
         from gpumr.io.records import Lost, read_split
         n = size = 0
-        for path, start, end, name in part:
-            for r in read_split(path, start, end, name):
+        for path, start, end in part:
+            for r in read_split(path, start, end, path):
                 if not isinstance(r, Lost):
                     n, size = n + 1, size + len(r.value)
         yield n, size

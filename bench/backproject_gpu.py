@@ -90,7 +90,7 @@ def run_job(n, angles, slab):
     import tempfile
     from gpumr.ct.projections import write_set
     from gpumr.ct.workload import plan
-    from gpumr.engines.mrjob import run_job
+    from gpumr.launch.job import run_job
     from gpumr.jobs.backproject import MRBackproject
     work = tempfile.mkdtemp(prefix="gpumr-bpjob-")
     try:

@@ -32,7 +32,7 @@ from _common import frame_corpus, table
 
 from gpumr.core import BAD, ON_CPU
 from gpumr.core.counters import CPU_MS
-from gpumr.engines.mrjob import run_job
+from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 from gpumr.jobs.face_detect import MRFaceDetect
 

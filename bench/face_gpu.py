@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--skip-jobs", action="store_true")
     args = ap.parse_args()
     import cv2
-    from gpumr.engines.mrjob import run_job
+    from gpumr.launch.job import run_job
     from gpumr.faces.cpu import cascade_path
     from gpumr.faces.gpu import FaceGPU
     from gpumr.io.packing import pack

@@ -20,7 +20,7 @@ import time
 from _common import frame_corpus, table
 
 from gpumr.core import BAD, ON_CPU, ON_GPU
-from gpumr.engines.mrjob import run_job
+from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 from gpumr.jobs.face_detect import MRFaceDetect
 

@@ -16,7 +16,7 @@ checks: what a record cost before the limits (or would cost without them).
 * Contact sheet: ``gpumr faces render`` of 13 frames (``--sheet``, default
   4000x3000) at ``--sheet-frames 12``; baseline ``--sheet-frames 1``. The
   sheet's frames are kept as 320x240 tiles, so the peak is one frame's.
-* CT: ``gpumr ct plan`` of a geometry asking for 1e9 angles or 1e9 slices
+* CT: ``gpumr ct reconstruct`` with a geometry asking for 1e9 angles or 1e9 slices
   (refused) against a valid one; and the launcher's check of every
   projection (NaN/Inf, sizes) against loading and filtering them as a task
   does (``--voxels``, ``--angles``).
@@ -160,13 +160,13 @@ def ct(work, voxels, angles):
         bad = {k: v for k, v in d.items() if not (k == "angles" and "nAngles" in change)}
         bad.update(change)
         json.dump(bad, open(os.path.join(work, name), "w"))
-    plan = ["-m", "gpumr", "ct", "plan", "--slab", "8", "--geometry"]
-    results = [("ct plan, valid geometry", child([*plan, "g.json", "-o", "p1"], work)),
-               ("ct plan, nAngles 1e9 (refused)", child([*plan, "angles.json", "-o", "p2"], work)),
-               ("ct plan, nVoxel 1e9 slices (refused)", child([*plan, "slices.json", "-o", "p3"], work))]
-    table("CT geometry (baseline: a valid plan)", HEADER, rows_of(results, results[0][1]))
+    plan = ["-m", "gpumr", "ct", "reconstruct", "--threads", "1", "p.seq", "--geometry"]
     subprocess.run([PY, "-m", "gpumr", "ct", "phantom", "--geometry", "g.json", "-o", "p.seq"], cwd=work, check=True,
                    capture_output=True)
+    results = [("ct reconstruct, valid geometry", child([*plan, "g.json", "-o", "v1.npy"], work)),
+               ("ct reconstruct, nAngles 1e9 (refused)", child([*plan, "angles.json", "-o", "v2.npy"], work)),
+               ("ct reconstruct, nVoxel 1e9 slices (refused)", child([*plan, "slices.json", "-o", "v3.npy"], work))]
+    table("CT geometry (baseline: a valid reconstruction)", HEADER, rows_of(results, results[0][1]))
     task = ("from gpumr.ct import geometry; from gpumr.ct.projections import read_set; "
             "from gpumr.ct.fdk import filter_projections; g = geometry.load('p.geometry.json'); "
             "filter_projections(read_set(['p.seq'], g), g)")

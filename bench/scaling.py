@@ -51,7 +51,7 @@ import urllib.request
 from _common import REPO, best_of, frame_corpus, table
 
 from gpumr.engines.spark import run, spark_context
-from gpumr.engines.mrjob import run_job
+from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 
 HADOOP = os.path.join(os.path.dirname(REPO), "shared", "hadoop")

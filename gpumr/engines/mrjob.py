@@ -201,6 +201,9 @@ class MRJobEngine(Engine):
                                  "file:///tmp/gpumr-mrjob)") from None
             from ..core.processor import reason_of
             raise GpumrError(f"a task of the {self.name} job failed: {redact(reason_of(exc))}") from exc
+        finally:
+            if self.name == "local":
+                _relay_task_lines(os.path.join(plan.folder, "mrjob"))
         if local_out:  # the runner wrote here: into the stage, then published with the rest
             for name in os.listdir(output_dir):
                 if name.startswith("part-"):
@@ -224,6 +227,22 @@ def _mrjob_said(lines, debug):
     finally:
         log.removeHandler(handler)
         log.propagate = propagate
+
+
+def _relay_task_lines(folder):
+    """Say what the local runner's tasks said (their ``gpumr:`` lines, at the job's verbosity), once each: mrjob keeps a
+    task's stderr in a file of its own scratch folder."""
+    import glob
+
+    from ..boundary import write_stderr
+    seen = set()
+    for path in sorted(glob.glob(os.path.join(folder, "**", "stderr"), recursive=True)):
+        with open(path, "rb") as f:
+            for raw in f:
+                text = raw.decode("utf-8", "replace").rstrip("\n")
+                if text.startswith("gpumr: ") and not text.startswith("gpumr: error: ") and text not in seen:
+                    seen.add(text)
+                    write_stderr(text + "\n")
 
 
 def _task_error(said, exc):
