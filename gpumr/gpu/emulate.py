@@ -384,11 +384,8 @@ class Module:
     def __init__(self, launcher, name, path, names, constants):
         self.launcher = launcher
         self.name = name
-        own = _own_copy(path)
-        try:
-            self.lib = ctypes.CDLL(own)
-        finally:
-            os.unlink(own)  # mapped now: the file is no longer needed
+        # the copy stays (removed with the private folder at exit): AddressSanitizer's reports read it for symbols
+        self.lib = ctypes.CDLL(_own_copy(path))
         self.kernels = set(names)
         self.constants = {}
         for c in constants:
