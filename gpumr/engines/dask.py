@@ -148,24 +148,26 @@ class DaskEngine(Engine):
                     client.close(timeout=CONNECT_TIMEOUT)
             return
         # The workers must not hear a terminal's Ctrl-C (each would print its traceback): they are ended by the
-        # launcher instead. A signal ignored here stays ignored in the processes started meanwhile.
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        # launcher instead. SIGINT is blocked while the cluster starts: the threads and processes started meanwhile
+        # keep it blocked, and a Ctrl-C that came meanwhile is delivered here once it is unblocked.
+        cluster = client = None
         try:
-            cluster = LocalCluster(n_workers=plan.o.workers or os.cpu_count() or 1, threads_per_worker=1,
-                                   processes=True, dashboard_address=None,  # (its HTTP server on any free port)
-                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                                   silence_logs=False if job.debug else logging.CRITICAL)
-        finally:
-            if old is not None:
-                signal.signal(signal.SIGINT, old)
-        client = Client(cluster, set_as_default=False)
-        try:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if _main_thread() else None
+            try:
+                cluster = LocalCluster(n_workers=plan.o.workers or os.cpu_count() or 1, threads_per_worker=1,
+                                       processes=True, dashboard_address=None,  # (its HTTP server on any free port)
+                                       scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                       silence_logs=False if job.debug else logging.CRITICAL)
+            finally:
+                if old is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old)  # (a Ctrl-C that came meanwhile: raised now)
+            client = Client(cluster, set_as_default=False)
             yield client, True
         finally:
-            with contextlib.suppress(Exception):
-                client.close()
-            with contextlib.suppress(Exception):
-                cluster.close()
+            for part in (client, cluster):
+                if part is not None:
+                    with contextlib.suppress(Exception):
+                        part.close()
 
 
 def _main_thread():

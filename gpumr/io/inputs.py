@@ -93,8 +93,9 @@ def splits(files, split_size):
     return out
 
 
-def require_sequencefiles(files):
-    """Refuse inputs none of which is a SequenceFile (their first bytes are read until one is), with the hint to pack.
+def require_sequencefiles(files, given=None):
+    """Refuse inputs none of which is a SequenceFile (their first bytes are read until one is), with the hint to pack
+    (the folder of ``given``, the first input as the user gave it, where there is one).
 
     Raises
     ------
@@ -104,7 +105,9 @@ def require_sequencefiles(files):
     if any(looks_like_sequencefile(f) for f in files):
         return
     shown_files = ", ".join(f"{shown(f)} ({describe_file(f)})" for f in files[:3]) + (" ..." if len(files) > 3 else "")
-    folder = os.path.dirname(files[0]) or "."
+    first = given or files[0]
+    folder = first if locate(first).local is not None and os.path.isdir(locate(first).local) else \
+        (os.path.dirname(first) or ".")
     raise GpumrError(f"no SequenceFile among the inputs: {shown_files}; pack files first: "
                      f"gpumr pack {shown(folder)} -o {shown(folder).rstrip('/')}.seq")
 

@@ -143,7 +143,7 @@ def make_plan(argv, folder, verbosity_given=None):
     files = []
     if cls.input == "seqfile":
         files = [(locate(f).absolute(), size) for f, size in expand_sized(inputs)]  # (tasks run anywhere)
-        require_sequencefiles([f for f, _ in files])
+        require_sequencefiles([f for f, _ in files], inputs[0])
     values = [(opt, getattr(o, opt.dest)) for opt in cls.options if opt.side_file and getattr(o, opt.dest, None)]
     out = open_output(o.output, MADE_BY, folder=True, inputs=[*inputs, *(v for _, v in values)],
                       also=ALSO_MADE_BY)
