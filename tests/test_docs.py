@@ -147,8 +147,31 @@ def test_exit_statuses_documented():
         assert re.search(rf"^{getattr(errors, name)}\s+``{name}``", text, re.M), name
 
 
-@pytest.mark.slow
-def test_docs_build_with_warnings_as_errors(tmp_path):
+def rst_files():
+    """Every reStructuredText source of the documentation (the build's output aside)."""
+    return sorted(p for p in glob.glob(os.path.join(DOCS, "**", "*.rst"), recursive=True)
+                  if os.sep + "_build" + os.sep not in p)
+
+
+#: furo's escape hatch: a ``contents`` directive with this class shows no error box.
+FURO_ESCAPE = "this-will-duplicate-information-and-it-is-still-useful-here"
+
+
+def test_no_contents_directive_under_furo():
+    """furo draws a red "ERROR: Adding a table of contents..." box (by CSS: -W cannot see it) over any ``contents``."""
+    assert re.search(r"^html_theme = \"furo\"$", read(DOCS, "conf.py"), re.M)
+    offenders = []
+    for path in rst_files():
+        text = read(path)
+        for m in re.finditer(r"^[ \t]*\.\. contents::.*\n((?:[ \t]+:.*\n)*)", text, re.M):
+            if FURO_ESCAPE not in m.group(1):
+                offenders.append(f"{os.path.relpath(path, ROOT)}:{text[:m.start()].count(chr(10)) + 1}")
+    assert not offenders, f"'.. contents::' under furo shows an error box on the page: {offenders}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation built with warnings as errors (as ``make docs``), its figures made by gpumr."""
     try:
         import sphinx  # noqa: F401
         import furo  # noqa: F401
@@ -156,15 +179,61 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(f"the docs must build in CI: {exc} (pip install '.[docs]')")
         pytest.skip(f"{exc} (pip install '.[docs]')")
-    out = tmp_path / "html"
+    tmp = tmp_path_factory.mktemp("docs")
+    out = tmp / "html"
     r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-                        "-d", str(tmp_path / "doctrees"), DOCS, str(out)],
-                       capture_output=True, text=True, timeout=300)
+                        "-d", str(tmp / "doctrees"), DOCS, str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    cli = (out / "reference" / "cli.html").read_text(encoding="utf-8")
+    return out
+
+
+@pytest.mark.slow
+def test_docs_build_with_warnings_as_errors(site):
+    cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     from gpumr.cli import build_parser
     for path in leaf_commands(build_parser()):
         assert f'id="cmd-{"-".join(path)}"' in cli, path
-    jobs = (out / "reference" / "jobs.html").read_text(encoding="utf-8")
+    jobs = (site / "reference" / "jobs.html").read_text(encoding="utf-8")
     for option in ("--device", "--cascade", "--projections", "--filter"):
         assert option in jobs
+
+
+def furo_error_selectors(site):
+    """The selectors of furo's stylesheet rules that draw an "ERROR: ..." text (``::before`` taken off)."""
+    css = (site / "_static" / "styles" / "furo.css").read_text(encoding="utf-8")
+    rules = re.findall(r"([^{}]+)\{[^}]*content:\s*[\"']ERROR", css)
+    return [re.sub(r"::?(before|after)\b", "", sel).strip() for rule in rules for sel in rule.split(",")]
+
+
+@pytest.mark.slow
+def test_no_page_shows_furo_error_box(site):
+    """No element of any built page matches a furo rule that draws an error (the rule read from furo's own CSS)."""
+    from bs4 import BeautifulSoup
+    sys.path.insert(0, os.path.dirname(__file__))
+    from browser import pages_of
+    selectors = furo_error_selectors(site)
+    assert any(".contents" in s for s in selectors), selectors  # furo's rule is found, so the check can fail
+    shown = {}
+    for page in pages_of(str(site)):
+        soup = BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
+        hits = [sel for sel in selectors if soup.select(sel)]
+        if hits:
+            shown[page] = hits
+    assert not shown, f"pages furo draws an error box on: {shown}"
+
+
+@pytest.mark.slow
+def test_no_page_shows_an_error_in_a_browser(site):
+    """Every page as headless Chromium renders it: no "ERROR" drawn by a stylesheet, no docutils error node."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import browser
+    command, why = browser.find()
+    if command is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the rendered-page check must run in CI (.ci/run installs Chromium): {why}")
+        pytest.skip(why)
+    shown = browser.shown_errors(str(site), command)
+    assert "getting-started/index.html" in shown and "index.html" in shown, sorted(shown)
+    bad = {page: errors for page, errors in shown.items() if errors}
+    assert not bad, f"pages that show an error in a browser: {bad}"
