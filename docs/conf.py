@@ -18,6 +18,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "gpumr_argparse",
+    "gpumr_figures",  # the pictures, made by gpumr's commands at build time (docs/_ext/gpumr_figures.py)
 ]
 
 # numpydoc-style docstrings (Parameters / Returns / Raises) through napoleon.
@@ -41,7 +42,7 @@ gpumr_pass_through = {"run faces": ("gpumr_argparse", "run_parser", "faces"),
                       "spark backproject": ("gpumr_argparse", "run_parser", "backproject", "spark")}
 gpumr_pass_through_jobs = {"run faces": "face_detect", "run backproject": "backproject"}
 
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_generated"]
 # Quotes and ellipses only: "--" in help texts and descriptions stays two hyphens, as users type it.
 smartquotes_action = "qe"
 # A name defined in two modules (a package re-exporting its submodule's class) is resolved to the first:
