@@ -82,7 +82,7 @@ TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
     ("spark-failed", r"Spark did not start|the Spark job failed"),
     ("job-failed", r"the (hadoop|emr|local|inline) job failed"),
     ("over-a-limit", r"over the limit of|must be (a whole number|a number|an integer) from"),
-    ("codec-missing", r"needs cramjam|backports\.zstd|gpumr\[codecs\]"),
+    ("codec-missing", r"needs the '(cramjam|backports\.zstd)' package"),
     ("bug", r"an unexpected error, a bug: rerun with --debug"),
 ))
 

@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local1823273390_0001_33d64b1e-459d-45c8-a8ec-8ed4b7ebcde8/manifest-setup.sh

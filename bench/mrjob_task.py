@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local1823273390_0001_6a665495-639b-4792-b3ea-74faa0c3d1fa/mrjob_task.py

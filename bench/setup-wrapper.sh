@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local1823273390_0001_c3455ade-642a-4e2e-b5cb-ca8c998adecc/setup-wrapper.sh
