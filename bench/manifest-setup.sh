@@ -1,0 +1,1 @@
+/tmp/hadoop-root/mapred/local/job_local71146667_0001_699cb38c-786e-4935-932a-7e006ce22846/manifest-setup.sh

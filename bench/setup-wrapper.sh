@@ -1,0 +1,1 @@
+/tmp/hadoop-root/mapred/local/job_local71146667_0001_00f95f65-ba19-4cae-b094-493836934cd3/setup-wrapper.sh
