@@ -1,1 +1,1 @@
-/tmp/hadoop-root/mapred/local/job_local71146667_0001_699cb38c-786e-4935-932a-7e006ce22846/manifest-setup.sh
+/tmp/hadoop-root/mapred/local/job_local359806731_0001_00efe460-95f7-482a-81a3-32921e7c79cb/manifest-setup.sh

@@ -1,1 +1,1 @@
-/tmp/hadoop-root/mapred/local/job_local71146667_0001_23f8388c-0a1e-4c3e-9f7f-9c35e06d62ab/mrjob_task.py
+/tmp/hadoop-root/mapred/local/job_local359806731_0001_c82757f7-a9ec-4ad6-a097-829b8d3aa6e8/mrjob_task.py

@@ -1,1 +1,1 @@
-/tmp/hadoop-root/mapred/local/job_local71146667_0001_00f95f65-ba19-4cae-b094-493836934cd3/setup-wrapper.sh
+/tmp/hadoop-root/mapred/local/job_local359806731_0001_7c5eb885-d945-4ad1-9e94-e56fcad82469/setup-wrapper.sh
