@@ -235,3 +235,44 @@ def test_no_page_shows_an_error_in_a_browser(site):
     assert "getting-started/index.html" in shown and "index.html" in shown, sorted(shown)
     bad = {page: errors for page, errors in shown.items() if errors}
     assert not bad, f"pages that show an error in a browser: {bad}"
+
+
+#: The widest command line a code box shows whole at furo's desktop width (checked in Chromium screenshots).
+MAX_COMMAND = 88
+
+
+def code_blocks(text):
+    """``(language or "::", line number, body lines)`` of every code block of a reStructuredText text."""
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)(?:\.\. code-block:: (\S+)\s*$|(?!\.\. ).*::\s*$)", line)
+        if not m or (m.group(2) is None and not line.rstrip().endswith("::")):
+            continue
+        indent = len(m.group(1))
+        body, j = [], i + 1
+        while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent):
+            body.append(lines[j])
+            j += 1
+        out.append((m.group(2) or "::", i + 1, [b for b in body if b.strip()]))
+    return out
+
+
+def test_shell_blocks_are_highlighted_as_shell_and_fit_their_box():
+    """A command is shown in a ``bash``/``console`` block (``::`` would colour it as Python), and fits the box."""
+    shellish = re.compile(r"^\s*(\$ |gpumr [a-z][a-z-]*\s|python3? -m |pip install |make |hadoop |spark-submit |aws )")
+    wrong = []
+    for path in rst_files() + [os.path.join(ROOT, "gpumr", "troubleshooting.rst")]:
+        rel = os.path.relpath(path, ROOT)
+        for lang, n, body in code_blocks(read(path)):
+            if lang in ("::", "python", "text") and body and shellish.match(body[0]):
+                wrong.append(f"{rel}:{n}: shell commands in a '{lang}' block (use code-block:: bash or console)")
+            if lang in ("bash", "console", "shell"):
+                commands = body if lang != "console" else [b for b in body if b.strip().startswith("$ ")
+                                                           or b.startswith("     ")]
+                indent = min((len(b) - len(b.lstrip()) for b in body), default=0)
+                for b in commands:
+                    if len(b) - indent > MAX_COMMAND:
+                        wrong.append(f"{rel}:{n}: a {len(b) - indent}-character command line is clipped in its "
+                                     f"box (at most {MAX_COMMAND}; break it with \\): {b.strip()[:60]}...")
+    assert not wrong, "\n".join(wrong)

@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local359806731_0001_00efe460-95f7-482a-81a3-32921e7c79cb/manifest-setup.sh

@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local359806731_0001_c82757f7-a9ec-4ad6-a097-829b8d3aa6e8/mrjob_task.py

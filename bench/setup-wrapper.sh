@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local359806731_0001_7c5eb885-d945-4ad1-9e94-e56fcad82469/setup-wrapper.sh
