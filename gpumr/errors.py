@@ -63,7 +63,7 @@ def redact(text):
 
 #: Error lines that have an entry in the troubleshooting page (``docs/troubleshooting.rst``, shipped as
 #: ``gpumr/troubleshooting.rst`` for ``gpumr help TOPIC``): ``(topic, pattern)``, the first match wins.
-#: A pattern is searched in the line the error boundary prints (after ``gpumr: error: ``).
+#: A pattern is searched in the line the error boundary prints (what follows ``gpumr: error:``).
 TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
     ("hadoop-missing", r"^hadoop: No such file or directory|No such file or directory: 'hadoop'"
                        r"|no `hadoop` command"),

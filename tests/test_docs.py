@@ -276,3 +276,24 @@ def test_shell_blocks_are_highlighted_as_shell_and_fit_their_box():
                         wrong.append(f"{rel}:{n}: a {len(b) - indent}-character command line is clipped in its "
                                      f"box (at most {MAX_COMMAND}; break it with \\): {b.strip()[:60]}...")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+def test_every_figure_is_made_and_shown(site):
+    """Each ``gpumr-figure`` a page names (optional ones aside) is an image of that built page, made at this build."""
+    from bs4 import BeautifulSoup
+    named = {}
+    for path in rst_files() + [os.path.join(ROOT, "gpumr", "troubleshooting.rst")]:
+        for m in re.finditer(r"^\.\. gpumr-figure:: (\S+)\n((?:[ \t]+:.*\n)*)", read(path), re.M):
+            if ":optional:" not in m.group(2):
+                named[m.group(1)] = os.path.splitext(os.path.relpath(path, DOCS))[0] + ".html"
+    assert {"contact_sheet", "ct_preview", "record_path", "architecture", "seqfile_layout", "scaling"} <= set(named)
+    for name, page in named.items():
+        soup = BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
+        images = [img["src"] for img in soup.select("figure img") if os.path.basename(img["src"]).startswith(name)]
+        assert images, f"{page} shows no image of figure {name}"
+        built = site / page
+        picture = (built.parent / images[0]).resolve()
+        assert picture.stat().st_size > 10_000, (name, picture.stat().st_size)  # a picture, not an empty canvas
+        # made at this build, from gpumr's commands and code (not a stale file)
+        assert picture.stat().st_mtime >= (site / "index.html").stat().st_mtime - 900, name

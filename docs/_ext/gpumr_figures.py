@@ -119,25 +119,24 @@ def seqfile_layout(path):
 
     import seqfile
     data = open(path, "rb").read()
-    records = list(seqfile.Reader(path))
-    sync = data[records[0].offset - 16:records[0].offset] if data[records[0].offset - 20:records[0].offset - 16] \
-        == b"\xff\xff\xff\xff" else None
-    parts = []  # (label, detail, start, end, colour)
-    first = records[0].offset - (20 if sync else 0)
-    parts.append(("header", f"SEQ 6, key/value classes,\ncodec, metadata, sync\nbytes 0-{first - 1}", 0, first,
-                  "#c7d7f0"))
+    records = list(seqfile.Reader(path))  # a record's offset is where it starts, its sync entry included
+    escape = b"\xff\xff\xff\xff"
+    parts = [("header", f"SEQ 6, key/value classes,\ncodec, metadata, sync\nbytes 0-{records[0].offset - 1}", 0,
+              records[0].offset, "#c7d7f0")]  # (label, detail, start, end, colour)
     for i, r in enumerate(records):
         start = r.offset
-        if sync and data[start - 20:start - 16] == b"\xff\xff\xff\xff":
-            parts.append(("sync", f"-1 + 16 bytes\n{start - 20}-{start - 1}", start - 20, start, "#f3c98b"))
-        end = records[i + 1].offset - (20 if sync else 0) if i + 1 < len(records) else len(data)
-        parts.append((f"record {i}", f"lengths, key \"{r.key}\",\nvalue {len(r.value):,} bytes\n{start:,}-{end - 1:,}",
-                      start, end, "#cfe8cf"))
+        end = records[i + 1].offset if i + 1 < len(records) else len(data)
+        if data[start:start + 4] == escape:
+            parts.append(("sync", f"-1, then the\n16-byte marker\n{start:,}-{start + 19:,}", start, start + 20,
+                          "#f3c98b"))
+            start += 20
+        parts.append((f"record {i}", f"lengths, key \"{r.key}\",\nvalue {len(r.value):,} bytes\n"
+                                     f"{start:,}-{end - 1:,}", start, end, "#cfe8cf"))
     fig, ax = plt.subplots(figsize=(10, 2.6))
     x = 0
-    widths = {"header": 2.2, "sync": 1.0}
+    widths = {"header": 2.2, "sync": 1.6}
     for label, detail, start, end, colour in parts:
-        w = widths.get(label, 2.6)
+        w = widths.get(label, 2.8)
         ax.add_patch(FancyBboxPatch((x + 0.04, 0.1), w - 0.08, 0.8, boxstyle="round,pad=0.0,rounding_size=0.08",
                                     facecolor=colour, edgecolor="#555"))
         ax.text(x + w / 2, 0.68, label, ha="center", va="center", fontsize=10, weight="bold")
@@ -146,8 +145,8 @@ def seqfile_layout(path):
     ax.set_xlim(0, x)
     ax.set_ylim(0, 1)
     ax.axis("off")
-    ax.set_title(f"{os.path.basename(path)} as gpumr pack wrote it: {len(data):,} bytes, {len(records)} records "
-                 "(boxes not to scale)", fontsize=10)
+    ax.set_title(f"{os.path.basename(path)} as gpumr pack wrote it: {len(data):,} bytes, {len(records)} records; "
+                 "a sync entry once 100 KB have passed (boxes not to scale)", fontsize=10)
     save(fig, "seqfile_layout")
 
 
@@ -172,12 +171,10 @@ RECORD_PATH = [
 ]
 #: The layers every step goes through: (name, promise, module).
 LAYERS = [
-    ("filesystem", "local paths, s3://, hdfs://, file://: one interface; secrets refused", "gpumr.io.remote"),
-    ("output transaction", "stage hidden, publish whole, proof beside; never replace what is not ours",
-     "gpumr.io.outputs"),
-    ("error boundary", "any failure: one redacted line and exit 1; Ctrl-C: 130; nothing visible left",
-     "gpumr.boundary"),
-    ("trusted paths", "state, code and config only from folders that are yours or root's", "gpumr.trusted"),
+    ("filesystem", "local paths, s3://, hdfs://, file://; secrets in URIs refused", "gpumr.io.remote"),
+    ("output transaction", "staged hidden, published whole; only gpumr's own replaced", "gpumr.io.outputs"),
+    ("error boundary", "one redacted line, exit 1; Ctrl-C: 130; nothing left", "gpumr.boundary"),
+    ("trusted paths", "state, code, config only from folders yours or root's", "gpumr.trusted"),
 ]
 
 
@@ -190,38 +187,53 @@ def record_path():
     if missing:
         raise ExtensionError(f"docs figure record_path names modules the code no longer has: {missing} "
                              "(docs/_ext/gpumr_figures.py, RECORD_PATH and LAYERS)")
-    n = len(RECORD_PATH)
-    fig, ax = plt.subplots(figsize=(12, 5.2))
-    w, gap = 1.45, 0.28
+    per_row, w, gap, h = 4, 2.0, 0.45, 1.25
+    rows = -(-len(RECORD_PATH) // per_row)
+    right = per_row * (w + gap) - gap
+    layers_top = 1.9
+    pitch = 3.0
+    top = layers_top + rows * pitch - 0.1
+    fig, ax = plt.subplots(figsize=(9, top * 0.8))
+    centres = []
     for i, (step, what, mods) in enumerate(RECORD_PATH):
-        x = i * (w + gap)
-        ax.add_patch(FancyBboxPatch((x, 3.0), w, 1.25, boxstyle="round,pad=0.02,rounding_size=0.1",
+        r, c = divmod(i, per_row)
+        x, y = c * (w + gap), top - 0.55 - (r + 1) * pitch + 2.0
+        centres.append((x, y))
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.1",
                                     facecolor="#dbe8fb", edgecolor="#2757dd", linewidth=1.2))
-        ax.text(x + w / 2, 3.95, step, ha="center", va="center", fontsize=10, weight="bold")
-        ax.text(x + w / 2, 3.45, what, ha="center", va="center", fontsize=7.6, linespacing=1.25)
-        ax.text(x + w / 2, 2.78, "\n".join(mods), ha="center", va="top", fontsize=6.8, family="monospace",
+        ax.text(x + w / 2, y + h - 0.3, step, ha="center", va="center", fontsize=11, weight="bold")
+        ax.text(x + w / 2, y + 0.45, what, ha="center", va="center", fontsize=8.5, linespacing=1.2)
+        ax.text(x + w / 2, y - 0.12, "\n".join(mods), ha="center", va="top", fontsize=7.8, family="monospace",
                 color="#444")
-        if i:
-            ax.add_patch(FancyArrowPatch((x - gap + 0.02, 3.62), (x - 0.02, 3.62), arrowstyle="-|>",
-                                         mutation_scale=12, color="#2757dd"))
+    for i in range(1, len(centres)):
+        (x0, y0), (x1, y1) = centres[i - 1], centres[i]
+        if y0 == y1:
+            a, b = (x0 + w + 0.03, y0 + h / 2), (x1 - 0.03, y1 + h / 2)
+        else:  # on to the next row: out of the row's last box, along between the rows, down into the next row's first
+            mid, into = y1 + h + 0.8, x1 + w * 0.25
+            ax.plot([x0 + w + 0.03, x0 + w + 0.22, x0 + w + 0.22, into], [y0 + h / 2, y0 + h / 2, mid, mid],
+                    color="#2757dd", linewidth=1.3)
+            a, b = (into, mid), (into, y1 + h + 0.03)
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=13, color="#2757dd"))
     # GPU error -> rerun on the CPU: a loop over the "CPU or GPU" box.
-    gx = 4 * (w + gap)
-    ax.add_patch(FancyArrowPatch((gx + w * 0.8, 4.27), (gx + w * 0.2, 4.27), connectionstyle="arc3,rad=0.9",
-                                 arrowstyle="-|>", mutation_scale=10, color="#c0392b", linestyle="--"))
-    ax.text(gx + w / 2, 4.72, "GPU error: rerun on the CPU", ha="center", fontsize=7, color="#c0392b")
-    right = n * (w + gap) - gap
+    gx, gy = centres[4]
+    ax.add_patch(FancyArrowPatch((gx + w * 0.95, gy + h + 0.02), (gx + w * 0.55, gy + h + 0.02),
+                                 connectionstyle="arc3,rad=1.0", arrowstyle="-|>", mutation_scale=11, color="#c0392b",
+                                 linestyle="--"))
+    ax.text(gx + w + 0.02, gy + h + 0.12, "GPU error:\nrerun on the CPU", ha="left", va="bottom", fontsize=8.5,
+            color="#c0392b")
+    ax.text(0, layers_top + 0.2, "the layers every step goes through (one each: a part calls the layer, never a copy)",
+            fontsize=9.5, style="italic", color="#333")
     for j, (name, promise, module) in enumerate(LAYERS):
-        y = 1.55 - j * 0.5
+        y = layers_top - 0.45 - j * 0.48
         ax.add_patch(FancyBboxPatch((0, y), right, 0.4, boxstyle="round,pad=0.0,rounding_size=0.06",
                                     facecolor=("#f4f4f4", "#ececec")[j % 2], edgecolor="#bbb"))
-        ax.text(0.12, y + 0.2, name, va="center", fontsize=8.5, weight="bold")
-        ax.text(2.3, y + 0.2, promise, va="center", fontsize=8)
-        ax.text(right - 0.12, y + 0.2, module, va="center", ha="right", fontsize=7, family="monospace",
+        ax.text(0.12, y + 0.2, name, va="center", fontsize=9, weight="bold")
+        ax.text(2.2, y + 0.2, promise, va="center", fontsize=8.3)
+        ax.text(right - 0.1, y + 0.2, module, va="center", ha="right", fontsize=7.5, family="monospace",
                 color="#444")
-    ax.text(0, 2.1, "the layers every step goes through (one each: a part calls the layer, never a copy of it)",
-            fontsize=8.5, style="italic", color="#333")
-    ax.set_xlim(-0.1, right + 0.1)
-    ax.set_ylim(-0.05, 4.95)
+    ax.set_xlim(-0.1, right + 0.3)
+    ax.set_ylim(layers_top - 0.5 - len(LAYERS) * 0.48, top)
     ax.axis("off")
     save(fig, "record_path")
 
@@ -364,7 +376,7 @@ def scaling():
     rows = results["engines"]
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     workers = sorted({int(r["workers"]) for r in rows})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(2, 1, figsize=(7.5, 6.6))
     colours = ["#2757dd", "#e67e22"]
     for ax, what, title in ((axes[0], "faces strong s", "faces, same work for 1 and 2 workers"),
                             (axes[1], "ct strong s", "CT, same work for 1 and 2 workers")):
@@ -376,14 +388,15 @@ def scaling():
                     xs.append(i + (k - (len(workers) - 1) / 2) * 0.38)
                     ys.append(float(row[what]))
             bars = ax.bar(xs, ys, 0.36, color=colours[k % 2], label=f"{n} worker{'s' if n > 1 else ''}")
-            ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
+            ax.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
         ax.set_xticks(range(len(engines)), engines)
-        ax.set_ylabel("wall time, s (start-up included)")
+        ax.set_ylabel("wall time, s\n(start-up included)", fontsize=9)
         ax.set_title(title, fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(frameon=False, fontsize=8)
+        ax.legend(frameon=False, fontsize=9)
+        ax.margins(y=0.12)
     load = results.get("load average", [None])[0]
-    fig.suptitle(f"gpumr run --device cpu on each engine, {results['date']}, {results.get('cores')} cores"
+    fig.suptitle(f"gpumr run --device cpu on each engine, {results['date']},\n{results.get('cores')} cores"
                  + (f", load average {load}" if load is not None else "") + " (bench/scaling.py)", fontsize=10)
     fig.tight_layout()
     save(fig, "scaling")

@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local647436078_0001_d57f6e1d-0b89-48cf-b5d9-a82ee10d39d7/manifest-setup.sh

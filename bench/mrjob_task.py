@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local647436078_0001_1aa53317-f536-4c2e-ab66-6f8ab0450b72/mrjob_task.py

@@ -1,1 +1,0 @@
-/tmp/hadoop-root/mapred/local/job_local647436078_0001_b141f640-d03e-4448-bef7-c71bd718432b/setup-wrapper.sh
