@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from gpumr.cli.help import entries
+from gpumr.cli.troubleshooting import entries
 from gpumr.errors import TROUBLESHOOTING, help_topic, hint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,3 +92,10 @@ def test_help_lists_the_topics_and_refuses_an_unknown_one(tmp_path):
         assert re.search(rf"^  {re.escape(topic)}\s", listing.stdout, re.M), topic
     unknown = gpumr(["help", "nosuch"], tmp_path)
     assert unknown.returncode == 1 and "no help topic 'nosuch': choose one of no-files," in unknown.stderr
+
+
+def test_gpumr_help_names_the_engines_and_the_help_command(tmp_path):
+    said = gpumr(["--help"], tmp_path).stdout
+    assert "Spark and Dask" in said and "(see: gpumr help TOPIC)" in said
+    for command in ("help", "conf", "run"):
+        assert re.search(rf"^    {command}\s", said, re.M), command

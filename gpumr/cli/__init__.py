@@ -12,11 +12,11 @@ import sys
 
 from .. import __version__
 from ..boundary import debug_wanted, guard, set_verbosity
-from . import bundle, conf, ct, devices, faces, help, kernels, run, seqfiles, spark
+from . import bundle, conf, ct, devices, faces, kernels, run, seqfiles, spark, troubleshooting
 from .args import Parser, add_common
 
 #: The modules that add subcommands, in the order ``gpumr --help`` lists them.
-GROUPS = (seqfiles, devices, faces, ct, kernels, run, spark, bundle, conf, help)
+GROUPS = (seqfiles, devices, faces, ct, kernels, run, spark, bundle, conf, troubleshooting)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
