@@ -1,13 +1,14 @@
 # Two commands that work on a fresh machine, each doing its own set-up:
 #   make demo   - the face-detection job end to end on built-in sample data
 #   make test   - the whole test suite
-# and `make docs` builds the documentation (docs/) into docs/_build/html, warnings as errors.
+# and `make docs` builds the documentation (docs/) into docs/_build/html, warnings as errors;
+# `make dist` builds gpumr's wheel and sdist into dist/ (docs/how-to/install.rst: where they go).
 # Both install gpumr into .venv; `. .venv/bin/activate` puts the gpumr command on PATH.
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo test install gpu bench docs clean
+.PHONY: demo test install gpu bench docs dist clean
 
 $(VENV)/.ready: setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +42,14 @@ docs: install
 	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "the documentation is in docs/_build/html/index.html"
 
+# The wheel (pure Python: py3-none-any) and the sdist, built with this checkout's setuptools (no download).
+dist: $(VENV)/.ready
+	$(PY) -m pip install -q build
+	$(PY) -m build --no-isolation --sdist --wheel --outdir dist .
+	@ls dist/gpumr-*
+
 bench: install
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-out .demo-out.gpumr bench-out docs/_build
+	rm -rf $(VENV) build dist *.egg-info demo-out .demo-out.gpumr bench-out docs/_build docs/_generated

@@ -33,9 +33,14 @@ engine's first worker count, and the per-record overhead: the extra time of
 speak of), in ms per record. inline runs one process, so only its first
 worker count. The same baseline for every row: the inline engine.
 
+``--json FILE`` also writes every table's rows as JSON (with the date, the
+command line, the core count and the load average); the documentation draws
+its scaling figure from ``bench/results/scaling.json`` written this way
+(``docs/_ext/gpumr_figures.py``).
+
 Usage: python bench/scaling.py [--workers 1 2] [--frames 48] [--repeat 3] [--engines spark hadoop]
        [--modes strong weak] [--skip-scaling] [--skip-balance]
-       [--table-engines inline local hadoop spark dask] [--tiny 200] [--skip-table]
+       [--table-engines inline local hadoop spark dask] [--tiny 200] [--skip-table] [--json FILE]
 """
 
 import argparse
@@ -55,6 +60,13 @@ from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 
 HADOOP = os.path.join(os.path.dirname(REPO), "shared", "hadoop")
+#: Every table's rows, by table name, as printed: what ``--json`` writes.
+RESULTS = {}
+
+
+def keep(name, header, rows):
+    """Print the table (:func:`_common.table` prints it) and keep its rows for ``--json``, as dicts."""
+    RESULTS[name] = [dict(zip(header, row)) for row in rows]
 
 
 def packed(work, name, frames, shards):
@@ -118,9 +130,10 @@ def scaling(a, work, frames):
                 rows.append([mode, engine, n, count, shards, f"{best:.1f}", f"{median:.1f}", f"{speedup:.2f}",
                              f"{eff:.2f}"])
                 print(rows[-1], flush=True)
+    header = ["scaling", "engine", "workers", "frames", "tasks", "best s", "median s", "speedup", "efficiency"]
     table(f"Scaling, face detection --device cpu, best/median of {a.repeat} (speedup and efficiency against "
-          f"the first worker count)",
-          ["scaling", "engine", "workers", "frames", "tasks", "best s", "median s", "speedup", "efficiency"], rows)
+          f"the first worker count)", header, rows)
+    keep("scaling", header, rows)
 
 
 def task_times(sc):
@@ -198,9 +211,11 @@ def balance(a, work, frames):
             print(rows[-1], flush=True)
     finally:
         sc.stop()
+    header = ["partitioning", "tasks", "frames", "max/mean best", "max/mean median", "wall best s"]
     table(f"Partition balance, {len(corpus)} frames of 1/4 to 3x size (every 5th an empty scene), {shards} tasks "
           f"on {max(a.workers)} executors; slowest task / mean task run time, best/median of {a.repeat}",
-          ["partitioning", "tasks", "frames", "max/mean best", "max/mean median", "wall best s"], rows)
+          header, rows)
+    keep("balance", header, rows)
 
 
 def _engine_args(engine, n, work):
@@ -291,6 +306,7 @@ def engine_table(a, work, frames):
           f"{a.frames} frames (weak: x workers), CT {a.slabs} slabs of 16x48x48 (weak: x workers); eff = scaling "
           f"efficiency against the engine's first worker count; vs inline = the inline run's time over this one; "
           f"last column: ms per extra tiny record", header + ["ms/record"], rows)
+    keep("engines", header + ["ms/record"], rows)
 
 
 def main():
@@ -310,6 +326,7 @@ def main():
     ap.add_argument("--tiny", type=int, default=200, help="tiny records for the per-record overhead (and twice as many)")
     ap.add_argument("--slabs", type=int, default=4, help="CT slabs of 16 slices per run (weak: per worker)")
     ap.add_argument("--skip-table", action="store_true")
+    ap.add_argument("--json", metavar="FILE", help="also write every table's rows to FILE as JSON")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gpumr-bench-scaling-")
     try:
@@ -320,6 +337,12 @@ def main():
             balance(a, work, frames)
         if not a.skip_table:
             engine_table(a, work, frames)
+        if a.json:
+            with open(a.json, "w", encoding="utf-8") as f:
+                json.dump({"date": time.strftime("%Y-%m-%d"), "command": ["bench/scaling.py", *sys.argv[1:]],
+                           "cores": os.cpu_count(), "load average": [round(x, 1) for x in os.getloadavg()],
+                           **RESULTS}, f, indent=1)
+                f.write("\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

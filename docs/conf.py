@@ -18,6 +18,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "gpumr_argparse",
+    "gpumr_figures",  # the pictures, made by gpumr's commands at build time (docs/_ext/gpumr_figures.py)
 ]
 
 # numpydoc-style docstrings (Parameters / Returns / Raises) through napoleon.
@@ -35,7 +36,7 @@ autodoc_mock_imports = ["pycuda", "cupy", "pyspark"]
 gpumr_parser = "gpumr.cli:build_parser"
 gpumr_reference_page = "reference/cli"
 
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_generated"]
 # Quotes and ellipses only: "--" in help texts and descriptions stays two hyphens, as users type it.
 smartquotes_action = "qe"
 # A name defined in two modules (a package re-exporting its submodule's class) is resolved to the first:

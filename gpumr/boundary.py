@@ -13,6 +13,8 @@ gpumr.engines.spark``, ``gpumr scheduler serve``):
   and asks for a rerun with ``--debug``, which shows the traceback
   (redacted too) above the line. A traceback is never printed otherwise:
   it may hold a secret from a local variable's repr or a library's message.
+  A line the troubleshooting page has an entry for ends with ``(see:
+  gpumr help TOPIC)`` (:func:`gpumr.errors.hint`).
 - Ctrl-C (SIGINT) ends in ``gpumr: interrupted`` and exit status
   :data:`~gpumr.errors.EXIT_INTERRUPTED` (130), whenever it comes: what
   the command was writing is removed first
@@ -49,7 +51,7 @@ from seqfile import SequenceFileError
 from seqfile.atomic import discard_unfinished
 from seqfile.codecs import CodecError
 
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, redact
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, hint, redact
 
 #: Name of the logger every gpumr message goes through; modules log through children of it (:func:`logger`).
 ROOT = "gpumr"
@@ -337,7 +339,8 @@ def _fail(log, exc, debug):
     if debug:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         write_stderr(redact(text))
-    log.error("%s", describe(exc))
+    line = describe(exc)
+    log.error("%s", line + hint(line))  # an error the troubleshooting page explains points to its entry
     return EXIT_ERROR
 
 

@@ -60,3 +60,69 @@ def redact(text):
         The same text, where ``s3://KEY:SECRET@bucket/x`` reads ``s3://***@bucket/x``.
     """
     return _USERINFO.sub(r"\g<scheme>***@", str(text))
+
+
+#: Error lines that have an entry in the troubleshooting page (``docs/troubleshooting.rst``, shipped as
+#: ``gpumr/troubleshooting.rst`` for ``gpumr help TOPIC``): ``(topic, pattern)``, the first match wins.
+#: A pattern is searched in the line the error boundary prints (what follows ``gpumr: error:``).
+TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
+    ("hadoop-missing", r"^hadoop: No such file or directory|No such file or directory: 'hadoop'"
+                       r"|no `hadoop` command"),
+    ("hdfs-unreachable", r"Could not mkdir hdfs:|Call From .* failed on connection|hdfs://.*Connection refused"),
+    ("credentials-in-uri", r"a URI with user-info"),
+    ("s3-unreachable", r"cannot reach s3://|AWS Error|NoCredentialsError|Unable to locate credentials"
+                       r"|InvalidAccessKeyId|AccessDenied"),
+    ("no-files", r"^no (input )?files in "),
+    ("pack-first", r"no SequenceFile among the inputs"),
+    ("output-in-the-way", r"already exists|, not of gpumr |gpumr never writes over|not removing it"
+                          r"|did not make"),
+    ("no-gpu", r"--device gpu: no GPU|no GPU became free|neither PyCUDA nor CuPy|nvcc not found"),
+    ("geometry-required", r"--geometry is required"),
+    ("emr-output-uri", r"EMR writes its output to a URI"),
+    ("dask-scheduler", r"no Dask scheduler answered"),
+    ("spark-failed", r"Spark did not start|the Spark job failed"),
+    ("job-failed", r"the (hadoop|emr|local|inline) job failed"),
+    ("over-a-limit", r"over the limit of|must be (a whole number|a number|an integer) from"),
+    ("codec-missing", r"needs the '(cramjam|backports\.zstd)' package"),
+    ("bug", r"an unexpected error, a bug: rerun with --debug"),
+))
+
+
+def help_topic(message):
+    """The troubleshooting topic of an error line, or None when the page has no entry for it.
+
+    Parameters
+    ----------
+    message : str
+        An error line as the error boundary prints it (without ``gpumr: error:``).
+
+    Returns
+    -------
+    str or None
+        The entry's name: its anchor on the page (``troubleshooting.html#TOPIC``) and ``gpumr help TOPIC``.
+
+    Examples
+    --------
+    >>> help_topic("no files in photos/")
+    'no-files'
+    >>> help_topic("hadoop: No such file or directory")
+    'hadoop-missing'
+    >>> help_topic("something nobody wrote about") is None
+    True
+    """
+    for topic, pattern in TROUBLESHOOTING:
+        if pattern.search(message):
+            return topic
+    return None
+
+
+def hint(message):
+    """What the error boundary appends to an error line that has an entry: ``" (see: gpumr help TOPIC)"``, or ``""``.
+
+    Examples
+    --------
+    >>> "no files in photos/" + hint("no files in photos/")
+    'no files in photos/ (see: gpumr help no-files)'
+    """
+    topic = help_topic(message)
+    return f" (see: gpumr help {topic})" if topic else ""

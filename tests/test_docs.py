@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from conftest import missing
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 DOCS = os.path.join(ROOT, "docs")
 REF = os.path.join(DOCS, "reference")
@@ -114,21 +116,48 @@ def test_exit_statuses_documented():
         assert re.search(rf"^{getattr(errors, name)}\s+``{name}``", text, re.M), name
 
 
-@pytest.mark.slow
-def test_docs_build_with_warnings_as_errors(tmp_path):
+def rst_files():
+    """Every reStructuredText source of the documentation (the build's output aside)."""
+    return sorted(p for p in glob.glob(os.path.join(DOCS, "**", "*.rst"), recursive=True)
+                  if os.sep + "_build" + os.sep not in p)
+
+
+#: furo's escape hatch: a ``contents`` directive with this class shows no error box.
+FURO_ESCAPE = "this-will-duplicate-information-and-it-is-still-useful-here"
+
+
+def test_no_contents_directive_under_furo():
+    """furo draws a red "ERROR: Adding a table of contents..." box (by CSS: -W cannot see it) over any ``contents``."""
+    assert re.search(r"^html_theme = \"furo\"$", read(DOCS, "conf.py"), re.M)
+    offenders = []
+    for path in rst_files():
+        text = read(path)
+        for m in re.finditer(r"^[ \t]*\.\. contents::.*\n((?:[ \t]+:.*\n)*)", text, re.M):
+            if FURO_ESCAPE not in m.group(1):
+                offenders.append(f"{os.path.relpath(path, ROOT)}:{text[:m.start()].count(chr(10)) + 1}")
+    assert not offenders, f"'.. contents::' under furo shows an error box on the page: {offenders}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation built with warnings as errors (as ``make docs``), its figures made by gpumr."""
     try:
         import sphinx  # noqa: F401
         import furo  # noqa: F401
     except ImportError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"the docs must build in CI: {exc} (pip install '.[docs]')")
-        pytest.skip(f"{exc} (pip install '.[docs]')")
-    out = tmp_path / "html"
+        missing("the docs build", f"{exc} (pip install '.[docs]')")
+    tmp = tmp_path_factory.mktemp("docs")
+    out = tmp / "html"
     r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-                        "-d", str(tmp_path / "doctrees"), DOCS, str(out)],
-                       capture_output=True, text=True, timeout=300)
+                        "-d", str(tmp / "doctrees"), DOCS, str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    cli = (out / "reference" / "cli.html").read_text(encoding="utf-8")
+    return out
+
+
+@pytest.mark.slow
+def test_docs_build_with_warnings_as_errors(site):
+    cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     from gpumr.cli import build_parser
     for path in leaf_commands(build_parser()):
         assert f'id="cmd-{"-".join(path)}"' in cli, path
@@ -140,3 +169,103 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
         for action in run_parser(load(find(name)))._actions:
             for option in action.option_strings:
                 assert option in cli, (name, option)
+
+
+def furo_error_selectors(site):
+    """The selectors of furo's stylesheet rules that draw an "ERROR: ..." text (``::before`` taken off)."""
+    css = (site / "_static" / "styles" / "furo.css").read_text(encoding="utf-8")
+    rules = re.findall(r"([^{}]+)\{[^}]*content:\s*[\"']ERROR", css)
+    return [re.sub(r"::?(before|after)\b", "", sel).strip() for rule in rules for sel in rule.split(",")]
+
+
+@pytest.mark.slow
+def test_no_page_shows_furo_error_box(site):
+    """No element of any built page matches a furo rule that draws an error (the rule read from furo's own CSS)."""
+    from bs4 import BeautifulSoup
+    sys.path.insert(0, os.path.dirname(__file__))
+    from browser import pages_of
+    selectors = furo_error_selectors(site)
+    assert any(".contents" in s for s in selectors), selectors  # furo's rule is found, so the check can fail
+    shown = {}
+    for page in pages_of(str(site)):
+        soup = BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
+        hits = [sel for sel in selectors if soup.select(sel)]
+        if hits:
+            shown[page] = hits
+    assert not shown, f"pages furo draws an error box on: {shown}"
+
+
+@pytest.mark.slow
+def test_no_page_shows_an_error_in_a_browser(site):
+    """Every page as headless Chromium renders it: no "ERROR" drawn by a stylesheet, no docutils error node."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import browser
+    command, why = browser.find()
+    if command is None:
+        missing("the rendered-page check (.ci/run installs Chromium)", why)
+    shown = browser.shown_errors(str(site), command)
+    assert "getting-started/index.html" in shown and "index.html" in shown, sorted(shown)
+    bad = {page: errors for page, errors in shown.items() if errors}
+    assert not bad, f"pages that show an error in a browser: {bad}"
+
+
+#: The widest command line a code box shows whole at furo's desktop width (checked in Chromium screenshots).
+MAX_COMMAND = 88
+
+
+def code_blocks(text):
+    """``(language or "::", line number, body lines)`` of every code block of a reStructuredText text."""
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)(?:\.\. code-block:: (\S+)\s*$|(?!\.\. ).*::\s*$)", line)
+        if not m or (m.group(2) is None and not line.rstrip().endswith("::")):
+            continue
+        indent = len(m.group(1))
+        body, j = [], i + 1
+        while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent):
+            body.append(lines[j])
+            j += 1
+        out.append((m.group(2) or "::", i + 1, [b for b in body if b.strip()]))
+    return out
+
+
+def test_shell_blocks_are_highlighted_as_shell_and_fit_their_box():
+    """A command is shown in a ``bash``/``console`` block (``::`` would colour it as Python), and fits the box."""
+    shellish = re.compile(r"^\s*(\$ |gpumr [a-z][a-z-]*\s|python3? -m |pip install |make |hadoop |spark-submit |aws )")
+    wrong = []
+    for path in rst_files() + [os.path.join(ROOT, "gpumr", "troubleshooting.rst")]:
+        rel = os.path.relpath(path, ROOT)
+        for lang, n, body in code_blocks(read(path)):
+            if lang in ("::", "python", "text") and body and shellish.match(body[0]):
+                wrong.append(f"{rel}:{n}: shell commands in a '{lang}' block (use code-block:: bash or console)")
+            if lang in ("bash", "console", "shell"):
+                commands = body if lang != "console" else [b for b in body if b.strip().startswith("$ ")
+                                                           or b.startswith("     ")]
+                indent = min((len(b) - len(b.lstrip()) for b in body), default=0)
+                for b in commands:
+                    if len(b) - indent > MAX_COMMAND:
+                        wrong.append(f"{rel}:{n}: a {len(b) - indent}-character command line is clipped in its "
+                                     f"box (at most {MAX_COMMAND}; break it with \\): {b.strip()[:60]}...")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+def test_every_figure_is_made_and_shown(site):
+    """Each ``gpumr-figure`` a page names (optional ones aside) is an image of that built page, made at this build."""
+    from bs4 import BeautifulSoup
+    named = {}
+    for path in rst_files() + [os.path.join(ROOT, "gpumr", "troubleshooting.rst")]:
+        for m in re.finditer(r"^\.\. gpumr-figure:: (\S+)\n((?:[ \t]+:.*\n)*)", read(path), re.M):
+            if ":optional:" not in m.group(2):
+                named[m.group(1)] = os.path.splitext(os.path.relpath(path, DOCS))[0] + ".html"
+    assert {"contact_sheet", "ct_preview", "record_path", "architecture", "seqfile_layout", "scaling"} <= set(named)
+    for name, page in named.items():
+        soup = BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
+        images = [img["src"] for img in soup.select("figure img") if os.path.basename(img["src"]).startswith(name)]
+        assert images, f"{page} shows no image of figure {name}"
+        built = site / page
+        picture = (built.parent / images[0]).resolve()
+        assert picture.stat().st_size > 10_000, (name, picture.stat().st_size)  # a picture, not an empty canvas
+        # made at this build, from gpumr's commands and code (not a stale file)
+        assert picture.stat().st_mtime >= (site / "index.html").stat().st_mtime - 900, name

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from conftest import missing
 from hadoop import cluster
 
 #: The gpumr command in a Python where ``import pyarrow`` fails, as on a node without it.
@@ -28,9 +29,7 @@ NO_PYARROW = [sys.executable, "-c", "import sys; sys.modules['pyarrow'] = None; 
 def test_pack_to_a_uri_then_read_it_back_through_hadoop_fs(sample_frames, tmp_path):
     why = cluster.unavailable()
     if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Hadoop tests must run in CI: {why}")
-        pytest.skip(why)
+        missing("the Hadoop tests", why)
     src = tmp_path / "src"
     shutil.copytree(sample_frames, src)
     (src / "notes.txt").write_text("frames from the built-in sample\n")

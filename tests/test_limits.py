@@ -216,7 +216,7 @@ def test_the_contact_sheet_holds_tiles_not_frames(tmp_path):
     import tracemalloc
 
     import cv2
-    from gpumr.faces.render import TILE, render
+    from gpumr.faces.render import CAPTION, TILE, TITLE, render
     w, h = 2400, 1800
     frame = cv2.imencode(".jpg", np.full((h, w, 3), 90, np.uint8))[1].tobytes()
     keys = [f"f{i:02d}.jpg" for i in range(13)]
@@ -233,7 +233,7 @@ def test_the_contact_sheet_holds_tiles_not_frames(tmp_path):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert got["frames"] == 13 and cv2.imread(got["sheet"]).shape == (3 * (TILE[1] + 24), 4 * TILE[0], 3)
+    assert got["frames"] == 13 and cv2.imread(got["sheet"]).shape == (TITLE + 3 * (TILE[1] + CAPTION), 4 * TILE[0], 3)
     assert peak < 5 * w * h * 3, peak / (w * h * 3)  # a frame decoded, its boxed copy, the tiles: not 12 frames
 
 

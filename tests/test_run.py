@@ -84,12 +84,11 @@ def test_spark(packed, reference, tmp_path):
 
 @pytest.mark.slow
 def test_hadoop(packed, reference, tmp_path):
+    from conftest import missing
     from hadoop import cluster
     why = cluster.unavailable()
     if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Hadoop tests must run in CI: {why}")
-        pytest.skip(why)
+        missing("the Hadoop tests", why)
     check_same(reference, tmp_path / "out", gpumr(
         ["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "hadoop", "--device", "cpu",
          "-c", cluster.CONF, "--hadoop-streaming-jar", cluster.streaming_jar(),

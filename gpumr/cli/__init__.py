@@ -12,11 +12,11 @@ import sys
 
 from .. import __version__
 from ..boundary import debug_wanted, guard, set_verbosity
-from . import bundle, ct, devices, faces, kernels, run, seqfiles, spark
+from . import bundle, conf, ct, devices, faces, kernels, run, seqfiles, spark, troubleshooting
 from .args import Parser, add_common
 
 #: The modules that add subcommands, in the order ``gpumr --help`` lists them.
-GROUPS = (seqfiles, devices, faces, ct, kernels, run, spark, bundle)
+GROUPS = (seqfiles, devices, faces, ct, kernels, run, spark, bundle, conf, troubleshooting)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -27,7 +27,8 @@ def build_parser():
     """The argument parser of the ``gpumr`` command."""
     p = Parser(prog="gpumr", formatter_class=_Formatter,
                description="Image processing on Hadoop Streaming (mrjob), Spark and Dask that uses "
-                           "a node's GPU whenever it is free.")
+                           "a node's GPU whenever it is free. An error's line ends with (see: gpumr help "
+                           "TOPIC) where there is more to say.")
     p.add_argument("--version", action="version", version=f"gpumr {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -42,6 +42,6 @@ def demo(output, frames=48, shards=2, runner="local", log=print):
         pics = render([job_out], [seq_dir], pictures)
     sheet = os.path.join(output, "pictures", os.path.basename(pics["sheet"]))
     log(f"demo: {frames} frames, {pics['faces']} faces, {frames / seconds:.1f} frames/s through the job; "
-        f"picture: {sheet}")
+        f"picture: {sheet} (the first {pics['on_sheet']} of {frames} frames)")
     return dict(frames=frames, faces=pics["faces"], seconds=seconds, fps=frames / seconds, counters=counts,
                 sheet=sheet, output=os.path.join(output, "faces"))

@@ -6,8 +6,10 @@ from .args import command, positive
 def cmd_render(args):
     from ..faces.render import render
     r = render(args.outputs, args.images, args.directory, sheet_frames=args.sheet_frames)
-    print(f"drew {r['faces']} faces on {r['frames']} frames in {args.directory}"
-          + (f" ({r['errors']} records had errors)" if r["errors"] else "") + f"; contact sheet: {r['sheet']}")
+    print(f"drew {r['faces']} faces on {r['frames']} of {r['records']} frames in {args.directory}"
+          + (f" ({r['errors']} records had errors)" if r["errors"] else "")
+          + f"; contact sheet: {r['sheet']} ({r['on_sheet']} of {r['frames']} frames"
+          + (", --sheet-frames N for more)" if r["on_sheet"] < r["frames"] else ")"))
 
 
 def cmd_demo(args):

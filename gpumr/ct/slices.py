@@ -145,10 +145,11 @@ def save_tiff(volume, path, inputs=()):
 
 
 def preview(volume, path, inputs=()):
-    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), side by side.
+    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), labelled, with a colour bar.
 
-    Grey levels span the volume's 1st to 99.5th percentile; the file is written
-    as :func:`save_volume` writes.
+    Drawn by :func:`gpumr.ct.preview.preview_image` (each slice at least 256
+    pixels, axes in voxel indices, grey levels from the volume's 1st to 99.5th
+    percentile); the file is written as :func:`save_volume` writes.
 
     Parameters
     ----------
@@ -164,16 +165,5 @@ def preview(volume, path, inputs=()):
     GpumrError
         If a file is in the way that gpumr did not write, or is an input.
     """
-    import cv2
-    nz, ny, nx = volume.shape
-    views = [volume[nz // 2], volume[:, ny // 2, :], volume[:, :, nx // 2]]
-    lo, hi = np.percentile(volume[::max(1, nz // 64)], [1, 99.5])  # (a sample of slices: the volume may be mapped)
-    hi = hi if hi > lo else lo + 1
-    tiles = []
-    size = max(nx, ny, nz)
-    for v in views:
-        img = np.clip((v - lo) / (hi - lo), 0, 1)
-        img = cv2.resize((img * 255).astype(np.uint8), (size, size), interpolation=cv2.INTER_NEAREST)
-        tiles.append(np.pad(img, 4, constant_values=40))
-    ok, buf = cv2.imencode(".png", np.concatenate(tiles, axis=1))
-    write_file(path, buf.tobytes(), "gpumr ct", inputs=inputs, option="--preview")
+    from .preview import preview_png
+    write_file(path, preview_png(volume), "gpumr ct", inputs=inputs, option="--preview")

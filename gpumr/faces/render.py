@@ -45,12 +45,16 @@ def draw_boxes(image, faces, thickness=2):
     return out
 
 
-#: The size of a frame on the contact sheet (width, height).
+#: The size of a frame on the contact sheet (width, height); a frame keeps its aspect ratio inside it.
 TILE = (320, 240)
+#: Height of the caption band under each tile (two lines: the key; the faces and the device) and of the title.
+CAPTION, TITLE = 40, 34
+_BACKGROUND = 32
+_FONT, _SCALE = 0, 0.45  # cv2.FONT_HERSHEY_SIMPLEX
 
 
 def tile(image):
-    """``image`` (BGR) at the contact sheet's :data:`TILE` size.
+    """``image`` (BGR) fitted into the contact sheet's :data:`TILE`, its aspect ratio kept.
 
     Parameters
     ----------
@@ -60,14 +64,44 @@ def tile(image):
     Returns
     -------
     numpy.ndarray
-        The image resized to 320 x 240 (area interpolation).
+        A 320 x 240 image: ``image`` scaled (area interpolation) to fit,
+        centred on the sheet's dark background.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gpumr.faces.render import tile
+    >>> tile(np.zeros((100, 400, 3), np.uint8)).shape  # a wide frame: 320 x 80 inside, bands above and below
+    (240, 320, 3)
     """
     import cv2
-    return cv2.resize(image, TILE, interpolation=cv2.INTER_AREA)
+    tw, th = TILE
+    h, w = image.shape[:2]
+    scale = min(tw / w, th / h)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    small = cv2.resize(image, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    out = np.full((th, tw, 3), _BACKGROUND, np.uint8)
+    y0, x0 = (th - size[1]) // 2, (tw - size[0]) // 2
+    out[y0:y0 + size[1], x0:x0 + size[0]] = small
+    return out
 
 
-def contact_sheet(tiles, columns=4, labels=None):
-    """Tiles laid out in a grid with optional captions.
+def fit_text(text, width, scale=_SCALE):
+    """``text`` shortened in the middle (``a/very...name.jpg``) so that it fits ``width`` pixels when drawn."""
+    import cv2
+
+    def fits(t):
+        return cv2.getTextSize(t, _FONT, scale, 1)[0][0] <= width
+    if fits(text):
+        return text
+    keep = len(text)
+    while keep > 2 and not fits(text[:keep // 2] + "..." + text[len(text) - (keep - keep // 2):]):
+        keep -= 1
+    return text[:keep // 2] + "..." + text[len(text) - (keep - keep // 2):]
+
+
+def contact_sheet(tiles, columns=4, labels=None, title=None):
+    """Tiles laid out in a grid, each with a caption of up to two lines, under an optional title.
 
     Parameters
     ----------
@@ -76,7 +110,10 @@ def contact_sheet(tiles, columns=4, labels=None):
     columns : int, optional
         Tiles per row.
     labels : list of str, optional
-        One caption per tile.
+        One caption per tile; a newline starts its second line. Each line is
+        shortened to the tile's width (:func:`fit_text`), so captions never overlap.
+    title : str, optional
+        A line above the grid (e.g. which frames of how many the sheet shows).
 
     Returns
     -------
@@ -86,14 +123,18 @@ def contact_sheet(tiles, columns=4, labels=None):
     import cv2
     w, h = TILE
     rows = max(1, -(-len(tiles) // columns))
-    sheet = np.full((rows * (h + 24), columns * w, 3), 32, np.uint8)
+    top = TITLE if title else 0
+    sheet = np.full((top + rows * (h + CAPTION), columns * w, 3), _BACKGROUND, np.uint8)
+    if title:
+        cv2.putText(sheet, fit_text(title, columns * w - 16, 0.55), (8, 23), _FONT, 0.55, (255, 255, 255), 1,
+                    cv2.LINE_AA)
     for i, picture in enumerate(tiles):
         r, c = divmod(i, columns)
-        y0, x0 = r * (h + 24), c * w
+        y0, x0 = top + r * (h + CAPTION), c * w
         sheet[y0:y0 + h, x0:x0 + w] = picture
-        if labels:
-            cv2.putText(sheet, labels[i], (x0 + 4, y0 + h + 17), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
-                        (230, 230, 230), 1, cv2.LINE_AA)
+        for j, line in enumerate((labels[i].split("\n") if labels else [])[:2]):
+            cv2.putText(sheet, fit_text(line, w - 10), (x0 + 5, y0 + h + 16 + 17 * j), _FONT, _SCALE,
+                        (235, 235, 235) if j == 0 else (170, 170, 170), 1, cv2.LINE_AA)
     return sheet
 
 
@@ -122,7 +163,9 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     Returns
     -------
     dict
-        ``frames`` drawn, ``faces`` drawn, ``errors`` (records with an error), ``sheet`` path.
+        ``frames`` drawn, ``records`` in the job output, ``faces`` drawn,
+        ``errors`` (records with an error), ``sheet`` path, ``on_sheet``
+        (frames on the sheet: the first by key).
     """
     import heapq
 
@@ -137,13 +180,16 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
             chosen = heapq.nsmallest(sheet_frames, _draw(results, images, out, counts), key=lambda t: t[0])
         if not counts["drawn"]:
             raise GpumrError("no record of the job output matches an image in the given SequenceFiles")
-        sheet = contact_sheet([t[1] for t in chosen], columns,
-                              labels=[f"{t[0]}  {t[2]} face(s)  {t[3]}" for t in chosen])
+        title = (f"showing {len(chosen)} of {counts['drawn']} frames (the first by key); "
+                 f"{counts['faces']} faces on the {counts['drawn']}" + (f"; {len(results) - counts['drawn']} of {len(results)} records "
+                                                "not drawn" if len(results) > counts["drawn"] else ""))
+        sheet = contact_sheet([t[1] for t in chosen], columns, title=title,
+                              labels=[f"{t[0]}\n{t[2]} face{'' if t[2] == 1 else 's'}, {t[3]}" for t in chosen])
         ok, buf = cv2.imencode(".png", sheet)
         write_bytes(os.path.join(stage, "contact_sheet.png"), buf.tobytes())
     errors = sum(1 for v in results.values() if "error" in v)
-    return dict(frames=counts["drawn"], faces=counts["faces"], errors=errors,
-                sheet=os.path.join(directory, "contact_sheet.png"))
+    return dict(frames=counts["drawn"], records=len(results), faces=counts["faces"], errors=errors,
+                sheet=os.path.join(directory, "contact_sheet.png"), on_sheet=len(chosen))
 
 
 def _draw(results, images, out, counts):

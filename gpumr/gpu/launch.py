@@ -1,6 +1,6 @@
 """Launching gpumr's CUDA kernels: PyCUDA, or CuPy where PyCUDA is missing; the host for simulated GPUs.
 
-PyCUDA is the launcher the product names (``pip install 'gpumr[gpu]'``; it
+PyCUDA is the launcher the product names (gpumr's ``gpu`` extra; it
 builds against a CUDA toolkit). CuPy installs from wheels and serves behind
 the same small interface (:class:`gpumr.gpu.interface.Launcher`) when PyCUDA
 is not importable. A simulated GPU's launcher runs the same kernels on the
@@ -237,4 +237,4 @@ def available(simulated=False):
     for mod in ("pycuda", "cupy"):
         if importlib.util.find_spec(mod) is not None:
             return True, mod
-    return False, "neither PyCUDA nor CuPy is installed (pip install 'gpumr[gpu]')"
+    return False, "neither PyCUDA nor CuPy is installed (pip install cupy-cuda12x, or pycuda with a CUDA toolkit: gpumr's cupy and gpu extras)"
