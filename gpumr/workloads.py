@@ -29,6 +29,8 @@ from .errors import GpumrError, printable
 BUILT_IN = {
     "faces": "gpumr.faces.workload:Faces",
     "backproject": "gpumr.ct.workload:Backproject",
+    "blobs": "gpumr.blobs.workload:Blobs",
+    "watershed": "gpumr.watershed.workload:Watershed",
 }
 #: The entry-point group through which an installed distribution offers workloads by name.
 GROUP = "gpumr.workloads"
