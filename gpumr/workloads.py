@@ -86,7 +86,8 @@ def find(spec):
         if spec not in offered:
             raise GpumrError(f"no workload {spec!r}: choose one of {', '.join(names())}, or give your own as "
                              "MODULE:CLASS (see gpumr run --help)")
-        ref = Ref(spec, offered[spec], None, "installed (entry point)")
+        ref = Ref(spec, offered[spec], None, f"{offered[spec]}, installed (entry point of {GROUP}): imported where the "
+                                            "tasks run, not shipped")
     else:
         ref = _user(spec)
     cls = load(ref)
@@ -115,7 +116,7 @@ def _user(spec):
     if found is None:
         raise GpumrError(f"no module {where!r} here or installed (workload {printable(spec)}); give the file as "
                          f"{where.replace('.', '/')}.py:{attr}, or install it")
-    return Ref(attr, f"{where}:{attr}", None, f"module {where}, installed where the tasks run")
+    return Ref(attr, f"{where}:{attr}", None, f"module {where}, installed: imported where the tasks run, not shipped")
 
 
 _LOADED = {}

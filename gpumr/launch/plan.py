@@ -20,7 +20,7 @@ from ..io.inputs import expand_sized, require_sequencefiles, splits
 from ..io.outputs import open_output
 from ..io.remote import locate
 from ..tasks.runtime import Spec
-from ..workloads import find, load
+from ..workloads import BUILT_IN, find, load
 from .options import check_limits, task_options
 from .parser import run_parser
 from .ship import ship
@@ -163,7 +163,7 @@ def make_plan(argv, folder, verbosity_given=None):
     options.update({opt.dest: names[opt.name] for opt, _ in values})
     spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
                 verbosity=verbosity_given or verbosity(o))
-    if ref.file is not None:
+    if ref.ref != BUILT_IN.get(ref.name):  # whether the tasks get the user's module shipped or import an installed one
         log.info("workload %s from %s", ref.name, ref.how)
     return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder)
 
