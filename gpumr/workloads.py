@@ -107,12 +107,12 @@ def _user(spec):
     if not all(part.isidentifier() for part in where.split(".")):
         raise GpumrError(f"{printable(where)}: not a module name (workload {printable(spec)})")
     here = os.path.join(os.getcwd(), *where.split(".")) + ".py"
+    if os.path.isfile(here):  # a file here is the user's, shipped (even where this folder is on sys.path too)
+        return Ref(attr, f"{where}:{attr}", here, f"{printable(os.path.relpath(here))}, shipped to the tasks")
     try:
         found = importlib.util.find_spec(where)
     except (ImportError, ValueError):
         found = None
-    if found is None and os.path.isfile(here):
-        return Ref(attr, f"{where}:{attr}", here, f"{printable(os.path.relpath(here))}, shipped to the tasks")
     if found is None:
         raise GpumrError(f"no module {where!r} here or installed (workload {printable(spec)}); give the file as "
                          f"{where.replace('.', '/')}.py:{attr}, or install it")

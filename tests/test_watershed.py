@@ -51,7 +51,6 @@ def test_label_counts_and_areas_equal_the_direct_calls(skimage_photos, tmp_path,
         regions, areas = direct(os.path.join(folder, name), **kw)
         assert (got[name]["regions"], got[name]["areas"]) == (regions, areas), name
         assert got[name]["device"] == "cpu" and regions == len(areas) > 1
-    assert results(tmp_path / "out") != {}
 
 
 def test_a_flat_image_has_no_regions(tmp_path):
