@@ -29,8 +29,7 @@ class Blobs(Workload):
     """Blobs by the Laplacian of Gaussian (scikit-image's ``blob_log``); per record a free GPU or the CPU."""
 
     name = "blobs"
-    summary = ("Blob detection (scikit-image's blob_log on the grey image) over SequenceFiles of images; per record "
-               "a free GPU (the scale space in a CUDA kernel) or the CPU.")
+    summary = "Blob detection (scikit-image's blob_log) over SequenceFiles of images; per record a free GPU or the CPU."
     decode = "color"
     gpu_records = 4
     options = (

@@ -22,8 +22,7 @@ class Watershed(Workload):
     """Watershed segmentation (Otsu, distance transform, peak_local_max markers, watershed); on the CPU."""
 
     name = "watershed"
-    summary = ("Watershed segmentation (scikit-image: Otsu threshold, distance transform, peak_local_max markers, "
-               "watershed) over SequenceFiles of images: each image's region count and areas; on the CPU.")
+    summary = "Watershed segmentation (scikit-image) over SequenceFiles of images: regions and areas; on the CPU."
     decode = "color"
     options = (
         Option("--min-distance", "least distance between two markers, pixels (default 1)", type=int, default=1,
