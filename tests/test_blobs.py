@@ -109,3 +109,15 @@ def test_blobs_on_dask_workers_gpus(dask_client, skimage_photos, tmp_path):
     got = results(tmp_path / "out")
     assert {k: v["blobs"] for k, v in got.items()} == direct(folder, **SEED_004)
     assert {v["device"] for v in got.values()} <= {"gpu:0", "gpu:1"}
+
+
+def test_the_kernel_is_shipped_and_declares_no_fused_multiply_add(tmp_path):
+    """Named nowhere but by its file: the shipped kernels are the installed .cu files, each declaring its flags."""
+    from gpumr.gpu import emulate, kernels
+    assert "blobs" in kernels.KERNELS and kernels.FLAGS["blobs"] == ["-fmad=false"]
+    assert "-ffp-contract=fast" not in emulate.host_flags("blobs")
+    own = tmp_path / "own.cu"  # a user's kernel declares its flags the same way
+    own.write_text('// nvcc: -fmad=false -lineinfo (why: rounding)\nextern "C" __global__ void k(int* p) { *p = 1; }\n')
+    assert kernels.flags(str(own)) == ["-fmad=false", "-lineinfo"]
+    own.write_text('extern "C" __global__ void k(int* p) { *p = 1; }\n')
+    assert kernels.flags(str(own)) == [] and "-ffp-contract=fast" in emulate.host_flags(str(own))
