@@ -1,350 +1,251 @@
-"""Strong and weak scaling of face detection on Spark and Hadoop, and Spark's partition balance.
+"""Seed 004's scaling study with its own algorithms: blobs and watershed, weak and strong, on every engine.
 
-Scaling: for each worker count N (arguments), Spark ``local-cluster[N,1,1024]``
-(N executors of one core) and Hadoop local mode (``-r hadoop`` through
-``shared/hadoop``, ``mapreduce.local.map.tasks.maximum=N``) run the face job
-(``--device cpu``) over
+For each engine of :data:`gpumr.engines.NAMES` (so that an engine registered
+later gets rows of its own), each workload (``blobs``: ``blob_log`` with
+seed 004's ``max_sigma=30, num_sigma=10, threshold=0.1``; ``watershed``) and
+each worker count N of ``--workers``, ``gpumr run WORKLOAD`` (``--device
+cpu``) runs through the one launcher over
 
-* strong scaling: the same ``--frames`` frames for every N;
-* weak scaling: ``--frames`` x N frames.
+* strong scaling: the same ``--images`` images for every N;
+* weak scaling: ``--images`` x N images.
 
-Each run's input is packed into ``--tasks-per-worker`` x max(N) SequenceFiles
-(weak: x N), one task per file on both engines. Times are the job's wall
-time (Spark: after a warm-up job on the same cluster; Hadoop: its whole run,
-JVM start included, as a user sees it), best and median of ``--repeat``.
-Strong: speedup T1/TN, efficiency T1/(N*TN). Weak: scaled speedup N*T1/TN,
-efficiency T1/TN.
+The images are tiles of scikit-image's sample images (``--size`` pixels a
+side, PNG), packed into ``--tasks-per-worker`` x max(N) SequenceFiles
+(weak: x N), one task per file. Times are whole runs as a user sees them
+(the engine's start-up included: each run starts and stops its own cluster), best
+of ``--repeat``, after one untimed run per engine and workload (imports). Strong: speedup
+T1/TN, efficiency T1/(N TN); weak: scaled speedup N T1/TN, efficiency
+T1/TN, both against the same engine's first worker count; "vs inline" is
+the run's throughput over the inline engine's (the same-run baseline).
+"record s" is the time the records' own work took (the counters' CPU
+milliseconds, summed over workers): the rest of "wall s" is start-up,
+scheduling and I/O, which is where small runs lose their speedup.
 
-Balance: a corpus of frames of very different sizes (1/4 to 3x the sample
-frames' sides) and crowdedness (empty grey scenes among them), packed into
-shards of equal bytes (``gpumr pack``), one Spark task per shard; the
-slowest task's run time over the mean (Spark's REST API). Then the same
-frames packed into shards of equal estimated cost (pixels, read from the
-image headers with :func:`gpumr.core.images.image_size`, greedy longest
-first), and the new ratio.
+How an engine gets N workers here: ``local``: ``--num-cores N``;
+``spark``: ``--master local-cluster[N,1,1024]``; ``dask``: ``--workers N``
+(a LocalCluster); ``inline`` runs in this process (one worker). Hadoop and
+EMR need a cluster and are skipped with the reason, unless ``--engine-args
+'ENGINE=ARGS'`` says how to run them (``{n}`` in ARGS is the worker count),
+as it may for any engine.
 
-Engines (seed 004's table): ``gpumr run`` with the same face and CT work on
-every engine named by ``--table-engines`` (inline, local, hadoop in local
-mode, spark on ``local-cluster[N,1,1024]``, dask on a ``LocalCluster`` of N
-worker processes) with each worker count: whole runs as a user sees them
-(start-up included), strong and weak scaling efficiency against the same
-engine's first worker count, and the per-record overhead: the extra time of
-``--tiny`` x 2 over ``--tiny`` records of a 32x32 image (no face work to
-speak of), in ms per record. inline runs one process, so only its first
-worker count. The same baseline for every row: the inline engine.
+Printed beside seed 004's figures (8 nodes, strong: RADICAL-Pilot 8.1x,
+Spark 7.1x, Dask 6.6x); ``--plot FILE.png`` draws the speedups (matplotlib).
 
-``--json FILE`` also writes every table's rows as JSON (with the date, the
-command line, the core count and the load average); the documentation draws
-its scaling figure from ``bench/results/scaling.json`` written this way
-(``docs/_ext/gpumr_figures.py``).
-
-Usage: python bench/scaling.py [--workers 1 2] [--frames 48] [--repeat 3] [--engines spark hadoop]
-       [--modes strong weak] [--skip-scaling] [--skip-balance]
-       [--table-engines inline local hadoop spark dask] [--tiny 200] [--skip-table] [--json FILE]
+Usage: python bench/scaling.py [--workers 1 2] [--images 12] [--size 128] [--repeat 1]
+       [--workloads blobs watershed] [--modes strong weak] [--engines E ...]
+       [--engine-args 'hadoop=-c mrjob.conf'] [--plot scaling.png]
 """
 
 import argparse
-import heapq
-import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 
-from _common import REPO, best_of, frame_corpus, table
+from _common import table
 
-from gpumr.engines.spark import run, spark_context
-from gpumr.launch.job import run_job
-from gpumr.io.packing import pack
+#: Seed 004's strong speedups on 8 nodes.
+SEED_004 = {"radical": 8.1, "spark": 7.1, "dask": 6.6}
+SEED_NODES = 8
+#: ``gpumr run`` options that give an engine ``{n}`` workers on this machine.
+WORKERS = {"local": "--no-conf --num-cores {n}", "spark": "--master local-cluster[{n},1,1024]",
+           "dask": "--workers {n}", "inline": "--no-conf"}
+#: Engines that run in one process: one worker, whatever N.
+ONE_WORKER = ("inline",)
+#: Why an engine is not run here (unless --engine-args says how).
+SKIP = {"hadoop": "needs a Hadoop cluster (give --engine-args 'hadoop=-c mrjob.conf ...' where there is one)",
+        "emr": "needs AWS and an EMR cluster (give --engine-args 'emr=-c mrjob.conf --num-core-instances {n}')"}
+#: The workloads' options: seed 004's blob_log parameters.
+OPTIONS = {"blobs": ["--max-sigma", "30", "--num-sigma", "10", "--threshold", "0.1"], "watershed": []}
+SOURCES = ("hubble_deep_field", "coffee", "immunohistochemistry", "astronaut", "chelsea", "rocket")
 
-HADOOP = os.path.join(os.path.dirname(REPO), "shared", "hadoop")
-#: Every table's rows, by table name, as printed: what ``--json`` writes.
-RESULTS = {}
+
+def tiles(folder, count, size):
+    """``count`` PNG tiles of ``size`` x ``size`` cut from scikit-image's sample images (repeated under new names
+    when there are fewer distinct tiles); their paths."""
+    import cv2
+    import skimage.data
+    os.makedirs(folder)
+    distinct = []
+    for name in SOURCES:
+        image = getattr(skimage.data, name)()
+        for y in range(0, image.shape[0] - size + 1, size):
+            for x in range(0, image.shape[1] - size + 1, size):
+                distinct.append(image[y:y + size, x:x + size, ::-1])
+    paths = []
+    for i in range(count):
+        paths.append(os.path.join(folder, f"tile_{i:05d}.png"))
+        cv2.imwrite(paths[-1], distinct[i % len(distinct)])
+    return paths
 
 
-def keep(name, header, rows):
-    """Print the table (:func:`_common.table` prints it) and keep its rows for ``--json``, as dicts."""
-    RESULTS[name] = [dict(zip(header, row)) for row in rows]
-
-
-def packed(work, name, frames, shards):
-    """Pack ``frames`` (paths) into ``shards`` SequenceFiles of equal bytes; return the folder."""
+def packed(work, name, images, shards):
+    """Pack ``images`` (paths) into ``shards`` SequenceFiles; the folder."""
+    from gpumr.io.packing import pack
     src = os.path.join(work, name + "-src")
     os.makedirs(src)
-    for f in frames:
-        os.link(f, os.path.join(src, os.path.basename(f)))  # pack follows no link out of its folder
+    for f in images:
+        os.link(f, os.path.join(src, os.path.basename(f)))
     out = os.path.join(work, name)
     pack([src], out, shards=shards, progress=False)
     return out
 
 
-def spark_times(seq, workers, repeat, work):
-    sc = spark_context(f"local-cluster[{workers},1,1024]", f"gpumr scaling {workers}")
-    sc.setLogLevel("ERROR")
-    try:
-        out = os.path.join(work, f"spark-out-{workers}")
-        run("faces", [seq, "-o", out, "--split-size", "1GiB", "--device", "cpu"], sc=sc)  # warm-up
-        return best_of(lambda: run("faces", [seq, "-o", out, "--split-size", "1GiB", "--device", "cpu"],
-                                   sc=sc)[0], repeat)
-    finally:
-        sc.stop()
-
-
-def hadoop_times(seq, workers, repeat, work):
-    from gpumr.jobs.face_detect import MRFaceDetect
-    os.environ["PATH"] = os.path.join(HADOOP, "bin") + os.pathsep + os.environ["PATH"]
-    os.environ.setdefault("PYTHON", sys.executable)  # where the launcher finds pyspark's Hadoop jars
-    extra = ["--hadoop-streaming-jar", os.path.join(HADOOP, "lib", "hadoop-streaming-2.7.5.jar"),
-             "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
-             "--jobconf", f"mapreduce.local.map.tasks.maximum={workers}", "--python-bin", sys.executable,
-             "--device", "cpu"]
-
-    def once():
-        cwd = tempfile.mkdtemp(dir=work)  # local mode makes the distributed cache's links in the cwd
-        old = os.getcwd()
-        os.chdir(cwd)
-        try:
-            return run_job(MRFaceDetect, [seq], "file://" + os.path.join(cwd, "out"), "hadoop", extra)[0]
-        finally:
-            os.chdir(old)
-    return best_of(once, repeat)
-
-
-def scaling(a, work, frames):
+def engine_plan(engines, given):
+    """``[(engine, args template or None, why skipped or None)]`` for every engine of ``engines``."""
     rows = []
-    engines = [(e, t) for e, t in (("spark", spark_times), ("hadoop", hadoop_times)) if e in a.engines]
-    for mode in a.modes:
-        for engine, timer in engines:
-            t1 = None
-            for n in a.workers:
-                count = a.frames * (n if mode == "weak" else 1)
-                shards = a.tasks_per_worker * (n if mode == "weak" else max(a.workers))
-                seq = packed(work, f"{mode}-{engine}-{n}", frames[:count], shards)
-                best, median, counts = timer(seq, n, a.repeat, work)
-                assert counts.get("records on CPU", 0) == count, counts
-                t1 = best if t1 is None else t1
-                speedup = (t1 / best) * (n if mode == "weak" else 1)
-                eff = t1 / best / (1 if mode == "weak" else n)
-                rows.append([mode, engine, n, count, shards, f"{best:.1f}", f"{median:.1f}", f"{speedup:.2f}",
-                             f"{eff:.2f}"])
-                print(rows[-1], flush=True)
-    header = ["scaling", "engine", "workers", "frames", "tasks", "best s", "median s", "speedup", "efficiency"]
-    table(f"Scaling, face detection --device cpu, best/median of {a.repeat} (speedup and efficiency against "
-          f"the first worker count)", header, rows)
-    keep("scaling", header, rows)
+    for engine in engines:
+        if engine in given:
+            rows.append((engine, given[engine], None))
+        elif engine in SKIP:
+            rows.append((engine, None, SKIP[engine]))
+        else:
+            rows.append((engine, WORKERS.get(engine, ""), None))  # a later engine: its defaults
+    return rows
 
 
-def task_times(sc):
-    """Run times (s) of the tasks of the last job's first stage, from Spark's REST API."""
-    base = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}"
-    jobs = json.load(urllib.request.urlopen(f"{base}/jobs"))
-    stage = min(jobs[0]["stageIds"])  # newest job first; its map stage
-    tasks = json.load(urllib.request.urlopen(f"{base}/stages/{stage}/0/taskList?length=10000"))
-    return [t["taskMetrics"]["executorRunTime"] / 1000 for t in tasks if t["status"] == "SUCCESS"]
+_WARM = set()
 
 
-def uneven_corpus(work, frames, n):
-    """``n`` frames of very different sizes and crowdedness (resized sample frames, empty scenes)."""
-    import cv2
-    import numpy as np
-    d = os.path.join(work, "uneven")
-    os.makedirs(d)
-    scales = [0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
-    out = []
-    for i in range(n):
-        img = cv2.imread(frames[i % len(frames)])
-        s = scales[(i * 7) % len(scales)]
-        img = cv2.resize(img, (int(img.shape[1] * s), int(img.shape[0] * s)))
-        if i % 5 == 4:
-            img = np.full_like(img, 128)  # an empty scene
-        path = os.path.join(d, f"uneven_{i:05d}.jpg")
-        cv2.imwrite(path, img)
-        out.append(path)
-    return out
+def timed(workload, engine, template, n, seq, out, repeat):
+    """Best wall time of ``gpumr run`` and its counters.
+
+    The first run of each engine and workload in this process is not timed:
+    it would also pay for importing the framework (pyspark,
+    dask.distributed) and the workload's libraries once, which every later
+    run here finds imported (as every run of a user's own ``gpumr`` process
+    would not). Each timed run still starts and stops its own cluster.
+    """
+    from gpumr.launch.job import launch
+    args = shlex.split(template.format(n=n)) if template else []
+    argv = [workload, seq, "-o", out, "--engine", engine, "--device", "cpu", *OPTIONS[workload], *args]
+    if (engine, workload) not in _WARM:
+        _WARM.add((engine, workload))
+        shutil.rmtree(out, ignore_errors=True)
+        launch(argv, verbosity="quiet")
+    best, counts = None, None
+    for _ in range(repeat):
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        result = launch(argv, verbosity="quiet")
+        took = time.perf_counter() - t0
+        best, counts = (took, result.counts) if best is None or took < best else (best, counts)
+    return best, counts
 
 
-def cost_balanced(work, name, frames, shards):
-    """Pack ``frames`` into ``shards`` SequenceFiles of near-equal pixels (from the image headers)."""
-    from gpumr.core.images import image_size
-    costs = []
-    for f in frames:
-        w, h = image_size(open(f, "rb").read(64 * 1024))
-        costs.append((w * h, f))
-    heap = [(0, i) for i in range(shards)]
-    groups = [[] for _ in range(shards)]
-    for cost, f in sorted(costs, reverse=True):
-        load, i = heapq.heappop(heap)
-        groups[i].append(f)
-        heapq.heappush(heap, (load + cost, i))
-    out = os.path.join(work, name)
-    os.makedirs(out)
-    for i, group in enumerate(groups):
-        seq = packed(work, f"{name}-{i}", sorted(group), 1)
-        if os.path.isdir(seq):
-            (seq,) = [os.path.join(seq, n) for n in os.listdir(seq)]
-        os.rename(seq, os.path.join(out, f"part-{i:05d}.seq"))
-    return out
+def study(a, work):
+    corpus = tiles(os.path.join(work, "tiles"), a.images * max(a.workers), a.size)
+    rows, points, inline_rate = [], {}, {}
+    plan = engine_plan(a.engines, dict(e.split("=", 1) for e in a.engine_args))
+    for workload in a.workloads:
+        for mode in a.modes:
+            for engine, template, why in plan:
+                if why:
+                    continue
+                counts_n = a.workers[:1] if engine in ONE_WORKER or "{n}" not in (template or "") else a.workers
+                t1 = None
+                for n in counts_n:
+                    m = n if mode == "weak" else 1
+                    images = a.images * m
+                    shards = a.tasks_per_worker * (n if mode == "weak" else max(a.workers))
+                    seq = packed(work, f"{workload}-{mode}-{engine}-{n}", corpus[:images], shards)
+                    wall, counts = timed(workload, engine, template, n, seq, os.path.join(work, "out"), a.repeat)
+                    done = counts.get("records on CPU", 0)
+                    assert done == images and not counts.get("bad records"), (engine, counts)
+                    t1 = wall if t1 is None else t1
+                    speedup = t1 / wall * m
+                    eff = t1 / wall / (1 if mode == "weak" else n)
+                    rate = images / wall
+                    if engine == "inline":
+                        inline_rate[(workload, mode)] = rate
+                    base = inline_rate.get((workload, mode))
+                    shown = n if "{n}" in (template or "") else 1 if engine in ONE_WORKER else "default"
+                    rows.append([workload, mode, engine, shown, images, shards,
+                                 f"{wall:.1f}", f"{counts.get('CPU milliseconds', 0) / 1000:.1f}", f"{speedup:.2f}",
+                                 f"{eff:.2f}", f"{rate / base:.2f}" if base else "-"])
+                    points.setdefault((workload, mode, engine), []).append((n, speedup))
+                    print("  ".join(map(str, rows[-1])), flush=True)
+    load = os.getloadavg()
+    table(f"Scaling, gpumr run --device cpu, best of {a.repeat}, {a.size}x{a.size} tiles; strong: {a.images} images, "
+          f"weak: {a.images} per worker; speedup and efficiency against the engine's first worker count; vs inline: "
+          f"throughput over the inline engine's. This machine: {os.cpu_count()} cores, load average "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (shared: other work ran beside)",
+          ["workload", "scaling", "engine", "workers", "images", "tasks", "wall s", "record s", "speedup",
+           "efficiency", "vs inline"], rows)
+    for engine, _, why in plan:
+        if why:
+            print(f"skipped {engine}: {why}")
+    seed_rows = []
+    for engine in sorted(set(SEED_004) | {e for e, _, why in plan if not why and e not in ONE_WORKER}):
+        here = []
+        for workload in a.workloads:
+            got = dict(points.get((workload, "strong", engine), []))
+            n = max(got) if got else None
+            here.append(f"{got[n]:.2f}x at {n}" if got else "not run here")
+        seed = f"{SEED_004[engine]}x at {SEED_NODES}" if engine in SEED_004 else "-"
+        seed_rows.append([engine, seed, f"{SEED_004[engine] / SEED_NODES:.2f}" if engine in SEED_004 else "-",
+                          *here])
+    table(f"Strong speedup beside seed 004's (its {SEED_NODES} nodes; here at most {max(a.workers)} workers on "
+          f"{os.cpu_count()} cores: the most a run here can show is {min(max(a.workers), os.cpu_count())}x)",
+          ["engine", "seed 004", "seed efficiency", *[f"here: {w}" for w in a.workloads]], seed_rows)
+    return points
 
 
-def balance(a, work, frames):
-    corpus = uneven_corpus(work, frames, a.balance_frames)
-    shards = a.balance_tasks
-    sc = spark_context(f"local-cluster[{max(a.workers)},1,1024]", "gpumr balance")
-    sc.setLogLevel("ERROR")
-    rows = []
-    try:
-        for label, seq in (("equal bytes (gpumr pack)", packed(work, "bytes", corpus, shards)),
-                           ("equal pixels (image headers)", cost_balanced(work, "pixels", corpus, shards))):
-            out = os.path.join(work, "balance-out")
-            run("faces", [seq, "-o", out, "--split-size", "1GiB", "--device", "cpu"], sc=sc)  # warm-up
-            ratios, walls = [], []
-            for _ in range(a.repeat):
-                t0 = time.perf_counter()
-                run("faces", [seq, "-o", out, "--split-size", "1GiB", "--device", "cpu"], sc=sc)
-                walls.append(time.perf_counter() - t0)
-                times = task_times(sc)
-                ratios.append(max(times) / (sum(times) / len(times)))
-            rows.append([label, shards, len(corpus), f"{min(ratios):.2f}", f"{sorted(ratios)[len(ratios) // 2]:.2f}",
-                         f"{min(walls):.1f}"])
-            print(rows[-1], flush=True)
-    finally:
-        sc.stop()
-    header = ["partitioning", "tasks", "frames", "max/mean best", "max/mean median", "wall best s"]
-    table(f"Partition balance, {len(corpus)} frames of 1/4 to 3x size (every 5th an empty scene), {shards} tasks "
-          f"on {max(a.workers)} executors; slowest task / mean task run time, best/median of {a.repeat}",
-          header, rows)
-    keep("balance", header, rows)
-
-
-def _engine_args(engine, n, work):
-    """``gpumr run`` options that give ``engine`` ``n`` workers here."""
-    if engine == "local":
-        return ["--no-conf", "--num-cores", str(n)]
-    if engine == "inline":
-        return ["--no-conf"]
-    if engine == "hadoop":
-        os.environ["PATH"] = os.path.join(HADOOP, "bin") + os.pathsep + os.environ["PATH"]
-        os.environ.setdefault("PYTHON", sys.executable)
-        from hadoop import cluster
-        return ["-c", cluster.CONF, "--hadoop-streaming-jar", cluster.streaming_jar(),
-                "--hadoop-tmp-dir", "file://" + os.path.join(work, "hadoop-tmp"),
-                "--jobconf", f"mapreduce.local.map.tasks.maximum={n}", "--python-bin", sys.executable]
-    if engine == "spark":
-        return ["--master", f"local-cluster[{n},1,1024]"]
-    return ["--workers", str(n)]  # dask
-
-
-def _timed(kind, engine, n, work, argv, repeat):
-    """Best and median wall time of ``gpumr run KIND`` on ``engine`` with ``n`` workers; and its counters."""
-    from gpumr.cli.run import run as gpumr_run
-    out = os.path.join(work, f"table-out-{engine}-{n}")
-    whole = ["--split-size", "1GiB"] if kind == "faces" and engine in ("spark", "dask") else []  # a task per file
-    return best_of(lambda: gpumr_run(kind, engine, [*argv, "-o", out, "--device", "cpu", *whole,
-                                                    *_engine_args(engine, n, work)])[0], repeat)
-
-
-def _tiny(work, count):
-    """``count`` records of a 32x32 JPEG, packed into 4 SequenceFiles (as many tasks)."""
-    import cv2
-    import numpy as np
-    d = os.path.join(work, f"tiny-{count}")
-    os.makedirs(d)
-    ok, data = cv2.imencode(".jpg", np.full((32, 32), 128, np.uint8))
-    for i in range(count):
-        with open(os.path.join(d, f"t{i:06d}.jpg"), "wb") as f:
-            f.write(data.tobytes())
-    out = d + ".seq"
-    pack([d], out, shards=4, progress=False)
-    return out
-
-
-def _phantom(work, z):
-    """Projections of a phantom of ``z`` x 48 x 48 voxels (48 angles); returns the SequenceFile."""
-    from gpumr.cli import main as gpumr
-    seq = os.path.join(work, f"ct-{z}.seq")
-    if os.path.exists(seq):
-        return seq
-    assert gpumr(["ct", "geometry", "-o", seq + ".json", "--voxels", str(z), "48", "48", "--angles", "48"]) == 0
-    assert gpumr(["ct", "phantom", "--geometry", seq + ".json", "-o", seq]) == 0
-    return seq
-
-
-def engine_table(a, work, frames):
-    """Seed 004's table: every engine, face and CT work, strong/weak scaling and per-record overhead."""
-    rows, base = [], {}
-    tiny = {k: _tiny(work, k) for k in (a.tiny, 2 * a.tiny)}
-    for engine in a.table_engines:
-        counts = a.workers[:1] if engine == "inline" else a.workers
-        t1 = {}
-        for n in counts:
-            row = [engine, n]
-            for mode in a.modes:
-                m = n if mode == "weak" else 1
-                seq = packed(work, f"t-{mode}-{engine}-{n}", frames[:a.frames * m], a.tasks_per_worker * max(counts) * m)
-                best, _, c = _timed("faces", engine, n, work, [seq], a.repeat)
-                assert c.get("records on CPU", 0) == a.frames * m, c
-                ct = _phantom(work, 16 * a.slabs * m)
-                cbest, _, c = _timed("backproject", engine, n, work, ["--projections", ct, "--slab", "16"], a.repeat)
-                assert c.get("records on CPU", 0) == a.slabs * m, c
-                for what, t in ((f"faces {mode}", best), (f"ct {mode}", cbest)):
-                    t1.setdefault(what, t)
-                    base.setdefault(what, t)
-                    eff = t1[what] / t / (1 if mode == "weak" else n)
-                    row += [f"{t:.1f}", f"{eff:.2f}", f"{base[what] / t:.2f}"]
-            small, _, _ = _timed("faces", engine, n, work, [tiny[a.tiny]], 1)
-            large, _, _ = _timed("faces", engine, n, work, [tiny[2 * a.tiny]], 1)
-            row.append(f"{max(large - small, 0) / a.tiny * 1000:.2f}")
-            rows.append(row)
-            print(rows[-1], flush=True)
-    header = ["engine", "workers"]
-    for mode in a.modes:
-        for what in ("faces", "ct"):
-            header += [f"{what} {mode} s", "eff", "vs inline"]
-    table(f"Engines, gpumr run --device cpu, best of {a.repeat} (whole runs, start-up included): faces "
-          f"{a.frames} frames (weak: x workers), CT {a.slabs} slabs of 16x48x48 (weak: x workers); eff = scaling "
-          f"efficiency against the engine's first worker count; vs inline = the inline run's time over this one; "
-          f"last column: ms per extra tiny record", header + ["ms/record"], rows)
-    keep("engines", header + ["ms/record"], rows)
+def plot(points, a, path):
+    """Speedup against workers per engine and workload (strong, weak), the ideal, and seed 004's 8-node points."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(a.modes), figsize=(6 * len(a.modes), 4.5), squeeze=False)
+    top = max(max(a.workers), SEED_NODES)
+    for ax, mode in zip(axes[0], a.modes):
+        ax.plot([1, top], [1, top], "k:", label="ideal")
+        for (workload, m, engine), pts in sorted(points.items()):
+            if m == mode and len(pts) > 1:
+                ax.plot(*zip(*pts), "o-", label=f"{engine} {workload}")
+        if mode == "strong":
+            for engine, s in SEED_004.items():
+                ax.plot([SEED_NODES], [s], "s", label=f"seed 004 {engine} ({s}x)")
+        ax.set(title=f"{mode} scaling", xlabel="workers", ylabel="speedup" if mode == "strong" else "scaled speedup")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"\nplot: {path}")
 
 
 def main():
+    from gpumr.engines import NAMES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts (default 1 2)")
-    ap.add_argument("--frames", type=int, default=48, help="frames per run (strong) or per worker (weak)")
-    ap.add_argument("--tasks-per-worker", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--balance-frames", type=int, default=60)
-    ap.add_argument("--balance-tasks", type=int, default=6)
-    ap.add_argument("--engines", nargs="+", choices=["spark", "hadoop"], default=["spark", "hadoop"])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts (default 1 2; 1 2 4 8 on "
+                                                                            "a cluster)")
+    ap.add_argument("--images", type=int, default=12, help="images per run (strong) or per worker (weak)")
+    ap.add_argument("--size", type=int, default=128, help="tile side, pixels")
+    ap.add_argument("--tasks-per-worker", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--workloads", nargs="+", choices=sorted(OPTIONS), default=["blobs", "watershed"])
     ap.add_argument("--modes", nargs="+", choices=["strong", "weak"], default=["strong", "weak"])
-    ap.add_argument("--skip-scaling", action="store_true")
-    ap.add_argument("--skip-balance", action="store_true")
-    ap.add_argument("--table-engines", nargs="+", choices=["inline", "local", "hadoop", "spark", "dask"],
-                    default=["inline", "local", "hadoop", "spark", "dask"])
-    ap.add_argument("--tiny", type=int, default=200, help="tiny records for the per-record overhead (and twice as many)")
-    ap.add_argument("--slabs", type=int, default=4, help="CT slabs of 16 slices per run (weak: per worker)")
-    ap.add_argument("--skip-table", action="store_true")
-    ap.add_argument("--json", metavar="FILE", help="also write every table's rows to FILE as JSON")
+    ap.add_argument("--engines", nargs="+", choices=NAMES, default=list(NAMES), help="default: every engine")
+    ap.add_argument("--engine-args", action="append", default=[], metavar="ENGINE=ARGS",
+                    help="how to run ENGINE with {n} workers (e.g. 'hadoop=-c mrjob.conf')")
+    ap.add_argument("--plot", metavar="PNG", help="draw the speedups into this PNG file (needs matplotlib)")
     a = ap.parse_args()
+    if a.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            sys.exit("bench/scaling.py: --plot needs matplotlib (pip install 'gpumr[plot]')")
+    print(f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)
     work = tempfile.mkdtemp(prefix="gpumr-bench-scaling-")
+    t0 = time.perf_counter()
     try:
-        frames = frame_corpus(work, count=a.frames * max(a.workers))
-        if not a.skip_scaling:
-            scaling(a, work, frames)
-        if not a.skip_balance:
-            balance(a, work, frames)
-        if not a.skip_table:
-            engine_table(a, work, frames)
-        if a.json:
-            with open(a.json, "w", encoding="utf-8") as f:
-                json.dump({"date": time.strftime("%Y-%m-%d"), "command": ["bench/scaling.py", *sys.argv[1:]],
-                           "cores": os.cpu_count(), "load average": [round(x, 1) for x in os.getloadavg()],
-                           **RESULTS}, f, indent=1)
-                f.write("\n")
+        points = study(a, work)
+        if a.plot:
+            plot(points, a, a.plot)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print(f"\nscaling study done in {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@
 //                                 pass flag each; the passing ones compacted in order
 //   first_stage_global, run_stages_global  the same for a cascade too large for constant memory
 //
-// Rounding follows OpenCV's CPU code: compile with -fmad=false.
+// nvcc: -fmad=false (rounding follows OpenCV's CPU code: no fused multiply-add)
 
 // A global load, as written: the host emulation's measuring build (bench/gpu_model.py)
 // defines it to record each warp's addresses; the GPU build is plain indexing.

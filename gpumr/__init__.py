@@ -3,8 +3,8 @@
 Packages, along one record's path (:doc:`/concepts/record-path`): ``io``
 (SequenceFiles in and out, the filesystem layer, the output transaction),
 ``core`` (the record flow, workload declarations), ``devices`` (which device
-a record runs on), ``gpu`` (launching CUDA kernels), the workloads ``faces``
-and ``ct``, ``engines`` (mrjob, Spark, Dask), ``cli``.
+a record runs on), ``gpu`` (launching CUDA kernels), the workloads ``faces``,
+``ct``, ``blobs`` and ``watershed``, ``engines`` (mrjob, Spark, Dask), ``cli``.
 """
 
 __version__ = "0.1.0"

@@ -29,6 +29,8 @@ from .errors import GpumrError, printable
 BUILT_IN = {
     "faces": "gpumr.faces.workload:Faces",
     "backproject": "gpumr.ct.workload:Backproject",
+    "blobs": "gpumr.blobs.workload:Blobs",
+    "watershed": "gpumr.watershed.workload:Watershed",
 }
 #: The entry-point group through which an installed distribution offers workloads by name.
 GROUP = "gpumr.workloads"
@@ -84,7 +86,8 @@ def find(spec):
         if spec not in offered:
             raise GpumrError(f"no workload {spec!r}: choose one of {', '.join(names())}, or give your own as "
                              "MODULE:CLASS (see gpumr run --help)")
-        ref = Ref(spec, offered[spec], None, "installed (entry point)")
+        ref = Ref(spec, offered[spec], None, f"{offered[spec]}, installed (entry point of {GROUP}): imported where the "
+                                            "tasks run, not shipped")
     else:
         ref = _user(spec)
     cls = load(ref)
@@ -104,16 +107,16 @@ def _user(spec):
     if not all(part.isidentifier() for part in where.split(".")):
         raise GpumrError(f"{printable(where)}: not a module name (workload {printable(spec)})")
     here = os.path.join(os.getcwd(), *where.split(".")) + ".py"
+    if os.path.isfile(here):  # a file here is the user's, shipped (even where this folder is on sys.path too)
+        return Ref(attr, f"{where}:{attr}", here, f"{printable(os.path.relpath(here))}, shipped to the tasks")
     try:
         found = importlib.util.find_spec(where)
     except (ImportError, ValueError):
         found = None
-    if found is None and os.path.isfile(here):
-        return Ref(attr, f"{where}:{attr}", here, f"{printable(os.path.relpath(here))}, shipped to the tasks")
     if found is None:
         raise GpumrError(f"no module {where!r} here or installed (workload {printable(spec)}); give the file as "
                          f"{where.replace('.', '/')}.py:{attr}, or install it")
-    return Ref(attr, f"{where}:{attr}", None, f"module {where}, installed where the tasks run")
+    return Ref(attr, f"{where}:{attr}", None, f"module {where}, installed: imported where the tasks run, not shipped")
 
 
 _LOADED = {}

@@ -266,3 +266,34 @@ def run_workload(kind, argv, engine="inline", session=None):
     from gpumr.launch.job import launch
     result = launch([kind, *argv, "--engine", engine], session=session)
     return result.counts, result.seconds
+
+
+#: scikit-image's sample images the tests make into photos: (name, crop) - small, so that CI's 2 cores keep up.
+SKIMAGE_PHOTOS = (("hubble_deep_field", (slice(0, 96), slice(0, 128))), ("coins", (slice(0, 120), slice(0, 160))),
+                  ("coffee", (slice(100, 180), slice(200, 300))), ("immunohistochemistry", (slice(0, 100), slice(0, 90))))
+
+
+@pytest.fixture(scope="session")
+def skimage_photos(tmp_path_factory):
+    """``(seq, folder)``: scikit-image's sample images cropped small, written as PNG (lossless: the tests' direct
+    calls decode the same pixels) into ``folder``, and packed into the SequenceFile ``seq`` (``gpumr pack``)."""
+    import cv2
+    import skimage.data
+
+    from gpumr.io.packing import pack
+    d = tmp_path_factory.mktemp("skimage-photos")
+    folder = d / "photos"
+    folder.mkdir()
+    for name, crop in SKIMAGE_PHOTOS:
+        image = getattr(skimage.data, name)()[crop]
+        cv2.imwrite(str(folder / f"{name}.png"), image[..., ::-1] if image.ndim == 3 else image)
+    seq = str(d / "photos.seq")
+    pack([str(folder)], seq, progress=False)
+    return seq, str(folder)
+
+
+def skimage_gray(path):
+    """The photo at ``path`` as the scikit-image workloads see it: ``rgb2gray`` of its RGB (decoded by OpenCV)."""
+    import cv2
+    from skimage.color import rgb2gray
+    return rgb2gray(cv2.imread(path, cv2.IMREAD_COLOR)[..., ::-1])

@@ -108,12 +108,12 @@ def available():
 def host_flags(name):
     """Host compiler flags that make kernel ``name``'s float rounding follow its nvcc flags.
 
-    ``-fmad=false`` (:data:`kernels.FLAGS`) keeps :data:`FLAGS`' ``-ffp-contract=off``; a kernel nvcc may
+    ``-fmad=false`` (:func:`kernels.flags`) keeps :data:`FLAGS`' ``-ffp-contract=off``; a kernel nvcc may
     contract into fused multiply-adds is built with contraction on (and FMA instructions) here too.
     """
     with open(kernels.source_path(name), encoding="utf-8") as f:
         fibers = ("-DGPUMR_FIBERS",) if uses_fibers(f.read()) else ()
-    if "-fmad=false" in kernels.FLAGS.get(name, []):
+    if "-fmad=false" in kernels.flags(name):
         return fibers
     return fibers + (("-ffp-contract=fast", "-mfma") if _x86() else ("-ffp-contract=fast",))
 

@@ -24,6 +24,7 @@ a private temporary cache: the GPU path never quietly turns into the CPU's.
 """
 
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -33,12 +34,8 @@ from .. import trusted
 from ..errors import GpumrError, printable
 from ..io.outputs import FileOutput, Proof, digest, proof_path
 
-KERNELS = ("backproject", "haar")
 #: Real architectures in the fatbin (Turing to Blackwell), plus PTX of the newest for later GPUs.
 ARCHS = ("75", "80", "86", "89", "90", "100", "120")
-#: Extra nvcc flags per kernel: the Haar kernel must round like OpenCV's CPU code (no fused multiply-add);
-#: backprojection may fuse (within 1e-5 of the CPU, its self-check proves it), and its host build contracts too.
-FLAGS = {"haar": ["-fmad=false"], "backproject": []}
 KERNEL_DIR_ENV = "GPUMR_KERNEL_DIR"
 SOURCES_ENV = "GPUMR_CUDA_SOURCES"
 CACHE_ENV = "GPUMR_KERNEL_CACHE"
@@ -76,6 +73,49 @@ def source_path(name):
     return path
 
 
+def installed():
+    """The kernels gpumr ships: the stem of every ``.cu`` file among the installed sources, sorted.
+
+    A built-in workload's kernel is its file there; nothing else names it.
+    """
+    folder = os.path.dirname(package_path("__init__.py"))
+    return tuple(sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".cu")))
+
+
+_FLAGS_LINE = re.compile(r"^//\s*nvcc:\s*(.*?)\s*$", re.M)
+
+
+def declared_flags(name):
+    """The extra nvcc flags kernel ``name``'s source declares in a line ``// nvcc: FLAGS (why)`` (none: nvcc's defaults).
+
+    The Haar kernel declares ``-fmad=false`` (it must round like OpenCV's CPU
+    code: no fused multiply-add), as does the blobs kernel (scipy's sums, bit
+    for bit); backprojection may fuse (within 1e-5 of the CPU, its
+    self-check proves it), and its host build contracts too
+    (:func:`gpumr.gpu.emulate.host_flags`).
+
+    Examples
+    --------
+    >>> declared_flags("haar")
+    ['-fmad=false']
+    """
+    with open(source_path(name), encoding="utf-8") as f:
+        found = _FLAGS_LINE.search(f.read())
+    words = found.group(1).split() if found else []
+    return list(itertools.takewhile(lambda w: w.startswith("-"), words))  # then, in words, why
+
+
+#: The kernels gpumr ships (:func:`installed`).
+KERNELS = installed()
+#: Extra nvcc flags of each shipped kernel, as its installed source declares them (:func:`declared_flags`).
+FLAGS = {name: declared_flags(package_path(f"{name}.cu")) for name in KERNELS}
+
+
+def flags(name):
+    """The extra nvcc flags of kernel ``name``: a shipped kernel's :data:`FLAGS`, else those its source declares."""
+    return FLAGS[name] if name in FLAGS else declared_flags(name)
+
+
 def defines(name):
     """The integer ``#define`` constants of kernel ``name``'s source, e.g. ``{"ZB": 8}``.
 
@@ -88,7 +128,7 @@ def defines(name):
 
 def _digest(name, full=False):
     with open(source_path(name), "rb") as f:
-        key = hashlib.sha256(f.read() + " ".join(FLAGS.get(name, [])).encode()).hexdigest()
+        key = hashlib.sha256(f.read() + " ".join(flags(name)).encode()).hexdigest()
     return key if full else key[:16]
 
 
@@ -214,7 +254,7 @@ def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
     compiler = nvcc()
     if compiler is None:
         raise GpumrError("nvcc not found: install the CUDA toolkit or ship fatbins made by 'gpumr build-kernels'")
-    cmd = [compiler, "-fatbin", "-O3", "-std=c++14", *FLAGS.get(name, [])]
+    cmd = [compiler, "-fatbin", "-O3", "-std=c++14", *flags(name)]
     for a in archs:
         cmd.append(f"-gencode=arch=compute_{a},code=sm_{a}")
     if ptx and archs:

@@ -73,7 +73,7 @@ def launch(argv, session=None, debug=False, verbosity=None):
         ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``.
     """
     with job_folder() as folder:
-        plan = make_plan(argv, folder, verbosity)
+        plan = make_plan(argv, folder, verbosity, elsewhere=session is not None)
         return run(plan, session=session, debug=debug)
 
 

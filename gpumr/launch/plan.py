@@ -100,7 +100,7 @@ def verbosity(o):
     return "info"
 
 
-def make_plan(argv, folder, verbosity_given=None):
+def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
     """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``).
 
     Parameters
@@ -111,6 +111,9 @@ def make_plan(argv, folder, verbosity_given=None):
         The job's private folder (side files' copies, fetched URIs).
     verbosity_given : str, optional
         The ``gpumr`` command's own ``-q``/``-v``, where they were given before ``run``.
+    elsewhere : bool
+        The tasks run on a cluster the caller handed in (a SparkContext, a Dask client): ``--device gpu`` is then
+        not refused for want of a GPU on this machine.
 
     Raises
     ------
@@ -161,7 +164,7 @@ def make_plan(argv, folder, verbosity_given=None):
         workload_ref[2] = module.name
     tasks = ([[["split", path, start, end]] for path, start, end in splits(files, o.split_size)]
              if cls.input == "seqfile" else [[["record", k, v]] for k, v in workload.plan(o)])
-    if o.device == "gpu" and engine.tasks_here(o):
+    if o.device == "gpu" and engine.tasks_here(o) and not elsewhere:
         from ..devices.chooser import require_gpu
         require_gpu()
     options = {opt.dest: getattr(o, opt.dest, None) for opt in task_options(cls)}

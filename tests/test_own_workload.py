@@ -1,0 +1,255 @@
+"""A user's own workload (``docs/how-to/own-workload.rst``) on every engine, as its page says.
+
+The page's examples are taken from the ``.rst`` as written and run: the
+Sharpness workload on inline, local, Dask (a LocalCluster) and Spark (a
+local-cluster), shipped to their tasks by content, with the same output;
+installed from a small distribution and found by its entry point; the GPU
+example on simulated GPUs. Then the promises around a user's code: a raising
+record is an error line, a bad option value is one line, results stay
+inside the output, and two jobs on one cluster never see each other's
+module or side files.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import lines_of, run_workload
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOWTO = os.path.join(ROOT, "docs", "how-to", "own-workload.rst")
+
+
+def example(caption):
+    """The code block of the how-to captioned ``caption``, as written."""
+    with open(HOWTO, encoding="utf-8") as f:
+        text = f.read()
+    found = re.search(r"^\.\. code-block:: python\n   :caption: " + re.escape(caption) + r"\n\n((?:   .*\n|\n)+)",
+                      text, re.M)
+    assert found, f"no code block captioned {caption} in {HOWTO}"
+    return "\n".join(line[3:] for line in found.group(1).splitlines()).strip() + "\n"
+
+
+def write(folder, name, text):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        f.write(text)
+    return str(folder)
+
+
+def gpumr(args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "gpumr", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def results(out):
+    return {json.loads(k): json.loads(v) for k, v in (line.split("\t") for line in lines_of(str(out)))}
+
+
+def sharpness(folder, ksize=3):
+    """``{photo: {"sharpness": ...}}`` computed directly, as the example states it."""
+    import cv2
+    return {name: {"sharpness": float(cv2.Laplacian(cv2.imread(os.path.join(folder, name), cv2.IMREAD_GRAYSCALE),
+                                                    cv2.CV_64F, ksize=ksize).var()), "device": "cpu"}
+            for name in os.listdir(folder)}
+
+
+@pytest.fixture
+def forget_user_modules():
+    """The user modules a test imports in this process are forgotten after it (each test writes its own)."""
+    before = set(sys.modules)
+    yield
+    from gpumr import workloads
+    for name in set(sys.modules) - before:
+        if name in ("sharp", "bright", "flaky", "escape", "tagger"):
+            del sys.modules[name]
+    workloads._LOADED.clear()
+
+
+def test_the_example_runs_as_written_on_every_engine_with_the_same_output(skimage_photos, tmp_path, monkeypatch, sc,
+                                                                          dask_client, forget_user_modules):
+    seq, folder = skimage_photos
+    monkeypatch.chdir(write(tmp_path / "work", "sharp.py", example("sharp.py")))
+    outputs = {}
+    for engine, session, extra in (("inline", None, ["--no-conf"]), ("local", None, ["--no-conf"]),
+                                   ("dask", dask_client, []), ("spark", sc, [])):
+        counts, _ = run_workload("sharp:Sharpness", [seq, "-o", str(tmp_path / engine), *extra], engine, session)
+        assert counts["records on CPU"] == len(os.listdir(folder)), (engine, counts)
+        outputs[engine] = lines_of(str(tmp_path / engine))
+    assert outputs["local"] == outputs["dask"] == outputs["spark"] == outputs["inline"]
+    assert results(tmp_path / "inline") == sharpness(folder)
+
+
+def test_the_launcher_says_it_shipped_the_module(skimage_photos, tmp_path):
+    seq, folder = skimage_photos
+    work = write(tmp_path / "work", "sharp.py", example("sharp.py"))
+    proc = gpumr(["run", "sharp:Sharpness", seq, "-o", tmp_path / "out", "--ksize", "5"], work)
+    assert proc.returncode == 0, proc.stderr
+    assert "gpumr: workload sharpness from sharp.py, shipped to the tasks\n" in proc.stderr
+    assert results(tmp_path / "out") == sharpness(folder, 5)
+    proc = gpumr(["run", f"{work}/sharp.py:Sharpness", seq, "-o", tmp_path / "out2"], tmp_path)
+    assert proc.returncode == 0 and f"from {work}/sharp.py, shipped to the tasks" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("value, said", [("40", "--ksize must be a whole number from 1 to 31, not 40"),
+                                         ("0", "--ksize must be a whole number from 1 to 31, not 0"),
+                                         ("three", "argument --ksize: invalid int value: 'three' (see gpumr run "
+                                                   "sharp:Sharpness --help)")])
+def test_a_bad_option_value_is_one_line(skimage_photos, tmp_path, value, said):
+    work = write(tmp_path / "work", "sharp.py", example("sharp.py"))
+    proc = gpumr(["run", "sharp:Sharpness", skimage_photos[0], "-o", tmp_path / "out", "--ksize", value], work)
+    assert (proc.returncode, proc.stderr) == (1, f"gpumr: error: {said}\n")
+    assert not os.path.exists(tmp_path / "out")
+
+
+FLAKY = '''
+from gpumr import Workload
+
+class Flaky(Workload):
+    name = "flaky"
+    decode = "gray"
+
+    def cpu(self, key, image, o):
+        if key.startswith("coins"):
+            raise ValueError(f"no coins here: {image.shape}")
+        return {"mean": float(image.mean())}
+'''
+
+
+@pytest.mark.parametrize("engine", ["inline", "dask"])
+def test_a_raising_record_is_an_error_line_and_the_job_goes_on(skimage_photos, tmp_path, monkeypatch, engine,
+                                                               request, forget_user_modules):
+    seq, folder = skimage_photos
+    monkeypatch.chdir(write(tmp_path / "work", "flaky.py", FLAKY))
+    session = request.getfixturevalue("dask_client") if engine == "dask" else None
+    counts, _ = run_workload("flaky:Flaky", [seq, "-o", str(tmp_path / "out")], engine, session)
+    got = results(tmp_path / "out")
+    assert got.pop("coins.png") == {"error": "ValueError: no coins here: (120, 160)"}
+    assert sorted(got) == sorted(n for n in os.listdir(folder) if n != "coins.png")
+    assert all(set(v) == {"mean", "device"} for v in got.values())
+    assert counts["bad records"] == 1 and counts["records on CPU"] == len(got)
+
+
+ESCAPE = '''
+import numpy as np
+from gpumr import Workload
+
+class Escape(Workload):
+    name = "escape"
+    decode = "gray"
+
+    def cpu(self, key, image, o):
+        return {"../../../escaped": image, "/tmp/gpumr-escape-absolute": np.arange(3), "rows": image.shape[0]}
+'''
+
+
+def test_results_stay_inside_the_output_whatever_their_keys_and_fields(tmp_path, monkeypatch, forget_user_modules):
+    """Record keys and result fields that are paths (``../``, absolute) name files inside ``OUT/arrays`` only."""
+    import cv2
+
+    import seqfile
+    monkeypatch.chdir(write(tmp_path / "work", "escape.py", ESCAPE))
+    png = cv2.imencode(".png", np.arange(30, dtype=np.uint8).reshape(5, 6))[1].tobytes()
+    keys = ["../../outside.png", "/etc/absolute.png", "a/../../b.png", "plain.png"]
+    with seqfile.Writer(str(tmp_path / "in.seq")) as w:
+        for key in keys:
+            w.append(key, png)
+    before = {os.path.join(d, f) for d, _, fs in os.walk(tmp_path.parent) for f in fs}
+    counts, _ = run_workload("escape:Escape", [str(tmp_path / "in.seq"), "-o", str(tmp_path / "out")])
+    assert counts["records on CPU"] == len(keys)
+    made = {os.path.join(d, f) for d, _, fs in os.walk(tmp_path.parent) for f in fs} - before
+    out = str(tmp_path / "out") + os.sep
+    made.remove(str(tmp_path / ".out.gpumr"))  # the output's proof, beside it (the output transaction's)
+    assert made and all(path.startswith(out) for path in made), sorted(made)
+    assert not os.path.exists("/tmp/gpumr-escape-absolute") and not os.path.exists(tmp_path.parent / "escaped")
+    got = results(tmp_path / "out")
+    assert sorted(got) == sorted(keys)
+    for key, value in got.items():
+        image = np.load(tmp_path / "out" / value["../../../escaped"]["array"])
+        assert np.array_equal(image, np.arange(30).reshape(5, 6)) and value["rows"] == 5
+        assert np.array_equal(np.load(tmp_path / "out" / value["/tmp/gpumr-escape-absolute"]["array"]), np.arange(3))
+    arrays = os.listdir(tmp_path / "out" / "arrays")
+    assert len(arrays) == 2 * len(keys) and all("/" not in a for a in arrays)
+
+
+TAGGER = '''
+from gpumr import Option, Workload
+
+VERSION = {version!r}
+
+class Tagger(Workload):
+    name = "tagger"
+    decode = "raw"
+    options = (Option("--table", "a table every task reads", side_file=True),)
+
+    def setup(self, o):
+        with open(o.table, encoding="utf-8") as f:
+            self.table = f.read()
+
+    def cpu(self, key, data, o):
+        return {{"version": VERSION, "table": self.table}}
+'''
+
+
+def test_two_jobs_on_one_cluster_never_see_each_others_module_or_side_files(skimage_photos, tmp_path, monkeypatch,
+                                                                           dask_client, forget_user_modules):
+    """Same file names (tagger.py, table.txt), other contents, one after the other on the same Dask workers."""
+    seq, folder = skimage_photos
+    for job in ("a", "b", "a"):
+        work = write(tmp_path / job, "tagger.py", TAGGER.format(version=f"module {job}"))
+        write(tmp_path / job, "table.txt", f"table {job}")
+        monkeypatch.chdir(work)
+        out = tmp_path / job / "out"
+        run_workload("tagger:Tagger", [seq, "-o", str(out), "--table", "table.txt"], "dask", dask_client)
+        assert {v["version"] for v in results(out).values()} == {f"module {job}"}
+        assert {v["table"] for v in results(out).values()} == {f"table {job}"}
+        assert len(results(out)) == len(os.listdir(folder))
+
+
+def test_an_installed_distribution_is_found_by_its_entry_point(skimage_photos, tmp_path):
+    """A tiny distribution offering ``sharpness`` (the example) is installed into a folder on PYTHONPATH."""
+    seq, folder = skimage_photos
+    dist = write(tmp_path / "dist", "sharp.py", example("sharp.py"))
+    write(dist, "pyproject.toml", '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+                                  '[project]\nname = "gpumr-sharpness-example"\nversion = "1.0"\n\n'
+                                  '[tool.setuptools]\npy-modules = ["sharp"]\n\n'
+                                  '[project.entry-points."gpumr.workloads"]\nsharpness = "sharp:Sharpness"\n')
+    target = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(target), dist], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = dict(os.environ, PYTHONPATH=str(target))
+    elsewhere = tmp_path / "elsewhere"  # no sharp.py here: only the installed one can be found
+    elsewhere.mkdir()
+    listed = gpumr(["run", "--help"], elsewhere, env)
+    assert listed.returncode == 0 and re.search(r"^  sharpness +installed: sharp:Sharpness$", listed.stdout, re.M), \
+        listed.stdout
+    assert "sharpness" not in gpumr(["run", "--help"], elsewhere).stdout  # (not installed without that path)
+    assert "--ksize KSIZE" in gpumr(["run", "sharpness", "--help"], elsewhere, env).stdout
+    for engine in ("inline", "local"):
+        proc = gpumr(["run", "sharpness", seq, "-o", tmp_path / engine, "--engine", engine, "--no-conf"], elsewhere,
+                     env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert ("gpumr: workload sharpness from sharp:Sharpness, installed (entry point of gpumr.workloads): imported "
+                "where the tasks run, not shipped\n") in proc.stderr
+        assert results(tmp_path / engine) == sharpness(folder)
+
+
+def test_the_gpu_example_runs_on_simulated_gpus(skimage_photos, tmp_path, monkeypatch, emulated_kernels,
+                                                forget_user_modules):
+    seq, folder = skimage_photos
+    monkeypatch.chdir(write(tmp_path / "work", "bright.py", example("bright.py")))
+    run_workload("bright:Bright", [seq, "-o", str(tmp_path / "cpu"), "--level", "100", "--device", "cpu"])
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "1")
+    counts, _ = run_workload("bright:Bright", [seq, "-o", str(tmp_path / "gpu"), "--level", "100", "--device", "gpu"])
+    assert counts["records on GPU"] == len(os.listdir(folder)) and not counts.get("GPU fallbacks"), counts
+    cpu, gpu = results(tmp_path / "cpu"), results(tmp_path / "gpu")
+    assert all(v.pop("device") == "gpu:0" and v.pop("simulated") is True for v in gpu.values())
+    assert all(v.pop("device") == "cpu" for v in cpu.values())
+    assert gpu == cpu and any(0 < v["bright"] < v["pixels"] for v in cpu.values())
