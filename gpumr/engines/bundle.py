@@ -80,6 +80,18 @@ def _source_root():
     return root if _setup_cfg(root).get("metadata", "name", fallback=None) == "gpumr" else None
 
 
+def _found_packages(root, package_dir):
+    """The packages setup.py installs from ``root``: every folder with an ``__init__.py`` under the top-level
+    packages (:data:`PACKAGES`), then those ``package_dir`` maps into them (``gpumr.jobs = jobs``)."""
+    found = []
+    for top in PACKAGES:
+        for folder, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+            if "__init__.py" in files:
+                found.append(os.path.relpath(folder, root).replace(os.sep, "."))
+    return found + [name for name in package_dir if name and name not in found]
+
+
 def _declared_in_tree(root):
     """``(name in the bundle, path)`` of what ``root/setup.cfg`` declares: packages' modules and package data."""
     cfg = _setup_cfg(root)
@@ -88,7 +100,7 @@ def _declared_in_tree(root):
     data = {}
     if cfg.has_section("options.package_data"):
         data = {k: [p.strip() for p in v.split(",") if p.strip()] for k, v in cfg.items("options.package_data")}
-    packages = cfg.get("options", "packages", fallback="").split()
+    packages = cfg.get("options", "packages", fallback="").split() or _found_packages(root, package_dir)
     out = []
     for package in packages:
         parts = package.split(".")
