@@ -112,7 +112,7 @@ class RadicalEngine(Engine):
                     descriptions.append(rp.TaskDescription({
                         "name": f"gpumr-{plan.spec.job}-{name}", "executable": python,
                         "arguments": ["-m", __name__, "call.pickle", "result.json"],
-                        "environment": {"HOME": _HOME}, "gpus_per_rank": gpus, "gpu_type": rp.CUDA if gpus else "",
+                        "environment": _TASK_ENV, "gpus_per_rank": gpus, "gpu_type": rp.CUDA if gpus else "",
                         "input_staging": [{"source": f"file://localhost{calls}/{name}.pickle",
                                            "target": "task:///call.pickle", "action": rp.TRANSFER}],
                         "output_staging": [{"source": "task:///result.json", "action": rp.TRANSFER,
@@ -157,7 +157,8 @@ class RadicalEngine(Engine):
 
 
 # -- the launcher's side ----------------------------------------------------------------------------
-_HOME = os.path.expanduser("~")
+#: The task's own environment where the session's processes have theirs (:func:`pilot_session`).
+_TASK_ENV = {"HOME": os.path.expanduser("~"), **{k: os.environ[k] for k in ("TMPDIR",) if k in os.environ}}
 
 
 @contextlib.contextmanager
@@ -167,7 +168,7 @@ def pilot_session(o, folder, debug=False):
     Its client processes and the pilot's agent run this Python's
     environment (RP's ``VIRTENV_MODE local`` takes the agent's from
     ``VIRTUAL_ENV``), keep their files in ``folder`` (``HOME`` and
-    ``RADICAL_BASE`` too, for RP's and PSI/J's state) and never hear a
+    ``RADICAL_BASE`` and ``TMPDIR`` too, for RP's and PSI/J's state) and never hear a
     terminal's Ctrl-C: the launcher ends them. A job makes one in its own
     folder; scripts and tests running several jobs share one (``session=``
     of :func:`gpumr.launch.job.launch`).
@@ -185,10 +186,12 @@ def pilot_session(o, folder, debug=False):
     folder = os.path.join(folder, "radical")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     env = {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
-           "RADICAL_REPORT": "FALSE", "RADICAL_BASE": folder, "HOME": folder,
+           "RADICAL_REPORT": "FALSE", "RADICAL_BASE": folder, "HOME": folder, "TMPDIR": folder,
            "RADICAL_LOG_LVL": "DEBUG" if debug else "ERROR"}
     if sys.prefix != sys.base_prefix:
         env["VIRTUAL_ENV"] = sys.prefix
+    import radical.utils.ids as ids
+    ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
     with _environ(env), _sigint_ignored():
         session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
     try:
@@ -220,8 +223,10 @@ def _import_rp():
     main = threading.current_thread() is threading.main_thread()
     saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)] if main else []
     try:
-        import radical.pilot as rp
-        import radical.pilot.agent.executing.popen  # noqa: F401
+        import tempfile
+        with tempfile.TemporaryDirectory() as base, _environ({"RADICAL_BASE": base}):  # (its import makes a folder)
+            import radical.pilot as rp
+            import radical.pilot.agent.executing.popen  # noqa: F401
     except ImportError:
         raise GpumrError("--engine radical needs RADICAL-Pilot: pip install 'gpumr[radical]'") from None
     finally:
