@@ -10,9 +10,9 @@ Each phase is one Flink job: the calls' indices are a bounded source,
 spread over ``--parallelism`` subtasks, and the task function is a map in
 Python workers of their own (processes, also on the embedded cluster), whose
 results the launcher collects. Side files reach a running cluster's workers
-with the job (``add_python_file``). A failed subtask (a killed worker) is
-restarted by Flink (:data:`RESTARTS` times); a result seen twice is taken
-once, and an unfinished attempt is never published. With ``--device gpu``
+with the job (``add_python_file``). A failed subtask (a killed worker) ends the job in one
+line, nothing published: Flink's collect sink cannot take a restarted job's
+results without checkpoints (:data:`RESTARTS`). With ``--device gpu``
 the map asks for Flink's ``gpu`` external resource, so that it runs only
 in task slots of TaskManagers that declare GPUs (the embedded cluster
 declares this machine's). Flink's own log is off unless ``--debug``.
@@ -28,8 +28,9 @@ from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import map_reduce
 
-#: How many times Flink restarts a failed subtask (a killed Python worker) before the job fails.
-RESTARTS = 2
+#: Flink restarts no failed subtask: its collect sink cannot take a restarted job's results without
+#: checkpoints, so a killed worker ends the job in one line, nothing published.
+RESTARTS = 0
 
 
 class _Call:
@@ -40,6 +41,9 @@ class _Call:
 
     def __call__(self, i):
         from ..boundary import describe
+        main = sys.modules.get("__main__")
+        if main is not None and not hasattr(main, "print"):  # Beam's worker module, which numba's globals miss
+            sys.modules["__main__"] = _plain_main()
         extra = {}
         if self.phase == "map":
             extra = {"find": functools.partial(os.path.join, self.folder) if self.folder else _shipped}
@@ -47,6 +51,14 @@ class _Call:
             return {"value": self.function(*self.calls[i], **extra)}
         except Exception as exc:  # noqa: BLE001 (the launcher ends the job with this line)
             return {"error": describe(exc)}
+
+
+def _plain_main():
+    import builtins
+    import types
+    module = types.ModuleType("__main__")
+    module.__dict__.update(vars(builtins))
+    return module
 
 
 def _shipped(name):
@@ -87,8 +99,13 @@ class FlinkEngine(Engine):
         return o.jobmanager is None
 
     def run(self, plan, job):
-        from pyflink.common import Types
+        import signal
+        import threading
+        from .spark import quiet_interrupt  # (Py4J's: the same loggers and threads to silence on Ctrl-C)
         env = _environment(plan, job)
+        from pyflink.common import Types
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, _on_sigint)  # (before Py4J, interrupted mid-call, logs a traceback)
         here = self.tasks_here(plan.o)
         if not here:
             for side in plan.side:
@@ -109,7 +126,17 @@ class FlinkEngine(Engine):
                     if result["value"]["index"] not in seen:  # (a restarted subtask's results may come again)
                         seen.add(result["value"]["index"])
                         yield result["value"]
-        return map_reduce(plan, job, execute)
+        try:
+            return map_reduce(plan, job, execute)
+        except KeyboardInterrupt:
+            quiet_interrupt()
+            raise
+
+
+def _on_sigint(signum, frame):
+    from .spark import quiet_interrupt
+    quiet_interrupt()
+    raise KeyboardInterrupt
 
 
 def _failing_as_one_line(results):
@@ -132,12 +159,13 @@ def _environment(plan, job):
     o = plan.o
     # Python workers in processes of their own (as on any cluster), not threads of the launcher.
     os.environ["_python_worker_execution_mode"] = "process"
+    os.environ["TMPDIR"] = job.folder  # (the gateway JVM and its Python workers: their scratch files go with the job)
     if not job.debug:
         os.environ.setdefault("FLINK_LOG_DIR", job.folder)  # (read when the gateway JVM starts: its log file)
     conf = Configuration()
     settings = {"python.executable": sys.executable, "python.client.executable": sys.executable,
-                "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": str(RESTARTS),
-                "restart-strategy.fixed-delay.delay": "1 s"}
+                "restart-strategy.type": "fixed-delay" if RESTARTS else "none",
+                "restart-strategy.fixed-delay.attempts": str(RESTARTS)}
     if o.jobmanager:
         host, _, port = o.jobmanager.rpartition(":")
         settings.update({"execution.target": "remote", "rest.address": host, "rest.port": port})
@@ -148,8 +176,13 @@ def _environment(plan, job):
             settings.update({"external-resources": "gpu", "external-resource.gpu.amount": str(len(discover().gpus))})
     for key, value in settings.items():
         conf.set_string(key, value)
-    with contextlib.redirect_stdout(sys.stderr):
-        env = StreamExecutionEnvironment.get_execution_environment(conf)
+    import tempfile
+    saved, tempfile.tempdir = tempfile.tempdir, job.folder  # (PyFlink's gateway leaves a folder there on Ctrl-C)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            env = StreamExecutionEnvironment.get_execution_environment(conf)
+    finally:
+        tempfile.tempdir = saved
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     if o.parallelism or not o.jobmanager:
         env.set_parallelism(o.parallelism or os.cpu_count() or 1)
