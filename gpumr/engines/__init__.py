@@ -14,7 +14,7 @@ import importlib
 #: ``--engine NAME`` -> the module that holds it (imported when used; each imports its framework lazily).
 MODULES = {
     "inline": "mrjob", "local": "mrjob", "hadoop": "mrjob", "emr": "mrjob",
-    "spark": "spark", "dask": "dask",
+    "spark": "spark", "dask": "dask", "radical": "radical", "flink": "flink",
 }
 NAMES = tuple(MODULES)
 

@@ -1,0 +1,343 @@
+"""The RADICAL-Pilot engine: a job's tasks as RADICAL-Pilot tasks in a pilot, on this machine or an HPC resource.
+
+Run::
+
+    gpumr run faces frames.seq/ -o out/ --engine radical [--pilot-cores N]
+    gpumr run faces /scratch/frames.seq -o /scratch/out --engine radical --resource ornl.frontier \\
+        --pilot-cores 512 --pilot-gpus 64 --pilot project=ABC123 --pilot queue=batch
+
+One RP task per task of the plan, each ``python -m gpumr.engines.radical
+CALL RESULT``: RP stages the call (pickled by the launcher) into the task's
+sandbox and the result (JSON: the launcher never unpickles what a task
+wrote) back, so a task needs no filesystem shared with the launcher except
+the inputs and the output. A task that ends without a result (killed, its
+node lost) runs again, at most :data:`ATTEMPTS` times; its unfinished
+attempt is never published. A task's own error ends the job, in one line.
+The session's files (client, pilot and task sandboxes) stay in the job's
+folder on ``local.localhost`` and go with it; Ctrl-C cancels the tasks and
+the pilot. :doc:`/how-to/radical`.
+"""
+
+import contextlib
+import functools
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+
+from ..boundary import logger, write_stderr
+from ..errors import GpumrError
+from .base import Engine
+from .mapreduce import map_reduce
+
+log = logger(__name__)
+#: How many times a task that ended without a result (killed, its node lost) runs before the job fails.
+ATTEMPTS = 3
+#: The resource RP's own configuration calls this machine.
+LOCAL = "local.localhost"
+#: Pilot description attributes ``--pilot KEY=VALUE`` may set (the others have options of their own).
+PILOT_KEYS = ("queue", "project", "access_schema", "job_name", "nodes", "memory")
+#: Seconds between looks at the tasks' and the pilot's states.
+POLL = 0.2
+
+
+class RadicalEngine(Engine):
+    """``--engine radical``."""
+
+    name = "radical"
+    help = f"RADICAL-Pilot: a pilot on {LOCAL} (--resource: an HPC site's), one RP task per task"
+
+    def add_options(self, group):
+        group.add_argument("--resource", default=LOCAL, metavar="NAME",
+                           help=f"engine radical: the RP resource the pilot runs on (default {LOCAL}), e.g. "
+                                "ornl.frontier (radical-pilot-resources lists them)")
+        group.add_argument("--pilot-cores", type=int, default=None, metavar="N",
+                           help="engine radical: the pilot's cores (default: this machine's on local.localhost)")
+        group.add_argument("--pilot-gpus", type=int, default=0, metavar="N",
+                           help="engine radical: the pilot's GPUs (default 0); with --device gpu each task gets one")
+        group.add_argument("--pilot-runtime", type=int, default=60, metavar="MINUTES",
+                           help="engine radical: the pilot's wall time (default 60)")
+        group.add_argument("--pilot-sandbox", metavar="DIR",
+                           help="engine radical: where the pilot's sandbox goes on the resource (default: the "
+                                "job's own folder on local.localhost, the resource's default elsewhere)")
+        group.add_argument("--pilot", action="append", default=[], metavar="KEY=VALUE",
+                           help=f"engine radical: another pilot description attribute ({', '.join(PILOT_KEYS)})")
+        group.add_argument("--task-python", metavar="PATH",
+                           help="engine radical: the Python the tasks run, with gpumr installed (default: this "
+                                "one on local.localhost, python3 elsewhere)")
+
+    def check(self, o):
+        from .. import limits
+        if o.resource.count(".") != 1 or not all(o.resource.split(".")):
+            raise GpumrError(f"--resource {o.resource}: not an RP resource name (SITE.NAME, e.g. {LOCAL})")
+        if o.pilot_cores is not None:
+            limits.number("--pilot-cores", o.pilot_cores, 1, 10**7, integer=True)
+        limits.number("--pilot-gpus", o.pilot_gpus, 0, 10**6, integer=True)
+        limits.number("--pilot-runtime", o.pilot_runtime, 1, 10**6, integer=True)
+        for item in o.pilot:
+            key, sep, value = item.partition("=")
+            if not sep or key not in PILOT_KEYS or not value:
+                raise GpumrError(f"--pilot {item}: give KEY=VALUE, KEY one of {', '.join(PILOT_KEYS)}")
+        if o.device == "gpu" and not o.pilot_gpus:
+            raise GpumrError("--device gpu with --engine radical needs --pilot-gpus N (the pilot's GPUs)")
+
+    def tasks_here(self, o):
+        return o.resource == LOCAL
+
+    def run(self, plan, job):
+        here = self.tasks_here(plan.o)
+        rp = _import_rp()
+        with contextlib.ExitStack() as stack:
+            tmgr = job.session if job.session is not None else stack.enter_context(
+                pilot_session(plan.o, job.folder, job.debug))
+            pilot = tmgr.get_pilots()[0]
+            if not here:  # the side files into the pilot's sandbox, where the tasks find them
+                pilot.stage_in([{"source": f"file://localhost{s.path}", "target": f"pilot:///{s.name}",
+                                 "action": rp.TRANSFER} for s in plan.side])
+            calls = os.path.join(job.folder, "calls")
+            os.makedirs(calls, exist_ok=True)
+            python = plan.o.task_python or (sys.executable if here else "python3")
+            started = []
+
+            def submit(phase, function, todo):
+                """Submit ``[(i, args, attempt)]``; ``{i: (attempt, task, result path)}``."""
+                descriptions = []
+                for i, args, attempt in todo:
+                    name = f"{phase}-{i:05d}-{attempt}"
+                    with open(os.path.join(calls, f"{name}.pickle"), "wb") as f:
+                        pickle.dump((phase, function, args, plan.folder if here else None), f)
+                    gpus = 1 if phase == "map" and plan.o.device == "gpu" else 0
+                    descriptions.append(rp.TaskDescription({
+                        "name": f"gpumr-{plan.spec.job}-{name}", "executable": python,
+                        "arguments": ["-m", __name__, "call.pickle", "result.json"],
+                        "environment": _TASK_ENV, "gpus_per_rank": gpus, "gpu_type": rp.CUDA if gpus else "",
+                        "input_staging": [{"source": f"file://localhost{calls}/{name}.pickle",
+                                           "target": "task:///call.pickle", "action": rp.TRANSFER}],
+                        "output_staging": [{"source": "task:///result.json", "action": rp.TRANSFER,
+                                            "target": f"file://localhost{calls}/{name}.json"}]}))
+                tasks = tmgr.submit_tasks(descriptions) if descriptions else []
+                started.extend(tasks)
+                return {i: (attempt, task, os.path.join(calls, f"{phase}-{i:05d}-{attempt}.json"))
+                        for (i, _, attempt), task in zip(todo, tasks)}
+
+            def execute(phase, function, calls_):
+                pending = submit(phase, function, [(i, args, 1) for i, args in enumerate(calls_)])
+                while pending:
+                    time.sleep(POLL)
+                    if pilot.state in rp.FINAL:
+                        raise GpumrError(_pilot_failure(pilot, plan.o.resource))
+                    for i, (attempt, task, path) in list(pending.items()):
+                        if task.state not in rp.FINAL:
+                            continue
+                        del pending[i]
+                        if task.stderr and task.stderr.strip():
+                            write_stderr(task.stderr if task.stderr.endswith("\n") else task.stderr + "\n")
+                        if task.state != rp.DONE or not os.path.exists(path):
+                            why = f"{task.state.lower()}, exit status {task.exit_code}"
+                            if attempt >= ATTEMPTS:
+                                raise GpumrError(f"a RADICAL-Pilot task ({phase} {i}) ended {attempt} times "
+                                                 f"without a result (the last: {why})")
+                            log.warning("RADICAL-Pilot task %s %d ended without a result (%s): running it again",
+                                        phase, i, why)
+                            pending.update(submit(phase, function, [(i, calls_[i], attempt + 1)]))
+                            continue
+                        with open(path, encoding="utf-8") as f:
+                            result = json.load(f)
+                        if "error" in result:
+                            raise GpumrError(result["error"])
+                        yield result["value"]
+            try:
+                return map_reduce(plan, job, execute)
+            except BaseException:
+                with _sigint_ignored():
+                    _end(tmgr, started)
+                raise
+
+
+# -- the launcher's side ----------------------------------------------------------------------------
+#: The task's own environment where the session's processes have theirs (:func:`pilot_session`).
+_TASK_ENV = {"HOME": os.path.expanduser("~"), **{k: os.environ[k] for k in ("TMPDIR",) if k in os.environ}}
+
+
+@contextlib.contextmanager
+def pilot_session(o, folder, debug=False):
+    """A TaskManager with one pilot (``o``: the engine's options), its session closed and the pilot ended after.
+
+    Its client processes and the pilot's agent run this Python's
+    environment (RP's ``VIRTENV_MODE local`` takes the agent's from
+    ``VIRTUAL_ENV``), keep their files in ``folder`` (``HOME`` and
+    ``RADICAL_BASE`` and ``TMPDIR`` too, for RP's and PSI/J's state) and never hear a
+    terminal's Ctrl-C: the launcher ends them. A job makes one in its own
+    folder; scripts and tests running several jobs share one (``session=``
+    of :func:`gpumr.launch.job.launch`).
+
+    Examples
+    --------
+    >>> import argparse, tempfile
+    >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
+    ...                        pilot_sandbox=None, pilot=[])
+    >>> with tempfile.TemporaryDirectory() as folder:                                   # doctest: +SKIP
+    ...     with pilot_session(o, folder) as tmgr:
+    ...         launch(["faces", "frames.seq", "-o", "out", "--engine", "radical"], session=tmgr)
+    """
+    rp = _import_rp()
+    folder = os.path.join(folder, "radical")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    env = {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
+           "RADICAL_REPORT": "FALSE", "RADICAL_BASE": folder, "HOME": folder, "TMPDIR": folder,
+           "RADICAL_LOG_LVL": "DEBUG" if debug else "ERROR"}
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    import radical.utils.ids as ids
+    ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
+    with _environ(env), _sigint_ignored():
+        session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
+    try:
+        with _environ(env), _sigint_ignored():
+            pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
+        sandbox = o.pilot_sandbox or (folder if o.resource == LOCAL else None)
+        description = {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
+                       "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": True,
+                       **({"sandbox": sandbox} if sandbox else {}), **dict(p.split("=", 1) for p in o.pilot)}
+        for key in ("nodes", "memory"):
+            if key in description:
+                description[key] = int(description[key])
+        try:
+            pilot = pmgr.submit_pilots(rp.PilotDescription(description))
+        except (ValueError, RuntimeError, KeyError) as exc:
+            raise GpumrError(f"--resource {o.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
+        tmgr.add_pilots(pilot)
+        yield tmgr
+    finally:
+        with _sigint_ignored():
+            session.close(terminate=True, download=False)
+            _wait_gone(folder)
+
+
+def _import_rp():
+    """``radical.pilot``, imported with its agent's executor module, whose import takes SIGINT and SIGTERM for
+    itself (to end its tasks): the launcher's own handlers are put back, so that Ctrl-C still stops the job."""
+    import threading
+    main = threading.current_thread() is threading.main_thread()
+    saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)] if main else []
+    try:
+        import tempfile
+        with tempfile.TemporaryDirectory() as base, _environ({"RADICAL_BASE": base}):  # (its import makes a folder)
+            import radical.pilot as rp
+            import radical.pilot.agent.executing.popen  # noqa: F401
+    except ImportError:
+        raise GpumrError("--engine radical needs RADICAL-Pilot: pip install 'gpumr[radical]'") from None
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+    return rp
+
+
+def _wait_gone(folder, timeout=30):
+    """Wait until no process names ``folder`` (the pilot's bootstrap, which outlives the session by a few seconds);
+    then end those left (they are this job's: they run from its private folder)."""
+    deadline, mark = time.monotonic() + timeout, folder.encode() + b"/"
+    while True:
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if mark in f.read():
+                        pids.append(int(pid))
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(POLL)
+
+
+def _pilot_failure(pilot, resource):
+    """One line: why the pilot ended before its tasks did (the last line its agent's bootstrap wrote)."""
+    said = ""
+    for text in (pilot.stderr, pilot.log, pilot.stdout):
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if lines:
+            said = f": {lines[-1][:300]}"
+            break
+    return (f"the RADICAL-Pilot pilot on {resource} ended ({pilot.state.lower()}) before the job's tasks{said} "
+            "(its agent could not start or was stopped; --debug keeps RP's log)")
+
+
+def _end(tmgr, tasks):
+    """Cancel every task the job started and wait (bounded) until each is final."""
+    import radical.pilot as rp
+    live = [t.uid for t in tasks if t.state not in rp.FINAL]
+    with contextlib.suppress(Exception):  # a session that died meanwhile runs no task
+        if live:
+            tmgr.cancel_tasks(live)
+            tmgr.wait_tasks(live, timeout=60)
+
+
+@contextlib.contextmanager
+def _environ(changes):
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored meanwhile (main thread): processes started then never hear it; a clean-up is not cut short."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# -- in a task --------------------------------------------------------------------------------------
+def _assigned_gpus():
+    """The GPUs RP assigned this task (``CUDA_VISIBLE_DEVICES`` with ``RP_GPUS_PER_RANK``), or None."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if float(os.environ.get("RP_GPUS_PER_RANK") or 0) <= 0 or not visible.strip():
+        return None
+    return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+
+
+def task_main(call, result):
+    """One RP task, in its sandbox: run the pickled call; write its value, or its error's one line, as JSON."""
+    from ..boundary import describe, install
+    install()
+    with open(call, "rb") as f:
+        phase, function, args, folder = pickle.load(f)
+    extra = {}
+    if phase == "map":
+        extra = {"find": functools.partial(os.path.join, folder or os.environ["RP_PILOT_SANDBOX"]),
+                 "gpus": _assigned_gpus()}
+    try:
+        out = {"value": function(*args, **extra)}
+    except Exception as exc:  # noqa: BLE001 (the launcher ends the job with this line)
+        out = {"error": describe(exc)}
+    with open(result + ".part", "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    os.replace(result + ".part", result)  # (RP stages back only a whole result)
+    return 0
+
+
+def engine(name):
+    return RadicalEngine(name)
+
+
+if __name__ == "__main__":
+    sys.exit(task_main(*sys.argv[1:3]))

@@ -1,0 +1,210 @@
+"""The RADICAL-Pilot engine on a real pilot on ``local.localhost`` (one session and pilot for the module).
+
+Both workloads give byte for byte the part files an inline run gives (the
+backprojection's slab arrays within 1e-5); a task killed mid-job is run
+again and every record comes out once; a task's own error ends the job in
+one line, leaving nothing; Ctrl-C (a real SIGINT to the process group)
+ends in ``gpumr: interrupted``, status 130, with no stage, no job folder
+and no RP process left.
+"""
+
+import argparse
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import ct_phantom, lines_of, run_workload
+
+from gpumr.errors import GpumrError
+from gpumr.io.packing import pack
+
+if os.environ.get("CI") == "true":
+    import radical.pilot  # noqa: F401 (CI runs this engine: a missing package fails here)
+else:
+    pytest.importorskip("radical.pilot", reason="the RADICAL-Pilot engine needs radical.pilot (the dev extra)")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tmgr(tmp_path_factory, emulated_kernels):
+    """One RP session and pilot (two cores, two GPUs: four simulated ones, of which RP hands out two)."""
+    from gpumr.engines.radical import pilot_session
+    os.environ["GPUMR_SIMULATE_GPUS"] = "4"  # (the pilot's agent and its tasks inherit it; this process drops it)
+    o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=2, pilot_runtime=30,
+                           pilot_sandbox=None, pilot=[])
+    try:
+        with pilot_session(o, str(tmp_path_factory.mktemp("rp"))) as manager:
+            os.environ.pop("GPUMR_SIMULATE_GPUS")
+            yield manager
+    finally:
+        os.environ.pop("GPUMR_SIMULATE_GPUS", None)
+
+
+def run(kind, argv, manager=None):
+    return run_workload(kind, argv, "radical", manager)
+
+
+def inline(kind, argv, out):
+    counts, _ = run_workload(kind, [*argv, "-o", str(out), "--device", "cpu", "--no-conf"], "inline")
+    return counts, lines_of(str(out))
+
+
+def parts(out):
+    return {name: (out / name).read_bytes() for name in sorted(os.listdir(out)) if name.startswith("part-")}
+
+
+def no_ms(counts):
+    return {k: v for k, v in counts.items() if "milliseconds" not in k}
+
+
+@pytest.fixture(scope="module")
+def seq48(sample_frames, tmp_path_factory):
+    """48 records (the sample frames four times) in two SequenceFiles."""
+    d = tmp_path_factory.mktemp("seq48")
+    (d / "frames").mkdir()
+    for i in range(4):
+        for name in sorted(os.listdir(sample_frames)):
+            os.link(os.path.join(sample_frames, name), d / "frames" / f"{i}-{name}")
+    pack([str(d / "frames")], str(d / "seq"), shards=2, progress=False)
+    return str(d / "seq")
+
+
+def test_faces_equal_inline_byte_for_byte(tmgr, packed, tmp_path):
+    want_counts, want = inline("faces", [packed], tmp_path / "inline")
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "80KiB", "--device", "cpu"], tmgr)
+    assert parts(tmp_path / "out") == parts(tmp_path / "inline") and len(want) == 12
+    assert no_ms(counts) == no_ms(want_counts) and counts["records on CPU"] == 12
+    assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000"]
+
+
+def test_backproject_equals_inline(tmgr, tmp_path):
+    seq, _ = ct_phantom(tmp_path / "ct", 16, 24)
+    argv = ["--projections", seq, "--slab", "5"]
+    want_counts, _ = inline("backproject", argv, tmp_path / "inline")
+    counts, _ = run("backproject", [*argv, "-o", str(tmp_path / "out"), "--device", "cpu"], tmgr)
+    assert parts(tmp_path / "out") == parts(tmp_path / "inline")
+    arrays = sorted(os.listdir(tmp_path / "inline" / "arrays"))
+    assert sorted(os.listdir(tmp_path / "out" / "arrays")) == arrays and len(arrays) == 4
+    for name in arrays:
+        np.testing.assert_allclose(np.load(tmp_path / "out" / "arrays" / name),
+                                   np.load(tmp_path / "inline" / "arrays" / name), rtol=1e-5, atol=1e-5)
+    assert no_ms(counts) == no_ms(want_counts) and counts["records on CPU"] == 4
+
+
+def test_gpus_rp_assigned_take_every_record(tmgr, packed, tmp_path, monkeypatch):
+    """``--device gpu``: each map task asks RP for one GPU and uses only the one RP gave it."""
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "4")  # (the launcher checks that a GPU is here)
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "80KiB", "--device", "gpu",
+                              "--pilot-gpus", "2"], tmgr)
+    devices = {json.loads(line.split("\t", 1)[1])["device"] for line in lines_of(str(tmp_path / "out"))}
+    assert counts["records on GPU"] == 12 and not counts.get("records on CPU")
+    assert devices and devices <= {"gpu:0", "gpu:1"}  # (of four simulated GPUs, RP's two)
+
+
+def _task_pids():
+    """Processes of running RP tasks of gpumr (``python -m gpumr.engines.radical call.pickle ...``)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"gpumr.engines.radical" in argv and b"call.pickle" in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def test_a_killed_task_runs_again_every_record_once(tmgr, seq48, tmp_path, capsys):
+    _, want = inline("faces", [seq48], tmp_path / "inline")
+    killed = []
+
+    def kill_first_task():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            for pid in _task_pids():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                break
+            time.sleep(0.01)
+    t = threading.Thread(target=kill_first_task)
+    t.start()
+    counts, _ = run("faces", [seq48, "-o", str(tmp_path / "out"), "--split-size", "200KiB", "--device", "cpu"], tmgr)
+    t.join()
+    assert killed
+    got = lines_of(str(tmp_path / "out"))
+    keys = [json.loads(line.split("\t", 1)[0]) for line in got]
+    assert got == want and len(keys) == len(set(keys)) == 48
+    assert counts["records on CPU"] == 48 and not counts.get("bad records")
+    assert "ended without a result" in capsys.readouterr().err
+
+
+def test_a_task_error_is_one_line_and_leaves_nothing(tmgr, packed, tmp_path):
+    import shutil
+
+    import cv2
+    cascade = tmp_path / "gone.xml"
+    shutil.copy(os.path.join(cv2.data.haarcascades, "haarcascade_frontalface_alt2.xml"), cascade)
+    from gpumr.faces.workload import Faces
+    check = Faces.check
+
+    def check_then_spoil(self, o):
+        check(self, o)
+        cascade.write_text("<opencv_storage>not a cascade</opencv_storage>")
+    Faces.check = check_then_spoil
+    try:
+        with pytest.raises(GpumrError, match="gone.xml") as info:
+            run("faces", [packed, "-o", str(tmp_path / "out"), "--cascade", str(cascade), "--device", "cpu"], tmgr)
+    finally:
+        Faces.check = check
+    assert "\n" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == ["gone.xml"]
+
+
+def test_options_out_of_limits_are_refused():
+    for argv, message in ((["--resource", "localhost"], "not an RP resource name"),
+                          (["--pilot", "walltime=3"], "give KEY=VALUE"),
+                          (["--device", "gpu"], "needs --pilot-gpus")):
+        with pytest.raises(GpumrError, match=message):
+            run("faces", ["x.seq", "-o", "out", *argv])
+
+
+def _in_session(sid):
+    """Processes still in session ``sid`` (RP's daemons keep the session of the command that started them)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_ctrl_c_ends_tasks_and_pilot_and_leaves_nothing(seq48, tmp_path):
+    """A job of its own session and pilot, interrupted (SIGINT to its process group) once a task has written its
+    file: status 130, one line, no stage, no job folder and no process of the job left."""
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "faces", seq48, "-o", str(tmp_path / "out"),
+                             "--engine", "radical", "--pilot-cores", "1", "--split-size", "40KiB", "--device", "cpu"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not glob.glob(str(tmp_path / ".out.*" / "out" / "map-*")):
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == "gpumr: interrupted" and "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["tmp"] and os.listdir(tmp_path / "tmp") == []
+    assert _in_session(proc.pid) == []
