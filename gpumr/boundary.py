@@ -130,15 +130,29 @@ def write_stderr(text):
 
 
 class StderrHandler(logging.Handler):
-    """Writes each message as one line to the ``sys.stderr`` of the moment (:func:`write_stderr`)."""
+    """Writes each message as one line to the ``sys.stderr`` of the moment (:func:`write_stderr`).
+
+    It remembers the warnings it wrote (:func:`said`), so that a task's same
+    warning, relayed later, is not said twice.
+    """
 
     def emit(self, record):
         try:
-            line = self.format(record) + "\n"
+            line = self.format(record)
         except Exception:  # noqa: BLE001 (logging's own rule: a bad message never stops the program)
             self.handleError(record)
             return
-        write_stderr(line)
+        if record.levelno >= logging.WARNING and len(_SAID) < 10000:
+            _SAID.add(line)
+        write_stderr(line + "\n")
+
+
+_SAID = set()
+
+
+def said(line):
+    """Whether this process already wrote warning ``line`` (``gpumr: warning: ...``)."""
+    return line in _SAID
 
 
 _handler = StderrHandler()

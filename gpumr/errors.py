@@ -67,12 +67,12 @@ def redact(text):
 #: A pattern is searched in the line the error boundary prints (what follows ``gpumr: error:``).
 TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
     ("hadoop-missing", r"^hadoop: No such file or directory|No such file or directory: 'hadoop'"
-                       r"|no `hadoop` command"),
+                       r"|no `hadoop` command|no hadoop command on PATH"),
     ("hdfs-unreachable", r"Could not mkdir hdfs:|Call From .* failed on connection|hdfs://.*Connection refused"),
     ("credentials-in-uri", r"a URI with user-info"),
     ("s3-unreachable", r"cannot reach s3://|AWS Error|NoCredentialsError|Unable to locate credentials"
                        r"|InvalidAccessKeyId|AccessDenied"),
-    ("no-files", r"^no (input )?files in "),
+    ("no-files", r"^no (input )?files in |holds folders, no files"),
     ("pack-first", r"no SequenceFile among the inputs"),
     ("output-in-the-way", r"already exists|, not of gpumr |gpumr never writes over|not removing it"
                           r"|did not make"),
@@ -81,8 +81,8 @@ TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
     ("emr-output-uri", r"EMR writes its output to a URI"),
     ("dask-scheduler", r"no Dask scheduler answered"),
     ("spark-failed", r"Spark did not start|the Spark job failed"),
-    ("job-failed", r"the (hadoop|emr|local|inline) job failed"),
-    ("over-a-limit", r"over the limit of|must be (a whole number|a number|an integer) from"),
+    ("job-failed", r"the (hadoop|emr|local|inline|spark|dask|radical|flink) job failed"),
+    ("over-a-limit", r"over the limit of"),
     ("codec-missing", r"needs the '(cramjam|backports\.zstd)' package"),
     ("bug", r"an unexpected error, a bug: rerun with --debug"),
 ))

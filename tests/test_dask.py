@@ -165,7 +165,8 @@ def test_refusals_and_failures_are_one_line_and_leave_nothing(dask_client, packe
         run("backproject", ["--slab", "4", "-o", str(tmp_path / "x")])
     with pytest.raises(GpumrError, match="^-o OUT is required"):
         run("faces", [packed])
-    with pytest.raises(GpumrError, match="^--hadoop-splits: an mrjob runner option; the Dask engine does not take it$"):
+    with pytest.raises(GpumrError, match="^--hadoop-splits: an option of --engine inline, local, hadoop, emr; "
+                                         "--engine dask does not take it$"):
         run("faces", [packed, "-o", str(tmp_path / "x"), "--hadoop-splits"])
     with pytest.raises(GpumrError, match="^--scheduler tcp://127.0.0.1:9: no Dask scheduler answered"):
         run("faces", [packed, "-o", str(tmp_path / "x"), "--scheduler", "tcp://127.0.0.1:9"])

@@ -90,6 +90,21 @@ def test_run_parser_has_every_engines_options_in_groups():
         assert all(e in p.format_help() for e in engines.NAMES)
 
 
+def env_names_in_code():
+    """Every ``GPUMR_*`` environment variable the shipped code and scripts name.
+
+    C macros of the kernels' host emulation (``GPUMR_KERNEL(...)``, include
+    guards in ``cuda/``) are not variables: ``cuda/`` is not searched and a
+    name followed by ``(`` is a macro.
+    """
+    names = set()
+    for top in ("gpumr", "seqfile", "jobs", "conf", "bench"):
+        for path in glob.glob(os.path.join(ROOT, top, "**", "*"), recursive=True):
+            if os.path.splitext(path)[1] in (".py", ".sh", ".conf", ".json") and os.path.isfile(path):
+                names |= set(re.findall(r"\b(GPUMR_[A-Z0-9_]+)\b(?!\()", read(path)))
+    return names
+
+
 def test_environment_table_lists_every_variable():
     in_code = env_names_in_code()
     table = read(REF, "environment.rst")

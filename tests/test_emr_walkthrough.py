@@ -81,9 +81,12 @@ def test_the_walkthrough_runs_as_written(s3, tmp_path):
     installed = os.path.dirname(gpumr.conf.__file__)
     assert f"sudo bash {installed}/bootstrap-gpu-node.sh# {tmp_path}/gpumr-0.1.0-py3-none-any.whl#" in conf
     dry = next(out for block, out in said.items() if "--dry-run" in block)
-    first, rest = dry.split("\n", 1)
-    assert first.startswith("gpumr run: would run on emr: ") and f"-r emr --workload faces s3://{bucket}/photos/" in first
-    settings = json.loads(rest)["options"]
+    lines = dry.splitlines()
+    assert lines[0].startswith("gpumr run: workload faces (built in): 4 task(s) over 4 input file(s)"), dry
+    assert lines[1].startswith(f"gpumr run: engine emr; output s3://{bucket}/") and \
+        any(ln.startswith("gpumr run: mrjob's emr runner would run: ") for ln in lines), dry
+    prefix = "gpumr run: mrjob's settings (secrets hidden): "
+    settings = json.loads(next(ln for ln in lines if ln.startswith(prefix))[len(prefix):])["options"]
     assert settings["bootstrap"] == [f"sudo bash {installed}/bootstrap-gpu-node.sh# "
                                      f"{tmp_path}/gpumr-0.1.0-py3-none-any.whl#"]
     assert settings["python_bin"] == ["/opt/gpumr/venv/bin/python"]

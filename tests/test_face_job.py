@@ -95,7 +95,18 @@ def test_hadoop_splits_input_path_gives_identical_output(hadoop, packed, tmp_pat
     text_dir.mkdir()
     for i, chunk in enumerate((lines[:3], lines[3:])):
         (text_dir / f"split-{i}.txt").write_text("\n".join(chunk) + "\n")
-    run_face_job([str(text_dir)], str(tmp_path / "via_text"), "inline", ["--hadoop-splits"])
+    # The task script's mapper over those lines (what Hadoop runs with --hadoop-splits), under mrjob's inline runner.
+    from gpumr.engines.mrjob_task import MRWorkload
+    from gpumr.launch.job import job_folder
+    from gpumr.launch.plan import make_plan
+    with job_folder() as folder:
+        spec = tmp_path / "spec.json"
+        spec.write_text(make_plan(["faces", path, "-o", str(tmp_path / "unused"), "--device", "cpu"], folder)
+                        .spec.to_json())
+        job = MRWorkload(args=["-r", "inline", "--no-conf", "--hadoop-splits", "--gpumr-spec", str(spec),
+                               str(text_dir), "--output-dir", str(tmp_path / "via_text")])
+        with job.make_runner() as runner:
+            runner.run()
     run_face_job([path], str(tmp_path / "via_seq"), "inline")
     assert read_output(str(tmp_path / "via_text")) == read_output(str(tmp_path / "via_seq"))
 

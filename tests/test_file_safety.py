@@ -169,7 +169,7 @@ def png_chunk(kind, body, crc=None):
 def test_a_huge_png_with_a_bad_text_crc_is_refused_without_decoding(monkeypatch):
     import cv2
     from gpumr.core import BadRecord
-    from gpumr.faces.decode import decode_gray
+    from gpumr.core.images import decode_gray
     ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 32000, 32000, 8, 0, 0, 0, 0))
     text = png_chunk(b"tEXt", b"Comment\x00hello", crc=0xDEADBEEF)
     rows = zlib.compress(b"\x00" + b"\x00" * 32000, 9) * 1  # a start of the pixel data; never read
@@ -189,7 +189,7 @@ def test_a_huge_png_with_a_bad_text_crc_is_refused_without_decoding(monkeypatch)
 def test_header_sizes_match_what_opencv_decodes(ext):
     import cv2
     import numpy as np
-    from gpumr.faces.decode import decode_gray, image_size
+    from gpumr.core.images import decode_gray, image_size
     img = (np.arange(37 * 53) % 251).astype(np.uint8).reshape(37, 53)
     data = cv2.imencode(ext, img)[1].tobytes()
     assert image_size(data) == (53, 37)

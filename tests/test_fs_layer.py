@@ -65,7 +65,8 @@ def test_a_job_input_with_credentials_is_refused_without_them(s3, tmp_path):
     items = list(read_split(uri))  # the split reader names what it cannot read, and never the secret
     assert len(items) == 1 and isinstance(items[0], Lost) and SECRET not in repr(items) \
         and "AKIDEXAMPLE" not in repr(items)
-    with pytest.raises(remote.GpumrError) as exc:
+    from gpumr.errors import GpumrError
+    with pytest.raises(GpumrError) as exc:
         remote.locate(uri)
     assert SECRET not in str(exc.value) and "s3://***@" in str(exc.value)
 

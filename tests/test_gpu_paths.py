@@ -151,23 +151,36 @@ def test_stage_sums_are_accumulated_in_double_as_opencv_does(tmp_path, astro):
     assert all(len(boxes) > 10 for boxes in want)
 
 
+def faces_workload(**options):
+    """The face workload with its default options (and ``options``), set up as a task sets it up."""
+    import argparse
+
+    from gpumr.faces.workload import Faces
+    from gpumr.launch.options import COMMON
+    o = argparse.Namespace(**{opt.dest: opt.default for opt in (*Faces.options, *COMMON)}, **options)
+    work = Faces()
+    work.resolve(o)
+    work.setup(o)
+    return work, o
+
+
 def test_declared_memory_covers_the_batch_peak(sample_frames, astro):
     """The face workload declares, per batch, the device memory the batch needs: at least what the driver allocates."""
-    from gpumr.faces.workload import FaceDetection
     frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
               for n in sorted(os.listdir(sample_frames))]
-    work = FaceDetection()
-    fg = work.gpu_backend(simulated=True)
+    work, o = faces_workload()
+    assert work.gpu_ready(o, simulated=True) is None
+    fg = work._gpu
     gpu = sim_gpu()
     fg.run(frames[:1], gpu)  # set up and self-checked: the cascade is on the device
     lx = launch.launcher(gpu)
     for batch in ((frames * 2)[:16], [astro, cv2.resize(frames[0], (1280, 720)), frames[1][:100, :37]]):
         lx.reset_peak()
         fg.run(batch, gpu)
-        declared = work.gpu_memory_for(batch)
+        declared = work.gpu_memory(batch, o)
         assert lx.peak <= declared <= 2 * lx.peak + (64 << 20), (lx.peak, declared)
     # 16 frames of 640x480, held 8 at a time (face_gpu.PART): ~200 MiB
-    assert 150 << 20 < work.gpu_memory_for((frames * 2)[:16]) < 260 << 20
+    assert 150 << 20 < work.gpu_memory((frames * 2)[:16], o) < 260 << 20
 
 
 def test_a_batch_too_large_for_the_kernels_int_offsets_goes_in_turns(sample_frames, monkeypatch):
@@ -203,19 +216,20 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
 
     from gpumr.core import FALLBACKS, ON_CPU, ON_GPU, Processor
     from gpumr.devices.chooser import DeviceChooser
-    from gpumr.faces.workload import FaceDetection
+    from gpumr.tasks.device import Device
     names = sorted(os.listdir(sample_frames))
     records = [(f"{i}-{n}", open(os.path.join(sample_frames, n), "rb").read()) for i, n in enumerate(names + names)]
     records = records[:16]
-    work = FaceDetection()
-    assert work.gpu_memory_for([work.decode(k, v) for k, v in records]) > 160 << 20
-    want = {k: work.run_cpu(work.decode(k, v)) for k, v in records}
+    work, o = faces_workload()
+    assert work.gpu_memory([work.load(k, v, o) for k, v in records], o) > 160 << 20
+    want = {k: work.cpu(k, work.load(k, v, o), o)["faces"] for k, v in records}
+    assert work.gpu_ready(o, simulated=True) is None
     for spec, device in (("1:160MiB", "gpu:0"), ("1:40MiB", "cpu")):
         monkeypatch.setenv("GPUMR_SIMULATE_GPUS", spec)
         counts, log = Counter(), []
         chooser = DeviceChooser("gpu", scheduler=False, lease_dir=str(tmp_path / "leases"))
-        out = list(Processor(work, chooser, count=lambda name, n=1: counts.update({name: n}), log=log.append)
-                   .process(records))
+        out = list(Processor(work, o, chooser, device_for=Device, count=lambda name, n=1: counts.update({name: n}),
+                             log=log.append).process(records))
         assert sorted(k for k, _ in out) == sorted(want) and all(sorted(v["faces"]) == sorted(want[k]) for k, v in out)
         assert {v["device"] for _, v in out} == {device} and not counts[FALLBACKS]
         assert counts[ON_GPU if device != "cpu" else ON_CPU] == 16

@@ -105,8 +105,9 @@ def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_fra
     assert job.counters["bad records"] == ref_counters["bad records"] == 2
     assert "records on CPU" not in job.counters and "GPU fallbacks" not in job.counters
     assert job.counters["GPU milliseconds"] > 0
-    # The tasks were given the cascade by its name in the distributed cache, not by its path here.
-    assert re.search(r"--mapper .*--cascade \S*my_cascade\.xml", job.log)
+    # The tasks were given the cascade in the distributed cache under its content's name, and its path here
+    # reaches them only inside the job's spec (by that name), never as a path to open.
+    assert re.search(r"-files \S*[0-9a-f]{24}-my_cascade\.xml", job.log), job.log[-3000:]
     assert str(cascade) not in re.search(r"--mapper .*", job.log).group(0)
     # ... and found the shipped kernels there (they log where each fatbin comes from).
     for name in kernels.KERNELS:
@@ -127,10 +128,10 @@ def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels):
                                       "--cmdenv", "GPUMR_SIMULATE_GPUS=1", "--device", "gpu"], str(tmp_path), "ct")
     assert job.counters["records on GPU"] == 6 and set(job.counters) == {"records on GPU", "GPU milliseconds"}
     assert all(v["device"] == "gpu:0" and v["simulated"] is True for v in parsed(job.output).values())
-    # The tasks opened the shipped copies (by their names in the cache), not the files here.
-    mapper = re.search(r"--mapper .*", job.log).group(0)
-    assert "--projections proj.seq" in mapper or re.search(r"--projections \S*/proj\.seq", mapper)
-    assert str(d) not in mapper
+    # The tasks opened the shipped copies (by their content's names in the cache), not the files here.
+    assert re.search(r"-files \S*[0-9a-f]{24}-proj\.seq", job.log) and \
+        re.search(r"-files \S*[0-9a-f]{24}-proj\.geometry\.json", job.log.replace(",", " -files "))
+    assert str(d) not in re.search(r"--mapper .*", job.log).group(0)
     assert main(["ct", "assemble", job.output_dir, "-o", str(d / "vol.npy")]) == 0
     vol, direct = np.load(d / "vol.npy"), np.load(d / "direct.npy")
     assert vol.shape == (32, 32, 32)
@@ -174,13 +175,15 @@ def broken_inputs(frames_seq, sample_frames, tmp_path):
 
 
 def test_whole_files_through_the_manifest_on_a_bare_python_from_the_bundle(broken_inputs, tmp_path):
-    """Without --hadoop-splits each task reads whole SequenceFiles; broken framing is an error line.
+    """Without --hadoop-splits each task reads its byte ranges through gpumr's split reader; broken framing is an
+    error line.
 
     One Hadoop job checks two things (each job costs half a minute): the
-    manifest input path, and `gpumr bundle`: gpumr, its libraries and fatbins
-    shipped as one archive, the tasks run by a system Python with nothing
-    installed. Where there is no such Python the job runs on this one and
-    only the bundle's checks are skipped (said in the test's output).
+    launcher's task files as the job's input, and `gpumr bundle`: gpumr, its
+    libraries and fatbins shipped as one archive, the tasks run by a system
+    Python with nothing installed. Where there is no such Python the job runs
+    on this one and only the bundle's checks are skipped (said in the test's
+    output).
     """
     from gpumr.engines.bundle import ARCHIVE, NAME
     from gpumr.jobs.face_detect import MRFaceDetect
@@ -209,11 +212,7 @@ def test_whole_files_through_the_manifest_on_a_bare_python_from_the_bundle(broke
     assert len(got) == 12 + 2 + 3  # frames, the two non-images, the broken file's readable records
     assert job.counters["records on CPU"] == ref_counters["records on CPU"] == 15
     assert job.counters["bad records"] == ref_counters["bad records"] == 3
-    assert "manifest" in job.log  # mrjob fed the tasks a manifest of input URIs
-    # Each task read its URI itself: through pyarrow where it has it, else (the bundle has no pyarrow)
-    # through `hadoop fs -copyToLocal` run by the task; mrjob's own copy before the task is gone.
-    how = "through hadoop fs -copyToLocal (pyarrow is not installed" if version else "through pyarrow"
-    assert len(re.findall(r"gpumr: reading file://\S+ " + re.escape(how), job.log)) == 4
+    assert re.search(r"tasks-\d{5}\.gz", job.log)  # the job's input: the launcher's task files
     if not version:
         pytest.skip(f"bundle not checked: needs {SYSTEM_PYTHON} (3.9+) without numpy, cv2 or gpumr, to show the "
                     "bundle alone suffices (the manifest path above was checked)")
@@ -238,6 +237,7 @@ def test_refusals_under_hadoop_come_before_it_or_as_one_task_line(frames_seq, tm
     env = {k: v for k, v in os.environ.items() if k != "GPUMR_SIMULATE_GPUS"}
     task = subprocess.run([*base, "--device", "gpu"], cwd=tmp_path / "cwd", capture_output=True, text=True, env=env)
     assert task.returncode == 1 and "Traceback" not in task.stderr, task.stderr[-3000:]
-    said = [ln for ln in task.stderr.splitlines() if "--device gpu" in ln and "--mapper" not in ln]
-    assert said and all(ln.startswith("gpumr: error: --device gpu: no GPU on this node (") for ln in said), said
+    lines = task.stderr.strip().splitlines()  # one line: the job failed, and the task's own reason
+    assert len(lines) == 1 and lines[0].startswith("gpumr: error: a task of the hadoop job failed: --device gpu: no "
+                                                   "GPU on this node ("), task.stderr[-3000:]
     assert not list((tmp_path / "out").glob("part-*"))

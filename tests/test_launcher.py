@@ -230,7 +230,7 @@ def test_a_failed_inline_job_leaves_nothing_in_the_temp_folder(tmp_path, packed)
     one_line(proc)
     (tmp_path / "broken.py").write_text(BROKEN)  # a job whose every task fails
     assert one_line(gpumr(["run", "broken.py:Broken", packed, "-o", tmp_path / "o"], tmp_path, env=env)) == \
-        "gpumr: error: a task of the inline job failed: RuntimeError: setup exploded"
+        "gpumr: error: a task of the inline job failed: RuntimeError: setup exploded (see: gpumr help job-failed)"
     assert os.listdir(tmp) == [] and not os.path.exists(tmp_path / "o")
 
 
@@ -255,7 +255,8 @@ def test_a_failing_task_is_one_line_on_every_engine(tmp_path, packed, engine):
     extra = {"dask": ["--workers", "1"], "spark": ["--master", "local[1]"]}.get(engine, [])
     line = one_line(gpumr(["run", "broken.py:Broken", packed, "-o", tmp_path / "o", "--engine", engine, *extra],
                           tmp_path))
-    assert line.endswith("failed: RuntimeError: setup exploded"), line
+    assert line.endswith(f"a task of the {engine} job failed: RuntimeError: setup exploded "
+                         "(see: gpumr help job-failed)"), line
     assert sorted(os.listdir(tmp_path)) == ["broken.py"]
 
 

@@ -154,7 +154,7 @@ def test_a_jpeg_of_too_many_scans_is_refused_unread(record_run):
 
 def test_jpeg_scans_are_counted_by_walking_the_segments():
     import cv2
-    from gpumr.faces.decode import jpeg_scans
+    from gpumr.core.images import jpeg_scans
     baseline = cv2.imencode(".jpg", np.zeros((40, 48), np.uint8))[1].tobytes()
     grey, colour = progressive_jpeg(48, 40), _colour_progressive(48, 40)
     assert (jpeg_scans(baseline), jpeg_scans(grey), jpeg_scans(colour)) == (1, 6, 10)  # libjpeg's progressions

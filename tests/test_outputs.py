@@ -248,7 +248,7 @@ def test_a_job_on_this_machine_never_writes_into_a_users_output_folder(tmp_path,
     proc = subprocess.run([sys.executable, "-m", "gpumr.jobs.face_detect", "-r", "inline", str(tmp_path / "in.seq"),
                            "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "--output-dir" in proc.stderr and "already exists and is not an empty folder" in proc.stderr
+    assert f"{tmp_path / 'out'}: holds part-00000, which gpumr run did not make" in proc.stderr
     assert listing(tmp_path / "out") == {"part-00000": b"my results"}
 
 
@@ -278,8 +278,8 @@ def planted_tree(tmp_path):
     os.symlink(tmp_path, tree / "gpumr" / "outside")  # a folder link
     (tree / "gpumr" / "notes.txt").write_text(PLANTED)
     (tree / "conf" / ".hidden.conf").write_text(PLANTED)
-    (tree / "gpumr" / "scratch").mkdir()
-    (tree / "gpumr" / "scratch" / "__init__.py").write_text(f"# {PLANTED}: a package setup.cfg does not declare")
+    (tree / "gpumr" / "scratch").mkdir()  # a folder of modules that is no package (setup.py installs no such folder)
+    (tree / "gpumr" / "scratch" / "notes.py").write_text(f"# {PLANTED}: not in a package")
     (tree / "gpumr" / "__pycache__").mkdir()
     (tree / "gpumr" / "__pycache__" / "x.cpython-311.pyc").write_text(PLANTED)
     return tree
@@ -288,7 +288,7 @@ def planted_tree(tmp_path):
 def declared_names():
     from gpumr.engines.bundle import declared_files
     names = {n for n, _ in declared_files(CHECKOUT)}
-    assert names == {n for n, _ in declared_files()}  # the installed package holds just what setup.cfg declares
+    assert names == {n for n, _ in declared_files()}  # the installed package holds just what setup.py installs
     assert {"gpumr/jobs/face_detect.py", "gpumr/cuda/haar.cu", "gpumr/conf/mrjob.local.conf",
             "seqfile/reader.py"} <= names
     return names

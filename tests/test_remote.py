@@ -235,7 +235,7 @@ def test_spark_faces_reads_from_and_writes_to_the_bucket_like_local_files(sc, s3
     assert sorted(os.listdir(tmp_path / "want")) == names
     assert objects(s3, "spark/") == ["spark/.faces.gpumr"] + [f"spark/faces/{n}" for n in names]
     proof = json.loads(s3.get("spark/.faces.gpumr"))
-    assert proof["output"] == "gpumr spark" and proof["versions"] == [
+    assert proof["output"] == "gpumr run" and proof["versions"] == [
         {n: [len(s3.get(f"spark/faces/{n}")), hashlib.sha256(s3.get(f"spark/faces/{n}")).hexdigest()] for n in names}]
     want, got = by_key(lines_of(tmp_path / "want")), by_key(bucket_lines(s3, "spark/faces/"))
     lost_local = str(local / "part-00002.seq")
@@ -258,7 +258,8 @@ def test_spark_backproject_reads_projections_and_geometry_from_the_bucket_and_wr
     counts, _ = run("backproject", ["--projections", f"s3://{BUCKET}/ct/q.seq", "--slab", "4", "-o",
                                     f"s3a://{BUCKET}/ct/out", "--device", "cpu"], sc=sc)
     assert counts["records on CPU"] == 4 and bucket_lines(s3, "ct/out/") == lines_of(d / "want")
-    assert objects(s3, "ct/out") == ["ct/out/_SUCCESS", "ct/out/part-00000"]
+    assert objects(s3, "ct/out") == ["ct/out/_SUCCESS", *(f"ct/out/arrays/z{z:05d}.slab.npy" for z in (0, 4, 8, 12)),
+                                      "ct/out/part-00000"]
     assert main(["ct", "assemble", str(d / "want"), "-o", str(d / "vol.npy")]) == 0
     assert np.load(d / "vol.npy").shape == (16, 16, 16)
 
@@ -312,11 +313,10 @@ def test_the_mrjob_job_reads_s3_inputs_through_the_layer(s3, corrupt_stretch, sa
 
 
 def test_a_missing_uri_is_one_line_before_any_task(s3, tmp_path):
-    from gpumr.jobs.face_detect import MRFaceDetect
     missing = f"s3://{BUCKET}/nothing/here"
     with pytest.raises(GpumrError, match=f"^{missing}: no such file or directory$"):
         run("faces", [missing, "-o", str(tmp_path / "o")])  # before a Spark context is made
     with pytest.raises(GpumrError, match=f"^{missing}: no such file or directory$"):
-        MRFaceDetect(["-r", "local", missing]).check_options()
+        run_workload("faces", [missing, "-o", str(tmp_path / "o")], "local")  # (mrjob's local runner: the same)
     with pytest.raises(GpumrError, match="^gs://b/x: .*pyarrow has no filesystem for gs://$"):
         run("faces", ["gs://b/x", "-o", str(tmp_path / "o")])

@@ -259,7 +259,8 @@ def test_a_workers_job_cancelled_mid_run_every_record_once(cluster, sample_frame
     deadline = time.monotonic() + 300
     while victim is None and time.monotonic() < deadline and proc.poll() is None:
         if glob.glob(str(tmp_path / ".out.*" / "out" / "map-*")):  # a task has written its file: the job is mid-run
-            busy = [w for w, keys in cluster.client.processing().items() if any("gpumr-faces-map" in k for k in keys)]
+            busy = [w for w, keys in cluster.client.processing().items()
+                    if any(str(k).startswith("gpumr-") and "-map-" in str(k) for k in keys)]
             victim = busy[0] if busy else None
         time.sleep(0.01)
     assert victim is not None and proc.poll() is None, "the job ended before a worker could be cancelled mid-run"

@@ -43,7 +43,7 @@ def cmd(args):
     result = launch(argv, debug=args.debug, verbosity=verbosity(args))
     if result is not None:
         if result.how != "built in":
-            logger(__name__).info("workload %s: %s", result.name, result.how)
+            logger(__name__).info("workload %s from %s", result.name, result.how)
         logger(__name__).info("%s", result.summary())
 
 
@@ -75,9 +75,7 @@ def job_argv(workload, argv):
             out = value
         else:
             rest.append(a)
-    if out is None:
-        raise UsageError("--output-dir OUT is required: gpumr writes the job's output into a folder or URI")
-    return [workload, *rest, "-o", out, "--engine", runner]
+    return [workload, *rest, *(["-o", out] if out is not None else []), "--engine", runner]
 
 
 def job_main(workload):

@@ -69,6 +69,8 @@ class Engine:
 
     name = "engine"
     help = ""
+    #: Whether the launcher hears of each task as it finishes (:meth:`gpumr.tasks.progress.Display.done`).
+    reports_tasks = False
 
     def __init__(self, name=None):
         self.name = name or self.name

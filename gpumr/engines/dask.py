@@ -53,6 +53,7 @@ def failure(exc):
 class DaskEngine(Engine):
     """``--engine dask``."""
 
+    reports_tasks = True  # (map_reduce hears each task end)
     name = "dask"
     help = "dask.distributed: an embedded LocalCluster, or a running one (--scheduler)"
 

@@ -73,6 +73,7 @@ def _shipped(name):
 class FlinkEngine(Engine):
     """``--engine flink``."""
 
+    reports_tasks = True  # (map_reduce hears each task end)
     name = "flink"
     help = "Apache Flink (PyFlink): its embedded local cluster, or a running one (--jobmanager)"
 

@@ -16,6 +16,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 
@@ -72,6 +73,10 @@ class MRJobEngine(Engine):
         """What this machine must have for the runner (after the job's own checks, before anything starts)."""
         if self.name == "emr" and locate(o.output).local is not None:
             raise GpumrError(f"-o {o.output}: EMR writes its output to a URI (s3://BUCKET/...), not a local folder")
+        local = [i for i in getattr(o, "inputs", []) if locate(i).local is not None]
+        if self.name == "emr" and local:
+            raise GpumrError(f"{local[0]}: a local input; EMR's nodes read their inputs from S3 (gpumr pack -o "
+                             "s3://BUCKET/... puts them there)")
         if self.name == "hadoop" and not (shutil.which("hadoop") or os.environ.get("HADOOP_HOME")):
             raise GpumrError("--engine hadoop: no hadoop command on PATH and no $HADOOP_HOME: install Hadoop's client "
                              "and put its bin/ on PATH (or --engine local runs the job on this machine)")
@@ -202,7 +207,7 @@ class MRJobEngine(Engine):
             from ..core.processor import reason_of
             raise GpumrError(f"a task of the {self.name} job failed: {redact(reason_of(exc))}") from exc
         finally:
-            if self.name == "local":
+            if self.name in HERE:
                 _relay_task_lines(os.path.join(plan.folder, "mrjob"))
         if local_out:  # the runner wrote here: into the stage, then published with the rest
             for name in os.listdir(output_dir):
@@ -230,17 +235,18 @@ def _mrjob_said(lines, debug):
 
 
 def _relay_task_lines(folder):
-    """Say what the local runner's tasks said (their ``gpumr:`` lines, at the job's verbosity), once each: mrjob keeps a
-    task's stderr in a file of its own scratch folder."""
+    """Say what the inline and local runners' tasks said (their ``gpumr:`` lines, at the job's verbosity), once each:
+    mrjob keeps a task's stderr in a file of its own scratch folder."""
     import glob
 
-    from ..boundary import write_stderr
+    from ..boundary import said, write_stderr
     seen = set()
     for path in sorted(glob.glob(os.path.join(folder, "**", "stderr"), recursive=True)):
         with open(path, "rb") as f:
             for raw in f:
                 text = raw.decode("utf-8", "replace").rstrip("\n")
-                if text.startswith("gpumr: ") and not text.startswith("gpumr: error: ") and text not in seen:
+                if text.startswith("gpumr: ") and not text.startswith("gpumr: error: ") and text not in seen \
+                        and not said(text):
                     seen.add(text)
                     write_stderr(text + "\n")
 
@@ -251,7 +257,8 @@ def _task_error(said, exc):
         for line in text.splitlines():
             if line.startswith("gpumr: error: "):
                 from ..boundary import BUG_HINT
-                return redact(line[len("gpumr: error: "):].replace(BUG_HINT, ""))
+                text = re.sub(r" \(see: gpumr help [\w-]+\)$", "", line[len("gpumr: error: "):])
+                return redact(text.replace(BUG_HINT, ""))
     return redact(str(exc).splitlines()[0])
 
 

@@ -23,6 +23,8 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
     del sys.path[0]  # run as a script: this folder's modules (dask.py, spark.py) must not hide the packages
 
 from mrjob.job import MRJob  # noqa: E402
+
+from gpumr.boundary import logger  # noqa: E402
 from mrjob.protocol import RawProtocol, RawValueProtocol  # noqa: E402
 from mrjob.step import MRStep  # noqa: E402
 
@@ -32,6 +34,7 @@ TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
 #: The name of the done-file a map task leaves beside its arrays: what it wrote, for the launcher.
 DONE = ".done"
+log = logger("gpumr.tasks")
 
 
 class MRWorkload(MRJob):
@@ -71,6 +74,7 @@ class MRWorkload(MRJob):
         self.task = Task(spec, find=functools.partial(os.path.join, folder),
                          count=lambda name, n: self.increment_counter(GROUP, name, n))
         self.task.open()
+        log.debug("task %s started", self.task.attempt)
 
     def _pairs(self, lines):
         for text in lines:
@@ -96,6 +100,7 @@ class MRWorkload(MRJob):
         from gpumr.io.remote import locate
         from gpumr.tasks.output import ARRAYS
         yield from self._pairs(self.task.close())
+        log.debug("task %s done: %s", self.task.attempt, self.task.counts)
         written = self.task.arrays.written
         if written:  # the launcher publishes the arrays of the attempts that finished
             stage = locate(self.task.spec.stage)

@@ -46,6 +46,7 @@ POLL = 0.2
 class RadicalEngine(Engine):
     """``--engine radical``."""
 
+    reports_tasks = True  # (map_reduce hears each task end)
     name = "radical"
     help = f"RADICAL-Pilot: a pilot on {LOCAL} (--resource: an HPC site's), one RP task per task"
 

@@ -56,6 +56,7 @@ def _call(phase, function, args):
 class SparkEngine(Engine):
     """``--engine spark``."""
 
+    reports_tasks = True  # (map_reduce hears each task end)
     name = "spark"
     help = "a Spark application (--master; local[*] by default, spark-submit's when started by it)"
 

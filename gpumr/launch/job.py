@@ -92,10 +92,11 @@ def run(plan, session=None, debug=False):
     if here and not quiet():
         progress_folder = os.path.join(plan.folder, "progress")
         os.mkdir(progress_folder, 0o700)
+    shown = (progress_folder is not None or plan.engine.reports_tasks) and not quiet()
     stage = plan.out.begin()
     try:
         plan.spec = dataclasses.replace(plan.spec, stage=str(stage), progress=progress_folder)
-        with Display(progress_folder, plan.input_bytes, label=f"gpumr {plan.ref.name}") as progress:
+        with Display(progress_folder, plan.input_bytes, label=plan.ref.name, shown=shown) as progress:
             outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug))
         locate(stage).child("_SUCCESS").write_bytes(b"")
         parts = dict(outcome.parts, _SUCCESS=("_SUCCESS", 0, hashlib.sha256(b"").hexdigest()))

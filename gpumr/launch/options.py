@@ -24,7 +24,7 @@ DEVICE = (
     Option("--gpu-slots", f"tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})",
            type=int, default=1, metavar="N", least=1, most=limits.MAX_GPU_SLOTS),
     Option("--gpu-memory", "device memory a GPU batch needs, e.g. 2GiB (default: the workload's figure for each batch)",
-           type=size_arg, default=None, metavar="SIZE", least=1, most=MAX_MEMORY),
+           type=size_arg, default=None, metavar="SIZE", least=1, most=MAX_MEMORY, integer=True),
 )
 
 #: The job's shape and its inputs' caps.
@@ -33,7 +33,7 @@ JOB = (
            type=int, default=1, metavar="N", least=0, most=limits.MAX_REDUCERS),
     Option("--split-size", f"bytes of SequenceFile per task (default {DEFAULT_SPLIT >> 20}MiB, at least "
                            f"{limits.MIN_SPLIT_SIZE >> 10}KiB)",
-           type=size_arg, default=DEFAULT_SPLIT, metavar="SIZE", least=limits.MIN_SPLIT_SIZE),
+           type=size_arg, default=DEFAULT_SPLIT, metavar="SIZE", least=limits.MIN_SPLIT_SIZE, integer=True),
     Option("--max-record-size", "refuse a record, or a block of a block-compressed file, larger than SIZE once "
                                 f"decompressed: an error line, not the task's memory (default "
                                 f"{DEFAULT_MAX_RECORD_SIZE >> 20}MiB)",

@@ -53,12 +53,16 @@ def run_parser(cls, prog=None):
     _add(p.add_argument_group("device choice"), DEVICE)
     _add(p.add_argument_group("the job"), JOB)
     seen = set()
+    p.engine_options = {}  # an engine's own option's dest -> the engines that take it
     for engine in engine_list:
         if type(engine) in seen:
             continue  # (one class serves several names: mrjob's runners)
         seen.add(type(engine))
         group = p.add_argument_group(f"engine {engine.group_title()}")
         engine.add_options(group)
+        names = [e.name for e in engine_list if type(e) is type(engine)]
+        for action in group._group_actions:
+            p.engine_options[action.dest] = (action, names)
     for flag, help in (("-q", "warnings and errors only"), ("-v", "debug lines too, each task's start and end"),
                        ("--debug", "show the traceback above an error's line")):
         p.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help,

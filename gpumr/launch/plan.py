@@ -131,9 +131,11 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
     engine = engines.get(parser.parse_known_args(argv[1:])[0].engine)
     mine, extra = engine.split_args(argv[1:], {s for a in parser._actions for s in a.option_strings})
     o = parser.parse_args(mine)
+    for dest, (action, names) in parser.engine_options.items():  # another engine's option, given: refused
+        if engine.name not in names and getattr(o, dest) != action.default:
+            raise UsageError(f"{action.option_strings[0]}: an option of --engine {', '.join(names)}; --engine "
+                             f"{engine.name} does not take it")
     engine.check_extra(extra)
-    if not o.output:
-        raise GpumrError("-o OUT is required: the output folder or URI")
     workload = cls()
     inputs = list(getattr(o, "inputs", []))
     if cls.input == "seqfile" and not inputs:
@@ -143,6 +145,8 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
     workload.resolve(o)
     check_limits(cls, o)  # reads no file: first
     engine.check(o)
+    if not o.output:
+        raise GpumrError("-o OUT is required: the output folder or URI (--output-dir OUT for python -m gpumr.jobs.X)")
     files = []
     if cls.input == "seqfile":
         files = [(locate(f).absolute(), size) for f, size in expand_sized(inputs)]  # (tasks run anywhere)
@@ -167,6 +171,9 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
     if o.device == "gpu" and engine.tasks_here(o) and not elsewhere:
         from ..devices.chooser import require_gpu
         require_gpu()
+    if o.device != "cpu" and engine.tasks_here(o) and not elsewhere and workload.has_gpu():
+        from ..gpu.kernels import cache_dir
+        cache_dir()  # a kernel cache gpumr may not use is said here, once, before any task (gpumr.trusted)
     options = {opt.dest: getattr(o, opt.dest, None) for opt in task_options(cls)}
     options.update({opt.dest: names[opt.name] for opt, _ in values})
     spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},

@@ -101,6 +101,8 @@ class Display:
         Input bytes of the whole job, for a percentage; None when unknown.
     label : str
     stream : file, optional
+    shown : bool
+        Whether to show anything (nothing where no task can report).
         stderr by default; a bar on a terminal, plain lines otherwise.
 
     Notes
@@ -108,8 +110,8 @@ class Display:
     Engines tell it each finished task's counts (:meth:`done`).
     """
 
-    def __init__(self, folder=None, total_bytes=None, label="gpumr", stream=None):
-        self.folder, self.total, self.label = folder, total_bytes, label
+    def __init__(self, folder=None, total_bytes=None, label="gpumr", stream=None, shown=True):
+        self.folder, self.total, self.label, self.shown = folder, total_bytes, label, shown
         self.stream = stream or sys.stderr
         self._finished = dict.fromkeys(FIELDS, 0)
         self._lock = threading.Lock()
@@ -132,7 +134,7 @@ class Display:
 
     def __enter__(self):
         from ..boundary import quiet
-        if quiet():  # -q: nothing shown; the engines' reports are still taken
+        if quiet() or not self.shown:  # -q, or nothing to show: the engines' reports are still taken
             self._thread = None
             return self
         isatty = getattr(self.stream, "isatty", None)
@@ -157,13 +159,13 @@ class Display:
         while not self._stop.wait(1.0):
             t = self.totals()
             records = t[ON_CPU] + t[ON_GPU] + t[BAD]
-            detail = f"{records} records: {t[ON_CPU]} CPU, {t[ON_GPU]} GPU, {t[BAD]} bad"
+            detail = f"{records} records so far ({t[ON_CPU]} CPU, {t[ON_GPU]} GPU, {t[BAD]} bad)"
             if self._bar is not None:
                 self._bar.n = min(t["input bytes"], self.total or t["input bytes"])
                 self._bar.set_postfix_str(detail, refresh=True)
             elif time.monotonic() - last_line >= LINE_EVERY:
                 last_line = time.monotonic()
-                share = f" ({100 * t['input bytes'] / self.total:.0f}% of the input)" if self.total else ""
+                share = f"{100 * t['input bytes'] / self.total:.0f}% of the input, " if self.total else ""
                 rate = records / max(time.monotonic() - self._t0, 1e-9)
                 from ..boundary import logger
-                logger(__name__).info("%s: %s%s, %.1f records/s", self.label, detail, share, rate)
+                logger(__name__).info("%s: %s%s, %.1f records/s", self.label, share, detail, rate)

@@ -106,12 +106,15 @@ def _verified(name, find, size):
 
 def built(spec, find=here):
     """``(o, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
-    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content."""
-    got = _BUILT.pop(spec.key, None)
-    if got is not None:
-        _BUILT[spec.key] = got  # (the most recently used last)
-        return got
+    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content and paths of its files
+    (a worker serving several jobs keeps the last :data:`KEEP_BUILT`)."""
     from ..workloads import Ref, load
+    paths = {name: find(name) for name in spec.side}
+    key = json.dumps([spec.key, paths], sort_keys=True)
+    got = _BUILT.pop(key, None)
+    if got is not None:
+        _BUILT[key] = got  # (the most recently used last)
+        return got
     ref = Ref(*spec.workload)
     paths = {name: _verified(name, find, size) for name, size in spec.side.items()}
     cls = load(ref, paths.get(ref.file) if ref.file else None)
@@ -124,7 +127,7 @@ def built(spec, find=here):
     workload.setup(o)
     while len(_BUILT) >= KEEP_BUILT:
         _BUILT.pop(next(iter(_BUILT)))
-    _BUILT[spec.key] = (o, workload)
+    _BUILT[key] = (o, workload)
     return o, workload
 
 
@@ -190,8 +193,10 @@ class Task:
         if chooser.has_gpus and self.workload.has_gpu():
             why = self.workload.gpu_ready(self.o, chooser.simulated)
             if why is None:
+                from ..gpu.kernels import describe as kernels
                 from .device import Device
                 device_for = Device
+                say_once(kernels())  # (where each kernel comes from: shipped, beside the sources, the cache)
                 if chooser.simulated:
                     say_once(f"{self.workload.name}: GPUs are simulated; their CUDA kernels run on the host")
         elif chooser.has_gpus:
