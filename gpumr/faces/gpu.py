@@ -636,18 +636,27 @@ class FaceGPU:
         with st["lanes_lock"]:
             st["lanes"].append(lane)
 
-    def _queue(self, st, lane, slot, plan, grays):
-        """Queue one part on the lane's stream: its upload, every kernel, and the copy back of its counters and
-        last list; returns what :meth:`_collect` waits for. No call here waits for the device."""
-        lx, f, s, lay = st["lx"], st["fns"], lane.stream, plan.layout
-        i32 = np.int32
-        up = lane.up[slot][:lay.upload]
+    @staticmethod
+    def fill(buffer, plan, grays):
+        """Write a part's upload into ``buffer`` (uint8, page-locked, at least ``plan.layout.upload`` bytes): its
+        tables, its frames, zeroed counters. Returns the upload (a view of ``buffer``): the host's only copy of
+        the frames on their way to the device."""
+        lay = plan.layout
+        up = buffer[:lay.upload]
         up[:len(plan.tables)] = plan.tables
         at = lay.slot["frames"][0]
         for g in grays:
             up[at:at + g.size].reshape(g.shape)[...] = g
             at += g.size
         up[lay.slot["head"][0]:] = 0  # the counters
+        return up
+
+    def _queue(self, st, lane, slot, plan, grays):
+        """Queue one part on the lane's stream: its upload, every kernel, and the copy back of its counters and
+        last list; returns what :meth:`_collect` waits for. No call here waits for the device."""
+        lx, f, s, lay = st["lx"], st["fns"], lane.stream, plan.layout
+        i32 = np.int32
+        up = self.fill(lane.up[slot], plan, grays)
 
         def slot_(name, **kw):
             return lane.at(lx, lay, "slot", name, slot, **kw)
