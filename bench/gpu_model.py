@@ -513,16 +513,17 @@ def simple_counts(ins):
 def predict_faces(dev, work, frames, host_ms, pixels_per_frame, driving, part=8):
     """fps of the face kernels at the traced frames' size: dict of (low, high) ranges.
 
+    ``work`` is of the traced frames run as one part (:func:`trace_faces`).
     ``alone1``: the kernels for one frame at a time (a frame's latency: the
-    deepest window's chain of stumps is paid per frame); ``alone``: per part
-    of ``part`` frames (that chain paid once per part), the device's own
+    deepest window's chain of stumps, and each launch, paid per frame);
+    ``alone``: per part of ``part`` frames (paid once per part), the device's own
     rate (what :func:`host_costs.faces_node` takes); ``driven``: one task
     driving the device as gpumr does (``driving``: the driver calls and host
     synchronisations per part, counted under the emulating launcher), its
     host work before each part's upload (``host_ms`` per frame) overlapped
     with the previous part's kernels, each synchronisation a round trip.
     """
-    launches = sum(w["launches"] for w in work.values()) / frames
+    launches = sum(w["launches"] for w in work.values())  # per part: the traced frames ran as one part
     l1_rate = dev["sms"] * SECTORS_PER_CLOCK_L1 * dev["clock_ghz"] * 1e9
     l2_rate = dev["l2_gbs"] * 1e9 / 32
     clock = dev["clock_ghz"] * 1e9
@@ -530,7 +531,8 @@ def predict_faces(dev, work, frames, host_ms, pixels_per_frame, driving, part=8)
     for e, chain in zip(ISSUE_EFFICIENCY, reversed(STUMP_CHAIN_CYCLES)):
         through = sum(max(w["warp_instr"] / (issue_rate(dev) * e), w["sectors"] / l1_rate, w["misses"] / l2_rate)
                       for w in work.values()) / frames
-        tail = sum(w.get("deepest", 0) for w in work.values()) / frames * chain / clock
+        # each launch ends with its deepest lane's chain of stumps: paid once per part, as its launches are
+        tail = sum(w.get("deepest", 0) for w in work.values()) * chain / clock
         over = LAUNCH_S * launches
         out["alone1"].append(1 / (through + tail + over))
         k = through + (tail + over) / part
@@ -649,11 +651,12 @@ def run(args, work):
         if w:
             rows.append([f"faces {name}", f"{w['sectors_per_request']:.1f}", f"{w['l1_hit']:.0%}",
                          f"{w['simt']:.2f}" if w.get("simt") is not None else "",
-                         w["deepest"] // n_frames if "deepest" in w else ""])
+                         w["deepest"] if "deepest" in w else ""])
     table(f"Warp traffic from the instrumented emulator (traced: {n}^3 from {n_angles} angles, {bt_s:.0f} s; "
           f"{n_frames} frame(s) {frames[0].shape[1]}x{frames[0].shape[0]} as one part, {emu_s:.0f} s; survivors in "
           f"the order the kernels append them) -- L1 modelled, a {LABEL} for a GPU",
-          ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lane (stumps per frame)"], rows)
+          ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lanes of the part's launches (stumps)"],
+          rows)
     table(f"Driver calls per part of frames, counted under the emulating launcher (the model's input; a lane's "
           f"buffers, made once, left out)", ["call", "per part"],
           [[k, v] for k, v in sorted(driving.items()) if k != "syncs"] + [["host synchronisations", driving["syncs"]]])
