@@ -15,8 +15,8 @@ page-cached input on this machine's tmpfs (or its temporary folder):
   GPU path uploads); per byte of volume: receive (a slab copied back into
   host memory), write (``.npy`` through the task's arrays, hashed as
   written), assemble (``gpumr ct assemble`` joining the slabs into one
-  ``.npy``); per job: start-up (a task process: imports, workload, the numba
-  backprojector loaded from its cache), publish (per file).
+  ``.npy``); per job: start-up (a task process: imports, workload, the CPU
+  backprojector loaded from the kernel cache), publish (per file).
 
 :func:`faces_node` and :func:`ct_node` turn them into a node's end to end,
 given the device's figures (:mod:`gpu_model`'s predictions): each phase's
@@ -234,7 +234,7 @@ def ct_node(per, fixed, n, angles, gups, cores=NODE_CORES, slab=CT_SLAB):
     vol = n ** 3 * 4
     phases = {
         "launcher check (every projection, one core)": angles * per["check"],
-        "task start-up (imports, workload, numba kernel)": fixed["start-up"],
+        "task start-up (imports, workload, CPU kernel)": fixed["start-up"],
         "load projections (each task all, own core)": angles * per["load"],
         "filter + pad (each task all rows, own core)": angles * per["filter"],
         "upload projections (pageable, one per task)": tasks * proj_bytes / (PAGEABLE_GBS * 1e9),
