@@ -1,18 +1,25 @@
-"""Where a job's time goes, per workload: a stacked bar per device, drawn into a PNG.
+"""Where a job's time goes, per workload: stacked bars per device, drawn into a PNG.
 
 Each component is measured here with the library functions the tasks call,
 on one machine, one after another (no engine): engine start-up (a new Python
 process that imports the workload and loads its kernel or cascade), read
 (the SequenceFile records), decode (TIFF projections, JPEG frames), filter
 (CT: cosine weighting and ramp), compute (CPU backprojection / OpenCV's
-detector, all cores as the tasks use them), encode (today's output records),
-write and publish (the output through gpumr's output transaction). The GPU
-bars keep every host component as measured and replace compute with the
-GPU model's kernel figure: a PREDICTION (``--gpu-gups``, ``--gpu-fps``; no
-GPU ran), labelled so in the picture.
+detector, all cores as the tasks use them), encode + write (what the job
+writes now: CT slabs as binary float32 ``.npy`` files through the task's
+arrays, hashed as written; faces' output lines), publish (the output
+transaction making the files visible). The GPU bars keep every host
+component as measured and replace compute with the GPU model's kernel
+figure: a PREDICTION (``--gpu-gups``, ``--gpu-fps``; no GPU ran), labelled
+so in the picture.
+
+With ``--model`` (the ``end_to_end.json`` that ``bench/gpu_model.py --out
+DIR`` writes), a second row of panels draws the model's end to end on a
+16-core node with one H100, per job (faces, 512^3, 1024^3): each phase's
+seconds, the one that bounds the job in red, all PREDICTIONS.
 
 Usage: python bench/breakdown.py [--out bench-out/breakdown.png] [--voxels 128] [--angles 180] [--frames 400]
-(matplotlib: the ``bench`` extra)
+[--model bench-out/end_to_end.json] (matplotlib: the ``bench`` extra)
 """
 
 import argparse
@@ -27,7 +34,7 @@ import time
 import numpy as np
 from _common import frame_corpus, table
 
-COMPONENTS = ("engine start-up", "read", "decode", "filter", "compute", "encode", "write + publish")
+COMPONENTS = ("engine start-up", "read", "decode", "filter", "compute", "encode + write", "publish")
 COLOURS = ("#7f7f7f", "#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e", "#2ca02c")
 
 
@@ -50,8 +57,8 @@ def ct(work, n, na, slab):
     from gpumr.ct.backproject import backproject, pad
     from gpumr.ct.fdk import filter_projections
     from gpumr.ct.projections import read_set, write_set
-    from gpumr.ct.slices import encode_slice
-    from gpumr.io.outputs import write_file
+    from gpumr.tasks.output import Arrays
+    from host_costs import publish_seconds
     g = geometry.simple(n, na, n_detector=n)
     seq = os.path.join(work, "proj.seq")
     write_set(seq, phantom.projections(g))
@@ -65,12 +72,13 @@ def ct(work, n, na, slab):
     t["filter"], filtered = timed(lambda: filter_projections(raw, g))
     padded = pad(filtered)
     backproject(None, g, 0, 2, padded=padded)
-    t["compute"], slabs = timed(lambda: [backproject(None, g, z, min(z + slab, n), padded=padded)
-                                         for z in range(0, n, slab)])
-    t["encode"], _ = timed(lambda: [encode_slice(z0 + i, n, s, "cpu") for z0, sl in zip(range(0, n, slab), slabs)
-                                    for i, s in enumerate(sl)])
-    t["write + publish"], _ = timed(lambda: [write_file(os.path.join(work, f"slab-{i:04d}.raw"), s.tobytes())
-                                             for i, s in enumerate(slabs)])
+    starts = list(range(0, n, slab))
+    t["compute"], slabs = timed(lambda: [backproject(None, g, z, min(z + slab, n), padded=padded) for z in starts])
+    stage = os.path.join(work, "stage")
+    os.makedirs(stage)
+    arrays = Arrays(stage, "attempt")
+    t["encode + write"], _ = timed(lambda: [arrays.encode(f"z{z:05d}", {"slab": s}) for z, s in zip(starts, slabs)])
+    t["publish"] = publish_seconds(work, len(slabs), 1 << 10)
     return t, n ** 3 * na
 
 
@@ -79,9 +87,10 @@ def faces(work, frames):
 
     import seqfile
     from gpumr.faces.cpu import cascade_path, detect, load_cascade
-    from gpumr.faces.decode import decode_gray
-    from gpumr.io.outputs import write_file
+    from gpumr.core.images import decode_gray
     from gpumr.io.packing import pack
+    from gpumr.tasks.output import write_lines
+    from host_costs import publish_seconds
     paths = frame_corpus(work, count=frames, distinct=64)
     seq = os.path.join(work, "frames.seq")
     pack([os.path.dirname(paths[0])], seq, progress=False)
@@ -92,18 +101,24 @@ def faces(work, frames):
     clf = load_cascade(cascade_path())
     cv2.setNumThreads(len(os.sched_getaffinity(0)))
     t["compute"], found = timed(lambda: [detect(clf, g) for g in grays])
-    t["encode"], lines = timed(lambda: "".join(f"{json.dumps(k)}\t{json.dumps({'faces': f})}\n"
-                                               for (k, _), f in zip(records, found)).encode())
-    t["write + publish"], _ = timed(lambda: write_file(os.path.join(work, "part-00000"), lines))
+    stage = os.path.join(work, "stage")
+    os.makedirs(stage)
+    t["encode + write"], _ = timed(lambda: write_lines(stage, "part-00000", (
+        f"{json.dumps(k)}\t{json.dumps({'faces': f, 'device': 'cpu'})}" for (k, _), f in zip(records, found))))
+    t["publish"] = publish_seconds(work, 1, 1 << 10)
     return t, len(records)
 
 
-def draw(bars, out):
+def draw(bars, out, model=None):
+    """The measured bars (one panel per workload) and, with ``model`` (the end-to-end phases of
+    ``bench/gpu_model.py``), a row of one panel per predicted job."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(bars), figsize=(6 * len(bars), 5))
-    for ax, (title, cases) in zip(np.atleast_1d(axes), bars.items()):
+    rows = 2 if model else 1
+    cols = max(len(bars), len(model or {}))
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 5 * rows), squeeze=False)
+    for ax, (title, cases) in zip(axes[0], bars.items()):
         labels = list(cases)
         bottom = np.zeros(len(labels))
         for comp, colour in zip(COMPONENTS, COLOURS):
@@ -114,13 +129,37 @@ def draw(bars, out):
             ax.text(x, total, f"{total:.2f} s", ha="center", va="bottom")
         ax.set_title(title)
         ax.set_ylabel("seconds")
-    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
-    fig.legend(handles[::-1], labels[::-1], loc="center right", fontsize=8)
-    fig.suptitle("Where the job's time goes: CPU measured here; GPU bars: PREDICTION (compute from the GPU model, "
-                 "no GPU ran)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.86, 0.95))
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    axes[0][-1].legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    for ax in axes[0][len(bars):]:
+        ax.axis("off")
+    for ax, (title, (phases, note)) in zip(axes[1] if model else (), (model or {}).items()):
+        names = list(phases)
+        worst = max(phases, key=phases.get)
+        ax.barh(names, [phases[k] for k in names], color=["#d62728" if k == worst else "#1f77b4" for k in names])
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_xlabel("seconds (PREDICTION)")
+        ax.set_title(f"{title}\n{note}", fontsize=9)
+    fig.suptitle("Where the job's time goes. Top: measured here (the GPU bars' compute a PREDICTION); bottom: "
+                 "PREDICTION for a 16-core node with one H100 (no GPU ran), the bound in red", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=100)
+    fig.savefig(out, dpi=72)
+
+
+def model_panels(path):
+    """The predicted jobs of ``end_to_end.json``: ``{title: (phases, note)}``."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    faces = data["faces"]
+    fixed = faces.get("start-up", 0.0) + faces.get("publish", 0.0)
+    busiest = max(v for k, v in faces.items() if k not in ("start-up", "publish"))
+    out = {"faces, 100,000 frames 640x480": (faces, f"phases side by side: {busiest + fixed:.1f} s, "
+                                                     f"{100_000 / (busiest + fixed):,.0f} fps")}
+    for job, phases in data["ct"].items():
+        out[f"CT {job}"] = (phases, f"phases one after another: {sum(phases.values()):.1f} s")
+    return out
 
 
 def main():
@@ -132,6 +171,7 @@ def main():
     ap.add_argument("--frames", type=int, default=400)
     ap.add_argument("--gpu-gups", type=float, default=900.0, help="the model's kernel GUPS (H100, PREDICTION)")
     ap.add_argument("--gpu-fps", type=float, default=4700.0, help="the model's kernel fps (H100, PREDICTION)")
+    ap.add_argument("--model", help="end_to_end.json of bench/gpu_model.py --out DIR: draw its predicted phases")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gpumr-breakdown-")
     try:
@@ -156,7 +196,7 @@ def main():
                                   for w, cases in bars.items() for d in cases]
     table("Where the time goes (CPU measured here; GPU columns: PREDICTION, compute from the model, no GPU ran)",
           header, rows)
-    draw(bars, args.out)
+    draw(bars, args.out, model_panels(args.model) if args.model else None)
     print(f"\npicture: {args.out}")
 
 

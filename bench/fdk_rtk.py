@@ -7,11 +7,13 @@ in slabs of 32 slices as the job runs them. Then the backprojections alone:
 RTK's ``FDKBackProjectionImageFilter`` and gpumr's on gpumr's filtered
 projections. RTK's volume axes are gpumr's permuted (RTK turns about y,
 gpumr about z); the correlation of the two volumes is printed, and must be
-1.000000. With ``--scalar``, the scalar kernel gpumr had before is timed too
-(restated in ``tests/test_ct_simd.py``). GUPS = voxels x projections /
+1.000000. gpumr's kernel is the C one where a C compiler is found
+(:mod:`gpumr.ct.native`), else numba's; ``--numba`` times numba's kernel too
+(the backprojection alone). With ``--scalar``, the scalar kernel gpumr had
+before is timed too (restated in ``tests/test_ct_simd.py``). GUPS = voxels x projections /
 seconds; each figure is the median of ``--repeat`` interleaved runs.
 
-Usage: python bench/fdk_rtk.py [--voxels 256] [--angles 360] [--repeat 3] [--scalar]
+Usage: python bench/fdk_rtk.py [--voxels 256] [--angles 360] [--repeat 3] [--numba] [--scalar]
 (needs ``pip install itk-rtk``: the ``bench`` extra)
 """
 
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("--slab", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scalar", action="store_true", help="time the scalar kernel gpumr had before too")
+    ap.add_argument("--numba", action="store_true", help="time numba's kernel too, beside the C one")
     args = ap.parse_args()
     n, na = args.voxels, args.angles
     threads = len(os.sched_getaffinity(0))
@@ -109,6 +112,17 @@ def main():
             return np.concatenate([scalar(filtered, g, z, min(z + args.slab, nz)) for z in range(0, nz, args.slab)])
         runs["gpumr backprojection, scalar kernel (before)"] = scalar_bp
         scalar(filtered, g, 0, 2)  # its compile, before timing
+    from gpumr.ct import native
+    kernel = "C" if native.kernel() is not None else "numba"
+    if args.numba and kernel == "C":
+        def numba_bp():
+            native.ENABLED, native._loaded[:] = False, []
+            try:
+                return ours_bp(filtered)
+            finally:
+                native.ENABLED, native._loaded[:] = True, []
+        runs["gpumr backprojection, numba's kernel"] = numba_bp
+        numba_bp()  # numba loaded (or compiled) before timing
     backproject(filtered, g, 0, 2)  # load the cached kernel (or compile it) before timing
     times = {k: [] for k in runs}
     out = {}
@@ -128,11 +142,13 @@ def main():
         for name in (theirs, ours):
             rows.append([name, f"{med[name]:.2f}", f"{updates / med[name] / 1e9:.3f}",
                          f"{med[theirs] / med[name]:.2f}x", f"{c:.6f}"])
-    if args.scalar:
-        name = "gpumr backprojection, scalar kernel (before)"
-        rows.append([name, f"{med[name]:.2f}", f"{updates / med[name] / 1e9:.3f}",
-                     f"{med['RTK backprojection'] / med[name]:.2f}x", f"{corr(out[name], out['RTK backprojection']):.6f}"])
+    for name in ("gpumr backprojection, numba's kernel", "gpumr backprojection, scalar kernel (before)"):
+        if name in runs:
+            rows.append([name, f"{med[name]:.2f}", f"{updates / med[name] / 1e9:.3f}",
+                         f"{med['RTK backprojection'] / med[name]:.2f}x",
+                         f"{corr(out[name], out['RTK backprojection']):.6f}"])
     table(f"CPU FDK, {n}^3 from {na} projections of {g.nDetector[0]}x{g.nDetector[1]}, {threads} threads each, "
+          f"gpumr's kernel in {kernel}, "
           f"median of {args.repeat} (baseline: RTK {itk.Version.GetITKVersion()} in the same run)",
           ["what", "seconds", "GUPS", "vs RTK", "correlation with RTK"], rows)
     print(f"\ngpumr FDK / RTK FDK: {med['RTK FDK'] / med['gpumr FDK']:.2f}x; backprojection alone: "

@@ -120,13 +120,13 @@ def predicted(pattern):
 rows = [
     ("equality on the device (faces = OpenCV, slabs within 1e-5)", tests(), "equal"),
     ("faces fps, job end to end (--device auto)", find(r"^job --device auto.*?\s(\d+)\s*$", "faces"),
-     predicted(r"faces.*end to end.*?([\d,]+ fps)")),
+     predicted(r"^faces 640x480.*?>= [\d,]+ fps\s+([\d,]+-[\d,]+ fps)")),
     ("faces fps, GPU kernel path", find(r"^GPU kernel path \(batched\)\s+(\d+)", "faces"),
-     predicted(r"^.*H100.*?(\d[\d,]*-[\d,]+)\s*fps")),
+     predicted(r"^H100 SXM\s+[\d,]+-[\d,]+ fps\s+([\d,]+-[\d,]+ fps)")),
     ("CT GUPS at 512^3 x 512 (slab path)", find(r"^512\^3 x \d+\s+\S+\s+\S+\s+(\S+)", "ct512"),
-     predicted(r"512\^3.*?(\d[\d,]*-[\d,]+)\s*GUPS")),
+     predicted(r"^H100 SXM\s+\d+%.*?([\d,]+-[\d,]+ GUPS) \(\d+% of waves, \d+ parts\)")),
     ("CT 1024^3 x 360 end to end (job, --device auto), s", find(r"^job 1024\^3.*?: ([\d.]+) s wall", "ct1024"),
-     predicted(r"1024\^3.*end to end.*?([\d.]+ s)")),
+     predicted(r"^CT 1024\^3.*?<= [\d.]+ s\s+([\d.]+-[\d.]+ s) to the slabs")),
     ("faces: CPU and GPU together / (each alone summed)", find(r"^auto / \(cpu \+ gpu\)\s+([\d.]+)", "faces"),
      "1.00 at best"),
 ]

@@ -24,7 +24,17 @@ L1 and DRAM bounds, and a model of how gpumr drives the kernels today
 (waves, synchronous copies, host pyramid), gives fps and GUPS. The table it
 prints states its assumptions; nothing here ran on a GPU.
 
-Usage: python bench/gpu_model.py [--quick] [--sources DIR] [--flags KERNEL=FLAGS]
+End to end (:func:`end_to_end`): every host cost on the job's path
+measured here on one core (``bench/host_costs.py``: record read, JPEG
+decode, filtering, packing into the upload, grouping, encoding, writing
+.npy and lines, publish, assembly, start-up), scaled to a 16-core node with
+one H100 beside the kernels' predictions: faces at 640x480, 512^3 from 512
+projections, 1024^3 from 360, each with the phase that bounds it, against
+the goals (>= 4,000 fps; <= 3 s; <= 5 s), all PREDICTIONS; the driver
+calls and synchronisations per part, counted under the emulating
+launcher, are an input.
+
+Usage: python bench/gpu_model.py [--quick] [--sources DIR] [--flags KERNEL=FLAGS] [--out DIR]
 
 The figures before this change: ``git show cfda500:cuda/backproject.cu`` (and
 ``haar.cu``) into DIR, then ``--sources DIR --flags backproject=-fmad=false``.
@@ -63,16 +73,12 @@ ISSUE_EFFICIENCY = (0.78, 1.0)
 COPY_GBS = (10.0, 25.0)
 #: A round trip the host waits for (a small copy back after a launch), seconds.
 ROUND_TRIP_S = 20e-6
-#: Host threads resizing the pyramid (gpumr.faces.gpu's pool) on the GPU node.
-PYRAMID_THREADS = 8
 #: A warp's dependent chain per stump (cycles), when few warps are left to hide it: tree, node and rectangle
 #: loads at L1 latency (~33 each), the integral-image loads at L1 or L2 latency (~33-270), ~12 dependent ALU
 #: operations (~5 each), the leaf: low, high.
 STUMP_CHAIN_CYCLES = (245, 480)
-#: Per launch (s), per device allocation gpumr makes per batch today (PyCUDA: no pool), and how many.
-LAUNCH_S, ALLOC_S, ALLOCATIONS = 4e-6, 20e-6, 14
-#: Read-backs per batch beyond the stage groups' (the first-stage count, the last survivors).
-STAGE_GROUP_TRIPS = 3
+#: Per launch on the device (s): the gap a queued launch leaves between kernels.
+LAUNCH_S = 4e-6
 #: A frame's bytes (640x480 grey), and the instructions per pyramid pixel of a bilinear resize on the GPU.
 FRAME_BYTES = 640 * 480
 PYRAMID_INSTR_PER_PIXEL = 40
@@ -344,30 +350,14 @@ def trace_backprojection(n, n_angles, work, l1_sectors, zb):
                 lanes_per_request=s["lanes"] / max(s["requests"], 1), requests=s["requests"])
 
 
-def gpu_append_order(table, grid_rows, survivors):
-    """``survivors`` (window ids) in the order ``row_scan``'s atomics append them on a GPU.
+def trace_faces(frames, work, l1_sectors, run_blocks):
+    """Per kernel of the face pipeline: warps, requests and lanes per source line, for ``frames`` (grey, at most
+    one part of :data:`gpumr.faces.gpu.PART`, run as one part); the driver calls of that part (counted by the
+    emulating launcher, the lane's one-off buffers left out: ``empty``, ``pinned``, ``stream``); and what the
+    device found in each frame (:class:`gpumr.faces.gpu.Found`).
 
-    One lane per grid row, 32 rows to a warp, every warp resident at once:
-    the lanes that find a survivor at the same step of their row append
-    together, in lane order (a warp-aggregated atomic), warp after warp. The
-    step is modelled as the window's column on the step grid (the skip after
-    a stage-0 failure shifts it by a little). The host emulation runs a row
-    to its end before the next, which appends in window order instead.
-    """
-    win_off, gx = table[:, 9], table[:, 7]
-    level = np.searchsorted(win_off, survivors, side="right") - 1
-    k = survivors - win_off[level]
-    row = np.concatenate([[0], np.cumsum(table[:, 8])])[level] + k // gx[level]
-    col = k % gx[level]
-    return survivors[np.lexsort((row % 32, row // 32, col))]
-
-
-def trace_faces(frames, work, l1_sectors, order="atomic"):
-    """Per kernel of the face pipeline: warps, requests and lanes per source line, for ``frames`` (grey).
-
-    ``order``: ``atomic`` reads survivors in the order a GPU's atomics append
-    them (gpumr today, :func:`gpu_append_order`); ``window`` in window order
-    (compaction by prefix sum, after every stage group).
+    ``run_blocks``: the blocks of ``run_stages`` the modelled device holds at once, the grid the driver gives
+    it there (the emulated device's own is a few dozen, which would give each lane many windows in turn).
     """
     from gpumr.faces import gpu as facegpu
     from gpumr.faces.cpu import cascade_path
@@ -382,21 +372,8 @@ def trace_faces(frames, work, l1_sectors, order="atomic"):
             self._mod.lib.gpumr_trace_config(l1_sectors)
             return self._mod
 
-        def launch(self, fn, grid, block, *args):
-            super().launch(fn, grid, block, *args)
-            if fn.name == "row_scan" or (fn.name == "run_stages" and len(fn.params) == 22):  # atomics' order
-                out, count = (args[4], args[5]) if fn.name == "row_scan" else (args[-2], args[-1])
-                n = int(self.to_host(count)[0])
-                found = self.to_host(out)[:n]
-                if order == "window" or fn.name == "run_stages":
-                    found = np.sort(found)  # compacted in window order; or (atomic) run_stages keeps its input order
-                    if fn.name == "run_stages" and order == "atomic":
-                        src = self.to_host(args[-6])[:int(args[-5])]
-                        found = src[np.isin(src, found)]
-                else:
-                    found = gpu_append_order(self.to_host(args[0]), self.to_host(args[1]), found)
-                data = np.ascontiguousarray(found.astype(np.int32))
-                ctypes.memmove(out.ptr, data.ctypes.data, data.nbytes)
+        def launch_on(self, stream, fn, grid, block, *args):
+            super().launch_on(stream, fn, grid, block, *args)
             entry = per_kernel.setdefault(fn.name, dict(stats=np.zeros((SITES, FIELDS), np.int64), threads=0,
                                                         launches=0))
             got = take(self._mod)
@@ -411,60 +388,28 @@ def trace_faces(frames, work, l1_sectors, order="atomic"):
     launchmod.launcher = lambda gpu, prefer=None: lx
     try:
         st = det._setup(None)
+        st["run_blocks"] = run_blocks
+        lx.calls.clear()
         t0 = time.perf_counter()
-        for g in frames:
-            det._run(st, [g])
+        found = det._found(st, list(frames[:facegpu.PART]))
         emu_s = time.perf_counter() - t0
     finally:
         launchmod.launcher = original
-    return per_kernel, det, emu_s
+    driving = {k: v for k, v in lx.calls.items() if k not in ("empty", "pinned", "stream")}
+    driving["syncs"] = sum(v for k, v in driving.items() if k in EmulatedLauncher.SYNCS)
+    return per_kernel, det, emu_s, driving, found
 
 
 # -- host-side measurements ------------------------------------------------------
-def host_pyramid_ms(det, frames, repeat=3):
-    """CPU milliseconds per frame of the pyramid as gpumr builds it today (all levels resized, one thread)."""
-    import cv2
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for g in frames:
-            for lv in det._levels(g.shape):
-                cv2.resize(g, lv[1], interpolation=cv2.INTER_LINEAR_EXACT)
-        best = min(best, time.perf_counter() - t0)
-    return 1e3 * best / len(frames)
-
-
-def host_pack_ms(det, frames, repeat=3):
-    """CPU milliseconds per frame of the serial host work around the kernels with the pyramid on the host
-    (gpumr before its GPU pyramid): packing the levels' pixels and the table, and the row, column and
-    window-row lists ``FaceGPU._detect`` builds."""
-    import cv2
-    from gpumr.faces import gpu as facegpu
-    imgs = [[cv2.resize(g, lv[1], interpolation=cv2.INTER_LINEAR_EXACT) for lv in det._levels(g.shape)]
-            for g in frames]
-    table = det.pyramid(frames).table
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        np.concatenate([im.ravel() for lv in imgs for im in lv])
-        for col, n in ((3, 1), (2, 1), (8, 0)):
-            facegpu.per_level(table[:, col] + n)  # the driver's own lists
-        best = min(best, time.perf_counter() - t0)
-    return 1e3 * best / len(frames)
-
-
 def host_part_ms(det, frames, repeat=3):
-    """CPU milliseconds per frame of the host work around the kernels now (the pyramid on the GPU): a part's
-    frames packed with its tables (``FaceGPU.pyramid``; the taps kept per frame size, as the driver keeps
-    them), and the row, column and window-row lists ``FaceGPU._detect`` builds."""
-    from gpumr.faces import gpu as facegpu
-    det.pyramid(frames)  # the frame size's taps computed, as after a job's first part
+    """CPU milliseconds per frame of the host work a part needs before its upload: its tables (made once per run
+    of the same shapes) and frames copied into the page-locked upload (:meth:`gpumr.faces.gpu.FaceGPU.fill`)."""
+    plan = det.plan([g.shape for g in frames])
+    buf = np.empty(plan.layout.upload, np.uint8)
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
-        table = det.pyramid(frames).table
-        for col, n in ((3, 1), (2, 1), (8, 0)):
-            facegpu.per_level(table[:, col] + n)
+        det.fill(buf, plan, frames)
         best = min(best, time.perf_counter() - t0)
     return 1e3 * best / len(frames)
 
@@ -565,38 +510,36 @@ def simple_counts(ins):
     return dict(setup=f.walk(0, len(ins) - 1) - body, per_load=body / max(loads, 1))
 
 
-def predict_faces(dev, work, frames, host_ms, pixels_per_frame, batch=16, gpu_pyramid=False, overlapped=False):
+def predict_faces(dev, work, frames, host_ms, pixels_per_frame, driving, part=8):
     """fps of the face kernels at the traced frames' size: dict of (low, high) ranges.
 
+    ``work`` is of the traced frames run as one part (:func:`trace_faces`).
     ``alone1``: the kernels for one frame at a time (a frame's latency: the
-    deepest window's chain of stumps is paid per frame); ``alone``: per
-    batch of ``batch`` frames (that chain paid once per batch); ``driven``:
-    as gpumr drives them, host work (``host_ms``: (parallel ms, serial ms)
-    per frame), uploads, allocations and read-backs added, or overlapped
-    with the kernels when ``overlapped``. ``gpu_pyramid``: only the frame is
-    uploaded, and the resize's instructions are estimated unless ``work``
-    holds the traced ``pyramid`` kernel.
+    deepest window's chain of stumps, and each launch, paid per frame);
+    ``alone``: per part of ``part`` frames (paid once per part), the device's own
+    rate (what :func:`host_costs.faces_node` takes); ``driven``: one task
+    driving the device as gpumr does (``driving``: the driver calls and host
+    synchronisations per part, counted under the emulating launcher), its
+    host work before each part's upload (``host_ms`` per frame) overlapped
+    with the previous part's kernels, each synchronisation a round trip.
     """
-    launches = sum(w["launches"] for w in work.values()) / frames
+    launches = sum(w["launches"] for w in work.values())  # per part: the traced frames ran as one part
     l1_rate = dev["sms"] * SECTORS_PER_CLOCK_L1 * dev["clock_ghz"] * 1e9
     l2_rate = dev["l2_gbs"] * 1e9 / 32
     clock = dev["clock_ghz"] * 1e9
-    pyramid_instr = PYRAMID_INSTR_PER_PIXEL * pixels_per_frame / 32 if gpu_pyramid and "pyramid" not in work else 0.0
     out = dict(alone1=[], alone=[], driven=[])
-    for e, chain, copy in zip(ISSUE_EFFICIENCY, reversed(STUMP_CHAIN_CYCLES), COPY_GBS):
-        through = (sum(max(w["warp_instr"] / (issue_rate(dev) * e), w["sectors"] / l1_rate, w["misses"] / l2_rate)
-                       for w in work.values()) + pyramid_instr / (issue_rate(dev) * e)) / frames
-        tail = sum(w.get("deepest", 0) for w in work.values()) / frames * chain / clock
+    for e, chain in zip(ISSUE_EFFICIENCY, reversed(STUMP_CHAIN_CYCLES)):
+        through = sum(max(w["warp_instr"] / (issue_rate(dev) * e), w["sectors"] / l1_rate, w["misses"] / l2_rate)
+                      for w in work.values()) / frames
+        # each launch ends with its deepest lane's chain of stumps: paid once per part, as its launches are
+        tail = sum(w.get("deepest", 0) for w in work.values()) * chain / clock
         over = LAUNCH_S * launches
         out["alone1"].append(1 / (through + tail + over))
-        k = through + (tail + over) / batch
+        k = through + (tail + over) / part
         out["alone"].append(1 / k)
-        parallel, serial = host_ms
-        host = (parallel / PYRAMID_THREADS + serial) / 1e3
-        upload = (FRAME_BYTES if gpu_pyramid else pixels_per_frame) / (copy * 1e9)
-        fixed = (ALLOCATIONS * ALLOC_S + (2 + STAGE_GROUP_TRIPS) * ROUND_TRIP_S) / batch
-        t = max(k + fixed, host, upload) if overlapped else k + host + upload + fixed
-        out["driven"].append(1 / t)
+        upload = FRAME_BYTES / (COPY_GBS[1] * 1e9)
+        trips = driving.get("syncs", 0) * ROUND_TRIP_S / part
+        out["driven"].append(1 / (max(k + upload, host_ms / 1e3) + trips))
     return {key: sorted(v) for key, v in out.items()}
 
 
@@ -611,7 +554,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small traced runs (CI): a 64^3 slab, one frame")
     ap.add_argument("--sources", help="model the .cu files of this folder (e.g. an earlier version)")
-    ap.add_argument("--frames", type=int, default=None, help="frames traced (default 1 quick, 3 full)")
+    ap.add_argument("--frames", type=int, default=None, help="frames traced as one part (default 1 quick, 3 full)")
+    ap.add_argument("--out", default=None, help="write the end-to-end phases as end_to_end.json here "
+                                                "(bench/breakdown.py draws them)")
     ap.add_argument("--flags", action="append", default=[], metavar="KERNEL=FLAGS",
                     help="nvcc flags of a kernel (comma-separated; e.g. backproject=-fmad=false for a version "
                          "built that way), replacing gpumr's for this run")
@@ -686,46 +631,37 @@ def run(args, work):
     t0 = time.perf_counter()
     bt = trace_backprojection(n, n_angles, work, h100["l1_kb"] * 1024 // 32 // max(b_sm, 1), zb)
     bt_s = time.perf_counter() - t0
+    from gpumr.faces.gpu import PART
     from gpumr.faces.sample import make_frames
     import cv2
-    n_frames = args.frames or (1 if args.quick else 3)
+    n_frames = min(args.frames or (1 if args.quick else 3), PART)
     paths = make_frames(os.path.join(work, "frames"), count=n_frames)
     frames = [cv2.imread(p, cv2.IMREAD_GRAYSCALE) for p in paths]
     f_sm, _, _ = occupancy(res["90", "haar"]["run_stages"]["regs"], 256, 0, h100)
     l1_share = h100["l1_kb"] * 1024 // 32 // max(f_sm, 1)
-    per_kernel, det, emu_s = trace_faces(frames, work, l1_share, "atomic")
+    per_kernel, det, emu_s, driving, found = trace_faces(frames, work, l1_share, f_sm * h100["sms"])
     fw = {arch: face_work(per_kernel, hc[arch]) for arch in ("80", "90")}
-    fw_win = None
-    if not args.quick:
-        per_win, _, _ = trace_faces(frames, work, l1_share, "window")
-        fw_win = {arch: face_work(per_win, hc[arch]) for arch in ("80", "90")}
-    pyr_ms = host_pyramid_ms(det, frames)
-    pack_ms = host_pack_ms(det, frames)
     part_ms = host_part_ms(det, frames)
     pixels = sum(lv[1][0] * lv[1][1] for lv in det._levels(frames[0].shape))
     slab_ms = host_slab_ms(16 * 512 * 512 * 4)
     rows = [["backprojection gathers (projections)", f"{bt['sectors_per_request']:.2f}", f"{bt['l1_hit']:.0%}",
              f"{bt['lanes_per_request']:.1f}", ""]]
-    for label, fws in (("", fw), (" (window order)", fw_win)):
-        for name in ("integral_rows", "first_stage", "run_stages"):
-            w = (fws or {}).get("90", {}).get(name)
-            if w and (not label or name == "run_stages"):
-                rows.append([f"faces {name}{label}", f"{w['sectors_per_request']:.1f}", f"{w['l1_hit']:.0%}",
-                             f"{w['simt']:.2f}" if w.get("simt") is not None else "",
-                             w["deepest"] // n_frames if "deepest" in w else ""])
+    for name in ("integral_rows", "first_stage", "run_stages"):
+        w = fw.get("90", {}).get(name)
+        if w:
+            rows.append([f"faces {name}", f"{w['sectors_per_request']:.1f}", f"{w['l1_hit']:.0%}",
+                         f"{w['simt']:.2f}" if w.get("simt") is not None else "",
+                         w["deepest"] if "deepest" in w else ""])
     table(f"Warp traffic from the instrumented emulator (traced: {n}^3 from {n_angles} angles, {bt_s:.0f} s; "
-          f"{n_frames} frame(s) {frames[0].shape[1]}x{frames[0].shape[0]}, {emu_s:.0f} s; survivors in the order "
-          f"the kernels leave them, a GPU's atomics' order modelled for kernels that append) -- L1 modelled, a "
-          f"{LABEL} for a GPU",
-          ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lane (stumps per frame)"], rows)
-    table("Host time (measured on this machine, not a GPU node)", ["what", "ms"], [
-        ["pyramid resize per 640x480 frame, one core (gpumr resizes on the CPU today)", f"{pyr_ms:.2f}"],
-        ["packing levels and index lists per frame, one core (with the pyramid on the host: before)",
-         f"{pack_ms:.2f}"],
-        ["packing frames, tables and index lists per frame, one core (the pyramid on the GPU: now)", f"{part_ms:.2f}"],
-        ["a 16-slice 512^2 slab received into a new host array", f"{slab_ms:.2f}"]])
+          f"{n_frames} frame(s) {frames[0].shape[1]}x{frames[0].shape[0]} as one part, {emu_s:.0f} s; survivors in "
+          f"the order the kernels append them) -- L1 modelled, a {LABEL} for a GPU",
+          ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lanes of the part's launches (stumps)"],
+          rows)
+    table(f"Driver calls per part of frames, counted under the emulating launcher (the model's input; a lane's "
+          f"buffers, made once, left out)", ["call", "per part"],
+          [[k, v] for k, v in sorted(driving.items()) if k != "syncs"] + [["host synchronisations", driving["syncs"]]])
 
-    bp_rows, face_rows = [], []
+    bp_rows, face_rows, kernels_h100 = [], [], {}
     for dname, dev in DEVICES.items():
         arch = dev["arch"]
         r = res[arch, "backproject"]["backproject_slab"]
@@ -735,31 +671,23 @@ def run(args, work):
         bp_rows.append([dname, f"{old['occ']:.0%}", old["bound"], fmt(*old["kernel"], " GUPS"),
                         f"{fmt(*old['driven'], ' GUPS')} ({old['fill']:.0%} of waves)",
                         f"{fmt(*now['driven'], ' GUPS')} ({now['fill']:.0%} of waves, {now['split']} parts)"])
-        host_pyr = {k: v for k, v in fw[arch].items() if k != "pyramid"}  # before: the pyramid on the host
-        pf = predict_faces(dev, host_pyr, len(frames), (pyr_ms, pack_ms), pixels)
-        from gpumr.faces.gpu import PART
-        pbefore = predict_faces(dev, host_pyr, len(frames), (pyr_ms, pack_ms), pixels, batch=PART, overlapped=True)
-        pnow = predict_faces(dev, fw[arch], len(frames), (0.0, part_ms), pixels, batch=PART, gpu_pyramid=True,
-                             overlapped=True)
-        row = [dname, fmt(*pf["alone1"], " fps"), fmt(*pf["alone"], " fps"), fmt(*pf["driven"], " fps"),
-               fmt(*pbefore["driven"], " fps"), fmt(*pnow["driven"], " fps")]
-        if fw_win:
-            planned = predict_faces(dev, fw_win[arch], len(frames), (0.0, part_ms), pixels, gpu_pyramid=True,
-                                    batch=PART, overlapped=True)
-            row.append(fmt(*planned["driven"], " fps"))
-        else:
-            row.append("(not in --quick)")
-        face_rows.append(row)
+        pnow = predict_faces(dev, fw[arch], len(frames), part_ms, pixels, driving, part=PART)
+        face_rows.append([dname, fmt(*pnow["alone1"], " fps"), fmt(*pnow["alone"], " fps"),
+                          fmt(*pnow["driven"], " fps")])
+        if dname == "H100 SXM":
+            kernels_h100 = dict(faces=pnow["alone"], ct={
+                (cn, ca): predict_backprojection(dev, r, bp[arch], bt, n=cn, n_angles=ca, zb=zb, pipelined=True,
+                                                 split="driver", host_s=slab_ms / 1e3 * (cn / 512) ** 2)["driven"]
+                for cn, ca in CT_CASES})
     table(f"{LABEL}S for CT backprojection (no GPU ran): 512^3 from 512 projections, gpumr's 16-slice slabs",
           ["device", "occupancy", "bound", f"kernel alone ({LABEL})",
            f"driven one slab at a time, copy synchronous ({LABEL})",
            f"driven as gpumr does now: copies overlapped, angles cut to fill waves ({LABEL})"], bp_rows)
     table(f"{LABEL}S for face detection (no GPU ran): 640x480 frames, default cascade, scale 1.1",
-          ["device", f"kernels, one frame at a time ({LABEL})", f"kernels, batches of 16 ({LABEL})",
-           f"driven in batches of 16, nothing overlapped ({LABEL})",
-           f"before: parts of 8, next pyramid built on the host meanwhile ({LABEL})",
-           f"now: pyramid on the GPU, parts of 8, next part packed meanwhile ({LABEL})",
-           f"planned: survivors in window order too ({LABEL})"], face_rows)
+          ["device", f"kernels, one frame at a time ({LABEL})", f"kernels, parts of {PART} ({LABEL})",
+           f"one task driving it: {driving['syncs']} wait per part, next part filled meanwhile ({LABEL})"],
+          face_rows)
+    end_to_end(args, work, det, found, driving, kernels_h100)
     stages = fw["90"].get("run_stages", {})
     print(f"\nAssumptions of every {LABEL.lower()} above:")
     for line in [
@@ -769,21 +697,17 @@ def run(args, work):
         "clocks: " + ", ".join(f"{k} {v['clock_ghz']} GHz, {v['sms']} SMs, L2 {v['l2_gbs']} GB/s"
                                for k, v in DEVICES.items()),
         f"copies {COPY_GBS[0]:.0f} GB/s (pageable: low end of each range) to {COPY_GBS[1]:.0f} GB/s (pinned: high "
-        f"end); {ROUND_TRIP_S * 1e6:.0f} us per read-back the host waits for; {LAUNCH_S * 1e6:.0f} us per launch; "
-        f"{ALLOCATIONS} allocations of {ALLOC_S * 1e6:.0f} us per face batch",
+        f"end); {ROUND_TRIP_S * 1e6:.0f} us per synchronisation the host waits for; {LAUNCH_S * 1e6:.0f} us per "
+        "launch on the device",
         "backprojection: a launch's last wave idles what its blocks leave empty (wave fill); driven one slab at "
         "a time (gpumr before its pipelining) each copy back and the host's receiving of the slab (measured "
         f"here: {slab_ms:.2f} ms per 16-slice slab) wait; pipelined, a slab costs the largest of its kernel, its "
         "copy and that receiving",
         f"faces: the deepest lane's chain of stumps ({STUMP_CHAIN_CYCLES[0]}-{STUMP_CHAIN_CYCLES[1]} cycles each) "
-        "bounds each launch's end; paid per frame one frame at a time, once per batch of 16 as gpumr drives",
-        f"faces as driven: pyramid resized on {PYRAMID_THREADS} host threads and packed on one, at this "
-        "machine's CPU time, upload, kernels and read-backs: in batches of 16 one after another (gpumr before "
-        "its double-buffering), or in parts of 8 whose next pyramid the host builds while the device works (before: "
-        "a part costs the larger of host and device); now the pyramid kernel (traced) resizes on the device, "
-        f"the host only packs the frames and tables ({part_ms:.2f} ms per frame, measured here) and one frame "
-        "goes up per frame; the kernels' figures are for the traced kernels, whichever order they compact "
-        "survivors in",
+        f"bounds each launch's end; paid per frame one frame at a time, once per part of {PART} as gpumr drives",
+        f"faces as driven by one task: per part one upload of its frames and tables (filled in {part_ms:.2f} ms per "
+        f"frame, measured here, while the device runs the part before), {driving.get('launch', 0)} launches, "
+        f"one copy back and {driving['syncs']} synchronisation; survivor counts stay on the device",
         f"faces work from the traced frames (gpumr's sample frames): run_stages SIMT efficiency "
         f"{stages.get('simt', 0):.2f}, {stages.get('rects_per_stump', 0):.2f} rectangles per stump",
         "the independent analysis (issue 28) gave: backprojection 40 registers, 75% occupancy, 36.75 SASS per "
@@ -792,6 +716,77 @@ def run(args, work):
     ]:
         print(f"  - {line}")
     return 0
+
+
+#: The CT jobs predicted end to end: (n, projections of n x n) for an n^3 volume.
+CT_CASES = ((512, 512), (1024, 360))
+#: The goals, as predictions until a GPU measures them: faces fps (at least), CT seconds (at most).
+GOALS = {"faces": 4000.0, (512, 512): 3.0, (1024, 360): 5.0}
+
+
+def end_to_end(args, work, det, found, driving, kernels):
+    """The end-to-end tables: host costs measured here on one core; each job on one node of
+    :data:`host_costs.NODE_CORES` cores and one H100 (the kernels' predictions), phases, bound, goal."""
+    import host_costs as hc
+    t0 = time.perf_counter()
+    face_per, face_fixed = hc.faces_costs(work, det, found, frames=16 if args.quick else 64)
+    sizes = (256,) if args.quick else tuple(n for n, _ in CT_CASES)
+    ct_per, ct_fixed = hc.ct_costs(work, sizes=sizes, angles=4 if args.quick else 8)
+    took = time.perf_counter() - t0
+
+    def per_size(n):  # a size not measured (--quick): the nearest one measured, per pixel or byte as it scales
+        d = min(ct_per, key=lambda m: abs(m - n))
+        scale = (n / d) ** 2
+        return {k: v * (scale if k in ("check", "load", "filter") else 1.0) for k, v in ct_per[d].items()}
+    rows = [[f"faces: {k}", f"{v * 1e3:.3f} ms per frame"] for k, v in face_per.items()]
+    rows += [[f"faces job: {k}", f"{v:.3f} s"] for k, v in face_fixed.items()]
+    for d, per in sorted(ct_per.items()):
+        rows += [[f"CT {d}x{d}: {k}", f"{v * 1e3:.2f} ms per projection" if k in ("check", "load", "filter") else
+                  f"{1 / v / 1e9:.2f} GB/s"] for k, v in per.items()]
+    rows += [[f"CT job: {k}", f"{v:.3f} s"] for k, v in ct_fixed.items()]
+    table(f"Host costs on the job's path, measured here on one core of this machine ({took:.0f} s; page-cached, "
+          f"tmpfs){' -- --quick: CT at 256x256 only, scaled per pixel' if args.quick else ''}",
+          ["what", "measured"], rows)
+
+    fps, face_phases = [], None
+    for rate in kernels["faces"]:
+        f, face_phases = hc.faces_node(face_per, face_fixed, 1 / rate, driving)
+        fps.append(f)
+    results = [["faces 640x480, %d frames" % hc.JOB_FRAMES, f">= {GOALS['faces']:,.0f} fps",
+                fmt(min(fps), max(fps), " fps"), hc.bound({k: v for k, v in face_phases.items()
+                                                            if k not in ("start-up", "publish")}),
+                "met" if min(fps) >= GOALS["faces"] else ("missed" if max(fps) < GOALS["faces"] else "in range")]]
+    phases_rows = {k: [f"{v:.2f}"] for k, v in face_phases.items()}
+    columns = [f"faces, {hc.JOB_FRAMES} frames (s)"]
+    for (n, na) in CT_CASES:
+        per = per_size(n)
+        secs = []
+        for gups in kernels["ct"][n, na]:
+            t, phases = hc.ct_node(per, ct_fixed, n, na, gups / 1e9)
+            secs.append(t)
+        assembled = phases["assemble (start-up, join into one .npy)"]
+        slabs = [t - assembled for t in secs]
+        goal = GOALS[n, na]
+        to_slabs = {k: v for k, v in phases.items() if not k.startswith("assemble")}
+        results.append([f"CT {n}^3 from {na} projections of {n}^2", f"<= {goal:g} s",
+                        f"{min(slabs):.1f}-{max(slabs):.1f} s to the slabs; {min(secs):.1f}-{max(secs):.1f} s "
+                        "with one .npy", f"{hc.bound(to_slabs)}; then assembly {assembled:.1f} s",
+                        "met" if max(slabs) <= goal else ("missed" if min(slabs) > goal else "in range")])
+        for k, v in phases.items():
+            phases_rows.setdefault(k, [""] * len(columns)).append(f"{v:.2f}")
+        columns.append(f"CT {n}^3 / {na} (s)")
+        for row in phases_rows.values():
+            row += [""] * (len(columns) - len(row))
+    table(f"{LABEL}S end to end (no GPU ran): one node of {hc.NODE_CORES} cores (this machine's per-core host "
+          f"costs) and one H100 SXM (the kernels' {LABEL.lower()}s above, low-high)",
+          ["job", f"goal ({LABEL})", f"end to end ({LABEL})", "bound", "goal"], results)
+    table(f"Where the time goes, {LABEL}S (no GPU ran): faces, the seconds each part of the path would take alone "
+          "(the busiest sets the pace; start-up and publish added); CT, phases one after another (the kernels' "
+          "high figure)", ["phase"] + columns, [[k] + v for k, v in phases_rows.items()])
+    hc.write_json(os.path.join(args.out, "end_to_end.json") if args.out else os.devnull,
+                  {"faces": face_phases, "ct": {f"{n}^3/{na}": hc.ct_node(per_size(n), ct_fixed, n, na,
+                                                                         max(kernels["ct"][n, na]) / 1e9)[1]
+                                                for n, na in CT_CASES}})
 
 
 if __name__ == "__main__":

@@ -8,14 +8,18 @@
 //   feature_offsets               the cascade's rectangles' corner offsets at each level's row length
 //   first_stage                   every window on the level's step grid: variance check
 //                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
-//   row_count, row_write          OpenCV visits the positions of a row in order and skips
+//   first_survivors               OpenCV visits the positions of a row in order and skips
 //                                 the one after a stage-0 failure; one thread per row
-//                                 replays that, counting, then (at the prefix sum of the
-//                                 counts) writing its survivors: the list is in window order
-//   scan_blocks, add_block_offsets  exclusive prefix sums (shared memory, barriers)
-//   run_stages, compact           stages [first, last) for each survivor, early exit, a
-//                                 pass flag each; the passing ones compacted in order
+//                                 replays that and appends its survivors to a list
+//   run_stages                    stages [first, last) for each survivor of a list, early
+//                                 exit; the passing ones appended to the next list
 //   first_stage_global, run_stages_global  the same for a cascade too large for constant memory
+//
+// The lists' lengths stay on the device: a kernel that appends counts on a device counter, the
+// next reads it from there, so the host launches a part's kernels one after another without
+// waiting for any of them, and reads back once (the last list and its length). A block appends
+// its threads' items together (block_append: a prefix sum in shared memory, one atomicAdd): in
+// thread order within the block, blocks in the order they arrive; the host sorts the last list.
 //
 // nvcc: -fmad=false (rounding follows OpenCV's CPU code: no fused multiply-add)
 
@@ -365,96 +369,85 @@ __device__ __forceinline__ int row_survivors(const Level* levels, const int2* gr
     return n;
 }
 
-extern "C" __global__ void row_count(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
-                                     const signed char* __restrict__ codes, int* __restrict__ counts)
+// The threads of a block (a whole number of warps, at most APPEND_THREADS) append n items each to
+// a list whose length is *count (on the device): returns where this thread's first item goes.
+// Every thread of the block calls it: a prefix sum of the counts within each warp (shuffles),
+// the warps' totals summed by one thread, which also takes the block's place with one atomicAdd.
+#define APPEND_THREADS 256
+__device__ __forceinline__ int block_append(int n, int* count)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n_rows) counts[i] = row_survivors(levels, grid_rows, i, codes, 0);
-}
-
-// Each row's survivors at its offset (the prefix sum of row_count's counts): window order.
-extern "C" __global__ void row_write(const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
-                                     const signed char* __restrict__ codes, const int* __restrict__ offsets,
-                                     int* __restrict__ out)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n_rows) row_survivors(levels, grid_rows, i, codes, out + offsets[i]);
-}
-
-// Exclusive prefix sums in place, SCAN_THREADS x SCAN_CHUNK elements per block: each
-// thread sums its chunk, the block scans the chunk sums in shared memory, each thread
-// writes its chunk's prefixes; the block's total goes to sums[blockIdx.x] (the driver
-// scans those and adds them back with add_block_offsets when there are several blocks).
-#define SCAN_THREADS 256
-#define SCAN_CHUNK 16
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_blocks(int* __restrict__ data, int n,
-                                                                      int* __restrict__ sums)
-{
-    __shared__ int part[SCAN_THREADS];
-    const int t = threadIdx.x;
-    const int first = (blockIdx.x * SCAN_THREADS + t) * SCAN_CHUNK;
-    int total = 0;
-    for (int k = 0; k < SCAN_CHUNK; ++k)
-        if (first + k < n) total += data[first + k];
-    part[t] = total;
-    __syncthreads();
-    for (int d = 1; d < SCAN_THREADS; d *= 2) {
-        const int v = t >= d ? part[t - d] : 0;
-        __syncthreads();
-        part[t] += v;
-        __syncthreads();
+    __shared__ int warp_first[APPEND_THREADS / 32];
+    __shared__ int base;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int upto = n;  // this lane's inclusive prefix sum within its warp
+    for (int d = 1; d < 32; d *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, upto, d);
+        if (lane >= d) upto += v;
     }
-    int run = part[t] - total;
-    for (int k = 0; k < SCAN_CHUNK; ++k)
-        if (first + k < n) {
-            const int v = data[first + k];
-            data[first + k] = run;
-            run += v;
+    if (lane == 31) warp_first[warp] = upto;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
+            const int v = warp_first[w];
+            warp_first[w] = total;
+            total += v;
         }
-    if (t == SCAN_THREADS - 1) sums[blockIdx.x] = part[t];
+        base = atomicAdd(count, total);
+    }
+    __syncthreads();
+    return base + warp_first[warp] + upto - n;
 }
 
-extern "C" __global__ void add_block_offsets(int* __restrict__ data, int n, const int* __restrict__ offsets)
+// Each grid row's survivors of the first stage, appended to out (its length *count, zero before).
+extern "C" __global__ void __launch_bounds__(APPEND_THREADS) first_survivors(
+    const Level* __restrict__ levels, const int2* __restrict__ grid_rows, int n_rows,
+    const signed char* __restrict__ codes, int* __restrict__ out, int* __restrict__ count)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) data[i] += offsets[i / (SCAN_THREADS * SCAN_CHUNK)];
+    if ((int)(blockIdx.x * blockDim.x) >= n_rows) return;  // (the whole block)
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int n = i < n_rows ? row_survivors(levels, grid_rows, i, codes, 0) : 0;
+    const int at = block_append(n, count);
+    if (n) row_survivors(levels, grid_rows, i, codes, out + at);
 }
 
+// Stages [first, last) for each of the *n_in windows of in; those that pass them all appended to
+// out (its length *n_out, zero before). The grid is what the device holds at once, whatever *n_in
+// is (the host does not know it): each block takes APPEND_THREADS windows at a time, a grid's
+// width apart.
 template <bool K> __device__ __forceinline__ void run_stages_of(const Cascade& C, const Level* levels, int n_levels,
                                                                 const unsigned* sum, const unsigned* sq,
-                                                                const int* in, int n_in, int first, int last,
-                                                                int* passed)
+                                                                const int* in, const int* n_in, int first, int last,
+                                                                int* out, int* n_out)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_in) return;
-    const int w = LOAD(&in[i]);
-    const Window v = window_at(C, levels, n_levels, w, sum, sq);
-    passed[i] = stages_at<K>(C, v, first, last) < 0;
+    const int n = LOAD(n_in);
+    for (int base = blockIdx.x * blockDim.x; base < n; base += gridDim.x * blockDim.x) {
+        const int i = base + threadIdx.x;
+        int w = 0, pass = 0;
+        if (i < n) {
+            w = LOAD(&in[i]);
+            const Window v = window_at(C, levels, n_levels, w, sum, sq);
+            pass = stages_at<K>(C, v, first, last) < 0;
+        }
+        const int at = block_append(pass, n_out);
+        if (pass) out[at] = w;
+    }
 }
 
-// Stages [first, last) for each survivor: 1 where it passes them all, else 0; the cascade in constant memory.
-extern "C" __global__ void run_stages(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
-                                      const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
-                                      const int* __restrict__ in, int n_in, int first, int last,
-                                      int* __restrict__ passed)
+// Stages [first, last) for each listed window, the passing ones listed; the cascade in constant memory.
+extern "C" __global__ void __launch_bounds__(APPEND_THREADS) run_stages(
+    CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels, const unsigned* __restrict__ sum,
+    const unsigned* __restrict__ sq, const int* __restrict__ in, const int* __restrict__ n_in, int first, int last,
+    int* __restrict__ out, int* __restrict__ n_out)
 {
-    run_stages_of<true>(CASCADE, levels, n_levels, sum, sq, in, n_in, first, last, passed);
+    run_stages_of<true>(CASCADE, levels, n_levels, sum, sq, in, n_in, first, last, out, n_out);
 }
 
 // run_stages for a cascade read from global memory.
-extern "C" __global__ void run_stages_global(CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels,
-                                             const unsigned* __restrict__ sum, const unsigned* __restrict__ sq,
-                                             const int* __restrict__ in, int n_in, int first, int last,
-                                             int* __restrict__ passed)
+extern "C" __global__ void __launch_bounds__(APPEND_THREADS) run_stages_global(
+    CASCADE_PARAMS, const Level* __restrict__ levels, int n_levels, const unsigned* __restrict__ sum,
+    const unsigned* __restrict__ sq, const int* __restrict__ in, const int* __restrict__ n_in, int first, int last,
+    int* __restrict__ out, int* __restrict__ n_out)
 {
-    run_stages_of<false>(CASCADE, levels, n_levels, sum, sq, in, n_in, first, last, passed);
-}
-
-// The inputs that passed, in their order: offsets are the exclusive prefix sums of the
-// pass flags (n + 1 of them, the last the total), so input i passed where its offset grows.
-extern "C" __global__ void compact(const int* __restrict__ in, const int* __restrict__ offsets, int n,
-                                   int* __restrict__ out)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n && offsets[i + 1] > offsets[i]) out[offsets[i]] = in[i];
+    run_stages_of<false>(CASCADE, levels, n_levels, sum, sq, in, n_in, first, last, out, n_out);
 }

@@ -4,6 +4,7 @@ Records, sync entries and blocks are written where Hadoop's writers put them (``
 ``block_size``); the layout is in the documentation's reference, "The SequenceFile format".
 """
 
+import errno
 import os
 import struct
 
@@ -21,6 +22,20 @@ BLOCK_SIZE = 1_000_000
 
 #: Values at least this large are written to the file directly, past the writer's buffer.
 _DIRECT = 1 << 16
+#: ``os.sendfile`` errors that mean "not between these files": the value is then read and written instead.
+_NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE, errno.EXDEV}
+
+
+def _write_all(fd, buffers):
+    """Write ``buffers`` (bytes-like) to ``fd`` in order, in as few system calls as the kernel takes them."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        n = os.writev(fd, views) if len(views) > 1 else os.write(fd, views[0])
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if views and n:
+            views[0] = views[0][n:]
 
 
 class Writer:
@@ -81,6 +96,8 @@ class Writer:
             head = self.header.to_bytes()
             self.header.size = len(head)
             self._f.write(head)
+            self._dirty = True  # bytes in the buffer (a direct write flushes them first)
+            self._fd = False  # the file's descriptor, once asked for (None: it has none)
         except BaseException as exc:
             if self._out is not None:
                 self._out.abort()
@@ -125,19 +142,86 @@ class Writer:
     def _append_bytes_value(self, key, value):
         """The common case without copying the value: Text key, BytesWritable value."""
         n = len(value)
-        self._maybe_sync()
-        self._f.write(_TWO_INT32.pack(len(key) + 4 + n, len(key)) + key + _INT32.pack(n))
-        raw = getattr(self._f, "raw", None)
-        if n >= _DIRECT and raw is not None:
-            # a large value goes straight to the file, not copied through the writer's buffer first
-            self._f.flush()
-            view = memoryview(value).cast("B")
-            while view:
-                view = view[raw.write(view):]
+        head = self._sync_due() + _TWO_INT32.pack(len(key) + 4 + n, len(key)) + key + _INT32.pack(n)
+        fd = self._direct_fd() if n >= _DIRECT else None
+        if fd is not None:
+            # a large value goes straight to the file with its record's head (and a sync entry due before it),
+            # in one system call, not copied through the writer's buffer first
+            _write_all(fd, [head, memoryview(value).cast("B")])
         else:
-            self._f.write(value)
+            self._buffered(head)
+            self._buffered(value)
         self._pos += 12 + len(key) + n
         self.records += 1
+
+    def _buffered(self, data):
+        self._f.write(data)
+        self._dirty = True
+
+    def _direct_fd(self):
+        """The file's descriptor, the writer's buffer flushed if it holds anything, where it has one (else None)."""
+        if self._fd is False:
+            raw = getattr(self._f, "raw", None)
+            try:
+                self._fd = raw.fileno() if raw is not None else None
+            except (AttributeError, OSError, ValueError):
+                self._fd = None
+        if self._fd is not None and self._dirty:
+            self._f.flush()
+            self._dirty = False
+        return self._fd
+
+    def append_file(self, key, fd, size):
+        """Append one record whose value is the whole of the open regular file ``fd``, ``size`` bytes, copied by
+        the kernel (``os.sendfile``: the bytes never pass through Python); Text keys and BytesWritable values
+        without compression, values of at least 64 KiB, only.
+
+        Where the file does not hold exactly ``size`` bytes (it grew or
+        shrank since its size was taken), or the kernel cannot copy between
+        these files, nothing is appended and False is returned: the caller
+        reads the file and appends what it reads (:meth:`append`).
+
+        Returns
+        -------
+        bool
+            Whether the record was appended.
+        """
+        if self._f is None:
+            raise ValueError("writer is closed")
+        hdr = self.header
+        if hdr.value_class != BYTES or hdr.compression != NONE or size < _DIRECT or not hasattr(os, "sendfile"):
+            return False
+        out = self._direct_fd()
+        if out is None:
+            return False
+        key = encode(hdr.key_class, key)
+        pos, last_sync = self._pos, self._last_sync
+        head = self._sync_due() + _TWO_INT32.pack(len(key) + 4 + size, len(key)) + key + _INT32.pack(size)
+        written = at = 0
+        try:
+            written = os.write(out, head)
+            if written < len(head):
+                _write_all(out, [head[written:]])
+                written = len(head)
+            while at < size:
+                sent = os.sendfile(out, fd, at, size - at)
+                if not sent:
+                    break
+                at += sent
+            whole = at == size and not os.pread(fd, 1, size)
+        except OSError as exc:
+            if exc.errno not in _NO_SENDFILE:
+                raise
+            whole = False
+        if not whole:  # the record (and its sync entry) taken back: the caller appends what it reads
+            start = os.lseek(out, 0, os.SEEK_CUR) - written - at
+            os.ftruncate(out, start)
+            os.lseek(out, start, os.SEEK_SET)
+            self._pos, self._last_sync = pos, last_sync
+            return False
+        self._pos += 12 + len(key) + size
+        self.records += 1
+        return True
 
     def append_serialized(self, key, value):
         """Append a record from its already-serialized key and value fields.
@@ -169,26 +253,28 @@ class Writer:
             return
         if self.header.compression == RECORD:
             value = codecs.compress(self.header.codec, value)
-        self._maybe_sync()
-        self._f.write(_TWO_INT32.pack(len(key) + len(value), len(key)) + key)
-        self._f.write(value)
+        self._buffered(self._sync_due() + _TWO_INT32.pack(len(key) + len(value), len(key)) + key)
+        self._buffered(value)
         self._pos += 8 + len(key) + len(value)
         self.records += 1
 
-    def _maybe_sync(self):
+    def _sync_due(self):
+        """The sync entry due before the next record (counted as written), or nothing."""
         if self._pos >= self._last_sync + self.sync_interval:
-            self._write_sync()
+            return self._sync_entry()
+        return b""
 
-    def _write_sync(self):
-        if self._pos != self._last_sync:
-            self._f.write(_ESCAPE + self.header.sync)
-            self._pos += 20
-            self._last_sync = self._pos
+    def _sync_entry(self):
+        if self._pos == self._last_sync:
+            return b""
+        self._pos += 20
+        self._last_sync = self._pos
+        return _ESCAPE + self.header.sync
 
     def _flush_block(self):
         if not self._block_count:
             return
-        self._write_sync()
+        self._buffered(self._sync_entry())
         kl, ks, vl, vs = self._block
         codec = self.header.codec
         parts = [encode_vlong(self._block_count)]
@@ -196,7 +282,7 @@ class Writer:
             packed = codecs.compress(codec, bytes(raw))
             parts += [encode_vlong(len(packed)), packed]
         data = b"".join(parts)
-        self._f.write(data)
+        self._buffered(data)
         self._pos += len(data)
         self._block = [bytearray(), bytearray(), bytearray(), []]
         self._block_raw = 0

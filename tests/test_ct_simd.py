@@ -1,7 +1,9 @@
-"""The CPU backprojector's vectorised kernel: equal to the scalar kernel it replaced, its build cached by content.
+"""The CPU backprojector: its vectorised numba kernel equal to the scalar kernel it replaced, its build cached by
+content; the same loops in C (``gpumr/ct/backproject.c``), built by the system compiler into the kernel cache,
+which task processes use without importing numba.
 
 The scalar kernel gpumr shipped before (commit 07ceced, ``gpumr/ct/backproject.py``) is restated here,
-compiled without a cache, as the statement the new kernel must equal within 1e-6 relative.
+compiled without a cache, as the statement the numba kernel must equal within 1e-6 relative.
 """
 
 import os
@@ -14,8 +16,8 @@ import numpy as np
 import pytest
 from numba import njit, prange
 
-from gpumr.ct import geometry, phantom
-from gpumr.ct.backproject import _axes, _scalars, backproject, pad
+from gpumr.ct import geometry, native, phantom
+from gpumr.ct.backproject import _axes, _scalars, backproject, backproject_reference, pad
 from gpumr.ct.fdk import filter_projections
 
 
@@ -85,16 +87,29 @@ def scalar(filtered, g, z0, z1):
     return out
 
 
-@pytest.mark.parametrize("off", [False, True])
-def test_vectorised_kernel_equals_the_scalar_one_within_1e_6(off):
+def case(off):
+    """A geometry and filtered projections: the phantom, centred; or random projections of an off-centre volume and
+    detector of odd sizes, the volume partly outside the detector."""
     d = geometry.simple(40, 48, n_detector=40).to_dict()
-    if off:  # off-centre volume and detector, odd sizes, a volume partly outside the detector
+    if off:
         d.update(offOrigin=[3.7, -1.2, 0.4], offDetector=[4.5, -2.0], nVoxel=[23, 40, 37])
         d["nDetector"] = [30, 44]
     g = geometry.from_dict(d)
     proj = phantom.projections(g) if not off else \
         np.random.default_rng(1).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
-    f = filter_projections(proj, g)
+    return g, filter_projections(proj, g)
+
+
+@pytest.fixture
+def numba_kernel(monkeypatch):
+    """backproject() with the numba kernel, whether or not the C one can be built here."""
+    monkeypatch.setattr(native, "ENABLED", False)
+    monkeypatch.setattr(native, "_loaded", [])
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_vectorised_kernel_equals_the_scalar_one_within_1e_6(off, numba_kernel):
+    g, f = case(off)
     for z0, z1 in ((0, g.nVoxel[0]), (5, 12)):
         new, old = backproject(f, g, z0, z1), scalar(f, g, z0, z1)
         assert new.shape == old.shape
@@ -111,7 +126,8 @@ def _run(code, env, cwd):
 PROBE = """
     import numpy as np
     import gpumr
-    from gpumr.ct import geometry
+    from gpumr.ct import geometry, native
+    native.ENABLED = False  # the numba kernel
     from gpumr.ct.backproject import _compile, backproject
     g = geometry.simple(8, 4)
     backproject(np.zeros((4, *g.nDetector), np.float32), g)
@@ -154,3 +170,53 @@ def test_an_untrusted_cache_is_never_used(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "lets others write in it" in proc.stderr
     assert list(cache.iterdir()) == []
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler to build the C backprojector")
+
+
+@needs_cc
+@pytest.mark.parametrize("off", [False, True])
+def test_the_c_kernel_is_the_numba_kernel_to_float32_rounding(off, monkeypatch):
+    """The C kernel and the numba kernel, on whole volumes, slabs, a band of rows and a window: within 1e-6
+    (relative L2) of each other on the phantom; on random projections (cancelling sums), each as far from the
+    float64 reference as the other, within 1e-5 of each other."""
+    g, f = case(off)
+    ref = backproject_reference(f.astype(np.float64), g)
+    got = {}
+    for which in ("c", "numba"):
+        monkeypatch.setattr(native, "ENABLED", which == "c")
+        monkeypatch.setattr(native, "_loaded", [])
+        assert (native.kernel() is not None) == (which == "c")
+        got[which] = [backproject(f, g), backproject(f, g, 5, 12),
+                      backproject(f[:, 3:20], g, 2, 6, row0=3), backproject(f, g, 0, 9, window=(4, 21, 7, 30))]
+    for c, n in zip(got["c"], got["numba"]):
+        assert c.shape == n.shape and rel_l2(c, n) <= (1e-5 if off else 1e-6)
+    assert rel_l2(got["c"][0], ref) <= 1.1 * rel_l2(got["numba"][0], ref)
+
+
+@needs_cc
+def test_a_task_process_backprojects_without_numba(tmp_path):
+    """A new process backprojects with the C kernel from the kernel cache (built once, its proof beside it):
+    numba is never imported; without a C compiler, numba's kernel serves."""
+    code = """
+        import sys
+        import numpy as np
+        from gpumr.ct import geometry
+        from gpumr.ct.backproject import backproject
+        g = geometry.simple(8, 4)
+        v = backproject(np.ones((4, *g.nDetector), np.float32), g)
+        print("numba" in sys.modules, bool(np.isfinite(v).all() and v.any()))
+    """
+    env = dict(os.environ, GPUMR_KERNEL_CACHE=str(tmp_path / "cache"))
+    for _ in range(2):
+        assert _run(code, env, str(tmp_path)) == ["False", "True"]
+    built = [p.name for p in (tmp_path / "cache").iterdir()]
+    assert any(n.startswith("backproject-cpu-") and n.endswith(".so") for n in built)
+    assert any(n.startswith(".backproject-cpu-") and n.endswith(".gpumr") for n in built)  # its proof
+    assert _run(code, dict(env, CC=str(tmp_path / "no-such-compiler"), PATH=os.path.dirname(sys.executable)),
+                str(tmp_path)) == ["True", "True"]

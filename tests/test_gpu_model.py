@@ -1,6 +1,7 @@
 """bench/gpu_model.py: the GPU speed model's pieces on crafted input, and its quick run's table."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,15 +62,6 @@ def test_fast_path_skips_the_slow_path_and_runs_the_guarded_block():
     assert gpu_model.backproject_counts(SASS, zb=7)["per_update"] == 1.0
 
 
-def test_gpu_append_order_interleaves_rows_by_column():
-    import numpy as np
-    # one level, 3 columns x 2 grid rows; windows 0..5 (row-major); survivors 0, 1, 3, 4
-    table = np.zeros((1, 10), np.int32)
-    table[0, 7], table[0, 8] = 3, 2
-    got = gpu_model.gpu_append_order(table, None, np.array([0, 1, 3, 4]))
-    assert got.tolist() == [0, 3, 1, 4]  # column 0 of both rows' lanes, then column 1
-
-
 def _missing():
     if kernels.nvcc() is None:
         return "no nvcc (the model reads registers and SASS from it)"
@@ -91,12 +83,25 @@ def test_quick_run_prints_labelled_predictions(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     tables = [block.strip() for block in out.split("\n\n") if block.strip().startswith("PREDICTIONS")]
-    assert len(tables) == 2, out
-    for block in tables:
+    assert len(tables) == 3, out
+    for block in tables[:2]:
         title, header = block.splitlines()[:2]
         assert "PREDICTIONS" in title and "no GPU ran" in title
         assert header.count("PREDICTION") >= 3
         assert "A100 SXM" in block
+    # end to end: the three jobs, each against its goal, with the phase that bounds it
+    title, header, *rows = tables[2].splitlines()
+    assert "no GPU ran" in title and "16 cores" in title and header.count("PREDICTION") == 2
+    assert [r.split()[0] for r in rows] == ["faces", "CT", "CT"] and all(">=" in r or "<=" in r for r in rows)
+    assert all("then assembly" in r for r in rows[1:]) and all(r.split()[-1] in ("met", "missed", "in range")
+                                                                for r in rows)
+    # its inputs: the driver's calls per part as counted (one wait), every host cost measured
+    calls = out[out.index("Driver calls per part"):].split("\n\n")[0]
+    assert re.search(r"host synchronisations\s+1\b", calls) and re.search(r"launch\s+9\b", calls)
+    costs = out[out.index("Host costs on the job's path"):].split("\n\n")[0]
+    for what in ("read", "decode", "fill", "group", "encode", "write", "start-up", "publish", "check", "load",
+                 "filter", "receive", "assemble"):
+        assert f": {what}" in costs, what
     assert "Assumptions of every prediction above" in out
     # the SASS count the model reads is a number per voxel update
     line = next(ln for ln in out.splitlines() if ln.startswith("backprojection: instructions per voxel update"))

@@ -152,34 +152,38 @@ def test_stage_sums_are_accumulated_in_double_as_opencv_does(tmp_path, astro):
 
 
 def faces_workload(**options):
-    """The face workload with its default options (and ``options``), set up as a task sets it up."""
+    """The face workload set up as a task sets it up (every option at its default but ``options``), its GPU
+    path ready on simulated GPUs: ``(workload, o)``."""
     import argparse
 
     from gpumr.faces.workload import Faces
-    from gpumr.launch.options import COMMON
-    o = argparse.Namespace(**{opt.dest: opt.default for opt in (*Faces.options, *COMMON)}, **options)
+    from gpumr.launch.options import task_options
+    o = argparse.Namespace(**{opt.dest: opt.default for opt in task_options(Faces)})
+    o.__dict__.update(options)
     work = Faces()
     work.resolve(o)
     work.setup(o)
+    assert work.gpu_ready(o, simulated=True) is None
     return work, o
 
 
 def test_declared_memory_covers_the_batch_peak(sample_frames, astro):
-    """The face workload declares, per batch, the device memory the batch needs: at least what the driver allocates."""
+    """The face workload declares, per batch, the device memory the batch needs: at least what the driver holds
+    while it runs the batch (its lane's buffers, kept from one batch to the next of the same sizes)."""
     frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
               for n in sorted(os.listdir(sample_frames))]
     work, o = faces_workload()
-    assert work.gpu_ready(o, simulated=True) is None
     fg = work._gpu
     gpu = sim_gpu()
     fg.run(frames[:1], gpu)  # set up and self-checked: the cascade is on the device
     lx = launch.launcher(gpu)
     for batch in ((frames * 2)[:16], [astro, cv2.resize(frames[0], (1280, 720)), frames[1][:100, :37]]):
+        fg.run(batch, gpu)  # the lane's buffers fitted to the batch
         lx.reset_peak()
         fg.run(batch, gpu)
         declared = work.gpu_memory(batch, o)
         assert lx.peak <= declared <= 2 * lx.peak + (64 << 20), (lx.peak, declared)
-    # 16 frames of 640x480, held 8 at a time (face_gpu.PART): ~200 MiB
+    # 16 frames of 640x480, held 8 at a time (face_gpu.PART), in two slots: ~200 MiB
     assert 150 << 20 < work.gpu_memory((frames * 2)[:16], o) < 260 << 20
 
 
@@ -199,19 +203,19 @@ def test_a_batch_too_large_for_the_kernels_int_offsets_goes_in_turns(sample_fram
     frames = [cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE)
               for n in sorted(os.listdir(sample_frames))[:3]]
     sent = []
-    run_turn = FaceGPU._run_turn
-    monkeypatch.setattr(FaceGPU, "_run_turn", lambda self, st, grays, pyramid: sent.append(len(grays)) or
-                        run_turn(self, st, grays, pyramid))
+    queue = FaceGPU._queue
+    monkeypatch.setattr(FaceGPU, "_queue", lambda self, st, lane, slot, plan, grays: sent.append(len(grays)) or
+                        queue(self, st, lane, slot, plan, grays))
     monkeypatch.setattr(face_gpu, "MAX_ELEMENTS", elements(face_gpu.levels(frames[0].shape, (24, 24), 1.1)))
     faces_equal_opencv(frames, CASCADES["default"], 1.1, 3)
     assert sent[-3:] == [1, 1, 1]  # one frame a turn (after the self-check's photo)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frames, tmp_path, monkeypatch):
-    """--device gpu on a 160 MiB GPU: a batch of 16 frames of 640x480 declares ~213 MiB (8 frames held at once)
-    and once waited for ever; now its halves run on the GPU. On a GPU too small for one frame, every record runs
-    on the CPU."""
+    """--device gpu on a 160 MiB GPU: a batch of 16 frames of 640x480 declares ~200 MiB (8 frames held at once,
+    in two slots) and once waited for ever; now its halves run on the GPU. On a GPU too small for one frame, every
+    record runs on the CPU."""
     from collections import Counter
 
     from gpumr.core import FALLBACKS, ON_CPU, ON_GPU, Processor
@@ -220,10 +224,9 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
     names = sorted(os.listdir(sample_frames))
     records = [(f"{i}-{n}", open(os.path.join(sample_frames, n), "rb").read()) for i, n in enumerate(names + names)]
     records = records[:16]
-    work, o = faces_workload()
+    work, o = faces_workload(device="gpu")
     assert work.gpu_memory([work.load(k, v, o) for k, v in records], o) > 160 << 20
     want = {k: work.cpu(k, work.load(k, v, o), o)["faces"] for k, v in records}
-    assert work.gpu_ready(o, simulated=True) is None
     for spec, device in (("1:160MiB", "gpu:0"), ("1:40MiB", "cpu")):
         monkeypatch.setenv("GPUMR_SIMULATE_GPUS", spec)
         counts, log = Counter(), []
@@ -238,11 +241,12 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
 
 
 def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reason(altered_kernel, astro):
-    altered_kernel("haar", "int* __restrict__ passed)\n{", "int* __restrict__ passed, int extra)\n{")
+    altered_kernel("haar", "int* __restrict__ out, int* __restrict__ n_out)\n{\n    run_stages_of<true>",
+                   "int* __restrict__ out, int* __restrict__ n_out, int extra)\n{\n    run_stages_of<true>")
     fg = FaceGPU(CASCADES["default"])
     for _ in range(2):
         with pytest.raises(RuntimeError, match=r"GPU face detection disabled on gpu:0: its self-check raised "
-                                               r"TypeError: run_stages: takes 16 arguments, 15 given"):
+                                               r"TypeError: run_stages: takes 17 arguments, 16 given"):
             fg.run([astro], sim_gpu())
 
 
@@ -361,25 +365,51 @@ def test_host_builds_round_as_nvcc_builds():
     assert "-DGPUMR_FIBERS" in emulate.host_flags("haar")  # its prefix sums meet at barriers
 
 
-def test_prefix_sums_and_compaction_keep_window_order():
-    """The survivors' compaction: an exclusive prefix sum over several blocks (and its block totals'), then
-    ordered writes: the passing windows come out in the order they went in."""
-    from gpumr.faces.gpu import SCAN_CHUNK, SCAN_THREADS
+def test_first_survivors_follow_opencvs_skip_rule_and_append_each_once():
+    """Random first-stage codes over 700 grid rows (3 blocks, the last partial) of two levels: the appended list
+    holds, once each, the windows OpenCV's row walk keeps (a pass; the position after a stage-0 failure skipped),
+    and the count on the device says how many."""
+    from gpumr.faces.gpu import BLOCK, per_level
     gpu = sim_gpu()
-    fg = FaceGPU(CASCADES["default"])
-    st = fg._setup(gpu)
+    st = FaceGPU(CASCADES["default"])._setup(gpu)
     lx, f = st["lx"], st["fns"]
     rng = np.random.default_rng(5)
-    n = 3 * SCAN_THREADS * SCAN_CHUNK + 77  # four blocks, the last one partial
-    windows = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int32)
-    flags = (rng.random(n) < 0.3).astype(np.int32)
-    data = lx.to_device(np.append(flags, 0).astype(np.int32))
-    total = FaceGPU._scan(lx, f, data, n + 1)
-    offsets = lx.to_host(data)
-    assert total == flags.sum() and offsets.tolist() == np.concatenate([[0], np.cumsum(flags)]).tolist()
-    out = lx.zeros(max(total, 1), np.int32)
-    lx.launch(f["compact"], ((n + 255) // 256, 1, 1), (256, 1, 1), lx.to_device(windows), data, np.int32(n), out)
-    assert lx.to_host(out)[:total].tolist() == windows[flags == 1].tolist()
+    # two levels: 9 x 300 and 5 x 400 windows on the step grid (only gx, gy and win_off are read)
+    table = np.zeros((2, 10), np.int32)
+    table[:, 7], table[:, 8], table[:, 9] = (9, 5), (300, 400), (0, 9 * 300)
+    n_win = 9 * 300 + 5 * 400
+    codes = rng.choice(np.array([-1, 0, 1], np.int8), n_win, p=(0.3, 0.3, 0.4))
+    rows = per_level(table[:, 8])
+    want = []
+    for level, gyi in rows:
+        base, gx, x = table[level, 9] + gyi * table[level, 7], table[level, 7], 0
+        while x < gx:
+            if codes[base + x] == 1:
+                want.append(base + x)
+            elif codes[base + x] == 0:
+                x += 1
+            x += 1
+    out, count = lx.zeros(n_win, np.int32), lx.zeros(1, np.int32)
+    lx.launch(f["first_survivors"], (-(-len(rows) // BLOCK), 1, 1), (BLOCK, 1, 1), lx.to_device(table),
+              lx.to_device(rows), np.int32(len(rows)), lx.to_device(codes), out, count)
+    n = int(lx.to_host(count)[0])
+    assert n == len(want) > 1000 and sorted(lx.to_host(out)[:n].tolist()) == want
+
+
+def test_a_grid_smaller_than_the_list_takes_it_a_grid_at_a_time(sample_frames, monkeypatch):
+    """run_stages' grid is what the device holds at once, not the list's length (which only the device
+    knows): with one block, it walks every survivor, 256 at a time, and the faces are OpenCV's."""
+    from gpumr.faces import gpu as face_gpu
+    frames = [cv2.resize(cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE), (200, 150))
+              for n in sorted(os.listdir(sample_frames))[:2]]
+    setup = FaceGPU._setup
+    monkeypatch.setattr(FaceGPU, "_setup", lambda self, gpu: dict(setup(self, gpu), run_blocks=1))
+    blocks = []
+    launch_ = type(launch.launcher(sim_gpu())).launch_on
+    monkeypatch.setattr(type(launch.launcher(sim_gpu())), "launch_on", lambda self, s, fn, grid, *a: (
+        blocks.append(grid[0]) if fn.name == "run_stages" else None) or launch_(self, s, fn, grid, *a))
+    faces_equal_opencv(frames, CASCADES["default"], 1.1, 3)
+    assert blocks and set(blocks) == {1} and face_gpu.BLOCK == 256
 
 
 def test_per_level_lists_name_every_item_of_every_level_once():
@@ -389,16 +419,20 @@ def test_per_level_lists_name_every_item_of_every_level_once():
     assert per_level([]).shape == (0, 2)
 
 
-def test_a_batch_runs_in_parts_whose_pyramids_are_built_ahead(sample_frames, monkeypatch):
-    """A batch of 19 frames: parts of PART frames in order, each part's pyramid built before its turn."""
+def test_a_batch_runs_in_parts_in_order(sample_frames, monkeypatch):
+    """A batch of 19 frames: parts of PART frames in order (each queued before the one before it is waited for:
+    two slots in flight), and the faces of every part are OpenCV's."""
     from gpumr.faces import gpu as face_gpu
     frames = [cv2.resize(cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE), (200, 150))
               for n in sorted(os.listdir(sample_frames))[:3]] * 7
     frames = frames[:19]  # small frames: the emulation stays quick
-    sent = []
-    run_turn = FaceGPU._run_turn
-    monkeypatch.setattr(FaceGPU, "_run_turn", lambda self, st, grays, pyramid: sent.append(len(grays)) or
-                        run_turn(self, st, grays, pyramid))
+    events = []
+    queue, collect = FaceGPU._queue, FaceGPU._collect
+    monkeypatch.setattr(FaceGPU, "_queue", lambda self, st, lane, slot, plan, grays: events.append(
+        ("queue", slot, len(grays))) or queue(self, st, lane, slot, plan, grays))
+    monkeypatch.setattr(FaceGPU, "_collect", lambda self, st, lane, slot, plan, token: events.append(
+        ("collect", slot, len(plan.shapes))) or collect(self, st, lane, slot, plan, token))
     faces_equal_opencv(frames, CASCADES["default"], 1.1, 3)
     p = face_gpu.PART
-    assert sent[-3:] == [p, p, 19 - 2 * p]
+    assert events[-6:] == [("queue", 0, p), ("queue", 1, p), ("collect", 0, p), ("queue", 0, 19 - 2 * p),
+                           ("collect", 1, p), ("collect", 0, 19 - 2 * p)]

@@ -3,8 +3,8 @@
 The ``pyramid`` kernel (``cuda/haar.cu``) runs under the host emulation of
 CUDA (the build simulated GPUs use) from the tables ``FaceGPU`` prepares,
 and every level it writes is compared with ``cv2.resize`` of the frame;
-then the driver is checked to send only the frames (and the taps once per
-run of parts of the same frame sizes).
+then the driver is checked to send, per part, one copy of its tables (made
+once per run of parts of the same frame sizes) and its frames.
 """
 
 import cv2
@@ -107,9 +107,10 @@ def test_taps_are_opencvs_coefficients():
     assert up[0].tolist() == [0, 0] and up[-1].tolist() == [3, 0] and up[1].tolist() == [0, 64]
 
 
-def test_only_the_frames_are_sent_and_the_taps_once_per_size(sample_frames, monkeypatch):
-    """19 frames of one size in 3 parts: the image data sent is the frames' bytes (no pyramid level), the
-    taps go once (for the first part), and the faces are OpenCV's."""
+def test_a_part_is_one_upload_of_its_tables_and_frames(sample_frames, monkeypatch):
+    """19 frames of one size in 3 parts: each part one copy to the device, of its tables (made once for the
+    parts of the same shapes: the taps among them) and its frames' bytes (no pyramid level), nothing else
+    sent; the faces are OpenCV's."""
     import os
     from gpumr.faces.cpu import detect, load_cascade
     frames = [cv2.resize(cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE), (200, 150))
@@ -119,15 +120,25 @@ def test_only_the_frames_are_sent_and_the_taps_once_per_size(sample_frames, monk
     det = FaceGPU(cascade_path())
     det.run([cv2.resize(frames[0], (160, 120))], gpu)  # set up and self-checked, on other sizes
     lx = launch.launcher(gpu)
-    sent = []
-    to_device = type(lx).to_device
-    monkeypatch.setattr(type(lx), "to_device", lambda self, host: sent.append(np.array(host)) or
-                        to_device(self, host))
+    sent, made = [], []
+    for name in ("to_device", "to_device_async"):
+        real = getattr(type(lx), name)
+        monkeypatch.setattr(type(lx), name, lambda self, host, *a, real=real, name=name: sent.append(
+            (name, np.array(host))) or real(self, host, *a))
+    make = FaceGPU._make_plan
+    monkeypatch.setattr(FaceGPU, "_make_plan", lambda self, shapes: made.append(len(shapes)) or make(self, shapes))
     got = det.run(frames, gpu)
-    images = [a for a in sent if a.dtype == np.uint8]
-    assert sum(a.nbytes for a in images) == sum(g.nbytes for g in frames)
-    assert len(images) == -(-len(frames) // face_gpu.PART)
-    taps = det.pyramid(frames[:2]).taps
-    assert sum(1 for a in sent if a.shape == taps.shape and np.array_equal(a, taps)) == 1
+    p = face_gpu.PART
+    assert [name for name, _ in sent] == ["to_device_async"] * 3 and made == [p, 19 - 2 * p]
+    for (_, up), first in zip(sent, range(0, 19, p)):
+        plan = det.plan([g.shape for g in frames[first:first + p]])
+        lay = plan.layout
+        at = lay.slot["frames"][0]
+        assert len(up) == lay.upload and np.array_equal(up[:at], plan.tables)
+        n = sum(g.size for g in frames[first:first + p])
+        assert up[at:at + n].tobytes() == b"".join(g.tobytes() for g in frames[first:first + p])
+        taps = lay.slot["taps"][0]
+        assert np.array_equal(up[taps:taps + plan.taps.nbytes].view(np.int32).reshape(-1, 2), plan.taps)
+        assert not up[lay.slot["head"][0]:].any()  # the counters start at zero
     clf = load_cascade(cascade_path())
     assert [sorted(f) for f in got] == [sorted(detect(clf, g)) for g in frames]

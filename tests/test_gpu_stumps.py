@@ -161,14 +161,16 @@ def test_feature_offsets_are_the_corners_at_each_row_length():
 
 
 def test_declared_memory_counts_the_feature_tables():
-    from gpumr.faces.gpu import FEATURE_BYTES, batch_memory, levels
+    from gpumr.faces.gpu import ALIGN, FEATURE_BYTES, batch_memory, levels
     nf = cascade_features(CASCADES["default"])
     assert nf == 2913
     shapes = [(480, 640)] * 8
     plain = batch_memory(shapes, (24, 24), 1.1)
     with_tables = batch_memory(shapes, (24, 24), 1.1, features=nf)
     widths = {lv[1][0] for lv in levels((480, 640), (24, 24), 1.1)}
-    assert with_tables - plain == FEATURE_BYTES * nf * len(widths)  # a table per distinct level width, not per frame
+    # a table per distinct level width, not per frame (less the one table's room an empty cascade still has, its
+    # alignment included)
+    assert 0 <= FEATURE_BYTES * nf * len(widths) - (with_tables - plain) <= ALIGN
 
 
 @pytest.mark.skipif(kernels.nvcc() is None, reason="needs nvcc (SASS of the kernels)")

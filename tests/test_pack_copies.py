@@ -50,15 +50,45 @@ def test_large_values_written_past_the_buffer_are_the_same_records(tmp_path, mon
     assert path.read_bytes() == want.read_bytes()
 
 
-def test_a_file_that_grows_while_packed_is_read_to_its_end(tmp_path, monkeypatch):
-    f = tmp_path / "grows.bin"
-    f.write_bytes(b"a" * 1000)
+@pytest.mark.parametrize("start, change", [(1000, 3_000_000), (100_000, 3_000_000), (200_000, -100_000)])
+def test_a_file_that_changes_size_while_packed_is_packed_as_read(tmp_path, monkeypatch, start, change):
+    """A file that grows (or shrinks) after its size was taken: small, it is read to its end; large, the kernel's
+    copy finds it changed, takes its record back and the file is read instead. Every record is whole."""
+    src = _files(tmp_path / "src", [70_000, 5])
+    f = src / "changes.bin"
+    f.write_bytes(b"a" * start)
     real = os.fstat
 
-    def grown(fd):
+    def changed(fd):
         st = real(fd)
-        with open(f, "ab") as g:  # grows after its size was taken
-            g.write(b"b" * 3_000_000)
+        if os.path.samestat(st, os.stat(f)):
+            with open(f, "r+b") as g:  # changes after its size was taken
+                if change > 0:
+                    g.seek(0, os.SEEK_END)
+                    g.write(b"b" * change)
+                else:
+                    g.truncate(start + change)
         return st
-    monkeypatch.setattr(packing.os, "fstat", grown)
-    assert packing._read_regular(str(f)) == b"a" * 1000 + b"b" * 3_000_000
+    monkeypatch.setattr(packing.os, "fstat", changed)
+    out = tmp_path / "one.seq"
+    packing.pack([str(src)], str(out), progress=False)
+    monkeypatch.setattr(packing.os, "fstat", real)
+    got = {k: bytes(v) for k, v, _ in seqfile.Reader(str(out))}
+    want = b"a" * start + b"b" * change if change > 0 else b"a" * (start + change)
+    assert got["changes.bin"] == want and got == {p.name: p.read_bytes() for p in src.iterdir()}
+
+
+def test_large_files_are_copied_by_the_kernel_into_the_same_records(tmp_path, monkeypatch):
+    """Files of 64 KiB and more go from their descriptor into the SequenceFile by os.sendfile (never read into
+    Python); the records are those of reading them (the kernel's copy turned off)."""
+    src = _files(tmp_path / "src", [10, 65_536, 300_000, 3, 70_000, 1_500_000])
+    copied = []
+    sendfile = os.sendfile
+    monkeypatch.setattr(seqfile.writer.os, "sendfile", lambda *a: copied.append(a[3]) or sendfile(*a))
+    packing.pack([str(src)], str(tmp_path / "kernel.seq"), progress=False)
+    assert sum(copied) == 65_536 + 300_000 + 70_000 + 1_500_000
+    monkeypatch.setattr(seqfile.Writer, "append_file", lambda self, key, fd, size: False)
+    packing.pack([str(src)], str(tmp_path / "read.seq"), progress=False)
+    records = [[(k, bytes(v)) for k, v, _ in seqfile.Reader(str(tmp_path / n))] for n in ("kernel.seq", "read.seq")]
+    assert records[0] == records[1] and len(records[0]) == 6
+    assert (tmp_path / "kernel.seq").stat().st_size == (tmp_path / "read.seq").stat().st_size

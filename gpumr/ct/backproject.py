@@ -1,9 +1,11 @@
 """Voxel-driven cone-beam backprojection of a slab of slices, on the CPU.
 
 :func:`backproject_reference` is the plain numpy statement, :func:`backproject` the fast one
-(numba, all cores); the GPU kernel (``cuda/backproject.cu``) computes the same sum. The formula is in
+(all cores: C built by the system compiler, :mod:`gpumr.ct.native`; numba where there is none); the GPU kernel (``cuda/backproject.cu``) computes the same sum. The formula is in
 the documentation's reference, "The geometry file", section "The backprojection".
 """
+
+import os
 
 import numpy as np
 
@@ -162,23 +164,39 @@ def _compile():
     return kernel
 
 
+#: Threads :func:`backproject` uses (:func:`set_threads`); None: every core this process may run on.
+_threads = None
+
+
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def set_threads(n):
     """Use ``n`` CPU threads in :func:`backproject`.
 
     Parameters
     ----------
     n : int
-        Threads wanted (``--cpu-threads``); at most numba's pool, the machine's cores.
+        Threads wanted (``--cpu-threads``); at most the cores this process may run on.
 
     Returns
     -------
     int
         The number of threads set.
     """
-    import numba
-    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(n)
-    return n
+    global _threads
+    _threads = max(1, min(int(n), _cores()))
+    if _native() is None:
+        import numba
+        _threads = min(_threads, numba.config.NUMBA_NUM_THREADS)
+        numba.set_num_threads(_threads)
+    return _threads
+
+
+def _native():
+    from .native import kernel
+    return kernel()
 
 
 def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0, window=None):
@@ -227,7 +245,12 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
     if out is None:
         out = np.empty((z1 - z0, len(ys), len(xs)), np.float32)
     f32, i32 = np.float32, np.int32
-    _compile()(padded.reshape(na, height * width), i32(width), i32(height), i32(row0), np.cos(b).astype(f32),
-               np.sin(b).astype(f32), zs[z0:z1], ys, xs, f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]),
-               f32(k["inv_du"]), f32(k["inv_dv"]), i32(k["nv"]), i32(k["nu"]), out)
+    args = (padded.reshape(na, height * width), i32(width), i32(height), i32(row0), np.cos(b).astype(f32),
+            np.sin(b).astype(f32), zs[z0:z1], ys, xs, f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]),
+            f32(k["inv_du"]), f32(k["inv_dv"]), i32(k["nv"]), i32(k["nu"]), out)
+    native = _native()
+    if native is not None:
+        native(*args, _threads or _cores())
+    else:
+        _compile()(*args)
     return out

@@ -2,29 +2,43 @@
 
 Per batch of frames (sent in turns when their integral images would hold
 more elements than the kernels' ``int`` offsets reach), in parts of
-:data:`PART` frames: the host packs the part's grey frames into one buffer
-and sends only those; on the GPU every pyramid level of every frame is
-resized from its frame bit for bit as OpenCV's ``INTER_LINEAR_EXACT`` (what
-``detectMultiScale`` uses: the ``pyramid`` kernel, from per-level column and
-row taps the host computes once per frame size, :func:`resize_taps`, and
-sends once per run of parts of the same sizes), then integral images, the
-first stage over every window, OpenCV's row-order skip rule and the
-remaining stages (in groups, survivors compacted between groups in window
-order: per-row counts or pass flags, a prefix sum, ordered writes); the
-surviving windows come back as boxes, grouped per frame by OpenCV's
-``groupRectangles``. The host packs the next part while the device works on
-this one.
+:data:`PART` frames. The host copies a part's grey frames, behind the
+part's tables (levels, resize taps, the kernels' row and column lists:
+made once per run of frame sizes, :meth:`FaceGPU.plan`), into page-locked
+memory and sends them in one copy; on the GPU every pyramid level of every
+frame is resized from its frame bit for bit as OpenCV's
+``INTER_LINEAR_EXACT`` (what ``detectMultiScale`` uses: the ``pyramid``
+kernel, from per-level column and row taps, :func:`resize_taps`), then
+integral images, the first stage over every window, OpenCV's row-order skip
+rule and the remaining stages in groups, survivors appended to a list
+between groups whose length stays on the device. One copy brings back the
+last list and its length. The host waits once per part (twice when more
+than :data:`RESULT_WINDOWS` windows survive), and queues the next part
+before it waits for this one.
+
+What the device leaves (:class:`Found`: the surviving windows of each
+frame) becomes boxes, grouped by OpenCV's ``groupRectangles``, on the host
+after the GPU's lease is released (:meth:`Found.faces`; the face workload's
+``finish``).
+
+Each caller (a task; several threads of one process each) drives the device
+through a lane of its own (:class:`Lane`): its own stream, device buffer and
+page-locked buffers, made once and reused. Tasks that share one GPU
+(``--gpu-slots N``) then queue their parts on their own streams: their
+copies and kernels interleave on the device (between processes, as the
+driver time-slices their contexts, or concurrently under MPS), while each
+task's host work (decoding, grouping) runs beside the others' device work.
 
 Before a device is trusted, a built-in photo is run through it and compared
-with :func:`gpumr.faces.reference.detect_reference` (:mod:`gpumr.gpu.trust`);
-a mismatch disables the GPU path (every batch then falls back to the CPU,
-and is counted).
+with OpenCV's faces in it, computed when the detector is made, before any
+lease (:mod:`gpumr.gpu.trust`); a mismatch disables the GPU path (every
+batch then falls back to the CPU, and is counted).
 """
 
+import collections
 import functools
 import threading
 from collections import namedtuple
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -33,14 +47,13 @@ from .cascade import Cascade
 from .cpu import DEFAULTS
 from .reference import group, scales
 
-#: The prefix-sum kernel's block and the elements each of its threads sums (``cuda/haar.cu``).
-SCAN_THREADS, SCAN_CHUNK = 256, 16
-#: Frames per part of a batch: the host packs one part's frames while the device runs the previous part.
+#: Frames per part of a batch: the host copies one part's frames while the device runs the previous part.
 PART = 8
-#: Stage groups between compactions (the last group runs to the end).
+#: Stage groups, each appending its survivors to the next list (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
-#: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding.
+#: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding;
+#: a lane keeps a device buffer up to half of it larger than a batch needs.
 MEMORY_MARGIN = 32 * 1024 * 1024
 #: Bytes of one feature at one integral-image row length (``Feature`` in ``cuda/haar.cu``: the
 #: rectangles' corner offsets and weights), per distinct level width of the frames sent at once.
@@ -48,6 +61,15 @@ FEATURE_BYTES = 64
 #: The kernels index a launch's buffers with ``int``: the frames sent at once hold at most this many
 #: integral-image elements (their largest buffer; pixels and windows are fewer), else they go in turns.
 MAX_ELEMENTS = 2 ** 31 - 1
+#: Parts in flight per lane: each has a slot (its upload and last list on the device, its page-locked upload and
+#: read-back on the host); the device's scratch arrays are shared, in the stream's order.
+SLOTS = 2
+#: Counters read back before the last list: the first stage's survivors, then each stage group's (int32).
+HEAD = 8
+#: Surviving windows a part's one read-back brings (with the counters); more take a second copy.
+RESULT_WINDOWS = 8192
+#: Alignment (bytes) of each array in a lane's buffers.
+ALIGN = 256
 
 
 def levels(shape, window, scale_factor, min_size=None, max_size=None):
@@ -72,35 +94,110 @@ def window_grid(level, window):
 def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None, features=0):
     """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
 
-    What :meth:`FaceGPU._detect` allocates, all of it counted as if held at
-    once: per frame its grey pixels (1 byte each, the only image sent); per
-    level the table row and its feature table's index (44 bytes) and its
-    source row (16 bytes), its column and row taps (8 bytes each,
-    :func:`resize_taps`; kept on the device for the next part of the same
-    frame sizes, so counted as if every frame had its own), the pyramid's
-    pixels (1 byte each), the sum and squared-sum integrals (8 bytes per
-    element), the row, column and window-row lists (8 bytes each) and the
-    window rows' offsets (4 bytes); per window its first-stage code (1
-    byte), two survivor lists and the pass flags (4 bytes each); summed over
-    the largest run of :data:`PART` consecutive frames (what the device
-    holds at once), with the feature tables of the run's distinct level
-    widths (:data:`FEATURE_BYTES` per feature of the cascade's ``features``,
-    and 4 bytes per level); plus :data:`MEMORY_MARGIN` (which holds the
-    prefix sums' block totals, one per 4096 elements).
+    What a lane's device buffer holds for the batch (:func:`layout`):
+    :data:`SLOTS` slots of the largest part's upload and last list, and the
+    largest part's scratch arrays, over every run of :data:`PART`
+    consecutive frames (the parts may be cut anywhere); plus
+    :data:`MEMORY_MARGIN` (the cascade, rounding, a buffer kept a little
+    larger than needed).
     """
-    per_frame, widths = [], []
-    for shape in shapes:
-        frame, seen = shape[0] * shape[1], set()
-        for lv in levels(shape, window, scale_factor, min_size, max_size):
+    runs = [shapes[a:a + PART] for a in range(max(1, len(shapes) - PART + 1))]
+    slot = scratch = 0
+    for run in runs:
+        lay = layout(part_counts([(s, levels(s, window, scale_factor, min_size, max_size)) for s in run], window),
+                     features)
+        slot, scratch = max(slot, lay.slot_bytes), max(scratch, lay.scratch_bytes)
+    return MEMORY_MARGIN + SLOTS * slot + scratch
+
+
+def part_counts(frame_levels, window):
+    """What one part's arrays hold, from its frames' ``[(shape, levels), ...]`` (:func:`levels`): a dict.
+
+    ``levels``, ``taps`` (the resize taps of its distinct frame sizes),
+    ``irows`` and ``icols`` (integral-image rows and columns), ``grows``
+    (window rows on the step grid), ``pix`` (pyramid pixels), ``int``
+    (integral-image elements), ``win`` (windows), ``widths`` (distinct level
+    widths: one feature table each), ``frame_bytes``.
+    """
+    n = dict(levels=0, taps=0, irows=0, icols=0, grows=0, pix=0, int=0, win=0, frame_bytes=0)
+    widths, sizes = set(), set()
+    for shape, lvs in frame_levels:
+        n["frame_bytes"] += int(shape[0]) * int(shape[1])
+        first = shape not in sizes
+        sizes.add(shape)
+        for lv in lvs:
             (sw, sh), (_, _, gx, gy) = lv[1], window_grid(lv, window)
-            frame += (44 + 16 + 8 * (sw + sh) + sw * sh + 8 * (sw + 1) * (sh + 1) + 8 * (sw + sh + 2 + gy)
-                      + 4 * (gy + 1) + 13 * gx * gy)
-            seen.add(sw)
-        per_frame.append(frame)
-        widths.append(seen)
-    # The device holds one part of at most PART consecutive frames at a time: the largest such run.
-    return MEMORY_MARGIN + max((sum(per_frame[a:a + PART]) + FEATURE_BYTES * features * len(set().union(
-        *widths[a:a + PART])) for a in range(max(1, len(per_frame) - PART + 1))), default=0)
+            n["levels"] += 1
+            n["taps"] += (sw + sh) if first else 0
+            n["irows"] += sh + 1
+            n["icols"] += sw + 1
+            n["grows"] += gy
+            n["pix"] += sw * sh
+            n["int"] += (sw + 1) * (sh + 1)
+            n["win"] += gx * gy
+            widths.add(sw + 1)
+    n["widths"] = len(widths)
+    return n
+
+
+class Layout:
+    """Where one part's arrays lie in a lane's buffers: ``slot`` and ``scratch`` map a name to
+    ``(byte offset, count, dtype)``.
+
+    A slot (one per part in flight) holds what is uploaded, in this order,
+    ``upload`` bytes in one copy: the level table (``Level``: 10 int32
+    each), the levels' sources (4 int32), the resize taps, the integral
+    rows, columns and window rows (``int2`` each), the distinct level
+    widths, each level's feature table index, the frames' pixels, and
+    :data:`HEAD` counters (zeros); then, right after the counters, the last
+    list of surviving windows, so that one copy reads both back. The
+    scratch (shared by the slots, used in the stream's order) holds the
+    pyramid, the sum and squared-sum integrals, the first stage's codes, two
+    lists of windows between stage groups, and the feature tables
+    (:data:`FEATURE_BYTES` each).
+    """
+
+    def __init__(self, slot, scratch):
+        self.slot, self.scratch = self._place(slot), self._place(scratch)
+        off, n, _ = self.slot["head"]
+        self.upload = off + 4 * n
+        self.slot_bytes = self._end(self.slot)
+        self.scratch_bytes = self._end(self.scratch)
+
+    @staticmethod
+    def _place(spec):
+        out, at = {}, 0
+        for name, count, dtype, align in spec:
+            dtype = np.dtype(dtype)
+            at = -(-at // align) * align
+            out[name] = (at, count, dtype)
+            at += count * dtype.itemsize
+        return out
+
+    @staticmethod
+    def _end(regions):
+        end = max(off + n * dt.itemsize for off, n, dt in regions.values())
+        return -(-end // ALIGN) * ALIGN
+
+
+def layout(n, features):
+    """The :class:`Layout` of a part holding ``n`` (:func:`part_counts`), for a cascade of ``features`` features.
+
+    Every array has at least one element of its kind (a kernel is never given an empty one).
+    """
+    i4, u1 = np.int32, np.uint8
+    lv = max(n["levels"], 1)
+    slot = [("table", 10 * lv, i4, ALIGN), ("sources", 4 * lv, i4, ALIGN), ("taps", 2 * max(n["taps"], 1), i4, ALIGN),
+            ("irows", 2 * max(n["irows"], 1), i4, ALIGN), ("icols", 2 * max(n["icols"], 1), i4, ALIGN),
+            ("grows", 2 * max(n["grows"], 1), i4, ALIGN), ("widths", max(n["widths"], 1), i4, ALIGN),
+            ("level_feats", lv, i4, ALIGN), ("frames", max(n["frame_bytes"], 1), u1, ALIGN),
+            ("head", HEAD, i4, ALIGN), ("last", max(n["win"], 1), i4, 4)]
+    win = max(n["win"], 1)
+    scratch = [("img", max(n["pix"], 1), u1, ALIGN), ("sum", max(n["int"], 1), np.uint32, ALIGN),
+               ("sq", max(n["int"], 1), np.uint32, ALIGN), ("codes", win, np.int8, ALIGN), ("list_a", win, i4, ALIGN),
+               ("list_b", win, i4, ALIGN),
+               ("feats", max(n["widths"] * features, 1) * (FEATURE_BYTES // 4), i4, ALIGN)]
+    return Layout(slot, scratch)
 
 
 @functools.lru_cache(maxsize=16)
@@ -173,12 +270,12 @@ def per_level(counts):
     starts = np.repeat(np.cumsum(counts) - counts, counts)
     return np.stack([level, np.arange(len(level)) - starts], 1).astype(np.int32)
 
-
-#: Frame sizes whose levels and resize taps a detector keeps (a job's frames are mostly of one or a few sizes).
+#: Frame sizes whose levels and resize taps a detector keeps, and runs of part shapes whose plans it keeps
+#: (a job's frames are mostly of one or a few sizes).
 SHAPES_KEPT = 16
 
-#: One part of a batch as the host prepares it (:meth:`FaceGPU.pyramid`): ``n_pix``, ``n_int`` and ``n_win`` are
-#: the pyramid's pixels, integral-image elements and windows.
+#: One part's tables as :meth:`FaceGPU.pyramid` gives them (with the frames packed): ``n_pix``, ``n_int`` and
+#: ``n_win`` are the pyramid's pixels, integral-image elements and windows.
 Part = namedtuple("Part", "table sources sizes taps frames meta n_pix n_int n_win")
 
 
@@ -191,8 +288,120 @@ def _at_least_one(a):
     return a if len(a) else np.zeros((1,) + a.shape[1:], a.dtype)
 
 
+class Plan:
+    """What the host makes once for a run of parts whose frames have the same shapes (:meth:`FaceGPU.plan`).
+
+    Attributes
+    ----------
+    shapes : tuple of (int, int)
+        The part's frames' ``(height, width)``, in order.
+    counts : dict
+        :func:`part_counts`.
+    layout : Layout
+    tables : numpy.ndarray of uint8
+        The upload's bytes before the frames (the layout's slot, up to ``frames``).
+    table, sources, taps : numpy.ndarray of int32
+        The level table ``[n, 10]``, the levels' sources ``[n, 4]``, the resize taps ``[n, 2]``.
+    sizes : tuple
+        The distinct frame sizes, in order of first appearance (the taps' order).
+    meta : list of tuple
+        Per level: ``(frame, scale, window)``.
+    frame_windows : numpy.ndarray of int64
+        Each frame's first window id, and the part's window count last.
+    """
+
+    def __init__(self, shapes, **kw):
+        self.shapes = shapes
+        self.__dict__.update(kw)
+        levels = len(self.meta)
+        self.level_frame = np.array([m[0] for m in self.meta], np.int64).reshape(levels)
+        self.level_scale = np.array([m[1] for m in self.meta], np.float32).reshape(levels)
+        self.level_box = np.array([m[2] for m in self.meta], np.int64).reshape(levels, 2)
+
+
+class Found:
+    """The windows of one frame that passed every stage, as the device leaves them; boxes and faces are
+    made from them on the host, after the GPU is released (:meth:`faces`).
+
+    Attributes
+    ----------
+    windows : numpy.ndarray of int32
+        Window ids of the part (sorted), this frame's only.
+    plan : Plan
+        The part's plan.
+    frame : int
+        The frame's index in its part.
+    """
+
+    __slots__ = ("windows", "plan", "frame")
+
+    def __init__(self, windows, plan, frame):
+        self.windows, self.plan, self.frame = windows, plan, frame
+
+    @property
+    def shape(self):
+        """The frame's ``(height, width)``."""
+        return self.plan.shapes[self.frame]
+
+    def boxes(self):
+        """The windows as boxes ``(x, y, w, h)`` in the frame's pixels, in window order, as OpenCV scales them:
+        a window's corner ``x``, ``y`` on its level times the level's float scale, rounded
+        (``cvRound(x * scalingFactor)``), and the level's box size."""
+        p, w = self.plan, self.windows.astype(np.int64)
+        win_off = p.table[:, 9]
+        lv = np.searchsorted(win_off, w, side="right") - 1
+        k = w - win_off[lv]
+        gx, step = p.table[lv, 7].astype(np.int64), p.table[lv, 6].astype(np.int64)
+        s = p.level_scale[lv]
+        x = np.rint(((k % gx) * step).astype(np.float32) * s).astype(np.int64)
+        y = np.rint(((k // gx) * step).astype(np.float32) * s).astype(np.int64)
+        box = p.level_box[lv]
+        return list(zip(x.tolist(), y.tolist(), box[:, 0].tolist(), box[:, 1].tolist()))
+
+    def faces(self, min_neighbors):
+        """The faces ``[[x, y, w, h], ...]``: :meth:`boxes` grouped by OpenCV's ``groupRectangles`` and clipped
+        to the frame (:func:`gpumr.faces.reference.group`), as ``detectMultiScale`` gives them."""
+        return group(self.boxes(), min_neighbors, self.shape[::-1])
+
+
+class Lane:
+    """One caller's way to a device: a stream, a device buffer and page-locked buffers, made once and reused.
+
+    The device buffer holds :data:`SLOTS` slots and the scratch of a
+    :class:`Layout`; a part in flight has a slot on the device and, on the
+    host, a page-locked upload buffer and read-back buffer of the same
+    index. Grown when a batch needs more; made anew, smaller, when a batch
+    needs less than the buffer by over half of :data:`MEMORY_MARGIN` (what
+    the lane holds stays within what the batch declared).
+    """
+
+    def __init__(self, lx):
+        self.stream = lx.stream()
+        self.dev, self.held, self.stride = None, 0, 0
+        self.up = [None] * SLOTS
+        self.back = [lx.pinned(HEAD + RESULT_WINDOWS, np.int32) for _ in range(SLOTS)]
+
+    def fit(self, lx, slot_bytes, scratch_bytes, upload):
+        """Make the buffers hold parts of up to these sizes (nothing of this lane may be in flight)."""
+        need = SLOTS * slot_bytes + scratch_bytes
+        if self.dev is None or self.held < need or self.held > need + MEMORY_MARGIN // 2:
+            self.dev = None  # the old buffer given back before the new one is made
+            self.dev, self.held = lx.empty(need, np.uint8), need
+        self.stride = slot_bytes
+        for i in range(SLOTS):
+            if self.up[i] is None or len(self.up[i]) < upload:
+                self.up[i] = lx.pinned(upload, np.uint8)
+
+    def at(self, lx, lay, where, name, slot=0, skip=0, count=None):
+        """A view of array ``name`` of layout ``lay``'s ``where`` ("slot", in slot ``slot``, or "scratch"),
+        from its element ``skip``, ``count`` elements (default: the rest)."""
+        off, n, dtype = getattr(lay, where)[name]
+        base = slot * self.stride if where == "slot" else SLOTS * self.stride
+        return lx.view(self.dev, base + off + skip * dtype.itemsize, n - skip if count is None else count, dtype)
+
+
 class FaceGPU:
-    """``run(grey frames, gpu)`` -> faces per frame, as ``FaceDetection.run_cpu`` gives them.
+    """``run(grey frames, gpu)`` -> faces per frame, as the CPU path (``detectMultiScale``) gives them.
 
     The cascade's stages and nodes go to constant memory where they fit
     (OpenCV's frontal-face cascades do; ``haarcascade_frontalface_alt_tree``
@@ -207,79 +416,106 @@ class FaceGPU:
         self.params = dict(scale_factor=scale_factor, min_neighbors=min_neighbors, min_size=min_size,
                            max_size=max_size)
         self.prefer = prefer
-        self._devices = DeviceStates("GPU face detection", self._setup, self._self_check)
-        self._ahead = ThreadPoolExecutor(max_workers=1)  # the next part packed, beside the device's work
-        self._shapes = {}  # frame size -> its levels and resize taps (_shape_taps)
-        self._shapes_lock = threading.Lock()
+        n_stages = len(self.cascade.stages)
+        bounds = [b for b in STAGE_GROUPS if b < n_stages] + [n_stages]
+        #: ``(first, last)`` stages of each group after the first stage (at least one: the last list is its output).
+        self.groups = list(zip(bounds[:-1], bounds[1:])) or [(n_stages, n_stages)]
+        self.cascade_file = cascade_file
+        self._devices = DeviceStates("GPU face detection", self._setup, self._self_check, self._check_case)
+        self._shapes = collections.OrderedDict()  # frame size -> its levels and resize taps (_shape_taps)
+        self._plans = collections.OrderedDict()  # a part's frame shapes -> its Plan
+        self._lock = threading.Lock()
 
-    # -- host side: one part's frames and tables ---------------------------
+    # -- host side: one part's tables ----------------------------------------
     def _levels(self, shape):
         """The levels scanned in a frame of ``shape`` with this detector's parameters (:func:`levels`)."""
         p = self.params
         return levels(shape, self.cascade.window, p["scale_factor"], p["min_size"], p["max_size"])
 
-    def _shape_taps(self, shape):
-        """A frame size's levels and resize taps: ``(levels, taps int32 [n, 2], (column, row) tap offsets per
-        level)``, computed once per size (kept for the last :data:`SHAPES_KEPT` sizes)."""
-        with self._shapes_lock:
-            hit = self._shapes.get(shape)
+    def _kept(self, cache, key, make):
+        """``cache[key]``, made by ``make()`` on a miss; the last :data:`SHAPES_KEPT` keys kept."""
+        with self._lock:
+            hit = cache.get(key)
         if hit is not None:
             return hit
-        h, w = shape
-        lvs = self._levels(shape)
-        parts, offsets, n = [], [], 0
-        for _, (sw, sh), *_ in lvs:
-            parts += [resize_taps(w, sw), resize_taps(h, sh)]
-            offsets.append((n, n + sw))
-            n += sw + sh
-        taps = np.concatenate(parts) if parts else np.zeros((0, 2), np.int32)
-        hit = (lvs, taps, offsets)
-        with self._shapes_lock:
-            if len(self._shapes) >= SHAPES_KEPT:
-                self._shapes.pop(next(iter(self._shapes)))
-            self._shapes[shape] = hit
+        hit = make()
+        with self._lock:
+            if len(cache) >= SHAPES_KEPT:
+                cache.popitem(last=False)
+            cache[key] = hit
         return hit
 
-    def pyramid(self, grays):
-        """What the host prepares for one part of frames ``grays``: a :class:`Part`.
+    def _shape_taps(self, shape):
+        """A frame size's levels and resize taps: ``(levels, taps int32 [n, 2], (column, row) tap offsets per
+        level)``, computed once per size (the one cache of resize taps; plans are made from it)."""
+        def make():
+            h, w = shape
+            lvs = self._levels(shape)
+            parts, offsets, n = [], [], 0
+            for _, (sw, sh), *_ in lvs:
+                parts += [resize_taps(w, sw), resize_taps(h, sh)]
+                offsets.append((n, n + sw))
+                n += sw + sh
+            taps = np.concatenate(parts) if parts else np.zeros((0, 2), np.int32)
+            return lvs, taps, offsets
+        return self._kept(self._shapes, shape, make)
 
-        The levels table (int32 [n, 10]: pixel, integral and window offsets,
-        sizes and grids), each level's source row (int32 [n, 4]: its frame's
-        offset and row length in the packed frames, its first column and row
-        tap), the taps of the part's frame sizes (their key: the sizes in order
-        of first appearance), the frames packed into one uint8 buffer (the only
-        image data sent), and per level (frame, scale, window).
-        """
+    def plan(self, shapes):
+        """The :class:`Plan` of a part whose frames have these ``(height, width)`` shapes, made once per run of
+        the same shapes: the level table (int32 [n, 10]: pixel, integral and window offsets, sizes and grids),
+        each level's source (int32 [n, 4]: its frame's offset and row length in the packed frames, its first
+        column and row tap), the taps of the part's frame sizes (in order of first appearance), the kernels'
+        lists, and the upload's bytes before the frames."""
+        shapes = tuple(tuple(int(v) for v in s) for s in shapes)
+        return self._kept(self._plans, shapes, lambda: self._make_plan(shapes))
+
+    def _make_plan(self, shapes):
         c = self.cascade
-        sizes = list(dict.fromkeys(g.shape for g in grays))
-        tap_base, taps = {}, []
-        n_taps = 0
+        sizes = list(dict.fromkeys(shapes))
+        tap_base, taps, n_taps = {}, [], 0
         for shape in sizes:
             _, t, _ = self._shape_taps(shape)
             tap_base[shape] = n_taps
             taps.append(t)
             n_taps += len(t)
-        rows, sources, meta = [], [], []
+        rows, sources, meta, firsts = [], [], [], []
         img_off = int_off = win_off = src_off = 0
-        for i, g in enumerate(grays):
-            lvs, _, offsets = self._shape_taps(g.shape)
-            base = tap_base[g.shape]
+        for i, shape in enumerate(shapes):
+            lvs, _, offsets = self._shape_taps(shape)
+            base = tap_base[shape]
+            firsts.append(win_off)
             for lv, (xt, yt) in zip(lvs, offsets):
                 s, (w, h), step, win, _ = lv
                 nx, ny, gx, gy = window_grid(lv, c.window)
                 rows.append((img_off, int_off, w, h, nx, ny, step, gx, gy, win_off))
-                sources.append((src_off, g.shape[1], base + xt, base + yt))
+                sources.append((src_off, shape[1], base + xt, base + yt))
                 meta.append((i, s, win))
                 img_off += w * h
                 int_off += (w + 1) * (h + 1)
                 win_off += gx * gy
-            src_off += g.size
+            src_off += shape[0] * shape[1]
         table = np.array(rows, np.int32).reshape(-1, 10)
+        widths, which = np.unique(table[:, 2] + 1, return_inverse=True)
+        arrays = dict(table=table, sources=np.array(sources, np.int32).reshape(-1, 4),
+                      taps=np.concatenate(taps) if taps else np.zeros((0, 2), np.int32),
+                      irows=per_level(table[:, 3] + 1), icols=per_level(table[:, 2] + 1), grows=per_level(table[:, 8]),
+                      widths=widths.astype(np.int32), level_feats=(which.reshape(-1) * len(c.rects)).astype(np.int32))
+        counts = part_counts([(s, self._shape_taps(s)[0]) for s in shapes], c.window)
+        lay = layout(counts, len(c.rects))
+        tables = np.zeros(lay.slot["frames"][0], np.uint8)
+        for name, a in arrays.items():
+            off = lay.slot[name][0]
+            tables[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+        return Plan(shapes, counts=counts, layout=lay, tables=tables, sizes=tuple(sizes), meta=meta,
+                    frame_windows=np.array(firsts + [win_off], np.int64), n_pix=img_off, n_int=int_off, n_win=win_off,
+                    **arrays)
+
+    def pyramid(self, grays):
+        """One part's tables and its frames packed into one uint8 buffer (what its upload holds): a :class:`Part`."""
+        p = self.plan([g.shape for g in grays])
         frames = (np.concatenate([np.ascontiguousarray(g, np.uint8).ravel() for g in grays]) if grays
                   else np.zeros(0, np.uint8))
-        return Part(table, np.array(sources, np.int32).reshape(-1, 4), tuple(sizes),
-                    np.concatenate(taps) if taps else np.zeros((0, 2), np.int32), frames, meta, img_off, int_off,
-                    win_off)
+        return Part(p.table, p.sources, p.sizes, p.taps, frames, p.meta, p.n_pix, p.n_int, p.n_win)
 
     # -- device state ----------------------------------------------------
     def _setup(self, gpu):
@@ -287,19 +523,22 @@ class FaceGPU:
         from ..gpu.launch import launcher
         lx = launcher(gpu, self.prefer)
         c = self.cascade
-        layout = defines("haar")
-        stages, nodes = c.packed(layout)
-        constant = bool(self.constant) and len(stages) <= layout["CONST_STAGES"] and \
-            len(nodes) <= layout["CONST_NODES"]
+        layout_ = defines("haar")
+        if layout_["APPEND_THREADS"] != BLOCK or len(self.groups) + 1 > HEAD:
+            raise RuntimeError(f"haar.cu appends in blocks of {layout_['APPEND_THREADS']} threads, the driver launches "
+                               f"{BLOCK}; or {len(self.groups)} stage groups leave no room for their counters")
+        stages, nodes = c.packed(layout_)
+        constant = bool(self.constant) and len(stages) <= layout_["CONST_STAGES"] and \
+            len(nodes) <= layout_["CONST_NODES"]
         kind = "" if constant else "_global"
         with lx.active():
             mod = lx.module("haar")
             fns = {n: lx.function(mod, n) for n in ("pyramid", "integral_rows", "integral_cols", "feature_offsets",
-                                                     "row_count", "row_write", "scan_blocks", "add_block_offsets",
-                                                     "compact")}
+                                                     "first_survivors")}
             fns.update({n: lx.function(mod, n + kind) for n in ("first_stage", "run_stages")})
-            st = dict(lx=lx, fns=fns, mod=mod, taps=[None, None], constant=(stages, nodes) if constant else None,
-                      n_features=len(c.rects),
+            st = dict(lx=lx, fns=fns, mod=mod, constant=(stages, nodes) if constant else None,
+                      run_blocks=lx.resident_blocks(fns["run_stages"], BLOCK) or 4096, lanes=[],
+                      lanes_lock=threading.Lock(),
                       rects=lx.to_device(_at_least_one(c.rects.reshape(-1, 4))),
                       weights=lx.to_device(_at_least_one(c.weights.reshape(-1))),
                       cascade=[np.int32(c.window[0]), np.int32(c.window[1]), lx.to_device(_at_least_one(stages)),
@@ -315,138 +554,166 @@ class FaceGPU:
             st["lx"].set_constant(st["mod"], "c_stages", stages)
             st["lx"].set_constant(st["mod"], "c_nodes", nodes)
 
-    def _self_check(self, st):
+    def _check_case(self):
+        """The CPU's side of the self-check: a built-in photo and OpenCV's faces in it (``detectMultiScale``,
+        what the GPU path must equal), computed once when the detector is made, outside any GPU lease."""
         import cv2
         from skimage import data
-        from .reference import detect_reference
+
+        from .cpu import detect, load_cascade
         photo = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
-        got = sorted(self._run(st, [photo])[0])
-        want = sorted(detect_reference(self.cascade, photo, **self.params))
+        return photo, sorted(detect(load_cascade(self.cascade_file), photo, **self.params))
+
+    def _self_check(self, st, case):
+        photo, want = case
+        got = sorted(self._found(st, [photo])[0].faces(self.params["min_neighbors"]))
         return True if got == want else f"self-check on a built-in photo gave {got}, the CPU reference {want}"
 
     # -- detection -------------------------------------------------------
     def run(self, grays, gpu):
         """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``.
 
+        :meth:`found`, then each frame's :meth:`Found.faces` (here, not after a lease).
+
         Raises
         ------
         RuntimeError
             If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
         """
-        return self._run(self._devices.get(gpu), grays)
+        return [f.faces(self.params["min_neighbors"]) for f in self.found(grays, gpu)]
 
-    def _run(self, st, grays):
-        """Faces per frame, the frames sent in turns that keep the kernels' offsets within ``int`` (:func:`turns`).
+    def found(self, grays, gpu):
+        """What the device finds in each of the grey frames ``grays``, on ``gpu``: a :class:`Found` per frame,
+        which makes the frame's faces without the device (:meth:`Found.faces`).
 
-        Turns go in parts of at most :data:`PART` frames, double-buffered: the
-        next part's frames are packed and its tables built on the host (its
-        own thread, :meth:`pyramid`) while the device runs this part's kernels.
+        Raises
+        ------
+        RuntimeError
+            If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
+        """
+        return self._found(self._devices.get(gpu), grays)
+
+    def _found(self, st, grays):
+        """A :class:`Found` per frame; the frames sent in parts of at most :data:`PART`, in turns that keep the
+        kernels' offsets within ``int`` (:func:`turns`).
+
+        Each part is queued on the lane's stream (:meth:`_queue`) before the
+        host waits for the one before it (:meth:`_collect`): the device runs
+        a part while the host copies the next part's frames into page-locked
+        memory and collects the last one's windows.
         """
         parts = [(a, min(a + PART, end)) for first, end in turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
                  for a in range(first, end, PART)]
-        out = []
-        ahead = self._ahead.submit(self.pyramid, grays[parts[0][0]:parts[0][1]]) if parts else None
-        for i, (a, b) in enumerate(parts):
-            pyramid = ahead.result()
-            if i + 1 < len(parts):
-                ahead = self._ahead.submit(self.pyramid, grays[parts[i + 1][0]:parts[i + 1][1]])
-            out.extend(self._run_turn(st, grays[a:b], pyramid))
+        if not parts:
+            return []
+        plans = [self.plan([g.shape for g in grays[a:b]]) for a, b in parts]
+        lx = st["lx"]
+        lane = self._take_lane(st)
+        out, pending = [], collections.deque()
+        with lx.active():
+            lane.fit(lx, max(p.layout.slot_bytes for p in plans), max(p.layout.scratch_bytes for p in plans),
+                     max(p.layout.upload for p in plans))
+            for i, ((a, b), plan) in enumerate(zip(parts, plans)):
+                slot = i % SLOTS
+                pending.append((slot, plan, self._queue(st, lane, slot, plan, grays[a:b])))
+                if len(pending) == SLOTS:
+                    out.extend(self._collect(st, lane, *pending.popleft()))
+            while pending:
+                out.extend(self._collect(st, lane, *pending.popleft()))
+        self._give_lane(st, lane)  # (not after a failure: work of it may still be queued)
         return out
 
-    def _run_turn(self, st, grays, pyramid):
-        table, meta = pyramid.table, pyramid.meta
-        faces = [[] for _ in grays]
-        if not len(table):
-            return faces
+    @staticmethod
+    def _take_lane(st):
+        with st["lanes_lock"]:
+            if st["lanes"]:
+                return st["lanes"].pop()
         with st["lx"].active():
-            windows = self._detect(st, pyramid)
-        win_off = table[:, 9]
-        level = np.searchsorted(win_off, windows, side="right") - 1
-        boxes = [[] for _ in grays]
-        for w, lv in sorted(zip(windows.tolist(), level.tolist())):
-            k = w - win_off[lv]
-            gx, step = table[lv, 7], table[lv, 6]
-            frame, s, win = meta[lv]
-            x, y = (k % gx) * step, (k // gx) * step
-            boxes[frame].append((int(np.rint(np.float32(x) * s)), int(np.rint(np.float32(y) * s)), win[0], win[1]))
-        return [group(b, self.params["min_neighbors"], g.shape[::-1]) for b, g in zip(boxes, grays)]
+            return Lane(st["lx"])
 
     @staticmethod
-    def _scan(lx, f, data, n):
-        """Exclusive prefix sums of device array ``data``'s first ``n`` int32 in place; returns the last
-        element's prefix (with a zero there, the total of the others)."""
-        per = SCAN_THREADS * SCAN_CHUNK
-        blocks = -(-n // per)
-        sums = lx.zeros(blocks + 1, np.int32)
-        lx.launch(f["scan_blocks"], (blocks, 1, 1), (SCAN_THREADS, 1, 1), data, np.int32(n), sums)
-        if blocks > 1:
-            FaceGPU._scan(lx, f, sums, blocks)
-            lx.launch(f["add_block_offsets"], _grid(n), (BLOCK, 1, 1), data, np.int32(n), sums)
-        return int(lx.to_host(data[n - 1:n])[0])
+    def _give_lane(st, lane):
+        with st["lanes_lock"]:
+            st["lanes"].append(lane)
 
     @staticmethod
-    def _taps(st, part):
-        """The part's resize taps on the device: sent once per run of parts with the same frame sizes."""
-        lx = st["lx"]
-        key, dev = st["taps"]
-        if key != part.sizes:
-            dev = lx.to_device(part.taps)
-            st["taps"] = [part.sizes, dev]
-        return dev
+    def fill(buffer, plan, grays):
+        """Write a part's upload into ``buffer`` (uint8, page-locked, at least ``plan.layout.upload`` bytes): its
+        tables, its frames, zeroed counters. Returns the upload (a view of ``buffer``): the host's only copy of
+        the frames on their way to the device."""
+        lay = plan.layout
+        up = buffer[:lay.upload]
+        up[:len(plan.tables)] = plan.tables
+        at = lay.slot["frames"][0]
+        for g in grays:
+            up[at:at + g.size].reshape(g.shape)[...] = g
+            at += g.size
+        up[lay.slot["head"][0]:] = 0  # the counters
+        return up
 
-    @staticmethod
-    def _features(st, table):
-        """The feature tables of a turn's levels: ``[feats, level_feats]``, the stage kernels' last cascade
-        arguments (one table per distinct level width, made on the device by ``feature_offsets``)."""
-        lx, nf = st["lx"], st["n_features"]
-        widths, which = np.unique(table[:, 2] + 1, return_inverse=True)
-        feats = lx.empty(max(len(widths) * nf, 1) * (FEATURE_BYTES // 4), np.int32)
-        if nf:
-            lx.launch(st["fns"]["feature_offsets"], _grid(len(widths) * nf), (BLOCK, 1, 1), st["rects"],
-                      st["weights"], np.int32(nf), lx.to_device(widths.astype(np.int32)), np.int32(len(widths)), feats)
-        return [feats, lx.to_device((which.reshape(-1) * nf).astype(np.int32))]
-
-    def _detect(self, st, part):
-        lx, f = st["lx"], st["fns"]
-        casc = st["cascade"] + self._features(st, part.table)
+    def _queue(self, st, lane, slot, plan, grays):
+        """Queue one part on the lane's stream: its upload, every kernel, and the copy back of its counters and
+        last list; returns what :meth:`_collect` waits for. No call here waits for the device."""
+        lx, f, s, lay = st["lx"], st["fns"], lane.stream, plan.layout
         i32 = np.int32
-        table, n_int, n_win = part.table, part.n_int, part.n_win
-        levels = lx.to_device(table)
-        frames = lx.to_device(part.frames)
-        img = lx.empty(max(part.n_pix, 1), np.uint8)
-        lx.launch(f["pyramid"], _grid(part.n_pix), (BLOCK, 1, 1), frames, levels, lx.to_device(part.sources),
-                  i32(len(table)), i32(part.n_pix), self._taps(st, part), img)
-        del frames
-        total = lx.zeros(n_int, np.uint32)
-        sq = lx.zeros(n_int, np.uint32)
-        rows = per_level(table[:, 3] + 1)
-        cols = per_level(table[:, 2] + 1)
-        lx.launch(f["integral_rows"], _grid(len(rows)), (BLOCK, 1, 1), img, levels, lx.to_device(rows),
-                  i32(len(rows)), total, sq)
-        lx.launch(f["integral_cols"], _grid(len(cols)), (BLOCK, 1, 1), levels, lx.to_device(cols), i32(len(cols)),
-                  total, sq)
-        codes = lx.zeros(n_win, np.int8)
-        lx.launch(f["first_stage"], _grid(n_win), (BLOCK, 1, 1), *casc, levels, i32(len(table)), i32(n_win),
-                  total, sq, codes)
-        grid_rows = per_level(table[:, 8])
-        n_rows = len(grid_rows)
-        grid_rows = lx.to_device(grid_rows)
-        offsets = lx.zeros(n_rows + 1, np.int32)  # the last, zero, becomes the total
-        lx.launch(f["row_count"], _grid(n_rows), (BLOCK, 1, 1), levels, grid_rows, i32(n_rows), codes, offsets)
-        n = self._scan(lx, f, offsets, n_rows + 1)
-        survivors = lx.empty(max(n, 1), np.int32)
-        lx.launch(f["row_write"], _grid(n_rows), (BLOCK, 1, 1), levels, grid_rows, i32(n_rows), codes, offsets,
-                  survivors)
-        n_stages = len(self.cascade.stages)
-        bounds = [b for b in STAGE_GROUPS if b < n_stages] + [n_stages]
-        for first, last in zip(bounds[:-1], bounds[1:]):
-            if n == 0:
-                break
-            passed = lx.zeros(n + 1, np.int32)
-            lx.launch(f["run_stages"], _grid(n), (BLOCK, 1, 1), *casc, levels, i32(len(table)), total, sq,
-                      survivors, i32(n), i32(first), i32(last), passed)
-            kept = self._scan(lx, f, passed, n + 1)
-            out = lx.empty(max(kept, 1), np.int32)
-            lx.launch(f["compact"], _grid(n), (BLOCK, 1, 1), survivors, passed, i32(n), out)
-            survivors, n = out, kept
-        return np.sort(lx.to_host(survivors)[:n]) if n else np.zeros(0, np.int64)
+        up = self.fill(lane.up[slot], plan, grays)
+
+        def slot_(name, **kw):
+            return lane.at(lx, lay, "slot", name, slot, **kw)
+
+        def scratch(name):
+            return lane.at(lx, lay, "scratch", name)
+        lx.to_device_async(up, lx.view(lane.dev, slot * lane.stride, lay.upload, np.uint8), s)
+        table = plan.table
+        n_lv, n_pix, n_win, nf = len(table), plan.n_pix, plan.n_win, len(self.cascade.rects)
+        levels, img, total, sq, codes = slot_("table"), scratch("img"), scratch("sum"), scratch("sq"), scratch("codes")
+        lx.launch_on(s, f["pyramid"], _grid(n_pix), (BLOCK, 1, 1), slot_("frames"), levels, slot_("sources"),
+                     i32(n_lv), i32(n_pix), slot_("taps"), img)
+        n_rows, n_cols = len(plan.irows), len(plan.icols)
+        lx.launch_on(s, f["integral_rows"], _grid(n_rows), (BLOCK, 1, 1), img, levels, slot_("irows"), i32(n_rows),
+                     total, sq)
+        lx.launch_on(s, f["integral_cols"], _grid(n_cols), (BLOCK, 1, 1), levels, slot_("icols"), i32(n_cols), total,
+                     sq)
+        feats, n_w = scratch("feats"), len(plan.widths)
+        if nf:
+            lx.launch_on(s, f["feature_offsets"], _grid(n_w * nf), (BLOCK, 1, 1), st["rects"], st["weights"], i32(nf),
+                         slot_("widths"), i32(n_w), feats)
+        casc = st["cascade"] + [feats, slot_("level_feats")]
+        lx.launch_on(s, f["first_stage"], _grid(n_win), (BLOCK, 1, 1), *casc, levels, i32(n_lv), i32(n_win), total, sq,
+                     codes)
+        # lists[g] holds group g's input (lists[0]: the first stage's survivors), its length head[g]; the last
+        # group writes the slot's last list, right after the counters
+        n_groups = len(self.groups)
+        lists = [None] * n_groups + [slot_("last")]
+        for g in range(n_groups - 1, -1, -1):
+            lists[g] = scratch("list_a" if (n_groups - 1 - g) % 2 == 0 else "list_b")
+        head = [slot_("head", skip=g, count=1) for g in range(n_groups + 1)]
+        n_grows = len(plan.grows)
+        lx.launch_on(s, f["first_survivors"], _grid(n_grows), (BLOCK, 1, 1), levels, slot_("grows"), i32(n_grows),
+                     codes, lists[0], head[0])
+        blocks = (min(st["run_blocks"], -(-n_win // BLOCK)), 1, 1)  # as many as the device holds at once
+        for g, (first, last) in enumerate(self.groups):
+            lx.launch_on(s, f["run_stages"], blocks, (BLOCK, 1, 1), *casc, levels, i32(n_lv), total, sq, lists[g],
+                         head[g], i32(first), i32(last), lists[g + 1], head[g + 1])
+        n_back = HEAD + min(RESULT_WINDOWS, lay.slot["last"][1])
+        back = lx.view(lane.dev, slot * lane.stride + lay.slot["head"][0], n_back, np.int32)
+        return lx.to_host_async(back, lane.back[slot][:n_back], s)
+
+    def _collect(self, st, lane, slot, plan, token):
+        """Wait for a part's copy back; its windows (sorted), split by frame: a :class:`Found` per frame.
+
+        Where more than :data:`RESULT_WINDOWS` windows survive, the rest come
+        in a second copy (the slot is not reused before this returns).
+        """
+        lx = st["lx"]
+        lx.wait(token)
+        got = lane.back[slot]
+        n = int(got[len(self.groups)])
+        windows = np.array(got[HEAD:HEAD + min(n, RESULT_WINDOWS)])
+        if n > RESULT_WINDOWS:
+            rest = lx.to_host(lane.at(lx, plan.layout, "slot", "last", slot, skip=RESULT_WINDOWS,
+                                      count=n - RESULT_WINDOWS))
+            windows = np.concatenate([windows, rest])
+        windows.sort()
+        cut = np.searchsorted(windows, plan.frame_windows)
+        return [Found(windows[cut[i]:cut[i + 1]], plan, i) for i in range(len(plan.shapes))]

@@ -85,9 +85,16 @@ class Faces(Workload):
         return None
 
     def gpu_batch(self, records, o, device):
-        grays = [gray for _, gray in records]
-        found = self._gpu.run(grays, device.gpu)
-        return [{"faces": faces, "width": int(g.shape[1]), "height": int(g.shape[0])} for faces, g in zip(found, grays)]
+        """What the device finds per frame (:class:`gpumr.faces.gpu.Found`); made faces in :meth:`finish`."""
+        return self._gpu.found([gray for _, gray in records], device.gpu)
+
+    def finish(self, key, result, o):
+        """A frame's faces from what the GPU found, after its lease: boxes, OpenCV's grouping, clipping."""
+        from .gpu import Found
+        if not isinstance(result, Found):
+            return result
+        height, width = result.shape
+        return {"faces": result.faces(self.params["min_neighbors"]), "width": int(width), "height": int(height)}
 
     def gpu_memory(self, grays, o):
         """The device memory the GPU path needs for these frames (:func:`gpumr.faces.gpu.batch_memory`)."""

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import GpumrError
 from . import kernels
-from .interface import Launcher
+from .interface import Launcher, check_copy, check_view
 
 HEADER = "host_emulation.cuh"
 FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-Wno-unknown-pragmas")
@@ -527,6 +527,15 @@ class EmulatedLauncher(Launcher):
     def zero_async(self, dev, stream):
         self._count('zero_async')
         ctypes.memset(dev.ptr, 0, dev.nbytes)
+
+    def view(self, dev, offset, count, dtype):
+        check_view(dev.nbytes, offset, count, dtype)
+        return DeviceArray(dev.allocation, dev.offset + offset, (count,), dtype)
+
+    def to_device_async(self, host, dev, stream):
+        self._count("to_device_async")
+        check_copy(host, dev)
+        ctypes.memmove(dev.ptr, host.ctypes.data, host.nbytes)
 
     def to_host_async(self, dev, host, stream, after=None):
         self._count('to_host_async')

@@ -65,6 +65,22 @@ class Launcher:
         """An uninitialised device array."""
         return self.zeros(shape, dtype)
 
+    def view(self, dev, offset, count, dtype):
+        """A device array of ``count`` elements of ``dtype`` inside device array ``dev``, from byte ``offset``
+        (a multiple of the dtype's size): one allocation cut into a part's arrays, no driver call.
+
+        Raises
+        ------
+        ValueError
+            If the view reaches past ``dev``'s end.
+        """
+        raise NotImplementedError
+
+    def to_device_async(self, host, dev, stream):
+        """Queue copying host array ``host`` (:meth:`pinned`, contiguous) into device array ``dev`` (as many
+        bytes) on ``stream``; the host may change ``host`` once work queued after it on ``stream`` is done."""
+        raise NotImplementedError
+
     def zero_async(self, dev, stream):
         """Queue zero-filling device array ``dev`` on ``stream``."""
         raise NotImplementedError
@@ -120,3 +136,18 @@ class Launcher:
     def synchronize(self):
         """Wait for every launch queued on this device."""
         raise NotImplementedError
+
+
+def check_view(nbytes, offset, count, dtype):
+    """Refuse a view of ``count`` ``dtype`` elements from byte ``offset`` that does not lie in ``nbytes``."""
+    size = np.dtype(dtype).itemsize
+    if offset < 0 or offset % size or count < 0 or offset + count * size > nbytes:
+        raise ValueError(f"a view of {count} {np.dtype(dtype).name} from byte {offset} does not lie within the "
+                         f"{nbytes} bytes of its device array (or is not aligned to its elements)")
+
+
+def check_copy(host, dev):
+    """Refuse a copy between arrays of different sizes, or from a host array that is not contiguous."""
+    if not host.flags.c_contiguous or host.nbytes != dev.nbytes:
+        raise ValueError(f"copy of {host.nbytes} host bytes into a device array of {dev.nbytes}"
+                         f"{'' if host.flags.c_contiguous else ' (the host array is not contiguous)'}")

@@ -12,7 +12,7 @@ import contextlib
 import numpy as np
 
 from . import kernels
-from .interface import Launcher
+from .interface import Launcher, check_copy, check_view
 
 
 class PyCUDALauncher(Launcher):
@@ -64,6 +64,15 @@ class PyCUDALauncher(Launcher):
 
     def zero_async(self, dev, stream):
         self.cuda.memset_d8_async(dev.gpudata, 0, dev.nbytes, stream)
+
+    def view(self, dev, offset, count, dtype):
+        import pycuda.gpuarray as ga
+        check_view(dev.nbytes, offset, count, dtype)
+        return ga.GPUArray((count,), dtype, gpudata=int(dev.gpudata) + offset, base=dev)
+
+    def to_device_async(self, host, dev, stream):
+        check_copy(host, dev)
+        self.cuda.memcpy_htod_async(dev.gpudata, host, stream)
 
     def pinned(self, shape, dtype):
         return self.cuda.pagelocked_empty(shape, dtype)
@@ -142,6 +151,15 @@ class CuPyLauncher(Launcher):
 
     def zero_async(self, dev, stream):
         self.cp.cuda.runtime.memsetAsync(dev.data.ptr, 0, dev.nbytes, stream.ptr)
+
+    def view(self, dev, offset, count, dtype):
+        check_view(dev.nbytes, offset, count, dtype)
+        return self.cp.ndarray((count,), dtype, memptr=dev.data + offset)
+
+    def to_device_async(self, host, dev, stream):
+        check_copy(host, dev)
+        rt = self.cp.cuda.runtime
+        rt.memcpyAsync(dev.data.ptr, host.ctypes.data, host.nbytes, rt.memcpyHostToDevice, stream.ptr)
 
     def pinned(self, shape, dtype):
         import cupyx

@@ -225,7 +225,15 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
     def write(target, group, through=None):
         with Writer(target, compression=compression, codec=codec, metadata={OWN: __version__}, out=through) as w:
             for key, path, size in group:
-                w.append(key, _read_regular(path))
+                fd, st = _open_regular(path)
+                try:
+                    # copied by the kernel where it can; else (a file that changed size, a small one) read
+                    if not w.append_file(key, fd, st.st_size):
+                        w.append(key, _read_fd(path, fd, st.st_size))
+                except OSError as exc:
+                    raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
+                finally:
+                    os.close(fd)
                 bar.update(size)
 
     try:
@@ -243,8 +251,9 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
                 linked=len(linked), kept=output.kept if sharded else None, seconds=time.perf_counter() - t0)
 
 
-def _read_regular(path):
-    """The bytes of regular file ``path``; never blocks on a FIFO or follows a link swapped in since."""
+def _open_regular(path):
+    """``(descriptor, fstat)`` of regular file ``path``, opened without blocking on a FIFO or following a link
+    swapped in since it was listed; the caller closes it."""
     try:
         fd = os.open(path, READ_FLAGS)
     except OSError as exc:
@@ -254,16 +263,19 @@ def _read_regular(path):
         if not stat.S_ISREG(st.st_mode):
             raise GpumrError(f"{printable(path)}: became {kind(st.st_mode)} while packing; pack reads only regular "
                              "files")
-        # straight from the descriptor, sized by fstat (no buffered reader's copy); a file that grew
-        # meanwhile is read to its end
-        chunks = [os.read(fd, st.st_size + 1)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 1 << 20))
-        return chunks[0] if len(chunks) == 2 else b"".join(chunks)
-    except OSError as exc:
-        raise GpumrError(f"{printable(path)}: cannot read: {exc.strerror}") from None
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_fd(path, fd, size):
+    """The bytes of open file ``fd`` from its offset to its end (``size`` expected; a file that grew meanwhile
+    is read to its end), straight from the descriptor (no buffered reader's copy)."""
+    chunks = [os.read(fd, size + 1)]
+    while chunks[-1]:
+        chunks.append(os.read(fd, 1 << 20))
+    return chunks[0] if len(chunks) == 2 else b"".join(chunks)
 
 
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):
