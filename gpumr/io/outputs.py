@@ -95,6 +95,45 @@ def marked_sequencefile(path):
         return False
 
 
+class HashingWriter:
+    """A binary file that hashes what is written to it, in order: :meth:`digest` is the file's ``(size, SHA-256)``
+    without reading it back, or None once anything else could have changed it (a seek, a write through its
+    descriptor): then it is read back.
+
+    Every other attribute is the file's own.
+    """
+
+    def __init__(self, f):
+        self.f, self.h, self.size, self.linear = f, hashlib.sha256(), 0, True
+
+    def write(self, data):
+        n = self.f.write(data)
+        n = len(data) if n is None else n
+        self.h.update(memoryview(data).cast("B")[:n])
+        self.size += n
+        return n
+
+    def _moved(self, name):
+        self.linear = False
+        return getattr(self.f, name)
+
+    def seek(self, *args):
+        return self._moved("seek")(*args)
+
+    def truncate(self, *args):
+        return self._moved("truncate")(*args)
+
+    def fileno(self):
+        return self._moved("fileno")()
+
+    def digest(self):
+        """``(size, SHA-256 hex)`` of what was written, or None where it was not written straight through."""
+        return (self.size, self.h.hexdigest()) if self.linear else None
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
 # -- the rule -------------------------------------------------------------------------------------
 class Rule:
     """The rule's decisions about an existing output, the same for local paths and URIs.
@@ -404,7 +443,7 @@ class FileOutput(_Transaction):
         try:
             with interrupts_held():  # made and recorded together (abort() then finds it)
                 self._atomic = AtomicFile(self.path, replace=False)
-                self.file, self.tmp = self._atomic.file, self._atomic.tmp
+                self.file, self.tmp = HashingWriter(self._atomic.file), self._atomic.tmp
         except BaseException:
             self.abort()  # (``with`` calls no __exit__ when __enter__ fails)
             raise
@@ -417,7 +456,10 @@ class FileOutput(_Transaction):
         self._atomic.sync()
         # A file that proves itself gets no proof file, so nothing needs its hash (reading it all back
         # cost ``gpumr pack`` a third of its time on tmpfs).
-        return None if self.proves_itself else {"": digest(self.tmp)}
+        if self.proves_itself:
+            return None
+        hashed = self.file.digest() if isinstance(self.file, HashingWriter) else None
+        return {"": hashed or digest(self.tmp)}  # (hashed as written: a large output is not read back)
 
     def _publish(self, parts, rule):
         self._atomic.replace = (lambda old: rule.vouched("", old)) if self.replace else False

@@ -23,6 +23,7 @@ import re
 
 import numpy as np
 
+from ..io.outputs import HashingWriter
 from ..io.remote import locate
 
 #: Bytes of output lines a task gathers before each write into its file.
@@ -79,22 +80,6 @@ def array_name(key, field):
     return f"{safe}.{_UNSAFE.sub('_', field)}.npy"
 
 
-class _Hashing:
-    """A binary file that hashes what is written to it (``size``, ``sha256()``)."""
-
-    def __init__(self, f):
-        self.f, self.h, self.size = f, hashlib.sha256(), 0
-
-    def write(self, data):
-        self.f.write(data)
-        self.h.update(data)
-        self.size += len(data)
-        return len(data)
-
-    def sha256(self):
-        return self.h.hexdigest()
-
-
 class Arrays:
     """Writes the numpy arrays of results into ``stage/arrays/<attempt>/`` and lists them for the launcher.
 
@@ -129,9 +114,9 @@ class Arrays:
                 name = f"{ARRAYS}/{array_name(key, field)}"
                 staged = f"{ARRAYS}/{self.attempt}/{array_name(key, field)}"
                 with locate(self.stage).child(staged).open_output() as f:
-                    h = _Hashing(f)
+                    h = HashingWriter(f)
                     np.lib.format.write_array(h, np.ascontiguousarray(array), allow_pickle=False)
-                self.written.append((name, staged, h.size, h.sha256()))
+                self.written.append((name, staged, *h.digest()))
                 out[field] = {"array": name, "shape": list(array.shape), "dtype": array.dtype.str}
         return out
 
@@ -144,11 +129,10 @@ def write_lines(stage, name, lines, samples=0):
     index; empty when ``samples`` is 0). ``lines`` may be any iterable;
     they are written in chunks of :data:`WRITE_CHUNK` bytes.
     """
-    out = _Hashing(None)
     offsets = []  # (key, offset) of every line while the file is small, thinned as it grows
     step, count = 1, 0
     with locate(stage).child(name).open_output() as f:
-        out.f = f
+        out = HashingWriter(f)
         chunk, held = [], 0
         for text in lines:
             data = text.encode("utf-8") + b"\n"
@@ -164,7 +148,7 @@ def write_lines(stage, name, lines, samples=0):
                 chunk, held = [], 0
         out.write(b"".join(chunk))
     sample = offsets[::max(1, len(offsets) // samples)] if samples else []
-    return out.size, out.sha256(), sample
+    return (*out.digest(), sample)
 
 
 def bounds(samples, reducers):
