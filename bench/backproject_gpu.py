@@ -89,7 +89,6 @@ def run_job(n, angles, slab):
     import shutil
     import tempfile
     from gpumr.ct.projections import write_set
-    from gpumr.ct.workload import plan
     from gpumr.launch.job import run_job
     from gpumr.jobs.backproject import MRBackproject
     work = tempfile.mkdtemp(prefix="gpumr-bpjob-")
@@ -101,15 +100,9 @@ def run_job(n, angles, slab):
         gfile = os.path.join(work, "proj.geometry.json")
         g.save(gfile)
         cores = os.cpu_count()
-        plan_dir = os.path.join(work, "plan")
-        os.makedirs(plan_dir)
-        lines = plan(n, slab)
-        for p in range(cores):
-            with open(os.path.join(plan_dir, f"part-{p:03d}.txt"), "w") as f:
-                f.write("".join(line + "\n" for line in lines[p::cores]))
-        c, wall = run_job(MRBackproject, [plan_dir], os.path.join(work, "out"), "local",
-                          ["--projections", seq, "--geometry", gfile, "--device", "auto", "--cpu-threads", "1",
-                           "--gpu-slots", "2"])
+        c, wall = run_job(MRBackproject, [], os.path.join(work, "out"), "local",
+                          ["--projections", seq, "--geometry", gfile, "--slab", str(slab), "--device", "auto",
+                           "--cpu-threads", "1", "--gpu-slots", "2", "--reducers", str(cores)])
         print(f"\njob {n}^3 x {angles}, local runner, {cores} map tasks, --device auto: {wall:.1f} s wall "
               f"(start-up, load, filter, backprojection, output); slabs on GPU {c.get('records on GPU', 0)}, "
               f"on CPU {c.get('records on CPU', 0)}; busy backprojecting: GPU "

@@ -73,7 +73,8 @@ def _iou(a, b):
 
 
 @pytest.mark.gpu
-def test_gpu_faces_agree_with_opencv(sample_frames):
+@pytest.mark.parametrize("scale_factor", [1.05, 1.1, 1.27])
+def test_gpu_faces_agree_with_opencv(sample_frames, scale_factor):
     import cv2
     from skimage import data
     from gpumr.faces.cpu import detect, load_cascade
@@ -85,15 +86,55 @@ def test_gpu_faces_agree_with_opencv(sample_frames):
     for name in ("haarcascade_frontalface_default.xml", "haarcascade_frontalface_alt.xml",
                  "haarcascade_frontalface_alt2.xml"):
         path = os.path.join(cv2.data.haarcascades, name)
-        clf, fg = load_cascade(path), FaceGPU(path)
+        clf, fg = load_cascade(path), FaceGPU(path, scale_factor=scale_factor)
         got = fg.run(frames, gpu)
         matched = unmatched = total_cv = total_gpu = 0
         for gray, g in zip(frames, got):
-            want = detect(clf, gray)
+            want = detect(clf, gray, scale_factor=scale_factor)
             total_cv += len(want)
             total_gpu += len(g)
             matched += sum(1 for w in want if any(_iou(w, x) >= 0.5 for x in g))
             unmatched += sum(1 for x in g if not any(_iou(w, x) >= 0.5 for w in want))
         assert total_cv > 0
-        assert matched >= 0.95 * total_cv, (name, matched, total_cv)
-        assert unmatched <= 0.05 * max(total_gpu, 1), (name, unmatched, total_gpu)
+        assert matched >= 0.95 * total_cv, (name, scale_factor, matched, total_cv)
+        assert unmatched <= 0.05 * max(total_gpu, 1), (name, scale_factor, unmatched, total_gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale_factor", [1.05, 1.1, 1.27])
+def test_gpu_pyramid_bytes_equal_opencv_resize(scale_factor):
+    """The pyramid kernel on the real device: every level byte for byte ``cv2.resize`` (INTER_LINEAR_EXACT),
+    the same checks the emulated build passes in test_gpu_pyramid.py, through the real launcher."""
+    import test_gpu_pyramid as emulated
+    from gpumr.gpu import launch
+    lx = launch.launcher(_real_gpu())
+    with lx.active():
+        haar = lx, lx.function(lx.module("haar"), "pyramid")
+        emulated.test_every_level_equals_opencvs_resize(haar, scale_factor)
+        if scale_factor == 1.1:
+            emulated.test_any_size_to_any_size_equals_opencvs_resize(haar)
+
+
+@pytest.mark.gpu
+def test_nvml_and_the_free_check_read_the_real_card():
+    """NVML's reading equals nvidia-smi's (name, memory, compute mode, UUID); the free check (an exclusive-mode
+    context probe) and the chooser's lease give this idle card to a record. The card's settings are only read."""
+    import subprocess
+    from gpumr.devices.chooser import DeviceChooser
+    from gpumr.gpu import context
+    gpu = _real_gpu()
+    smi = subprocess.run(["nvidia-smi", "-i", str(gpu.index), "--format=csv,noheader,nounits",
+                          "--query-gpu=name,memory.total,compute_mode,uuid"],
+                         capture_output=True, text=True, check=True).stdout.strip().split(", ")
+    print("nvidia-smi:", smi, "NVML:", gpu)
+    assert gpu.name == smi[0] and gpu.uuid == smi[3]
+    assert abs(gpu.memory_total / 2**20 - float(smi[1])) <= 1
+    assert gpu.compute_mode.lower().replace("_", "") == smi[2].lower().replace("_", "")
+    assert context.probe(gpu)
+    chooser = DeviceChooser("gpu", wait_timeout=30)
+    try:
+        choice = chooser.choose()
+        assert choice.on_gpu and choice.gpu.uuid == gpu.uuid
+        choice.release()
+    finally:
+        chooser.close()
