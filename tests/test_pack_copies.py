@@ -92,3 +92,16 @@ def test_large_files_are_copied_by_the_kernel_into_the_same_records(tmp_path, mo
     records = [[(k, bytes(v)) for k, v, _ in seqfile.Reader(str(tmp_path / n))] for n in ("kernel.seq", "read.seq")]
     assert records[0] == records[1] and len(records[0]) == 6
     assert (tmp_path / "kernel.seq").stat().st_size == (tmp_path / "read.seq").stat().st_size
+
+
+def test_a_file_written_by_name_after_close_is_proved_by_its_bytes(tmp_path):
+    """A compiler's output: the writer closes gpumr's temporary file and another program writes it by name
+    (``kernels.compile_into``); the proof holds the bytes it wrote, not the empty hash of what passed through."""
+    path = tmp_path / "lib.so"
+    out = outputs.FileOutput(str(path), "gpumr test")
+    with out as f:
+        f.close()
+        with open(out.tmp, "wb") as other:
+            other.write(b"built by another program")
+    proof = outputs.Proof.load(outputs.proof_path(str(path)))
+    assert proof.vouches("", outputs.digest(str(path)))

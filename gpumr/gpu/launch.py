@@ -141,7 +141,9 @@ class CuPyLauncher(Launcher):
 
     def resident_blocks(self, fn, threads):
         attrs = self.cp.cuda.Device(self.ordinal).attributes
-        return _resident(attrs, fn.num_regs, fn.shared_size_bytes, threads, lambda a: _CUPY_ATTRS[a])
+        get = self.cp.cuda.driver.funcGetAttribute
+        return _resident(attrs, get(_CU_FUNC_NUM_REGS, fn.ptr), get(_CU_FUNC_SHARED_SIZE_BYTES, fn.ptr), threads,
+                         lambda a: _CUPY_ATTRS[a])
 
     def stream(self):
         return self.cp.cuda.Stream(non_blocking=True)
@@ -187,6 +189,9 @@ class CuPyLauncher(Launcher):
     def out_of_memory(self):
         return self.cp.cuda.memory.OutOfMemoryError
 
+
+#: ``CUfunction_attribute`` values (cuda.h): a kernel's static shared memory and its registers per thread.
+_CU_FUNC_SHARED_SIZE_BYTES, _CU_FUNC_NUM_REGS = 1, 4
 
 #: CUDA device attributes by the names PyCUDA gives them -> CuPy's names.
 _CUPY_ATTRS = {"MULTIPROCESSOR_COUNT": "MultiProcessorCount",

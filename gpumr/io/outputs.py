@@ -98,7 +98,7 @@ def marked_sequencefile(path):
 class HashingWriter:
     """A binary file that hashes what is written to it, in order: :meth:`digest` is the file's ``(size, SHA-256)``
     without reading it back, or None once anything else could have changed it (a seek, a write through its
-    descriptor): then it is read back.
+    descriptor, a write by name after the writer closed it): then it is read back.
 
     Every other attribute is the file's own.
     """
@@ -125,6 +125,10 @@ class HashingWriter:
 
     def fileno(self):
         return self._moved("fileno")()
+
+    def close(self):
+        # Closed by its writer, the file may be written next by name (a compiler's ``-o``): read it back.
+        return self._moved("close")()
 
     def digest(self):
         """``(size, SHA-256 hex)`` of what was written, or None where it was not written straight through."""
