@@ -179,7 +179,7 @@ class CuPyLauncher(Launcher):
 
     def set_constant(self, module, name, host):
         data = np.ascontiguousarray(host)
-        ptr = module.get_global(name)
+        ptr = module.get_global_var(name)  # (a MemoryPointer to the __constant__ symbol)
         self.cp.ndarray(data.shape, data.dtype, ptr).set(data)
 
     def synchronize(self):
