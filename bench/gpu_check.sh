@@ -51,11 +51,11 @@ if [ "$DRY" -eq 1 ]; then
 else
   mkdir -p "$SITE" "$OUT"
   if compgen -G ".whl/*.whl" >/dev/null; then
-    step 30 install-wheels "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl \
+    step 30 install-wheels "$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl \
       || failures=$((failures + 1))
   fi
 fi
-step 40 install "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" . \
+step 40 install "$PY" -m pip install -q --upgrade --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" . \
   || failures=$((failures + 1))
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
