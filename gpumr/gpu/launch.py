@@ -179,8 +179,9 @@ class CuPyLauncher(Launcher):
 
     def set_constant(self, module, name, host):
         data = np.ascontiguousarray(host)
-        ptr = module.get_global_var(name)  # (a MemoryPointer to the __constant__ symbol)
-        self.cp.ndarray(data.shape, data.dtype, ptr).set(data)
+        ptr = module.get_global_var(name)  # the __constant__ symbol's device address (an int)
+        rt = self.cp.cuda.runtime
+        rt.memcpy(ptr, data.ctypes.data, data.nbytes, rt.memcpyHostToDevice)
 
     def synchronize(self):
         self.cp.cuda.Device(self.ordinal).synchronize()
