@@ -68,6 +68,8 @@ def main():
         with mp.get_context("spawn").Pool(cores) as pool:
             t_all = max(pool.map(_cpu_worker, [paths[i::cores] for i in range(cores)]))
         n = len(grays)
+        print(f"so far: GPU kernel path {n / t_gpu:.0f} fps; OpenCV 1 core {n / t_cpu1:.1f}, {cores} processes "
+              f"{n / t_all:.0f}", flush=True)
         rows = [["GPU kernel path (batched)", f"{n / t_gpu:.0f}"],
                 ["OpenCV, 1 core", f"{n / t_cpu1:.1f}"],
                 [f"OpenCV, {cores} processes", f"{n / t_all:.0f}"]]
@@ -79,6 +81,7 @@ def main():
                 _, t = run_job(MRFaceDetect, [seq], os.path.join(work, f"out-{dev}"), "local",
                                     ["--device", dev, "--gpu-slots", "2"])
                 fps[dev] = n / t
+                print(f"so far: job --device {dev}: {fps[dev]:.0f} fps ({t:.1f} s)", flush=True)
                 rows.append([f"job --device {dev} (local runner, {cores} tasks)", f"{fps[dev]:.0f}"])
             rows.append(["auto / (cpu + gpu)", f"{fps['auto'] / (fps['cpu'] + fps['gpu']):.2f}"])
         table(f"face detection, {n} frames 640x480, {gpu.name}", ["what", "frames/s"], rows)
