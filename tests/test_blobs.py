@@ -55,7 +55,7 @@ def test_every_option_reaches_blob_log(skimage_photos, tmp_path):
     (["--overlap", "1.5"], "--overlap must be a number from 0 to 1, not 1.5"),
     (["--threshold", "nan"], "--threshold must be a number from 0 to 1e+06, not nan"),
     (["--num-sigma", "100", "--max-pixels", "100000000"], "--max-pixels 100,000,000 with --num-sigma 100: one image's "
-     "scale space: 83,200,000,000 bytes, over the limit of 17,179,869,184"),
+     "scale space: 83,200,000,000 bytes, over the limit of 17,179,869,184 (see: gpumr help over-a-limit)"),
 ])
 def test_options_out_of_their_limits_are_one_line(skimage_photos, tmp_path, capsys, args, said):
     assert main(["run", "blobs", skimage_photos[0], "-o", str(tmp_path / "out"), *args]) == 1

@@ -53,7 +53,7 @@ def one_error_line(proc, *words):
     (["-m", "gpumr.jobs.face_detect", "--bad-option", "x.seq", "--output-dir", "o"], ["--bad-option", "--help"]),
     (["-m", "gpumr.jobs.face_detect", "--device", "tpu", "x.seq", "--output-dir", "o"], ["--device"]),
     (["-m", "gpumr.jobs.backproject", "--filter", "nope", "--output-dir", "o"], ["--filter"]),
-    (["-m", "gpumr.jobs.backproject", "plan"], ["--output-dir OUT is required"]),
+    (["-m", "gpumr.jobs.backproject"], ["-o OUT is required", "--output-dir OUT"]),
     (["-m", "gpumr.jobs.backproject", "plan", "--output-dir", "o"], ["backproject makes its own records"]),
     (["-m", "gpumr.jobs.face_detect", "missing.seq", "--output-dir", "o"], ["missing.seq"]),
     (["-m", "gpumr", "spark", "faces", "x.seq"], ["-o OUT is required"]),

@@ -124,8 +124,8 @@ def test_local_run_shows_progress_while_it_runs(packed, tmp_path, monkeypatch, c
     assert main(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "local", "--no-conf",
                  "--device", "cpu"]) == 0
     err = capfd.readouterr().err
-    shown = [ln for ln in err.splitlines() if ln.startswith("gpumr: gpumr faces: ")]
-    assert shown and all("records:" in ln and "records/s" in ln for ln in shown)
+    shown = [ln for ln in err.splitlines() if ln.startswith("gpumr: faces: ")]
+    assert shown and all("records so far" in ln and "records/s" in ln for ln in shown)
     assert err.strip().splitlines()[-1].startswith("gpumr: 12 records: 12 on CPU")
     assert os.listdir(temp) == ["gpumr-job-of-another-run"]  # its own job folder is gone
     assert (other / "progress" / "task-1-0").read_text() == "x"  # the other run's is left alone
