@@ -251,7 +251,12 @@ def _under_asan(tmp_path, *args):
                              text=True).stdout.strip()
     if not os.path.isabs(libasan) or not os.path.exists(libasan):
         pytest.fail(f"gcc's libasan.so not found ({libasan!r}): install gcc's AddressSanitizer runtime")
-    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0", GPUMR_EMULATE_ASAN="1")
+    # libstdc++ loaded with the runtime, so that ASan's __cxa_throw interceptor finds the real one (OpenCV
+    # throws and catches C++ exceptions inside cv2 calls; without it ASan's own CHECK fails there)
+    libstdcxx = subprocess.run([os.environ.get("CC", "gcc"), "-print-file-name=libstdc++.so.6"], capture_output=True,
+                               text=True).stdout.strip()
+    preload = " ".join([libasan] + ([libstdcxx] if os.path.isabs(libstdcxx) and os.path.exists(libstdcxx) else []))
+    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0", GPUMR_EMULATE_ASAN="1")
     return subprocess.run([sys.executable, "-c", ASAN_CHILD, *args], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path), timeout=600)
 
