@@ -101,9 +101,10 @@ def test_hadoop_splits_input_path_gives_identical_output(hadoop, packed, tmp_pat
     from gpumr.launch.plan import make_plan
     with job_folder() as folder:
         spec = tmp_path / "spec.json"
-        spec.write_text(make_plan(["faces", path, "-o", str(tmp_path / "unused"), "--device", "cpu"], folder)
-                        .spec.to_json())
-        job = MRWorkload(args=["-r", "inline", "--no-conf", "--hadoop-splits", "--gpumr-spec", str(spec),
+        plan = make_plan(["faces", path, "-o", str(tmp_path / "unused"), "--device", "cpu"], folder)
+        spec.write_text(plan.spec.to_json())
+        shipped = [a for side in plan.side for a in ("--files", side.path)]  # (the cascade, by its content's name)
+        job = MRWorkload(args=["-r", "inline", "--no-conf", "--hadoop-splits", "--gpumr-spec", str(spec), *shipped,
                                str(text_dir), "--output-dir", str(tmp_path / "via_text")])
         with job.make_runner() as runner:
             runner.run()

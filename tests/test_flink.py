@@ -94,9 +94,6 @@ def test_faces_equal_inline_byte_for_byte(packed, tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000", "part-00001"]
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the CPU backprojector (numba) raises AttributeError: module "
-                   "'pyflink.fn_execution.beam.beam_sdk_worker_main' has no attribute 'print' inside PyFlink's "
-                   "Python worker, so every slab is an error line")
 def test_backproject_equals_inline(tmp_path):
     seq, _ = ct_phantom(tmp_path / "ct", 16, 24)
     argv = ["--projections", seq, "--slab", "5"]

@@ -290,7 +290,7 @@ def test_a_failed_spark_job_is_one_line(corrupt_stretch, tmp_path):
     assert out.returncode == 1
     err = out.stderr.strip().splitlines()
     assert err[-1].endswith("gpumr: error: a task of the spark job failed: ModuleNotFoundError: No module named "
-                            "'gpumr'")
+                            "'gpumr' (see: gpumr help job-failed)")
     for trace in ("Traceback", "Py4J", "Exception", "\tat "):  # Spark's start-up notes only, then that line
         assert trace not in out.stderr
     assert not os.path.exists(tmp_path / "o")

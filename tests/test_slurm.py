@@ -89,7 +89,8 @@ def page():
     """``(script, commands, values, jobs)``: the page's cluster script and command block, its values for one machine."""
     with open(PAGE, encoding="utf-8") as f:
         text = f.read()
-    (script,), (commands,) = code_blocks(text, "python"), code_blocks(text, "bash")
+    (script,) = code_blocks(text, "python")
+    (commands,) = [b for b in code_blocks(text, "bash") if "gpumr run" in b]  # (the other: installing gpumr)
     m = re.search(r"change the\s+site's values to ``(.+?)``\s+and\s+``scale\(jobs=(\d+)\)``", text, re.S)
     assert m, "the page gives no values for one machine"
     call = ast.parse(f"f({' '.join(m.group(1).split())})", mode="eval").body

@@ -149,18 +149,22 @@ class DaskEngine(Engine):
                     client.close(timeout=CONNECT_TIMEOUT)
             return
         # The workers must not hear a terminal's Ctrl-C (each would print its traceback): they are ended by the
-        # launcher instead. SIGINT is blocked while the cluster starts: the threads and processes started meanwhile
-        # keep it blocked, and a Ctrl-C that came meanwhile is delivered here once it is unblocked.
+        # launcher instead. While the cluster starts, SIGINT is blocked (the threads started meanwhile keep it
+        # blocked) and ignored (the processes started meanwhile inherit that across exec, and Python then leaves
+        # it ignored); blocked, a Ctrl-C that comes meanwhile stays pending (Linux) and is raised here afterwards.
         cluster = client = None
         try:
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if _main_thread() else None
+            main = _main_thread()
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
             try:
                 cluster = LocalCluster(n_workers=plan.o.workers or os.cpu_count() or 1, threads_per_worker=1,
                                        processes=True, dashboard_address=None,  # (its HTTP server on any free port)
                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                        silence_logs=False if job.debug else logging.CRITICAL)
             finally:
-                if old is not None:
+                if main:
+                    signal.signal(signal.SIGINT, handler)
                     signal.pthread_sigmask(signal.SIG_SETMASK, old)  # (a Ctrl-C that came meanwhile: raised now)
             client = Client(cluster, set_as_default=False)
             yield client, True

@@ -222,16 +222,22 @@ def _mrjob_said(lines, debug):
     "probable cause" holds the task's own one-line error, which the job's one line then says."""
     class Keep(logging.Handler):
         def emit(self, record):
-            lines.append(record.getMessage())
+            text = record.getMessage()
+            # mrjob's warnings whole; of what it relays at INFO (a local Hadoop's task stderr), the tasks' errors
+            if record.levelno >= logging.WARNING or "gpumr: error: " in text:
+                lines.append(text)
     log = logging.getLogger("mrjob")
-    handler, propagate = Keep(logging.WARNING), log.propagate
+    handler, propagate, level = Keep(logging.INFO), log.propagate, log.level
     log.addHandler(handler)
     log.propagate = debug
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)  # (kept here, shown only with --debug)
     try:
         yield
     finally:
         log.removeHandler(handler)
         log.propagate = propagate
+        log.setLevel(level)
 
 
 def _relay_task_lines(folder):
@@ -255,9 +261,10 @@ def _task_error(said, exc):
     """The failed task's own error line (``gpumr: error: ...``) from mrjob's log, else mrjob's first line."""
     for text in said:
         for line in text.splitlines():
-            if line.startswith("gpumr: error: "):
+            at = line.find("gpumr: error: ")
+            if at >= 0 and not line[:at].strip():  # (mrjob indents the task stderr it relays)
                 from ..boundary import BUG_HINT
-                text = re.sub(r" \(see: gpumr help [\w-]+\)$", "", line[len("gpumr: error: "):])
+                text = re.sub(r" \(see: gpumr help [\w-]+\)$", "", line[at + len("gpumr: error: "):].rstrip())
                 return redact(text.replace(BUG_HINT, ""))
     return redact(str(exc).splitlines()[0])
 

@@ -122,7 +122,7 @@ def run(job_class, args, workdir, name="job", python_bin=sys.executable):
     keep, logger = _Keep(), logging.getLogger("mrjob")
     level, old = logger.level, os.getcwd()
     logger.addHandler(keep)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)  # (mrjob says the streaming command, its -files among it, at DEBUG)
     os.chdir(cwd)
     try:
         try:
