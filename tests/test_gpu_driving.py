@@ -60,8 +60,9 @@ def test_the_ct_self_check_is_small_and_its_cpu_side_runs_before_any_lease(monke
     import gpumr.ct.backproject as cpu
     g, q = _ct()
     bp = SlabBackprojector(pad(q), g)
-    expected = bp._devices._expected.result(timeout=120)
+    expected, magnitude = bp._devices._expected.result(timeout=120)  # (the window, and its terms' magnitude)
     zb = 8
+    assert magnitude >= np.linalg.norm(expected) > 0
     assert expected.shape == (min(2 * zb + 3, g.nVoxel[0]), *(min(w, n) for w, n in zip(CHECK_WINDOW, g.nVoxel[1:])))
 
     def refuse(*a, **k):

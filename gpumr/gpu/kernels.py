@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from .. import trusted
 from ..errors import GpumrError, printable
@@ -39,6 +40,8 @@ ARCHS = ("75", "80", "86", "89", "90", "100", "120")
 KERNEL_DIR_ENV = "GPUMR_KERNEL_DIR"
 SOURCES_ENV = "GPUMR_CUDA_SOURCES"
 CACHE_ENV = "GPUMR_KERNEL_CACHE"
+#: Seconds a cached build found without its proof waits for it (a builder on this node between the two).
+PROOF_WAIT = 2.0
 
 
 def package_path(file):
@@ -164,6 +167,19 @@ def cache_dir():
     return _IN_USE[configured]
 
 
+def _proof_of(path, wait=PROOF_WAIT):
+    """The proof beside cached build ``path``, or None. A builder on this node publishes the build, then its
+    proof: a build found without one is given ``wait`` seconds for it to appear before it counts as unproven."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return Proof.load(proof_path(path))
+        except GpumrError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+
 def _vouched(path, made_by):
     """Whether cached build ``path`` may be loaded: a regular file of yours that its proof vouches for.
 
@@ -180,10 +196,7 @@ def _vouched(path, made_by):
         os.close(trusted.open_regular(path, what="a cached kernel"))
     except FileNotFoundError:
         return False
-    try:
-        proof = Proof.load(proof_path(path))
-    except GpumrError:
-        proof = None
+    proof = _proof_of(path)
     if proof is not None and proof.output == made_by and proof.vouches("", digest(path)):
         return True
     aside = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.bad")
