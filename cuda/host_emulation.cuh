@@ -27,6 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -35,6 +37,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#ifdef GPUMR_FIBERS
+#include <ucontext.h>
+#endif
 
 // -- qualifiers --------------------------------------------------------------
 #define __global__
@@ -267,50 +272,85 @@ static std::mutex gpumr_emu_error_lock;
 static std::string gpumr_emu_error;
 extern "C" const char* gpumr_launch_error() { return gpumr_emu_error.c_str(); }
 #ifdef GPUMR_FIBERS
-#include <functional>
-#include <ucontext.h>
 #define __shared__ static thread_local
 static constexpr int warpSize = 32;
 namespace gpumr_fibers {
 enum State { READY, BARRIER, WARP, DONE };
+// A fiber is started once on a stack of its own (makecontext) and then runs one block's thread after another on
+// it, parked between blocks. Switching saves no signal mask: __builtin_setjmp/__builtin_longjmp keep the
+// registers the compiler needs, where swapcontext makes two system calls per switch (most of an emulated
+// launch's time, measured). AddressSanitizer builds switch with swapcontext, which it follows between stacks.
 struct Fiber {
-    ucontext_t ctx;
-    std::vector<char> stack;
-    State state;
-    unsigned line;
-    int src;
-    unsigned long long value, result;
+    ucontext_t start;                 // where it starts (used once)
+    void* env[5];                     // where it stopped (__builtin_setjmp)
+    std::unique_ptr<char[]> stack;    // (not zeroed: pages are taken as the fiber touches them)
+    bool started = false;
+    State state = DONE;
+    unsigned line = 0;
+    int src = 0;
+    unsigned long long value = 0, result = 0;
 };
 static const std::size_t STACK = 256 * 1024;
-static thread_local std::vector<Fiber> pool;
+static thread_local std::vector<std::unique_ptr<Fiber>> pool;
 static thread_local unsigned current;
-static thread_local ucontext_t scheduler;
 static thread_local const std::function<void()>* body;
+#if defined(__SANITIZE_ADDRESS__)
+#define GPUMR_SWAPCONTEXT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GPUMR_SWAPCONTEXT 1
+#endif
+#endif
+#ifdef GPUMR_SWAPCONTEXT
+static thread_local ucontext_t scheduler;
+static void to_scheduler(Fiber& f) { swapcontext(&f.start, &scheduler); }
+static void resume(Fiber& f) { f.started = true; swapcontext(&scheduler, &f.start); }
+#else
+static thread_local void* scheduler[5];
+__attribute__((noinline)) static void jump(void** env) { __builtin_longjmp(env, 1); }
+__attribute__((noinline)) static void to_scheduler(Fiber& f)
+{
+    if (__builtin_setjmp(f.env) == 0) jump(scheduler);
+}
+__attribute__((noinline)) static void resume(Fiber& f)
+{
+    if (__builtin_setjmp(scheduler) == 0) {
+        if (!f.started) {
+            f.started = true;
+            setcontext(&f.start);  // onto its own stack, into entry()
+        }
+        jump(f.env);
+    }
+}
+#endif
 static void entry()
 {
-    (*body)();
-    pool[current].state = DONE;  // uc_link returns to the scheduler
+    for (;;) {
+        (*body)();
+        pool[current]->state = DONE;
+        to_scheduler(*pool[current]);  // parked until the next block's thread of its index
+    }
 }
 static void yield(State state, unsigned line)
 {
-    const unsigned me = current;
-    pool[me].state = state;
-    pool[me].line = line;
-    swapcontext(&pool[me].ctx, &scheduler);
+    Fiber& f = *pool[current];
+    f.state = state;
+    f.line = line;
+    to_scheduler(f);
 }
 static unsigned linear() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 static void barrier(unsigned line) { yield(BARRIER, line); }
-static void syncwarp(unsigned line) { pool[current].src = (int)(linear() % 32); yield(WARP, line); }
+static void syncwarp(unsigned line) { pool[current]->src = (int)(linear() % 32); yield(WARP, line); }
 template <class T> static T exchange(T v, int src_lane, unsigned line)
 {
     static_assert(sizeof(T) <= 8, "a shuffled value is at most 8 bytes");
-    const unsigned me = current;
-    pool[me].value = 0;
-    std::memcpy(&pool[me].value, &v, sizeof(T));
-    pool[me].src = src_lane;
+    Fiber& f = *pool[current];
+    f.value = 0;
+    std::memcpy(&f.value, &v, sizeof(T));
+    f.src = src_lane;
     yield(WARP, line);
     T out;
-    std::memcpy(&out, &pool[me].result, sizeof(T));
+    std::memcpy(&out, &f.result, sizeof(T));
     return out;
 }
 template <class T> static T shfl_idx(unsigned line, T v, int src, int width = 32)
@@ -327,58 +367,61 @@ template <class T> static T shfl_xor(unsigned line, T v, int mask, int width = 3
 // Run one block's `n` threads to their ends; "" or what went wrong.
 static std::string run_block(unsigned n, const dim3 dims, const std::function<void()>& fn)
 {
-    if (pool.size() < n) pool.resize(n);
+    while (pool.size() < n) pool.emplace_back(new Fiber);
     body = &fn;
     for (unsigned t = 0; t < n; ++t) {
-        Fiber& f = pool[t];
-        if (f.stack.empty()) f.stack.resize(STACK);
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
-        f.ctx.uc_link = &scheduler;
-        makecontext(&f.ctx, entry, 0);
+        Fiber& f = *pool[t];
+        if (f.started && f.state != DONE) f.started = false;  // left mid-block by a failed launch: start afresh
+        if (!f.started) {
+            if (!f.stack) f.stack.reset(new char[STACK]);
+            getcontext(&f.start);
+            f.start.uc_stack.ss_sp = f.stack.get();
+            f.start.uc_stack.ss_size = STACK;
+            f.start.uc_link = nullptr;  // (entry never returns)
+            makecontext(&f.start, entry, 0);
+        }
         f.state = READY;
     }
     for (;;) {
         for (unsigned t = 0; t < n; ++t) {
-            if (pool[t].state != READY) continue;
+            if (pool[t]->state != READY) continue;
             current = t;
             threadIdx.x = t % dims.x;
             threadIdx.y = t / dims.x % dims.y;
             threadIdx.z = t / dims.x / dims.y;
-            swapcontext(&scheduler, &pool[t].ctx);
+            resume(*pool[t]);
         }
         bool shuffled = false;
         for (unsigned t = 0; t < n; ++t) {
-            Fiber& f = pool[t];
+            Fiber& f = *pool[t];
             if (f.state != WARP) continue;
             shuffled = true;
             const unsigned base = t / 32 * 32;
             const unsigned src = base + (unsigned)f.src;
-            if (pool[base].state == WARP && f.line != pool[base].line)
+            if (pool[base]->state == WARP && f.line != pool[base]->line)
                 return "warp lanes at different shuffles (lines " + std::to_string(f.line) + " and " +
-                       std::to_string(pool[base].line) + ")";
-            if (src >= n || pool[src].state != WARP || pool[src].line != f.line)
+                       std::to_string(pool[base]->line) + ")";
+            if (src >= n || pool[src]->state != WARP || pool[src]->line != f.line)
                 return "a shuffle at line " + std::to_string(f.line) + " reads lane " + std::to_string(src % 32) +
                        ", which is not taking part";
-            f.result = pool[src].value;
+            f.result = pool[src]->value;
         }
         if (shuffled) {
             for (unsigned t = 0; t < n; ++t)
-                if (pool[t].state == WARP) pool[t].state = READY;
+                if (pool[t]->state == WARP) pool[t]->state = READY;
             continue;
         }
         unsigned waiting = 0, line = 0;
         for (unsigned t = 0; t < n; ++t) {
-            if (pool[t].state != BARRIER) continue;
-            if (waiting++ && pool[t].line != line)
+            if (pool[t]->state != BARRIER) continue;
+            if (waiting++ && pool[t]->line != line)
                 return "threads wait at different __syncthreads (lines " + std::to_string(line) + " and " +
-                       std::to_string(pool[t].line) + ")";
-            line = pool[t].line;
+                       std::to_string(pool[t]->line) + ")";
+            line = pool[t]->line;
         }
         if (!waiting) return "";
         for (unsigned t = 0; t < n; ++t)
-            if (pool[t].state == BARRIER) pool[t].state = READY;
+            if (pool[t]->state == BARRIER) pool[t]->state = READY;
     }
 }
 }  // namespace gpumr_fibers

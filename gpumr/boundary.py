@@ -155,6 +155,33 @@ def said(line):
     return line in _SAID
 
 
+def relay_task_lines(paths):
+    """Say once each the ``gpumr:`` lines tasks wrote to their stderr files (``paths``), but not their errors (the
+    job's own line says the first) nor a warning this process already said: where a framework keeps a task's
+    stderr to itself (mrjob's inline and local runners)."""
+    seen = set()
+    for path in paths:
+        with open(path, "rb") as f:
+            for raw in f:
+                text = raw.decode("utf-8", "replace").rstrip("\n")
+                if text.startswith("gpumr: ") and not text.startswith("gpumr: error: ") and text not in seen \
+                        and not said(text):
+                    seen.add(text)
+                    write_stderr(text + "\n")
+
+
+def task_error(texts):
+    """The error a task said in its one line (``gpumr: error: ...``, its hint dropped) in what a framework relayed
+    of its stderr (``texts``, lines possibly indented), or None."""
+    for text in texts:
+        for line in text.splitlines():
+            at = line.find("gpumr: error: ")
+            if at >= 0 and not line[:at].strip():
+                text = re.sub(r" \(see: gpumr help [\w-]+\)$", "", line[at + len("gpumr: error: "):].rstrip())
+                return redact(text.replace(BUG_HINT, ""))
+    return None
+
+
 _handler = StderrHandler()
 _handler.setFormatter(_Formatter())
 

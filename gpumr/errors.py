@@ -62,6 +62,31 @@ def redact(text):
     return _USERINFO.sub(r"\g<scheme>***@", str(text))
 
 
+#: Words in a setting's name that mark its value a secret (AWS keys and tokens, passwords).
+SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key")
+
+
+def redact_settings(settings):
+    """A framework's settings (``{name: value}``) fit to show: secrets' values and every ``cmdenv`` value
+    (environment for the tasks, often credentials) as ``***``, user-info hidden in the rest.
+
+    Examples
+    --------
+    >>> redact_settings({"aws_secret_access_key": "abc", "cmdenv": {"TOKEN": "x"}, "uri": "s3://k:s@b/x"})
+    {'aws_secret_access_key': '***', 'cmdenv': {'TOKEN': '***'}, 'uri': 's3://***@b/x'}
+    """
+    out = {}
+    for key, value in settings.items():
+        if any(word in key.lower() for word in SECRET_WORDS):
+            value = "***"
+        elif key == "cmdenv" and isinstance(value, dict):
+            value = {k: "***" for k in value}
+        elif isinstance(value, str):
+            value = redact(value)
+        out[key] = value
+    return out
+
+
 #: Error lines that have an entry in the troubleshooting page (``docs/troubleshooting.rst``, shipped as
 #: ``gpumr/troubleshooting.rst`` for ``gpumr help TOPIC``): ``(topic, pattern)``, the first match wins.
 #: A pattern is searched in the line the error boundary prints (what follows ``gpumr: error:``).

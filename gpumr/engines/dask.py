@@ -19,17 +19,19 @@ import contextlib
 import functools
 import logging
 import os
-import signal
 import time
 
 from ..boundary import logger
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
 from .mapreduce import map_reduce
+from .processes import bounded, children_deaf
 
 log = logger(__name__)
 #: Seconds to wait for a scheduler given by ``--scheduler`` to connect and to answer a request.
 CONNECT_TIMEOUT = 10
+#: Seconds a call into the scheduler waits for its answer.
+ANSWER_TIMEOUT = CONNECT_TIMEOUT + 5
 #: The longest a failed job waits for its tasks on a running cluster to end before dropping the stage.
 END_TASKS_TIMEOUT = 60
 #: Schemes of a Dask scheduler address gpumr connects to.
@@ -100,7 +102,7 @@ class DaskEngine(Engine):
                             "queued?); Ctrl-C stops it")
             if not embedded:
                 for side in plan.side:
-                    _bounded(lambda: client.upload_file(side.path, load=False))
+                    bounded(lambda: client.upload_file(side.path, load=False), ANSWER_TIMEOUT, "the Dask scheduler")
                 find = _uploaded
             resources = {"GPU": 1} if plan.o.device == "gpu" and _declare_gpus(client) else None
             futures = []
@@ -136,7 +138,8 @@ class DaskEngine(Engine):
         address = plan.o.scheduler
         if address:
             try:
-                client = _bounded(lambda: Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False))
+                client = bounded(lambda: Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False),
+                                 ANSWER_TIMEOUT, "the Dask scheduler")
             except GpumrError:
                 raise
             except Exception as exc:  # noqa: BLE001 (OSError, TimeoutError, a peer that is not Dask ...)
@@ -148,24 +151,14 @@ class DaskEngine(Engine):
                 with contextlib.suppress(Exception):
                     client.close(timeout=CONNECT_TIMEOUT)
             return
-        # The workers must not hear a terminal's Ctrl-C (each would print its traceback): they are ended by the
-        # launcher instead. While the cluster starts, SIGINT is blocked (the threads started meanwhile keep it
-        # blocked) and ignored (the processes started meanwhile inherit that across exec, and Python then leaves
-        # it ignored); blocked, a Ctrl-C that comes meanwhile stays pending (Linux) and is raised here afterwards.
+        # The workers must not hear a terminal's Ctrl-C (each would print its traceback): the launcher ends them.
         cluster = client = None
         try:
-            main = _main_thread()
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
-            handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-            try:
+            with children_deaf():
                 cluster = LocalCluster(n_workers=plan.o.workers or os.cpu_count() or 1, threads_per_worker=1,
                                        processes=True, dashboard_address=None,  # (its HTTP server on any free port)
                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                        silence_logs=False if job.debug else logging.CRITICAL)
-            finally:
-                if main:
-                    signal.signal(signal.SIGINT, handler)
-                    signal.pthread_sigmask(signal.SIG_SETMASK, old)  # (a Ctrl-C that came meanwhile: raised now)
             client = Client(cluster, set_as_default=False)
             yield client, True
         finally:
@@ -173,31 +166,6 @@ class DaskEngine(Engine):
                 if part is not None:
                     with contextlib.suppress(Exception):
                         part.close()
-
-
-def _main_thread():
-    import threading
-    return threading.current_thread() is threading.main_thread()
-
-
-def _bounded(call, timeout=CONNECT_TIMEOUT + 5):
-    """``call()`` given at most ``timeout`` seconds: a peer that accepts the connection and never answers ends the
-    job with one line instead of holding it for ever (the call goes on in a daemon thread, which exit drops)."""
-    import threading
-    done, box = threading.Event(), {}
-
-    def target():
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
-            box["error"] = exc
-        done.set()
-    threading.Thread(target=target, name="gpumr-dask-call", daemon=True).start()
-    if not done.wait(timeout):
-        raise GpumrError(f"the Dask scheduler did not answer within {timeout} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _declare_gpus(client):

@@ -26,7 +26,7 @@ import sys
 
 from ..errors import GpumrError
 from .base import Engine
-from .mapreduce import map_reduce
+from .mapreduce import answer, map_reduce
 
 #: Flink restarts no failed subtask: its collect sink cannot take a restarted job's results without
 #: checkpoints, so a killed worker ends the job in one line, nothing published.
@@ -40,17 +40,11 @@ class _Call:
         self.phase, self.function, self.calls, self.folder = phase, function, calls, folder
 
     def __call__(self, i):
-        from ..boundary import describe
         main = sys.modules.get("__main__")
         if main is not None and not hasattr(main, "print"):  # Beam's worker module, which numba's globals miss
             sys.modules["__main__"] = _plain_main()
-        extra = {}
-        if self.phase == "map":
-            extra = {"find": functools.partial(os.path.join, self.folder) if self.folder else _shipped}
-        try:
-            return {"value": self.function(*self.calls[i], **extra)}
-        except Exception as exc:  # noqa: BLE001 (the launcher ends the job with this line)
-            return {"error": describe(exc)}
+        return answer(self.phase, self.function, self.calls[i],
+                      find=functools.partial(os.path.join, self.folder) if self.folder else _shipped)
 
 
 def _plain_main():

@@ -33,6 +33,24 @@ def task_bytes(items):
     return sum((end or 0) - start for kind, *rest in items if kind == "split" for _, start, end in [rest])
 
 
+def call(phase, function, args, find=None, gpus=None):
+    """One task, where it runs: ``function(*args)``; a map task is also told how to find the side files
+    (``find(name)``: a path) and the GPUs the engine assigned it (None: given neither)."""
+    if phase != "map":
+        return function(*args)
+    return function(*args, **{k: v for k, v in (("find", find), ("gpus", gpus)) if v is not None})
+
+
+def answer(phase, function, args, find=None, gpus=None):
+    """:func:`call`, its outcome as data for engines whose tasks send back only data (Flink, RADICAL-Pilot):
+    ``{"value": v}``, or ``{"error": line}`` (the line the launcher ends the job with)."""
+    from ..boundary import describe
+    try:
+        return {"value": call(phase, function, args, find, gpus)}
+    except Exception as exc:  # noqa: BLE001 (the launcher ends the job with this line)
+        return {"error": describe(exc)}
+
+
 def map_reduce(plan, job, execute):
     """Run the plan's map tasks, then its reduce tasks, through ``execute``; the :class:`Outcome`.
 

@@ -12,39 +12,21 @@ files go in the job's private folder. Hadoop: :doc:`/how-to/hadoop`; EMR:
 """
 
 import contextlib
+import glob
 import gzip
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 
-from ..boundary import UsageError
-from ..errors import GpumrError, redact
+from ..boundary import UsageError, relay_task_lines, task_error
+from ..errors import GpumrError, redact, redact_settings
 from ..io.remote import locate
 from .base import Engine, Outcome
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
-#: Keys of mrjob's settings whose values ``--dry-run`` never shows.
-SECRET = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key")
-
-
-def _redacted(options):
-    """mrjob's resolved settings with every secret hidden: AWS keys and tokens, and every ``cmdenv`` value."""
-    out = {}
-    for key, value in options.items():
-        if any(word in key.lower() for word in SECRET):
-            value = "***"
-        elif key == "cmdenv" and isinstance(value, dict):
-            value = {k: "***" for k in value}
-        elif isinstance(value, str):
-            value = redact(value)
-        out[key] = value
-    return out
-
-
 class MRJobEngine(Engine):
     """``--engine inline|local|hadoop|emr``: one of mrjob's runners."""
 
@@ -127,11 +109,16 @@ class MRJobEngine(Engine):
             paths.append(path)
         return paths
 
-    def _args(self, plan, spec_path, inputs, output_dir):
+    def _args(self, plan, output_dir):
+        """mrjob's command line for the job, its spec and task files written into the job's folder first."""
+        spec_path, inputs = os.path.join(plan.folder, "gpumr-spec.json"), self._task_files(plan, plan.folder + "/tasks")
+        with open(spec_path, "w", encoding="utf-8") as f:
+            f.write(plan.spec.to_json())
         args = ["-r", self.name, "--gpumr-spec", spec_path, "--reducers", str(plan.o.reducers),
-                "--local-tmp-dir", os.path.join(plan.folder, "mrjob")]
-        if plan.o.hadoop_splits:
-            args.append("--hadoop-splits")
+                "--local-tmp-dir", os.path.join(plan.folder, "mrjob"),
+                "--no-bootstrap-mrjob"]  # (tasks run a Python with gpumr, so mrjob: no zip of it, no lock in /tmp)
+        args += ["--hadoop-splits"] if plan.o.hadoop_splits else []
+        args += ["--cat-reducer"] if self.name != "inline" else []  # (the inline runner runs no commands)
         for side in plan.side:
             args += ["--files", side.path]  # (named by content already: the tasks find them by that name)
         return [*args, *plan.extra, "--output-dir", output_dir, *inputs]
@@ -147,17 +134,9 @@ class MRJobEngine(Engine):
             raise UsageError(f"{redact(str(exc))} (see gpumr run WORKLOAD --help; other options go to mrjob's runner)") \
                 from None
 
-    def _spec_file(self, plan):
-        path = os.path.join(plan.folder, "gpumr-spec.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(plan.spec.to_json())
-        return path
-
     def dry_run(self, plan, show):
         self._check_here(plan.o)
-        args = self._args(plan, self._spec_file(plan), self._task_files(plan, os.path.join(plan.folder, "tasks")),
-                          str(plan.out.loc))
-        runner = self._job(args).make_runner()
+        runner = self._job(self._args(plan, str(plan.out.loc))).make_runner()
         try:
             settings = {k: v for k, v in sorted(runner._opts.items()) if v not in (None, [], {}, ())}
             show(f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob_task "
@@ -165,7 +144,7 @@ class MRJobEngine(Engine):
             python = getattr(runner, "_python_bin", None)  # (the inline runner runs in this Python)
             show("mrjob's settings (secrets hidden): " + json.dumps(
                 {"runner": runner.alias, "python_bin": python() if python else [sys.executable],
-                 "options": _redacted(settings)}, sort_keys=True, default=str))
+                 "options": redact_settings(settings)}, sort_keys=True, default=str))
         finally:
             runner.cleanup()
 
@@ -174,15 +153,14 @@ class MRJobEngine(Engine):
         from mrjob.step import StepFailedException
 
         from ..core.counters import total
+        from ..tasks.output import finished_arrays, staged_parts
         self._check_here(plan.o)
         stage = locate(job.stage)
         local_out = self.name in HERE and stage.local is None  # a URI output of a runner on this machine
         output_dir = (os.path.join(plan.folder, "job-out") if local_out
                       else str(stage.child("job")) if stage.local is None
                       else (stage.child("job").uri() if self.name == "hadoop" else stage.child("job").local))
-        args = self._args(plan, self._spec_file(plan), self._task_files(plan, os.path.join(plan.folder, "tasks")),
-                          output_dir)
-        mr = self._job(args)
+        mr = self._job(self._args(plan, output_dir))
         said = []
         try:
             with _mrjob_said(said, job.debug), mr.make_runner() as runner:
@@ -191,7 +169,8 @@ class MRJobEngine(Engine):
                 runner.run()
                 counts = total(runner.counters())
         except StepFailedException as exc:
-            raise GpumrError(f"a task of the {self.name} job failed: {_task_error(said, exc)}") from exc
+            why = task_error(said) or redact(str(exc).splitlines()[0])
+            raise GpumrError(f"a task of the {self.name} job failed: {why}") from exc
         except OSError as exc:
             if self.name == "hadoop":
                 raise GpumrError(f"--engine hadoop: {exc.strerror or exc} running {exc.filename or 'hadoop'} "
@@ -207,13 +186,13 @@ class MRJobEngine(Engine):
             from ..core.processor import reason_of
             raise GpumrError(f"a task of the {self.name} job failed: {redact(reason_of(exc))}") from exc
         finally:
-            if self.name in HERE:
-                _relay_task_lines(os.path.join(plan.folder, "mrjob"))
+            if self.name in HERE:  # (mrjob keeps each task's stderr in a file of its scratch folder)
+                relay_task_lines(sorted(glob.glob(os.path.join(plan.folder, "mrjob", "**", "stderr"), recursive=True)))
         if local_out:  # the runner wrote here: into the stage, then published with the rest
             for name in os.listdir(output_dir):
                 if name.startswith("part-"):
                     stage.child(f"job/{name}").upload(os.path.join(output_dir, name))
-        return Outcome({**_parts(stage.child("job")), **_arrays(stage)}, counts)
+        return Outcome({**staged_parts(stage.child("job")), **finished_arrays(stage)}, counts)
 
 
 @contextlib.contextmanager
@@ -238,58 +217,6 @@ def _mrjob_said(lines, debug):
         log.removeHandler(handler)
         log.propagate = propagate
         log.setLevel(level)
-
-
-def _relay_task_lines(folder):
-    """Say what the inline and local runners' tasks said (their ``gpumr:`` lines, at the job's verbosity), once each:
-    mrjob keeps a task's stderr in a file of its own scratch folder."""
-    import glob
-
-    from ..boundary import said, write_stderr
-    seen = set()
-    for path in sorted(glob.glob(os.path.join(folder, "**", "stderr"), recursive=True)):
-        with open(path, "rb") as f:
-            for raw in f:
-                text = raw.decode("utf-8", "replace").rstrip("\n")
-                if text.startswith("gpumr: ") and not text.startswith("gpumr: error: ") and text not in seen \
-                        and not said(text):
-                    seen.add(text)
-                    write_stderr(text + "\n")
-
-
-def _task_error(said, exc):
-    """The failed task's own error line (``gpumr: error: ...``) from mrjob's log, else mrjob's first line."""
-    for text in said:
-        for line in text.splitlines():
-            at = line.find("gpumr: error: ")
-            if at >= 0 and not line[:at].strip():  # (mrjob indents the task stderr it relays)
-                from ..boundary import BUG_HINT
-                text = re.sub(r" \(see: gpumr help [\w-]+\)$", "", line[at + len("gpumr: error: "):].rstrip())
-                return redact(text.replace(BUG_HINT, ""))
-    return redact(str(exc).splitlines()[0])
-
-
-def _parts(folder):
-    """``{name: ("job/" + name, size, sha256)}`` of the part files mrjob wrote into ``folder`` (a location)."""
-    from ..io.outputs import digest
-    names = sorted(rel for rel, what, _ in folder.entries() if what == "file" and rel.startswith("part-"))
-    return {n: (f"job/{n}", *digest(folder.child(n))) for n in names}
-
-
-def _arrays(stage):
-    """The arrays the map tasks that finished wrote (their done-files list them): ``{name: (staged, size, sha)}``."""
-    from ..tasks.output import ARRAYS
-    from .mrjob_task import DONE
-    folder = stage.child(ARRAYS)
-    if folder.stat()[0] != "folder":
-        return {}
-    parts = {}
-    for rel, what, _ in folder.entries():
-        if what == "file" and rel.endswith("/" + DONE):
-            with folder.child(rel).open_input() as f:
-                for name, staged, size, sha in json.loads(f.read().decode("utf-8")):
-                    parts.setdefault(name, (staged, size, sha))  # (two attempts of one task: either)
-    return parts
 
 
 def _limit_sim_reducers(runner, n):

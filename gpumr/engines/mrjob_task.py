@@ -32,8 +32,6 @@ from mrjob.step import MRStep  # noqa: E402
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives the script it runs as a task.
 TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
-#: The name of the done-file a map task leaves beside its arrays: what it wrote, for the launcher.
-DONE = ".done"
 log = logger("gpumr.tasks")
 
 
@@ -48,6 +46,8 @@ class MRWorkload(MRJob):
         super().configure_args()
         self.add_file_arg("--gpumr-spec", help="the job's task spec (written by gpumr run's launcher)")
         self.add_passthru_arg("--reducers", type=int, default=1, help="reduce tasks (0: none)")
+        self.add_passthru_arg("--cat-reducer", action="store_true",
+                              help="reduce with cat, not Python (the launcher's choice where the runner runs commands)")
         self.add_passthru_arg("--hadoop-splits", action="store_true",
                               help="Hadoop's SequenceFile input format reads the inputs (hadoop and emr)")
 
@@ -56,6 +56,10 @@ class MRWorkload(MRJob):
                       mapper=self.mapper_text if self.options.hadoop_splits else self.mapper_item)
         if self.options.reducers == 0:
             return [MRStep(**mapper)]
+        if self.options.cat_reducer:
+            # The identity reducer as a command: the sorted lines pass as they are, with no Python started per
+            # reduce task (the same bytes as :meth:`reducer` writes through RawProtocol).
+            return [MRStep(reducer_cmd="cat", **mapper)]
         return [MRStep(reducer=self.reducer, **mapper)]
 
     def hadoop_input_format(self):
@@ -98,13 +102,13 @@ class MRWorkload(MRJob):
 
     def task_final(self):
         from gpumr.io.remote import locate
-        from gpumr.tasks.output import ARRAYS
+        from gpumr.tasks.output import ARRAYS, ARRAYS_DONE
         yield from self._pairs(self.task.close())
         log.debug("task %s done: %s", self.task.attempt, self.task.counts)
         written = self.task.arrays.written
         if written:  # the launcher publishes the arrays of the attempts that finished
             stage = locate(self.task.spec.stage)
-            stage.child(f"{ARRAYS}/{self.task.attempt}/{DONE}").write_bytes(json.dumps(written).encode())
+            stage.child(f"{ARRAYS}/{self.task.attempt}/{ARRAYS_DONE}").write_bytes(json.dumps(written).encode())
 
     def reducer(self, key, values):
         for value in values:

@@ -30,7 +30,8 @@ import time
 from ..boundary import logger, write_stderr
 from ..errors import GpumrError
 from .base import Engine
-from .mapreduce import map_reduce
+from .mapreduce import answer, map_reduce
+from .processes import POLL, children_deaf, end_processes_in, environ, main_thread
 
 log = logger(__name__)
 #: How many times a task that ended without a result (killed, its node lost) runs before the job fails.
@@ -39,8 +40,6 @@ ATTEMPTS = 3
 LOCAL = "local.localhost"
 #: Pilot description attributes ``--pilot KEY=VALUE`` may set (the others have options of their own).
 PILOT_KEYS = ("queue", "project", "access_schema", "job_name", "nodes", "memory")
-#: Seconds between looks at the tasks' and the pilot's states.
-POLL = 0.2
 
 
 class RadicalEngine(Engine):
@@ -152,7 +151,7 @@ class RadicalEngine(Engine):
             try:
                 return map_reduce(plan, job, execute)
             except BaseException:
-                with _sigint_ignored():
+                with children_deaf():
                     _end(tmgr, started)
                 raise
 
@@ -193,18 +192,16 @@ def pilot_session(o, folder, debug=False):
         env["VIRTUAL_ENV"] = sys.prefix
     import radical.utils.ids as ids
     ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
-    with _environ(env), _sigint_ignored():
+    with environ(env), children_deaf():
         session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
     try:
-        with _environ(env), _sigint_ignored():
+        with environ(env), children_deaf():
             pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
         sandbox = o.pilot_sandbox or (folder if o.resource == LOCAL else None)
         description = {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
                        "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": True,
-                       **({"sandbox": sandbox} if sandbox else {}), **dict(p.split("=", 1) for p in o.pilot)}
-        for key in ("nodes", "memory"):
-            if key in description:
-                description[key] = int(description[key])
+                       **({"sandbox": sandbox} if sandbox else {}),
+                       **{k: int(v) if k in ("nodes", "memory") else v for k, v in (p.split("=", 1) for p in o.pilot)}}
         try:
             pilot = pmgr.submit_pilots(rp.PilotDescription(description))
         except (ValueError, RuntimeError, KeyError) as exc:
@@ -212,20 +209,18 @@ def pilot_session(o, folder, debug=False):
         tmgr.add_pilots(pilot)
         yield tmgr
     finally:
-        with _sigint_ignored():
+        with children_deaf():
             session.close(terminate=True, download=False)
-            _wait_gone(folder)
+            end_processes_in(folder)
 
 
 def _import_rp():
     """``radical.pilot``, imported with its agent's executor module, whose import takes SIGINT and SIGTERM for
     itself (to end its tasks): the launcher's own handlers are put back, so that Ctrl-C still stops the job."""
-    import threading
-    main = threading.current_thread() is threading.main_thread()
-    saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)] if main else []
+    saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)] if main_thread() else []
     try:
         import tempfile
-        with tempfile.TemporaryDirectory() as base, _environ({"RADICAL_BASE": base}):  # (its import makes a folder)
+        with tempfile.TemporaryDirectory() as base, environ({"RADICAL_BASE": base}):  # (its import makes a folder)
             import radical.pilot as rp
             import radical.pilot.agent.executing.popen  # noqa: F401
     except ImportError:
@@ -236,35 +231,10 @@ def _import_rp():
     return rp
 
 
-def _wait_gone(folder, timeout=30):
-    """Wait until no process names ``folder`` (the pilot's bootstrap, which outlives the session by a few seconds);
-    then end those left (they are this job's: they run from its private folder)."""
-    deadline, mark = time.monotonic() + timeout, folder.encode() + b"/"
-    while True:
-        pids = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if mark in f.read():
-                        pids.append(int(pid))
-        if not pids:
-            return
-        if time.monotonic() > deadline:
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            return
-        time.sleep(POLL)
-
-
 def _pilot_failure(pilot, resource):
     """One line: why the pilot ended before its tasks did (the last line its agent's bootstrap wrote)."""
-    said = ""
-    for text in (pilot.stderr, pilot.log, pilot.stdout):
-        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
-        if lines:
-            said = f": {lines[-1][:300]}"
-            break
+    texts = [[ln.strip() for ln in (t or "").splitlines() if ln.strip()] for t in (pilot.stderr, pilot.log, pilot.stdout)]
+    said = next((f": {lines[-1][:300]}" for lines in texts if lines), "")  # (the first of them that said anything)
     return (f"the RADICAL-Pilot pilot on {resource} ended ({pilot.state.lower()}) before the job's tasks{said} "
             "(its agent could not start or was stopped; --debug keeps RP's log)")
 
@@ -279,34 +249,6 @@ def _end(tmgr, tasks):
             tmgr.wait_tasks(live, timeout=60)
 
 
-@contextlib.contextmanager
-def _environ(changes):
-    saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    """SIGINT ignored meanwhile (main thread): processes started then never hear it; a clean-up is not cut short."""
-    import threading
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
 # -- in a task --------------------------------------------------------------------------------------
 def _assigned_gpus():
     """The GPUs RP assigned this task (``CUDA_VISIBLE_DEVICES`` with ``RP_GPUS_PER_RANK``), or None."""
@@ -318,18 +260,12 @@ def _assigned_gpus():
 
 def task_main(call, result):
     """One RP task, in its sandbox: run the pickled call; write its value, or its error's one line, as JSON."""
-    from ..boundary import describe, install
+    from ..boundary import install
     install()
     with open(call, "rb") as f:
         phase, function, args, folder = pickle.load(f)
-    extra = {}
-    if phase == "map":
-        extra = {"find": functools.partial(os.path.join, folder or os.environ["RP_PILOT_SANDBOX"]),
-                 "gpus": _assigned_gpus()}
-    try:
-        out = {"value": function(*args, **extra)}
-    except Exception as exc:  # noqa: BLE001 (the launcher ends the job with this line)
-        out = {"error": describe(exc)}
+    find = functools.partial(os.path.join, folder or os.environ.get("RP_PILOT_SANDBOX", ""))
+    out = answer(phase, function, args, find=find, gpus=_assigned_gpus())
     with open(result + ".part", "w", encoding="utf-8") as f:
         json.dump(out, f)
     os.replace(result + ".part", result)  # (RP stages back only a whole result)

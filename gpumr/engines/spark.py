@@ -27,7 +27,7 @@ if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run 
 
 from ..errors import GpumrError, redact  # noqa: E402
 from .base import Engine  # noqa: E402
-from .mapreduce import map_reduce  # noqa: E402
+from .mapreduce import call, map_reduce  # noqa: E402
 
 #: The longest the driver waits for a failed job's tasks of a caller's context to end before the stage is dropped.
 END_TASKS_TIMEOUT = 60
@@ -45,11 +45,9 @@ def _task_gpus():
 
 
 def _call(phase, function, args):
-    """One task: ``function(*args)``, a map task given Spark's shipped files and its assigned GPUs."""
-    if phase == "map":
-        from pyspark import SparkFiles
-        return function(*args, find=SparkFiles.get, gpus=_task_gpus())
-    return function(*args)
+    """One task: a map task given Spark's shipped files and its assigned GPUs."""
+    from pyspark import SparkFiles
+    return call(phase, function, args, find=SparkFiles.get, gpus=_task_gpus() if phase == "map" else None)
 
 
 # -- in the driver ----------------------------------------------------------------------------------

@@ -358,24 +358,31 @@ def _dims(name, grid, block):
     return grid3, block3
 
 
-_PRIVATE = []  # this process's folder of loaded copies of host builds
-_LOADED = iter(range(1 << 62))
+_LOADED = iter(range(1 << 62))  # (each copy's name is new in this process: the loader matches names first)
 
 
-def _own_copy(path):
-    """A copy of host build ``path`` that only one :class:`Module` loads, in this process's private folder.
+def _load_own_copy(path, keep=False):
+    """Load a copy of host build ``path`` that only one :class:`Module` loads; the copy is removed once loaded.
 
     The loader maps a file once per process however often it is opened, and
     its globals (the kernels' ``__constant__`` symbols) with it; a module of
     its own copy has constant memory of its own, as each module loaded on a
-    GPU has.
+    GPU has. A loaded library needs no name on disk, so nothing stays behind
+    even in a process that never exits cleanly (a killed worker), except
+    with ``keep`` (AddressSanitizer's reports read the file for symbols: it
+    stays in a private folder removed at exit).
     """
+    import tempfile
+
     from ..trusted import private_temp_dir
-    if not _PRIVATE:
-        _PRIVATE.append(private_temp_dir("gpumr-modules-"))
-    own = os.path.join(_PRIVATE[0], f"{next(_LOADED)}-{os.path.basename(path)}")
-    shutil.copyfile(path, own)
-    return own
+    folder = private_temp_dir("gpumr-modules-") if keep else tempfile.mkdtemp(prefix="gpumr-modules-")
+    own = os.path.join(folder, f"{next(_LOADED)}-{os.path.basename(path)}")
+    try:
+        shutil.copyfile(path, own)
+        return ctypes.CDLL(own)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class Module:
@@ -384,8 +391,7 @@ class Module:
     def __init__(self, launcher, name, path, names, constants):
         self.launcher = launcher
         self.name = name
-        # the copy stays (removed with the private folder at exit): AddressSanitizer's reports read it for symbols
-        self.lib = ctypes.CDLL(_own_copy(path))
+        self.lib = _load_own_copy(path, keep=launcher.sanitize)
         self.kernels = set(names)
         self.constants = {}
         for c in constants:

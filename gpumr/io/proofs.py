@@ -437,7 +437,8 @@ class Proof:
             if isinstance(v, dict):
                 yield self._version(v.items())
             else:
-                with open(copies[(v.path, v.dir_fd)][v.index], "rb") as f:
+                with copies[(v.path, v.dir_fd)].pop(v.index) as f:
+                    f.seek(0)
                     yield from iter(lambda: f.read(_CHUNK), b"")
         yield b"]}"
 
@@ -447,9 +448,9 @@ class Proof:
 
     def _copy(self, src, wanted):
         """Each wanted version of the proof file ``src``, written out (less its drops, plus its extras) into a
-        temporary file: one pass over ``src``; ``{index: temporary path}``."""
-        folder = self._scratch
-        out, files = {}, {}
+        temporary file: one pass over ``src``; ``{index: open temporary file}``. The files have no name (nothing
+        stays behind, whatever ends the process); closed by the reader."""
+        files = {}
         events = _scan(*src)
         if events is None:
             raise _not_a_proof(src[0], "gone while gpumr was writing the output beside it")
@@ -461,45 +462,41 @@ class Proof:
             if v is None or rel in v.drop:
                 continue
             if i not in files:
-                files[i] = open(os.path.join(folder, f"v{i}"), "w", encoding="utf-8")
-                files[i].write("{")
+                files[i] = tempfile.TemporaryFile()
+                files[i].write(b"{")
             else:
-                files[i].write(",")
-            files[i].write(f"{json.dumps(rel)}:[{size},{json.dumps(sha)}]")
+                files[i].write(b",")
+            files[i].write(f"{json.dumps(rel)}:[{size},{json.dumps(sha)}]".encode())
         for i, v in wanted.items():
-            f = files.get(i) or open(os.path.join(folder, f"v{i}"), "w", encoding="utf-8")
+            f = files.get(i) or tempfile.TemporaryFile()
             if i not in files:
-                f.write("{")
+                f.write(b"{")
+                files[i] = f
             if v.extra:
-                f.write(("," if i in files else "") + self._version(v.extra.items()).decode()[1:-1])
-            f.write("}")
-            f.close()
-            out[i] = os.path.join(folder, f"v{i}")
-        return out
+                f.write(b"," * (f.tell() > 1) + self._version(v.extra.items())[1:-1])
+            f.write(b"}")
+        return files
 
     def save(self):
         """Write the proof atomically (replacing only an earlier gpumr proof), streamed through a temporary file."""
-        with tempfile.TemporaryDirectory(prefix="gpumr-proof-") as folder:
-            self._scratch = folder
-            whole = os.path.join(folder, "proof")
+        with tempfile.TemporaryFile() as f:  # (no name: nothing stays behind, whatever ends the process)
             size = 0
-            with open(whole, "wb") as f:
-                for chunk in self._chunks():
-                    size += len(chunk)
-                    if size > MAX_PROOF:
-                        raise GpumrError(f"{shown(self.path)}: the proof would take more than a proof's {MAX_PROOF} "
-                                         "bytes: too many files in one output")
-                    f.write(chunk)
-            with open(whole, "rb") as f:
-                try:
-                    if self.dir_fd is not None:  # a name in an open folder (gpumr unpack's DIR/.gpumr)
-                        with AtomicFile(self.path, dir_fd=self.dir_fd,
-                                        replace=lambda old: Proof.check(old, self.dir_fd)) as out:
-                            shutil.copyfileobj(f, out, _CHUNK)
-                    else:
-                        locate(self.path).publish_from(f, Proof.check)
-                except FileExistsError:
-                    raise _not_a_proof(self.path, "a file that appeared meanwhile") from None
+            for chunk in self._chunks():
+                size += len(chunk)
+                if size > MAX_PROOF:
+                    raise GpumrError(f"{shown(self.path)}: the proof would take more than a proof's {MAX_PROOF} "
+                                     "bytes: too many files in one output")
+                f.write(chunk)
+            f.seek(0)
+            try:
+                if self.dir_fd is not None:  # a name in an open folder (gpumr unpack's DIR/.gpumr)
+                    with AtomicFile(self.path, dir_fd=self.dir_fd,
+                                    replace=lambda old: Proof.check(old, self.dir_fd)) as out:
+                        shutil.copyfileobj(f, out, _CHUNK)
+                else:
+                    locate(self.path).publish_from(f, Proof.check)
+            except FileExistsError:
+                raise _not_a_proof(self.path, "a file that appeared meanwhile") from None
 
 
 def is_proof(path, dir_fd=None):

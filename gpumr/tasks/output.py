@@ -32,6 +32,9 @@ WRITE_CHUNK = 1 << 20
 SAMPLES = 64
 #: The folder of the output (and of the stage) that holds the arrays.
 ARRAYS = "arrays"
+#: The file an attempt that finished writes beside its arrays, listing them (engines that publish every attempt
+#: that finished, as mrjob's do, publish the arrays listed there).
+ARRAYS_DONE = ".done"
 #: A numpy array of at most this many elements nested inside a result (not a top-level field) becomes a JSON list.
 NESTED_ELEMENTS = 65536
 
@@ -185,3 +188,26 @@ def merge(stage, runs, low, high):
     sort order them, so every engine writes the same bytes.
     """
     return heapq.merge(*(_run_lines(stage, name, sample, low, high) for name, sample in runs))
+
+
+def staged_parts(folder):
+    """``{name: ("job/" + name, size, sha256)}`` of the part files an engine's own reducers wrote into ``folder``
+    (a location: the stage's ``job/``), to publish."""
+    from ..io.outputs import digest
+    names = sorted(rel for rel, what, _ in folder.entries() if what == "file" and rel.startswith("part-"))
+    return {n: (f"job/{n}", *digest(folder.child(n))) for n in names}
+
+
+def finished_arrays(stage):
+    """The arrays of the attempts that finished (listed in their :data:`ARRAYS_DONE` files), to publish:
+    ``{name: (staged, size, sha256)}``; of two attempts of one task, either."""
+    folder = stage.child(ARRAYS)
+    if folder.stat()[0] != "folder":
+        return {}
+    parts = {}
+    for rel, what, _ in folder.entries():
+        if what == "file" and rel.endswith("/" + ARRAYS_DONE):
+            with folder.child(rel).open_input() as f:
+                for name, staged, size, sha in json.loads(f.read().decode("utf-8")):
+                    parts.setdefault(name, (staged, size, sha))
+    return parts

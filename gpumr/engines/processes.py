@@ -1,0 +1,129 @@
+"""What engines do around the processes and threads they start, whatever the framework.
+
+Children that never hear the terminal's Ctrl-C (the launcher ends them,
+so no worker prints its traceback), environment variables set for the time
+a framework reads them, a call into a framework given a bounded time to
+answer, and the processes a job left in its own folder ended.
+"""
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+from ..errors import GpumrError
+
+#: Seconds between looks at processes that should have gone.
+POLL = 0.2
+
+
+def main_thread():
+    """Whether this is the main thread (the only one that may set signal handlers)."""
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def children_deaf():
+    """SIGINT blocked and ignored for the block: processes and threads started meanwhile never hear Ctrl-C.
+
+    Threads started meanwhile keep it blocked; processes inherit the
+    ignored disposition across exec (and Python then leaves it ignored).
+    Blocked, a Ctrl-C that comes meanwhile stays pending and is raised
+    when the block ends, so a clean-up inside is not cut short. Outside the
+    main thread this does nothing.
+
+    Examples
+    --------
+    >>> import subprocess, sys
+    >>> with children_deaf():
+    ...     child = subprocess.Popen([sys.executable, "-c", "pass"])
+    >>> child.wait()
+    0
+    """
+    if not main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def environ(changes):
+    """``os.environ`` updated by ``changes`` for the block, then as it was.
+
+    Examples
+    --------
+    >>> with environ({"GPUMR_EXAMPLE": "1"}):
+    ...     os.environ["GPUMR_EXAMPLE"]
+    '1'
+    >>> "GPUMR_EXAMPLE" in os.environ
+    False
+    """
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def bounded(call, timeout, what):
+    """``call()`` given at most ``timeout`` seconds, else one line: ``what`` did not answer.
+
+    A peer that accepts a connection and never answers would hold the job
+    for ever; the call goes on in a daemon thread, which exit drops.
+
+    Examples
+    --------
+    >>> bounded(lambda: 42, 5, "the example")
+    42
+    """
+    done, box = threading.Event(), {}
+
+    def target():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+            box["error"] = exc
+        done.set()
+    threading.Thread(target=target, name="gpumr-bounded-call", daemon=True).start()
+    if not done.wait(timeout):
+        raise GpumrError(f"{what} did not answer within {timeout} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def end_processes_in(folder, timeout=30):
+    """Wait until no process's command line names ``folder``; then kill those left.
+
+    For frameworks whose helpers outlive their session by a few seconds
+    (RADICAL-Pilot's bootstrap): they run from the job's private
+    ``folder``, so every process naming it is the job's.
+    """
+    deadline, mark = time.monotonic() + timeout, os.path.join(folder, "").encode()
+    while True:
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if mark in f.read():
+                        pids.append(int(pid))
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(POLL)
