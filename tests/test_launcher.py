@@ -5,6 +5,7 @@ scheduler``, ``dask worker``), the moto S3 server, a real second user; the
 launcher's checks counted on every engine.
 """
 
+import getpass
 import json
 import os
 import signal
@@ -232,6 +233,24 @@ def test_a_failed_inline_job_leaves_nothing_in_the_temp_folder(tmp_path, packed)
     assert one_line(gpumr(["run", "broken.py:Broken", packed, "-o", tmp_path / "o"], tmp_path, env=env)) == \
         "gpumr: error: a task of the inline job failed: RuntimeError: setup exploded (see: gpumr help job-failed)"
     assert os.listdir(tmp) == [] and not os.path.exists(tmp_path / "o")
+
+
+def test_a_local_job_on_simulated_gpus_leaves_nothing_in_any_temp_folder(tmp_path, packed):
+    """mrjob's local runner left /tmp/wrapper.lock.<job key> behind (the setup wrapper of the mrjob it zipped and
+    shipped, /tmp hard-coded; CI's /tmp held one per local job): neither the job's TMPDIR nor /tmp keeps anything
+    of a job, the emulated kernels' loaded copies included (removed once loaded, not at exit)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), GPUMR_SIMULATE_GPUS="1")
+    started = time.time()
+    proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "local", "--device", "gpu"], tmp_path,
+                 env=env)
+    assert proc.returncode == 0 and " 12 on GPU" in proc.stderr, proc.stderr[-3000:]
+    assert os.listdir(tmp) == []
+    user = getpass.getuser()
+    made = [n for n in os.listdir("/tmp") if n.startswith(f"wrapper.lock.mrjob_task.{user}.")
+            and os.stat(os.path.join("/tmp", n)).st_mtime >= started - 1]
+    assert made == []
 
 
 BROKEN = """

@@ -13,7 +13,8 @@ import numpy as np
 
 #: A slice's longest side on the picture, at least (pixels); volumes larger than MAX_SIDE are shrunk to it.
 MIN_SIDE, MAX_SIDE = 256, 512
-#: Grey levels span these percentiles of the volume (a few bright or dark voxels do not wash the picture out).
+#: Grey levels span these percentiles of the three slices shown (a few bright or dark voxels do not wash the
+#: picture out; the slices, not the whole volume, so that a preview costs the same time and memory at any size).
 LOW, HIGH = 1, 99.5
 
 _FONT_SCALE = 0.45
@@ -105,16 +106,15 @@ def preview_image(volume):
     if volume.ndim != 3 or 0 in volume.shape:
         raise ValueError(f"a preview needs a 3-D volume, not one of shape {volume.shape}")
     nz, ny, nx = volume.shape
-    finite = volume[np.isfinite(volume)]
+    shown = [volume[nz // 2], volume[:, ny // 2, :], volume[:, :, nx // 2]]
+    finite = np.concatenate([v[np.isfinite(v)].ravel() for v in shown])
     lo, hi = np.percentile(finite, [LOW, HIGH]) if finite.size else (0.0, 1.0)
     hi = hi if hi > lo else lo + 1
     longest = max(nz, ny, nx)
     scale = MAX_SIDE / longest if longest > MAX_SIDE else max(1, -(-MIN_SIDE // longest))
-    panels = [_panel(np.nan_to_num(volume[nz // 2]), lo, hi, scale, f"axial  z = {nz // 2}", "x (voxel)", "y"),
-              _panel(np.nan_to_num(volume[:, ny // 2, :]), lo, hi, scale, f"coronal  y = {ny // 2}", "x (voxel)",
-                     "z"),
-              _panel(np.nan_to_num(volume[:, :, nx // 2]), lo, hi, scale, f"sagittal  x = {nx // 2}", "y (voxel)",
-                     "z")]
+    panels = [_panel(np.nan_to_num(shown[0]), lo, hi, scale, f"axial  z = {nz // 2}", "x (voxel)", "y"),
+              _panel(np.nan_to_num(shown[1]), lo, hi, scale, f"coronal  y = {ny // 2}", "x (voxel)", "z"),
+              _panel(np.nan_to_num(shown[2]), lo, hi, scale, f"sagittal  x = {nx // 2}", "y (voxel)", "z")]
     height = max(p.shape[0] for p in panels)
     panels = [np.pad(p, ((0, height - p.shape[0]), (0, 0), (0, 0)), constant_values=255) for p in panels]
     bar_height = int(round(max(nz, ny) * scale))

@@ -148,8 +148,8 @@ def preview(volume, path, inputs=()):
     """A PNG of the three central orthogonal slices (axial, coronal, sagittal), labelled, with a colour bar.
 
     Drawn by :func:`gpumr.ct.preview.preview_image` (each slice at least 256
-    pixels, axes in voxel indices, grey levels from the volume's 1st to 99.5th
-    percentile); the file is written as :func:`save_volume` writes.
+    pixels, axes in voxel indices, grey levels from the 1st to the 99.5th
+    percentile of the slices shown); the file is written as :func:`save_volume` writes.
 
     Parameters
     ----------
