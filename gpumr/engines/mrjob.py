@@ -27,6 +27,8 @@ from .base import Engine, Outcome
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
+
+
 class MRJobEngine(Engine):
     """``--engine inline|local|hadoop|emr``: one of mrjob's runners."""
 
