@@ -3,8 +3,10 @@
 Everything else, the plan (:mod:`gpumr.launch`), the run skeleton and the
 task runtime (:mod:`gpumr.tasks`), is shared. An engine is an
 :class:`~gpumr.engines.base.Engine`: its own options and its ``run(plan,
-job)``. Those that run a pool of Python tasks (Spark, Dask) share the map
-and reduce phases (:mod:`.mapreduce`); mrjob's runners (inline, local,
+job)``. Those that run a pool of Python tasks (Spark, Dask, Flink,
+RADICAL-Pilot) share the map and reduce phases (:mod:`.mapreduce`), and
+what engines do around the processes they start is :mod:`.processes`;
+mrjob's runners (inline, local,
 Hadoop, EMR) run the same task runtime inside an mrjob job (:mod:`.mrjob`).
 Adding an engine is one module here and its name in :data:`MODULES`.
 """
