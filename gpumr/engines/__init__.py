@@ -6,8 +6,8 @@ task runtime (:mod:`gpumr.tasks`), is shared. An engine is an
 job)``. Those that run a pool of Python tasks (Spark, Dask, Flink,
 RADICAL-Pilot) share the map and reduce phases (:mod:`.mapreduce`), and
 what engines do around the processes they start is :mod:`.processes`;
-mrjob's runners (inline, local,
-Hadoop, EMR) run the same task runtime inside an mrjob job (:mod:`.mrjob`).
+mrjob's runners (inline, local, Hadoop, EMR) run the same task runtime
+inside an mrjob job (:mod:`.mrjob`).
 Adding an engine is one module here and its name in :data:`MODULES`.
 """
 
