@@ -59,10 +59,10 @@ def environ(changes):
 
     Examples
     --------
-    >>> with environ({"GPUMR_EXAMPLE": "1"}):
-    ...     os.environ["GPUMR_EXAMPLE"]
+    >>> with environ({"AN_EXAMPLE_VARIABLE": "1"}):
+    ...     os.environ["AN_EXAMPLE_VARIABLE"]
     '1'
-    >>> "GPUMR_EXAMPLE" in os.environ
+    >>> "AN_EXAMPLE_VARIABLE" in os.environ
     False
     """
     saved = {k: os.environ.get(k) for k in changes}
