@@ -197,9 +197,35 @@ def _attach():
 
 
 def _unraisable(info):
-    """``sys.unraisablehook``: an error Python cannot raise (a library's ``__del__`` at exit) is a debug line."""
+    """``sys.unraisablehook``: an error Python cannot raise (a library's ``__del__`` at exit) is a debug line.
+
+    A Ctrl-C (or SIGTERM) whose handler ran inside a finalizer raised its
+    ``KeyboardInterrupt`` where Python can only report it: the process
+    would go on as if never stopped. It is delivered again, so the main
+    thread stops at its next step.
+    """
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        _deliver_again(info.exc_type)
+        return
+    if debug_wanted():
+        sys.__unraisablehook__(info)
+        return
     logging.getLogger(ROOT).debug("ignored in %s: %s", getattr(info.object, "__qualname__", info.object),
                                   describe(info.exc_value) if info.exc_value is not None else info.exc_type)
+
+
+def _deliver_again(exc_type):
+    """Send this process, from a new thread, the signal that raised ``exc_type`` (SIGTERM for :class:`Terminated`).
+
+    From a new thread, because a signal sent by this one is handled before
+    :func:`os.kill` returns, inside the hook: lost again. The new thread
+    needs the interpreter lock, which this one holds until it has left
+    the hook (and a thread started by :mod:`threading` would be waited for).
+    """
+    import _thread
+    import signal
+    _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGTERM if issubclass(exc_type, Terminated) else
+                                       signal.SIGINT))
 
 
 def install():
@@ -310,8 +336,7 @@ def guard(func, *args, debug=None, on_interrupt=None):
     log = logging.getLogger(ROOT)
     if debug is None:
         debug = debug_wanted()
-    if not debug:  # a third party's clean-up failing at exit says no traceback either
-        sys.unraisablehook = _unraisable
+    sys.unraisablehook = _unraisable  # (a third party's clean-up failing at exit says no traceback either)
     try:
         status = func(*args)
     except KeyboardInterrupt as exc:

@@ -138,6 +138,33 @@ def test_guard_maps_every_ending_to_the_rule(capsys):
                    "gpumr: error: a.seq: No such file or directory", "gpumr: interrupted", "gpumr: interrupted"]
 
 
+FINALIZER_STOPPED = """
+import sys, time
+from gpumr.boundary import Terminated, guard
+class Finalizer:
+    def __del__(self):  # where a signal's handler ran: Python can only report what it raises here
+        raise {exc}()
+def work():
+    Finalizer()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        pass
+    print("went on")
+sys.exit(guard(work))
+"""
+
+
+@pytest.mark.parametrize("exc,status,said", [("KeyboardInterrupt", EXIT_INTERRUPTED, "gpumr: interrupted"),
+                                             ("Terminated", 143, "gpumr: terminated")])
+def test_an_interrupt_raised_inside_a_finalizer_still_stops_the_program(exc, status, said):
+    """Ctrl-C whose handler ran in a ``__del__`` (CI met it: a job went on 120 s after SIGINT) still ends it."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", FINALIZER_STOPPED.format(exc=exc)], capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (status, "", said)
+    assert time.monotonic() - t0 < 50
+
+
 def test_describe_and_one_line():
     assert describe(ValueError("x")).startswith("ValueError: x (an unexpected error, a bug: rerun with --debug")
     assert describe(OSError(9, "Bad file descriptor")) == "Bad file descriptor"
