@@ -71,9 +71,8 @@ def ct(work, voxels, angles, engines, repeat, slab):
         runs["direct"].append(timed(gpumr("ct", "reconstruct", "proj.seq", "-o", f"direct{i}.npy"), work))
         for engine in engines:
             out, vol = f"out-{engine}{i}", f"vol-{engine}{i}.npy"
-            extra = ["--workers", str(os.cpu_count() or 1)] if engine == "dask" else []
             job = timed(gpumr("run", "backproject", "--projections", "proj.seq", "--slab", slab, "-o", out,
-                              "--engine", engine, "--device", "cpu", "-q", *extra), work)
+                              "--engine", engine, "--device", "cpu", "-q"), work)  # (each engine's defaults)
             assemble = timed(gpumr("ct", "assemble", out, "-o", vol, "-q"), work)
             runs[engine].append(job + assemble)
             parts[engine].append((job, assemble))

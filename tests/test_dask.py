@@ -216,3 +216,19 @@ def test_ctrl_c_stops_the_job_and_leaves_nothing(sample_frames, tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert err.strip().splitlines()[-1] == "gpumr: interrupted" and "Traceback" not in err
     assert sorted(os.listdir(tmp_path)) == ["frames", "seq"]
+
+
+def test_an_embedded_cluster_has_as_many_workers_as_the_cores_hold_tasks():
+    """Backprojection tasks thread over every core: one worker (projections read and filtered once); faces: one per
+    core; ``--workers`` wins."""
+    import argparse
+
+    from gpumr.ct.workload import Backproject
+    from gpumr.engines.dask import embedded_workers
+    from gpumr.faces.workload import Faces
+    cores = os.cpu_count()
+    o = argparse.Namespace
+    assert embedded_workers(o(workers=None, cpu_threads=None), Backproject()) == 1
+    assert embedded_workers(o(workers=None, cpu_threads=1), Backproject()) == cores
+    assert embedded_workers(o(workers=None, cpu_threads=None), Faces()) == cores
+    assert embedded_workers(o(workers=3, cpu_threads=None), Backproject()) == 3

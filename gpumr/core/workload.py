@@ -153,6 +153,15 @@ class Workload:
         """The records of a workload whose :attr:`input` is ``"plan"``: a list of ``(key, value)`` strings."""
         raise NotImplementedError(f"{type(self).__name__} takes SequenceFile inputs (input = 'seqfile')")
 
+    def task_threads(self, o):
+        """How many cores one task keeps busy on the CPU (default 1).
+
+        An engine that starts its own workers on this machine (Dask's
+        embedded cluster) starts as many as fit: the cores over this
+        number, so that tasks that thread do not crowd each other out.
+        """
+        return 1
+
     # -- in each task --------------------------------------------------------------------------------
     def setup(self, o):
         """Run once per task process before its first record: load models, tables, compile kernels."""

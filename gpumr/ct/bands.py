@@ -87,7 +87,7 @@ class FilteredRows:
     >>> g = geometry.simple(16, 8, n_detector=16)
     >>> rows = FilteredRows(np.ones((8, 16, 16), np.float32), g)
     >>> rows.need(0, 4).shape, int(rows.filtered)
-    ((8, 18, 18), 10)
+    ((8, 18, 18), 7)
     """
 
     def __init__(self, raw, geometry, filter_name="ram-lak"):

@@ -112,6 +112,10 @@ class Backproject(Workload):
         g = geom.load(o.geometry)
         return [(slab_key(int(line.split()[0])), line) for line in plan(g.nVoxel[0], o.slab)]
 
+    def task_threads(self, o):
+        import os
+        return o.cpu_threads or os.cpu_count() or 1  # (the backprojector's threads: every core unless told)
+
     # -- in each task --------------------------------------------------------------------------------
     def setup(self, o):
         if o.cpu_threads:

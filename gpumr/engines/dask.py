@@ -5,7 +5,7 @@ Run::
     gpumr run faces frames.seq/ -o out/ --engine dask [--workers N]
     gpumr run faces /shared/frames.seq -o /shared/out --engine dask --scheduler tcp://HOST:8786
 
-An embedded cluster's workers (one per core, ``--workers``) read the side
+An embedded cluster's workers (one per core, or per the cores a task threads over; ``--workers``) read the side
 files where the launcher keeps them; a running cluster's workers (SLURM
 through dask-jobqueue: :doc:`/how-to/slurm`; Kubernetes) get them uploaded
 under their content names and must reach the inputs and the output (a
@@ -64,7 +64,8 @@ class DaskEngine(Engine):
                            help="engine dask: a running scheduler, e.g. tcp://HOST:8786 (default: an embedded "
                                 "LocalCluster of this machine)")
         group.add_argument("--workers", type=int, default=None, metavar="N",
-                           help="engine dask: worker processes of the embedded LocalCluster (default: one per core)")
+                           help="engine dask: worker processes of the embedded LocalCluster (default: one per core, "
+                                "or per the cores one task threads over)")
 
     def check(self, o):
         from .. import limits
@@ -155,7 +156,7 @@ class DaskEngine(Engine):
         cluster = client = None
         try:
             with children_deaf():
-                cluster = LocalCluster(n_workers=plan.o.workers or os.cpu_count() or 1, threads_per_worker=1,
+                cluster = LocalCluster(n_workers=embedded_workers(plan.o, plan.workload), threads_per_worker=1,
                                        processes=True, dashboard_address=None,  # (its HTTP server on any free port)
                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                        silence_logs=False if job.debug else logging.CRITICAL)
@@ -166,6 +167,24 @@ class DaskEngine(Engine):
                 if part is not None:
                     with contextlib.suppress(Exception):
                         part.close()
+
+
+def embedded_workers(o, workload):
+    """Worker processes of an embedded cluster: ``--workers``, else as many as this machine's cores hold tasks.
+
+    One task keeps :meth:`gpumr.Workload.task_threads` cores busy: a
+    backprojection's tasks thread over every core, so one worker runs them
+    (its projections read and filtered once), where the faces get one per core.
+
+    Examples
+    --------
+    >>> import argparse, os
+    >>> from gpumr.faces.workload import Faces
+    >>> embedded_workers(argparse.Namespace(workers=None), Faces()) == (os.cpu_count() or 1)
+    True
+    """
+    cores = os.cpu_count() or 1
+    return o.workers or max(1, cores // workload.task_threads(o))
 
 
 def _declare_gpus(client):

@@ -75,7 +75,7 @@ def array_name(key, field):
     >>> array_name("z00016", "slab")
     'z00016.slab.npy'
     >>> array_name("dir/a b.jpg", "mask")
-    'dir_a_b.jpg-3c0e2a5d.mask.npy'
+    'dir_a_b.jpg-39f9f48e.mask.npy'
     """
     safe = _UNSAFE.sub("_", key)[:120]
     if safe.startswith((".", "_")) or safe != key or not safe:
