@@ -48,3 +48,15 @@ def test_ctrl_c_to_gpumr_spark_is_one_line(sample_frames, tmp_path):
     assert "Traceback" not in err and "ERROR:root" not in err and "Py4J" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == "gpumr: interrupted", err[-3000:]
     assert listing(tmp_path) == before
+
+
+def test_the_accumulator_servers_failure_is_no_traceback(sc, capsys):
+    """pyspark's accumulator server prints a traceback when its connection resets (the JVM ending on Ctrl-C, CI
+    under load): gpumr's context says nothing of it but a debug line."""
+    from gpumr.engines.spark import spark_context
+    assert spark_context() is sc  # (the running context, given gpumr's handlers)
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError:
+        sc._accumulatorServer.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""

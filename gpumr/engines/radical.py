@@ -197,13 +197,8 @@ def pilot_session(o, folder, debug=False):
     try:
         with environ(env), children_deaf():
             pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
-        sandbox = o.pilot_sandbox or (folder if o.resource == LOCAL else None)
-        description = {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
-                       "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": True,
-                       **({"sandbox": sandbox} if sandbox else {}),
-                       **{k: int(v) if k in ("nodes", "memory") else v for k, v in (p.split("=", 1) for p in o.pilot)}}
         try:
-            pilot = pmgr.submit_pilots(rp.PilotDescription(description))
+            pilot = pmgr.submit_pilots(rp.PilotDescription(pilot_description(o, folder)))
         except (ValueError, RuntimeError, KeyError) as exc:
             raise GpumrError(f"--resource {o.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
         tmgr.add_pilots(pilot)
@@ -212,6 +207,30 @@ def pilot_session(o, folder, debug=False):
         with children_deaf():
             session.close(terminate=True, download=False)
             end_processes_in(folder)
+
+
+def pilot_description(o, folder):
+    """The pilot's description (``o``: the engine's options; ``folder``: the job's, its sandbox on this machine).
+
+    ``exit_on_error`` is off: with it, RP sends this process SIGTERM when
+    the pilot fails, also while the session closes (on a loaded machine
+    its reaper marks an ending pilot failed), which killed the test run
+    that hosted it. The job's own loop reports a failed pilot in one line.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
+    ...                        pilot_sandbox=None, pilot=["memory=100"])
+    >>> d = pilot_description(o, "/tmp/job")
+    >>> d["exit_on_error"], d["sandbox"], d["memory"]
+    (False, '/tmp/job', 100)
+    """
+    sandbox = o.pilot_sandbox or (folder if o.resource == LOCAL else None)
+    return {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
+            "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": False,
+            **({"sandbox": sandbox} if sandbox else {}),
+            **{k: int(v) if k in ("nodes", "memory") else v for k, v in (p.split("=", 1) for p in o.pilot)}}
 
 
 def _import_rp():

@@ -25,9 +25,12 @@ if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run 
     from gpumr.cli import run_command  # (the package's modules, which the executors import too)
     sys.exit(run_command([*sys.argv[1:], "--engine", "spark"]))
 
+from ..boundary import describe, logger  # noqa: E402
 from ..errors import GpumrError, redact  # noqa: E402
 from .base import Engine  # noqa: E402
 from .mapreduce import call, map_reduce  # noqa: E402
+
+log = logger(__name__)
 
 #: The longest the driver waits for a failed job's tasks of a caller's context to end before the stage is dropped.
 END_TASKS_TIMEOUT = 60
@@ -186,6 +189,9 @@ def spark_context(master=None, app_name="gpumr", debug=False):
         with _stderr_to(said):
             sc = SparkContext.getOrCreate(conf)
         _interrupt_quietly()
+        server = getattr(sc, "_accumulatorServer", None)
+        if server is not None:  # (its socketserver prints a traceback when the JVM goes, e.g. on Ctrl-C)
+            server.handle_error = _accumulator_error
         return sc
     except Py4JJavaError as exc:  # the JVM refused the configuration, e.g. a master URL it cannot parse
         raise GpumrError(failure(exc, "Spark did not start")) from exc
@@ -262,6 +268,12 @@ def _quiet_log4j():
 
 
 _QUIET_LOG4J = None
+
+
+def _accumulator_error(request, client_address):
+    """pyspark's accumulator server's ``handle_error``: a debug line, not a traceback (gpumr uses no accumulator;
+    its connection fails when the JVM ends, as on Ctrl-C)."""
+    log.debug("Spark's accumulator connection ended: %s", describe(sys.exc_info()[1]))
 
 
 def _interrupt_quietly():
