@@ -55,7 +55,7 @@ def children_deaf():
 
 @contextlib.contextmanager
 def environ(changes):
-    """``os.environ`` updated by ``changes`` for the block, then as it was.
+    """``os.environ`` updated by ``changes`` for the block (a value None: the variable unset), then as it was.
 
     Examples
     --------
@@ -66,7 +66,11 @@ def environ(changes):
     False
     """
     saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
+    for k, v in changes.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         yield
     finally:

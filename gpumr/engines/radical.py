@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import pickle
+import re
 import signal
 import sys
 import time
@@ -190,6 +191,9 @@ def pilot_session(o, folder, debug=False):
            "RADICAL_LOG_LVL": "DEBUG" if debug else "ERROR"}
     if sys.prefix != sys.base_prefix:
         env["VIRTUAL_ENV"] = sys.prefix
+    # RP's agent sources a dump of this environment: a name a shell cannot take (make's "-*-command-variables-*-"
+    # under `make VAR=...`) fails the pilot; such variables are left out of what the session inherits.
+    env.update({k: None for k in os.environ if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)})
     import radical.utils.ids as ids
     ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
     with environ(env), children_deaf():
