@@ -38,6 +38,7 @@ def tmgr(tmp_path_factory, emulated_kernels):
     """One RP session and pilot (two cores, two GPUs: four simulated ones, of which RP hands out two)."""
     from gpumr.engines.radical import pilot_session
     os.environ["GPUMR_SIMULATE_GPUS"] = "4"  # (the pilot's agent and its tasks inherit it; this process drops it)
+    os.environ["-*-command-variables-*-"] = "X=1"  # (what `make X=1` exports, which RP's agent cannot source)
     # The pilot lives for the module, ended by the fixture: its runtime only needs to outlast the module's tests
     # on a loaded machine (30 minutes could run out under two busy loops, failing every test after it).
     o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=2, pilot_runtime=240,
@@ -48,6 +49,7 @@ def tmgr(tmp_path_factory, emulated_kernels):
             yield manager
     finally:
         os.environ.pop("GPUMR_SIMULATE_GPUS", None)
+        os.environ.pop("-*-command-variables-*-", None)
 
 
 def run(kind, argv, manager=None):
