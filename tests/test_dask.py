@@ -218,6 +218,27 @@ def test_ctrl_c_stops_the_job_and_leaves_nothing(sample_frames, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["frames", "seq"]
 
 
+def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_job(packed, tmp_path):
+    """A Ctrl-C while the cluster's workers start (its first child process is up) ends the job: status 130, nothing
+    left. Before the fix SIGINT was ignored for the start, the kernel handed it to the progress thread, which dropped
+    it, and the job ran to the end with status 0."""
+    import subprocess
+    import sys
+
+    import psutil
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "faces", packed, "-o", str(tmp_path / "out"),
+                             "--engine", "dask", "--workers", "2", "--device", "cpu"], cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not psutil.Process(proc.pid).children():
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == "gpumr: interrupted" and "Traceback" not in err
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_embedded_cluster_has_as_many_workers_as_the_cores_hold_tasks():
     """Backprojection tasks thread over every core: one worker (projections read and filtered once); faces: one per
     core; ``--workers`` wins."""

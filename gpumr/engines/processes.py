@@ -25,13 +25,19 @@ def main_thread():
 
 @contextlib.contextmanager
 def children_deaf():
-    """SIGINT blocked and ignored for the block: processes and threads started meanwhile never hear Ctrl-C.
+    """SIGINT blocked for the block: processes and threads started meanwhile never hear Ctrl-C; this one does, after.
 
-    Threads started meanwhile keep it blocked; processes inherit the
-    ignored disposition across exec (and Python then leaves it ignored).
-    Blocked, a Ctrl-C that comes meanwhile stays pending and is raised
-    when the block ends, so a clean-up inside is not cut short. Outside the
-    main thread this does nothing.
+    Threads started meanwhile keep SIGINT blocked, and every process they or
+    this thread start inherits the blocked mask across fork and exec (Python
+    leaves it blocked). This process still hears a Ctrl-C that comes
+    meanwhile, from any of its threads: it is held and raised when the block
+    ends, so a clean-up inside is not cut short. (Ignoring SIGINT instead would
+    lose it: the kernel hands a process's signal to a thread that does not block
+    it, and an ignored one is dropped there.) Outside the main thread this does
+    nothing.
+
+    Python's multiprocessing starts its resource tracker first: starting it
+    unblocks SIGINT in the thread that does, and its children after would hear.
 
     Examples
     --------
@@ -44,12 +50,17 @@ def children_deaf():
     if not main_thread():
         yield
         return
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+    heard = []
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    handler = signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, handler)
+        if heard and signal.SIGINT not in signal.sigpending():
+            signal.raise_signal(signal.SIGINT)  # (held by the mask until the next line)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 

@@ -1,0 +1,54 @@
+"""``gpumr.engines.processes``: what engines do around the processes they start.
+
+``children_deaf`` is checked in a process of its own (its signal state is
+not pytest's), in a session of its own, so a Ctrl-C sent to its process
+group reaches it and its children as a terminal's would.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+# A thread from before the block that does not block SIGINT (as gpumr's progress thread); children started in the
+# block from this thread and from a thread started in the block (as distributed's loop thread spawns its workers);
+# then a terminal's Ctrl-C to the whole group.
+SCRIPT = textwrap.dedent("""
+    import multiprocessing, os, signal, subprocess, sys, threading, time
+    from gpumr.engines.processes import children_deaf
+
+    def idle():
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        children = []
+        try:
+            with children_deaf():
+                children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+                spawned = multiprocessing.get_context("spawn").Process(target=idle, daemon=True)
+                starter = threading.Thread(target=spawned.start)
+                starter.start()
+                starter.join()
+                time.sleep(2)  # (the children have started Python)
+                os.killpg(0, signal.SIGINT)
+                time.sleep(1)
+            print("went on")
+        except KeyboardInterrupt:
+            print("interrupted at the block's end")
+        time.sleep(1)
+        print("children alive:", children[0].poll() is None and spawned.is_alive())
+        children[0].kill()
+        spawned.kill()
+""")
+
+
+def test_a_ctrl_c_in_a_children_deaf_block_is_raised_at_its_end_and_the_children_never_hear_it(tmp_path):
+    """Before the fix SIGINT was ignored for the block: the kernel handed the group's SIGINT to the other thread,
+    which dropped it, and the program went on as if never interrupted."""
+    script = tmp_path / "deaf.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    assert done.stdout.splitlines() == ["interrupted at the block's end", "children alive: True"], \
+        done.stdout + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
