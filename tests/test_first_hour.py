@@ -60,6 +60,21 @@ def test_a_folder_of_jpegs_is_a_one_line_error_before_any_task(sample_frames, tm
     assert "gpumr pack" in err[0] and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("given, hint", [(".", "gpumr pack . -o ../frames.seq"),
+                                         ("./", "gpumr pack ./ -o ../frames.seq"),
+                                         ("..", "gpumr pack .. -o ../../frames.seq")])
+def test_the_hint_to_pack_the_current_folder_names_a_file_beside_it(sample_frames, tmp_path, given, hint):
+    """Before, ``.`` was hinted ``gpumr pack . -o ..seq`` (a hidden file named by dots)."""
+    frames = tmp_path / "top" / "frames"
+    os.makedirs(frames / "inner")
+    for name in sorted(os.listdir(sample_frames))[:2]:
+        os.link(os.path.join(sample_frames, name), frames / name)
+    cwd = frames if given != ".." else frames / "inner"
+    proc = _run(["-m", "gpumr", "run", "faces", given, "-o", str(tmp_path / "o")], str(cwd))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and f"first: {hint} (see" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--cascade", "no_such_cascade.xml"], "no_such_cascade.xml: no such cascade file"),
     (["--scale-factor", "1.0"], "--scale-factor must be a number over 1 and at most 100, not 1.0"),

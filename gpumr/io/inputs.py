@@ -50,8 +50,7 @@ def expand_sized(paths):
                            for n in os.listdir(locate(f).local)):
             f = folders[0]
             raise GpumrError(f"{shown(f)}: holds folders, no files: the inputs are SequenceFiles (a folder's files "
-                             f"are read, not its subfolders); pack the images first: gpumr pack {shown(f)} -o "
-                             f"{shown(f).rstrip('/')}.seq")
+                             f"are read, not its subfolders); pack the images first: {pack_command(f)}")
         raise GpumrError(f"no files in {', '.join(shown(p) for p in paths)}")
     return out
 
@@ -93,6 +92,37 @@ def splits(files, split_size):
     return out
 
 
+def pack_command(folder):
+    """The ``gpumr pack`` command that packs ``folder``'s files into one SequenceFile beside the folder.
+
+    The hint of the errors that find images where SequenceFiles belong. A
+    folder named ``.`` or ``..`` is named by its own name on the output's side
+    (``gpumr pack . -o ../frames.seq``, not ``-o ..seq``).
+
+    Examples
+    --------
+    >>> pack_command("frames/")
+    'gpumr pack frames/ -o frames.seq'
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as top:
+    ...     os.mkdir(os.path.join(top, "frames"))
+    ...     here = os.getcwd()
+    ...     os.chdir(os.path.join(top, "frames"))
+    ...     try:
+    ...         print(pack_command("."))
+    ...     finally:
+    ...         os.chdir(here)
+    gpumr pack . -o ../frames.seq
+    """
+    name = shown(folder)
+    stem = name.rstrip("/")
+    if os.path.basename(stem) in ("", ".", ".."):
+        local = locate(folder).local
+        own = os.path.basename(os.path.abspath(local)) if local else ""
+        stem = os.path.normpath(os.path.join(stem or "/", "..", own or "images"))
+    return f"gpumr pack {name} -o {stem}.seq"
+
+
 def require_sequencefiles(files, given=None):
     """Refuse inputs none of which is a SequenceFile (their first bytes are read until one is), with the hint to pack
     (the folder of ``given``, the first input as the user gave it, where there is one).
@@ -108,8 +138,7 @@ def require_sequencefiles(files, given=None):
     first = given or files[0]
     folder = first if locate(first).local is not None and os.path.isdir(locate(first).local) else \
         (os.path.dirname(first) or ".")
-    raise GpumrError(f"no SequenceFile among the inputs: {shown_files}; pack files first: "
-                     f"gpumr pack {shown(folder)} -o {shown(folder).rstrip('/')}.seq")
+    raise GpumrError(f"no SequenceFile among the inputs: {shown_files}; pack files first: {pack_command(folder)}")
 
 
 def is_file(path):
