@@ -182,9 +182,13 @@ needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler t
 @needs_cc
 @pytest.mark.parametrize("off", [False, True])
 def test_the_c_kernel_is_the_numba_kernel_to_float32_rounding(off, monkeypatch):
-    """The C kernel and the numba kernel, on whole volumes, slabs, a band of rows and a window: within 1e-6
-    (relative L2) of each other on the phantom; on random projections (cancelling sums), each as far from the
-    float64 reference as the other, within 1e-5 of each other."""
+    """The C kernel and the numba kernel, on whole volumes, slabs, a band of rows and a window: within 2e-6
+    (relative L2) of each other on the phantom; on random projections (cancelling sums), within 1e-5; each as far
+    from the float64 reference as the other.
+
+    2e-6 is float32's own rounding here: on the phantom each kernel is 6.5e-7 from the float64 reference, and the
+    two are 7.7e-7 to 1.07e-6 apart on a processor with AVX-512 (its wider vectors fuse and sum in another order;
+    under 1e-6 with AVX2). A wrong index or weight is 1e-3 or more."""
     g, f = case(off)
     ref = backproject_reference(f.astype(np.float64), g)
     got = {}
@@ -195,7 +199,7 @@ def test_the_c_kernel_is_the_numba_kernel_to_float32_rounding(off, monkeypatch):
         got[which] = [backproject(f, g), backproject(f, g, 5, 12),
                       backproject(f[:, 3:20], g, 2, 6, row0=3), backproject(f, g, 0, 9, window=(4, 21, 7, 30))]
     for c, n in zip(got["c"], got["numba"]):
-        assert c.shape == n.shape and rel_l2(c, n) <= (1e-5 if off else 1e-6)
+        assert c.shape == n.shape and rel_l2(c, n) <= (1e-5 if off else 2e-6)
     assert rel_l2(got["c"][0], ref) <= 1.1 * rel_l2(got["numba"][0], ref)
 
 
