@@ -30,7 +30,9 @@ if os.environ.get("CI") == "true":
 else:
     pytest.importorskip("radical.pilot", reason="the RADICAL-Pilot engine needs radical.pilot (the dev extra)")
 
-pytestmark = pytest.mark.slow
+# A real pilot is about 30 processes that poll: beside two busy loops on 2 cores its jobs ran 15x slower than idle
+# (test_gpus_rp_assigned_take_every_record: 26 s idle, over 600 s loaded), hence a longer bound than the suite's.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +131,10 @@ def _task_pids():
 
 def test_a_killed_task_runs_again_every_record_once(tmgr, seq48, tmp_path, capsys):
     _, want = inline("faces", [seq48], tmp_path / "inline")
-    killed = []
+    killed, ended = [], threading.Event()
 
-    def kill_first_task():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not killed:
+    def kill_first_task():  # (until the job ends: on a loaded machine its first task started after more than 300 s)
+        while not ended.is_set() and not killed:
             for pid in _task_pids():
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -141,8 +142,12 @@ def test_a_killed_task_runs_again_every_record_once(tmgr, seq48, tmp_path, capsy
             time.sleep(0.01)
     t = threading.Thread(target=kill_first_task)
     t.start()
-    counts, _ = run("faces", [seq48, "-o", str(tmp_path / "out"), "--split-size", "200KiB", "--device", "cpu"], tmgr)
-    t.join()
+    try:
+        counts, _ = run("faces", [seq48, "-o", str(tmp_path / "out"), "--split-size", "200KiB", "--device", "cpu"],
+                        tmgr)
+    finally:
+        ended.set()
+        t.join()
     assert killed
     got = lines_of(str(tmp_path / "out"))
     keys = [json.loads(line.split("\t", 1)[0]) for line in got]
