@@ -36,8 +36,9 @@ def children_deaf():
     it, and an ignored one is dropped there.) Outside the main thread this does
     nothing.
 
-    Python's multiprocessing starts its resource tracker first: starting it
-    unblocks SIGINT in the thread that does, and its children after would hear.
+    The block starts Python's multiprocessing resource tracker before it
+    blocks anything: starting the tracker unblocks SIGINT in the thread that
+    starts it, and the processes that thread spawned afterwards would hear.
 
     Examples
     --------
