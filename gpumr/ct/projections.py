@@ -40,8 +40,9 @@ def encode_tiff(image):
 def header_shape(name, data):
     """The shape a projection file's header declares, read without decoding pixels.
 
-    ``.npy``: the array header; TIFF: the first series' shape (a stack of
-    pages included); PNG: the IHDR chunk (height, width).
+    ``.npy``: the array header; PNG: the IHDR chunk (height, width). (A
+    TIFF's, the first series' shape, is read where its pixels are: it is
+    parsed once for both.)
 
     Parameters
     ----------
@@ -62,10 +63,6 @@ def header_shape(name, data):
             version = np.lib.format.read_magic(f)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             return tuple(read(f, max_header_size=1 << 16)[0])
-        if ext in (".tif", ".tiff"):
-            import tifffile
-            with tifffile.TiffFile(io.BytesIO(data)) as tif:
-                return tuple(tif.series[0].shape)
         if ext == ".png":
             from ..core.images import image_size
             size = image_size(data)
