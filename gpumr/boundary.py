@@ -79,6 +79,11 @@ _SIGTERM_PID = None
 def _on_sigterm(signum, frame):
     import signal
     if os.getpid() != _SIGTERM_PID:  # a child forked with this handler (a framework's worker): the default action
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None and mp.parent_process() is not None:
+            # A multiprocessing worker (mrjob's local pool) unwinds instead: killed at once while it waits for work,
+            # it would keep its queue's lock, and the parent's Pool.terminate would wait for that lock for ever.
+            raise SystemExit(128 + signal.SIGTERM)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return

@@ -151,14 +151,17 @@ class Slow(Workload):
 """
 
 
-@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "gpumr: interrupted"),
-                                                   (signal.SIGTERM, 143, "gpumr: terminated")])
-def test_a_signal_on_a_dask_job_ends_it_with_one_line_and_nothing_left(tmp_path, packed, signum, status, said):
-    """SIGTERM ended -15 with no message and left the hidden stage; a terminal's Ctrl-C (to the whole process group,
-    the workers too) printed the workers' tracebacks before the line."""
+@pytest.mark.parametrize("engine, signum, status, said", [
+    (["dask", "--workers", "2"], signal.SIGINT, 130, "gpumr: interrupted"),
+    (["dask", "--workers", "2"], signal.SIGTERM, 143, "gpumr: terminated"),
+    (["local"], signal.SIGTERM, 143, "gpumr: terminated")], ids=["dask-INT", "dask-TERM", "local-TERM"])
+def test_a_signal_on_a_job_ends_it_with_one_line_and_nothing_left(tmp_path, packed, signum, status, said, engine):
+    """Dask: SIGTERM ended -15 with no message and left the hidden stage; a terminal's Ctrl-C (to the whole process
+    group, the workers too) printed the workers' tracebacks before the line. Local: SIGTERM to the group (as SLURM's
+    scancel sends it) killed mrjob's pool workers while one held its queue's lock, and the launcher waited for ever."""
     (tmp_path / "slow.py").write_text(SLOW)  # a second a record: the job is surely running when the signal comes
     proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "slow.py:Slow", packed, "-o", str(tmp_path / "out"),
-                             "--engine", "dask", "--workers", "2", "--split-size", "32KiB"],
+                             "--engine", *engine, "--split-size", "32KiB"],
                             cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
@@ -166,7 +169,12 @@ def test_a_signal_on_a_dask_job_ends_it_with_one_line_and_nothing_left(tmp_path,
         time.sleep(0.2)  # the stage exists: tasks are running
     time.sleep(3)
     os.killpg(proc.pid, signum)
-    assert proc.wait(120) == status
+    try:
+        assert proc.wait(120) == status
+    finally:
+        if proc.poll() is None:  # hung: leave no job running behind a failed test
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     err = proc.stderr.read()
     assert err.strip().splitlines()[-1] == said and "Traceback" not in err, err[-3000:]
     assert os.listdir(tmp_path) == ["slow.py"]  # no stage, no output, no proof
