@@ -76,11 +76,16 @@ class Terminated(KeyboardInterrupt):
 _SIGTERM_PID = None
 
 
+def _in_multiprocessing_worker():
+    """Whether this process is a worker that Python's multiprocessing started (mrjob's local pool forks them)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
+
+
 def _on_sigterm(signum, frame):
     import signal
     if os.getpid() != _SIGTERM_PID:  # a child forked with this handler (a framework's worker): the default action
-        mp = sys.modules.get("multiprocessing")
-        if mp is not None and mp.parent_process() is not None:
+        if _in_multiprocessing_worker():
             # A multiprocessing worker (mrjob's local pool) unwinds instead: killed at once while it waits for work,
             # it would keep its queue's lock, and the parent's Pool.terminate would wait for that lock for ever.
             raise SystemExit(128 + signal.SIGTERM)
@@ -90,12 +95,74 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+def _on_sigint_in_child(signum, frame):
+    """Ctrl-C in a forked child: a multiprocessing worker ends quietly (SystemExit; for a KeyboardInterrupt, its
+    bootstrap prints a traceback while the job's one line says ``gpumr: interrupted``); any other raises
+    KeyboardInterrupt, as Python's own handler does."""
+    if _in_multiprocessing_worker():
+        raise SystemExit(128 + signum)
+    raise KeyboardInterrupt
+
+
+def _after_fork_in_child():
+    import signal
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint_in_child)
+    except ValueError:  # (not this interpreter's main thread: nothing to change)
+        pass
+
+
+def interrupt_with(prepare):
+    """From now on, Ctrl-C and SIGTERM call ``prepare()`` before they raise ``KeyboardInterrupt`` (:class:`Terminated`).
+
+    For frameworks that answer an interrupt in the middle of one of their
+    calls with tracebacks of their own (Py4J, under Spark and Flink):
+    ``prepare`` silences them, so that the boundary's line is the only one.
+    In the main thread only (elsewhere nothing changes); a forked child keeps
+    the default ends (:func:`_on_sigterm`).
+
+    Examples
+    --------
+    >>> import signal
+    >>> saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    >>> interrupt_with(lambda: print("quiet now"))
+    >>> try:
+    ...     signal.raise_signal(signal.SIGINT)
+    ... except KeyboardInterrupt:
+    ...     print("interrupted")
+    quiet now
+    interrupted
+    >>> for sig, handler in zip((signal.SIGINT, signal.SIGTERM), saved):
+    ...     _ = signal.signal(sig, handler)
+    """
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigint(signum, frame):
+        prepare()
+        raise KeyboardInterrupt
+
+    def on_sigterm(signum, frame):
+        if os.getpid() == _SIGTERM_PID:
+            prepare()
+        _on_sigterm(signum, frame)
+    signal.signal(signal.SIGINT, on_sigint)
+    if _SIGTERM_PID is not None:  # (the boundary's SIGTERM handler is in place: Terminated, after prepare)
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def _catch_sigterm():
-    """Raise :class:`Terminated` on SIGTERM in this (main) thread, where SIGTERM has its default action."""
+    """Raise :class:`Terminated` on SIGTERM in this (main) thread, where SIGTERM has its default action; and make
+    forked multiprocessing workers end quietly on Ctrl-C (:func:`_on_sigint_in_child`)."""
     import signal
     import threading
     global _SIGTERM_PID
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        if _SIGTERM_PID is None:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
         _SIGTERM_PID = os.getpid()
         signal.signal(signal.SIGTERM, _on_sigterm)
 
@@ -160,17 +227,21 @@ def said(line):
     return line in _SAID
 
 
+#: The lines a process ends with on Ctrl-C and SIGTERM (:func:`_interrupted`): a task's is the job's to say, once.
+_ENDINGS = ("gpumr: interrupted", "gpumr: terminated")
+
+
 def relay_task_lines(paths):
     """Say once each the ``gpumr:`` lines tasks wrote to their stderr files (``paths``), but not their errors (the
-    job's own line says the first) nor a warning this process already said: where a framework keeps a task's
-    stderr to itself (mrjob's inline and local runners)."""
+    job's own line says the first) nor how they ended on a signal (the job says it too) nor a warning this process
+    already said: where a framework keeps a task's stderr to itself (mrjob's inline and local runners)."""
     seen = set()
     for path in paths:
         with open(path, "rb") as f:
             for raw in f:
                 text = raw.decode("utf-8", "replace").rstrip("\n")
                 if text.startswith("gpumr: ") and not text.startswith("gpumr: error: ") and text not in seen \
-                        and not said(text):
+                        and text not in _ENDINGS and not said(text):
                     seen.add(text)
                     write_stderr(text + "\n")
 

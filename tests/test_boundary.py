@@ -353,6 +353,46 @@ def test_the_scheduler_service_ends_by_the_rule(tmp_path):
         assert (proc.returncode, got) == (status, err) and not sock.exists()
 
 
+def test_a_signal_as_the_socket_file_appears_still_removes_it(tmp_path):
+    """Signalled the moment its socket file appeared (before its clean-up was set up), the service left the file:
+    34 runs of 40 did."""
+    for i in range(12):
+        sig, status, err = ((signal.SIGINT, EXIT_INTERRUPTED, "gpumr: interrupted\n"), (signal.SIGTERM, EXIT_OK, ""))[i % 2]
+        sock = tmp_path / f"s{i}.sock"
+        proc = subprocess.Popen([sys.executable, "-m", "gpumr", "scheduler", "serve", "--socket", sock],
+                                env=dict(os.environ, GPUMR_SIMULATE_GPUS="1"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        while not sock.exists() and proc.poll() is None and time.monotonic() - t0 < 60:
+            pass  # (no sleep: the signal comes as close to the file's creation as this loop can)
+        proc.send_signal(sig)
+        _, got = proc.communicate(timeout=60)
+        assert (proc.returncode, got, sock.exists()) == (status, err, False), i
+    assert os.listdir(tmp_path) == []
+
+
+INTERRUPT_WITH = """
+import os, signal, sys, time
+from gpumr.boundary import guard, interrupt_with
+
+def job():
+    interrupt_with(lambda: print("quieted", flush=True))  # (as the Spark and Flink engines silence Py4J)
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(30)
+
+sys.exit(guard(job))
+"""
+
+
+@pytest.mark.parametrize("sig, status, said", [("SIGINT", EXIT_INTERRUPTED, "gpumr: interrupted"),
+                                               ("SIGTERM", 143, "gpumr: terminated")])
+def test_interrupt_with_prepares_before_either_signal_ends_the_program(tmp_path, sig, status, said):
+    """Under Flink, SIGTERM left Py4J's "KeyboardInterrupt while sending command" traceback above the line: the
+    engines' quieting ran on SIGINT only."""
+    proc = subprocess.run([sys.executable, "-c", INTERRUPT_WITH, sig], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (status, "quieted\n", said + "\n")
+
+
 def test_logging_the_root_is_left_to_the_program():
     """gpumr's messages do not reach the root logger (a program using gpumr keeps its own log)."""
     from gpumr.boundary import logger

@@ -52,3 +52,24 @@ def test_a_ctrl_c_in_a_children_deaf_block_is_raised_at_its_end_and_the_children
     assert done.stdout.splitlines() == ["interrupted at the block's end", "children alive: True"], \
         done.stdout + done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_end_processes_in_ends_what_names_or_works_in_the_folder_and_nothing_else(tmp_path):
+    """RP's agent components name no folder in their titles; one working in the job's folder lived on after a SIGTERM
+    to the process group (its manager gone), until this looked at where processes work too."""
+    from gpumr.engines.processes import end_processes_in
+    job, other = tmp_path / "job", tmp_path / "jobs"  # (a folder whose name starts with the job's is not the job's)
+    job.mkdir()
+    other.mkdir()
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    named = subprocess.Popen([*sleep, str(job / "x")])
+    working = subprocess.Popen(sleep, cwd=job)
+    elsewhere = subprocess.Popen(sleep, cwd=other)
+    try:
+        end_processes_in(str(job), timeout=1)
+        assert named.wait(10) == -9 and working.wait(10) == -9
+        assert elsewhere.poll() is None
+    finally:
+        for proc in (named, working, elsewhere):
+            proc.kill()
+            proc.wait()

@@ -71,8 +71,6 @@ def cmd_serve(args):
     cap = max(1, min(args.max_connections, limit - 64))
     sched = node_scheduler(args.policy, args.slots_per_gpu, args.lease_dir)
     gpus = sched._snapshot()
-    server = make_server(sched, args.socket, args.tcp, mode, max_connections=cap, idle_timeout=args.idle_timeout)
-    where = f"127.0.0.1:{server.address[1]}" if args.tcp is not None else server.address
     sim = " (simulated)" if any(g.simulated for g in gpus) else ""
 
     class Stopped(BaseException):  # (not an Exception: nothing in the loop may take it for an error)
@@ -81,8 +79,13 @@ def cmd_serve(args):
     def stop(signum, frame):
         raise Stopped  # the same clean end as Ctrl-C: leases end, the socket file goes
 
-    signal.signal(signal.SIGTERM, stop)
+    server = None
     try:
+        signal.signal(signal.SIGTERM, stop)
+        with interrupts_held():  # a signal as the socket file appears comes after `server` is set: the file goes
+            server = make_server(sched, args.socket, args.tcp, mode, max_connections=cap,
+                                 idle_timeout=args.idle_timeout)
+        where = f"127.0.0.1:{server.address[1]}" if args.tcp is not None else server.address
         if args.pid_file:
             write_pid_file(args.pid_file)  # only now: whoever reads it finds a service answering
         print(f"gpumr scheduler: {len(gpus)} GPU(s){sim}, policy {args.policy}, "
@@ -93,7 +96,8 @@ def cmd_serve(args):
         pass  # (Ctrl-C goes on to the error boundary once the service is down: "gpumr: interrupted", 130)
     finally:
         with interrupts_held():  # leases end and the socket and pid files go, whatever comes meanwhile
-            server.server_close()
+            if server is not None:
+                server.server_close()
             if args.pid_file:
                 remove_pid_file(args.pid_file)
 

@@ -24,6 +24,7 @@ import functools
 import os
 import sys
 
+from ..boundary import interrupt_with
 from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import answer, map_reduce
@@ -94,13 +95,10 @@ class FlinkEngine(Engine):
         return o.jobmanager is None
 
     def run(self, plan, job):
-        import signal
-        import threading
         from .spark import quiet_interrupt  # (Py4J's: the same loggers and threads to silence on Ctrl-C)
         env = _environment(plan, job)
         from pyflink.common import Types
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, _on_sigint)  # (before Py4J, interrupted mid-call, logs a traceback)
+        interrupt_with(quiet_interrupt)  # (else Py4J, interrupted mid-call, logs a traceback)
         here = self.tasks_here(plan.o)
         if not here:
             for side in plan.side:
@@ -126,12 +124,6 @@ class FlinkEngine(Engine):
         except KeyboardInterrupt:
             quiet_interrupt()
             raise
-
-
-def _on_sigint(signum, frame):
-    from .spark import quiet_interrupt
-    quiet_interrupt()
-    raise KeyboardInterrupt
 
 
 def _failing_as_one_line(results):

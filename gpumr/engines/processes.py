@@ -121,20 +121,25 @@ def bounded(call, timeout, what):
 
 
 def end_processes_in(folder, timeout=30):
-    """Wait until no process's command line names ``folder``; then kill those left.
+    """Wait until no process names ``folder`` in its command line or works in it; then kill those left.
 
     For frameworks whose helpers outlive their session by a few seconds
-    (RADICAL-Pilot's bootstrap): they run from the job's private
-    ``folder``, so every process naming it is the job's.
+    (RADICAL-Pilot's bootstrap), or for ever once their own manager is gone
+    (RP's agent components, whose titles name no folder, after a SIGTERM to
+    the process group): they run from the job's private ``folder``, so every
+    process naming it or working in it is the job's.
     """
-    deadline, mark = time.monotonic() + timeout, os.path.join(folder, "").encode()
+    deadline, mark = time.monotonic() + timeout, os.path.join(folder, "")
     while True:
         pids = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
+            if int(pid) == os.getpid():
+                continue
             with contextlib.suppress(OSError):
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if mark in f.read():
-                        pids.append(int(pid))
+                    named = mark.encode() in f.read()
+                if named or os.path.join(os.readlink(f"/proc/{pid}/cwd"), "").startswith(mark):
+                    pids.append(int(pid))
         if not pids:
             return
         if time.monotonic() > deadline:

@@ -15,7 +15,8 @@ node lost) runs again, at most :data:`ATTEMPTS` times; its unfinished
 attempt is never published. A task's own error ends the job, in one line.
 The session's files (client, pilot and task sandboxes) stay in the job's
 folder on ``local.localhost`` and go with it; Ctrl-C cancels the tasks and
-the pilot. :doc:`/how-to/radical`.
+the pilot, and so does SIGTERM, with shorter waits (a batch system's SIGKILL
+follows it). :doc:`/how-to/radical`.
 """
 
 import contextlib
@@ -28,7 +29,7 @@ import signal
 import sys
 import time
 
-from ..boundary import logger, write_stderr
+from ..boundary import Terminated, logger, write_stderr
 from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import answer, map_reduce
@@ -151,9 +152,9 @@ class RadicalEngine(Engine):
                         yield result["value"]
             try:
                 return map_reduce(plan, job, execute)
-            except BaseException:
+            except BaseException as exc:
                 with children_deaf():
-                    _end(tmgr, started)
+                    _end(tmgr, started, timeout=5 if isinstance(exc, Terminated) else 60)
                 raise
 
 
@@ -208,9 +209,10 @@ def pilot_session(o, folder, debug=False):
         tmgr.add_pilots(pilot)
         yield tmgr
     finally:
+        terminated = isinstance(sys.exc_info()[1], Terminated)  # (soon SIGKILLed: see _end)
         with children_deaf():
             session.close(terminate=True, download=False)
-            end_processes_in(folder)
+            end_processes_in(folder, timeout=5 if terminated else 30)
 
 
 def pilot_description(o, folder):
@@ -262,14 +264,21 @@ def _pilot_failure(pilot, resource):
             "(its agent could not start or was stopped; --debug keeps RP's log)")
 
 
-def _end(tmgr, tasks):
-    """Cancel every task the job started and wait (bounded) until each is final."""
+def _end(tmgr, tasks, timeout):
+    """Cancel every task the job started and wait until each is final, at most ``timeout`` seconds.
+
+    The session's close then ends whatever is left (:func:`pilot_session`).
+    After SIGTERM the wait is short: sent to the process group (a terminal,
+    SLURM's scancel), it has ended RP's own processes, which would never say a
+    task ended; and a batch system's SIGKILL follows soon (SLURM's KillWait:
+    30 s by default).
+    """
     import radical.pilot as rp
     live = [t.uid for t in tasks if t.state not in rp.FINAL]
     with contextlib.suppress(Exception):  # a session that died meanwhile runs no task
         if live:
             tmgr.cancel_tasks(live)
-            tmgr.wait_tasks(live, timeout=60)
+            tmgr.wait_tasks(live, timeout=timeout)
 
 
 # -- in a task --------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run 
     from gpumr.cli import run_command  # (the package's modules, which the executors import too)
     sys.exit(run_command([*sys.argv[1:], "--engine", "spark"]))
 
-from ..boundary import describe, logger  # noqa: E402
+from ..boundary import describe, interrupt_with, logger  # noqa: E402
 from ..errors import GpumrError, redact  # noqa: E402
 from .base import Engine  # noqa: E402
 from .mapreduce import call, map_reduce  # noqa: E402
@@ -188,7 +188,7 @@ def spark_context(master=None, app_name="gpumr", debug=False):
     try:
         with _stderr_to(said):
             sc = SparkContext.getOrCreate(conf)
-        _interrupt_quietly()
+        interrupt_with(quiet_interrupt)  # (pyspark's own SIGINT handler calls the JVM from the call interrupted)
         server = getattr(sc, "_accumulatorServer", None)
         if server is not None:  # (its socketserver prints a traceback when the JVM goes, e.g. on Ctrl-C)
             server.handle_error = _accumulator_error
@@ -274,26 +274,6 @@ def _accumulator_error(request, client_address):
     """pyspark's accumulator server's ``handle_error``: a debug line, not a traceback (gpumr uses no accumulator;
     its connection fails when the JVM ends, as on Ctrl-C)."""
     log.debug("Spark's accumulator connection ended: %s", describe(sys.exc_info()[1]))
-
-
-def _interrupt_quietly():
-    """Replace pyspark's SIGINT handler (main thread only) by one that silences Spark's Python side first.
-
-    pyspark's handler calls into the JVM from inside the call that Ctrl-C
-    interrupted (a re-entrant Py4J call that fails, with a traceback) and
-    Py4J logs the interrupt with another; gpumr's handler silences them
-    (:func:`quiet_interrupt`) and raises ``KeyboardInterrupt``; the job is
-    then stopped on the way out (the context gpumr started is stopped).
-    """
-    import signal
-    import threading
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _on_sigint)
-
-
-def _on_sigint(signum, frame):
-    quiet_interrupt()
-    raise KeyboardInterrupt
 
 
 def quiet_interrupt():
