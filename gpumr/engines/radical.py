@@ -38,6 +38,9 @@ from .processes import POLL, children_deaf, end_processes_in, environ, main_thre
 log = logger(__name__)
 #: How many times a task that ended without a result (killed, its node lost) runs before the job fails.
 ATTEMPTS = 3
+#: Seconds the job's tasks, then the session's processes, get to end by themselves after SIGTERM (else 60 and 30):
+#: a batch system's SIGKILL follows SIGTERM (SLURM's KillWait: 30 s by default). See :func:`_end`.
+AFTER_SIGTERM = 5
 #: The resource RP's own configuration calls this machine.
 LOCAL = "local.localhost"
 #: Pilot description attributes ``--pilot KEY=VALUE`` may set (the others have options of their own).
@@ -154,7 +157,7 @@ class RadicalEngine(Engine):
                 return map_reduce(plan, job, execute)
             except BaseException as exc:
                 with children_deaf():
-                    _end(tmgr, started, timeout=5 if isinstance(exc, Terminated) else 60)
+                    _end(tmgr, started, timeout=AFTER_SIGTERM if isinstance(exc, Terminated) else 60)
                 raise
 
 
@@ -209,10 +212,10 @@ def pilot_session(o, folder, debug=False):
         tmgr.add_pilots(pilot)
         yield tmgr
     finally:
-        terminated = isinstance(sys.exc_info()[1], Terminated)  # (soon SIGKILLed: see _end)
+        terminated = isinstance(sys.exc_info()[1], Terminated)
         with children_deaf():
             session.close(terminate=True, download=False)
-            end_processes_in(folder, timeout=5 if terminated else 30)
+            end_processes_in(folder, timeout=AFTER_SIGTERM if terminated else 30)
 
 
 def pilot_description(o, folder):
