@@ -245,6 +245,73 @@ def assert_shellcheck_passes(script):
     assert proc.returncode == 0, proc.stdout
 
 
+def in_session(sid):
+    """Processes still in session ``sid``, zombies aside (a framework's daemons keep the session of the command that
+    started them: a job started with ``start_new_session`` has its pid as ``sid``)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def children_of(pid):
+    """``(pid, command line)`` of each live child of ``pid``."""
+    found = []
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                argv = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append((int(child), argv))
+    return found
+
+
+def interrupt_job(python, argv, folder, ready, signum=signal.SIGINT):
+    """Run ``gpumr run ARGV`` in ``folder`` (its own session, TMPDIR ``folder/tmp``) and send ``signum`` to its
+    process group once ``ready(proc)`` holds (see :func:`child_with`), as a terminal or SLURM's ``scancel`` does.
+
+    Returns ``(status, stderr, what is left in TMPDIR, processes left in the session 30 s after the launcher
+    ended)``; a job still running 300 s after the signal is killed (status -9).
+    """
+    import time
+    tmp = os.path.join(folder, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    proc = subprocess.Popen([python, "-m", "gpumr", "run", *argv], cwd=folder, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "TMPDIR": tmp})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not ready(proc):
+        time.sleep(0.005)
+    os.killpg(proc.pid, signum)
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:  # hung: leave no job running behind a failed test
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    deadline = time.monotonic() + 30  # (a helper may take a moment to go after its launcher: Flink's gateway JVM)
+    while time.monotonic() < deadline and in_session(proc.pid):
+        time.sleep(0.2)
+    left = in_session(proc.pid)
+    for pid in left:  # (leave nothing behind a failed test either)
+        os.kill(pid, signal.SIGKILL)
+    return proc.returncode, err, sorted(os.listdir(tmp)), left
+
+
+def child_with(marker):
+    """For :func:`interrupt_job`: ready once the launcher has a child whose command line holds ``marker`` (a
+    framework starting: its JVM, its workers)."""
+    return lambda proc: any(marker in argv for _, argv in children_of(proc.pid))
+
+
 def lines_of(out_dir):
     """The output lines of a job's part files in ``out_dir``, part by part."""
     return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ct_phantom, lines_of
+from conftest import child_with, ct_phantom, interrupt_job, lines_of
 
 from gpumr.cli import main
 
@@ -182,6 +182,17 @@ def test_a_signal_on_a_job_ends_it_with_one_line_and_nothing_left(tmp_path, pack
     assert os.listdir(tmp_path) == ["slow.py"]  # no stage, no output, no proof
 
 
+@pytest.mark.parametrize("engine, marker", [("spark", "java"), ("dask", "spawn_main"), ("radical", "rp.")])
+def test_a_signal_as_the_framework_starts_leaves_nothing(tmp_path, packed, engine, marker):
+    """Ctrl-C the moment the framework starts. Spark: inside ``getOrCreate`` the JVM (which ignores SIGINT) was left
+    running, for ever. Dask: every run left ``dask-scratch-space`` in TMPDIR. RADICAL-Pilot: a signal while its
+    session started left the session open, and the launcher waited at exit for its forked process, for ever."""
+    status, err, tmp, left = interrupt_job(sys.executable, ["faces", packed, "-o", str(tmp_path / "out"), "--engine",
+                                                            engine, "--device", "cpu"], str(tmp_path), child_with(marker))
+    assert status == 130 and err.strip().splitlines() == ["gpumr: interrupted"], err[-3000:]
+    assert tmp == [] and left == [] and sorted(os.listdir(tmp_path)) == ["tmp"]
+
+
 # ---- class 7: not one line -------------------------------------------------------------------------------
 def test_the_task_script_and_dry_runs_are_one_line_or_a_plan(tmp_path, packed):
     proc = subprocess.run([sys.executable, "-m", "gpumr.engines.mrjob_task", "--gpumr-spec", "x"], cwd=tmp_path,
@@ -245,6 +256,26 @@ def test_a_failed_inline_job_leaves_nothing_in_the_temp_folder(tmp_path, packed)
     assert one_line(gpumr(["run", "broken.py:Broken", packed, "-o", tmp_path / "o"], tmp_path, env=env)) == \
         "gpumr: error: a task of the inline job failed: RuntimeError: setup exploded (see: gpumr help job-failed)"
     assert os.listdir(tmp) == [] and not os.path.exists(tmp_path / "o")
+
+
+def test_a_stopped_job_ends_what_still_writes_in_its_folder_before_removing_it(tmp_path, monkeypatch):
+    """As Flink's gateway JVM did when Ctrl-C came while it started (it ignores SIGINT): it made its scratch folders
+    in the job's folder after the launcher had removed it, and they stayed in TMPDIR (found with a signal 1-4 s into
+    a job). The helper is asked to end (SIGTERM) before the folder goes."""
+    from gpumr.launch import job
+    monkeypatch.setattr(job.tempfile, "tempdir", str(tmp_path))
+    writer = ("import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+              "while True:\n    os.makedirs(os.path.join(sys.argv[1], 'minicluster'), exist_ok=True)\n"
+              "    time.sleep(0.02)\n")
+    with pytest.raises(KeyboardInterrupt):
+        with job.job_folder() as folder:
+            helper = subprocess.Popen([sys.executable, "-c", writer, folder])
+            while not os.path.isdir(os.path.join(folder, "minicluster")):
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+    assert helper.wait(10) == -signal.SIGTERM
+    time.sleep(0.2)
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_local_job_on_simulated_gpus_leaves_nothing_in_any_temp_folder(tmp_path, packed):

@@ -63,13 +63,15 @@ def test_end_processes_in_ends_what_names_or_works_in_the_folder_and_nothing_els
     other.mkdir()
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
     named = subprocess.Popen([*sleep, str(job / "x")])
+    argument = subprocess.Popen([*sleep, str(job)])  # (the folder itself, as an argument's end)
     working = subprocess.Popen(sleep, cwd=job)
     elsewhere = subprocess.Popen(sleep, cwd=other)
+    named_other = subprocess.Popen([*sleep, str(other)])
     try:
         end_processes_in(str(job), timeout=1)
-        assert named.wait(10) == -9 and working.wait(10) == -9
-        assert elsewhere.poll() is None
+        assert named.wait(10) == -9 and argument.wait(10) == -9 and working.wait(10) == -9
+        assert elsewhere.poll() is None and named_other.poll() is None
     finally:
-        for proc in (named, working, elsewhere):
+        for proc in (named, argument, working, elsewhere, named_other):
             proc.kill()
             proc.wait()

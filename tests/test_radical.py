@@ -13,14 +13,13 @@ import glob
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 
 import numpy as np
 import pytest
-from conftest import ct_phantom, lines_of, run_workload
+from conftest import ct_phantom, interrupt_job, lines_of, run_workload
 
 from gpumr.errors import GpumrError
 from gpumr.io.packing import pack
@@ -190,20 +189,6 @@ def test_options_out_of_limits_are_refused():
             run("faces", ["x.seq", "-o", "out", *argv])
 
 
-def _in_session(sid):
-    """Processes still in session ``sid`` (RP's daemons keep the session of the command that started them)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(int(pid))
-    return found
-
-
 @pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "gpumr: interrupted"),
                                                    (signal.SIGTERM, 143, "gpumr: terminated")], ids=["INT", "TERM"])
 def test_ctrl_c_ends_tasks_and_pilot_and_leaves_nothing(seq48, tmp_path, signum, status, said):
@@ -212,22 +197,10 @@ def test_ctrl_c_ends_tasks_and_pilot_and_leaves_nothing(seq48, tmp_path, signum,
     process of the job left. SIGTERM hung (still running after 120 s); then, with multiprocessing's workers
     unwinding on it, took 74 s: it had ended RP's own processes, and the launcher waited 60 s for tasks that no
     process would report on."""
-    (tmp_path / "tmp").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "faces", seq48, "-o", str(tmp_path / "out"),
-                             "--engine", "radical", "--pilot-cores", "1", "--split-size", "40KiB", "--device", "cpu"],
-                            cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not glob.glob(str(tmp_path / ".out.*" / "out" / "map-*")):
-        time.sleep(0.01)
-    os.killpg(proc.pid, signum)
-    try:
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:  # hung: leave no job running behind a failed test
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == status, err[-3000:]
+    status_, err, tmp, left = interrupt_job(sys.executable, ["faces", seq48, "-o", str(tmp_path / "out"), "--engine",
+                                                             "radical", "--pilot-cores", "1", "--split-size", "40KiB",
+                                                             "--device", "cpu"], str(tmp_path),
+                                            lambda proc: glob.glob(str(tmp_path / ".out.*" / "out" / "map-*")), signum)
+    assert status_ == status, err[-3000:]
     assert err.strip().splitlines()[-1] == said and err.count(said) == 1 and "Traceback" not in err, err[-3000:]
-    assert sorted(os.listdir(tmp_path)) == ["tmp"] and os.listdir(tmp_path / "tmp") == []
-    assert _in_session(proc.pid) == []
+    assert tmp == [] and left == [] and sorted(os.listdir(tmp_path)) == ["tmp"]

@@ -129,6 +129,7 @@ class DaskEngine(Engine):
     @contextlib.contextmanager
     def _client(self, plan, job):
         """``(client, embedded)``: the caller's client, a running scheduler's, or an embedded cluster's."""
+        import dask
         from distributed import Client, LocalCluster
         if not job.debug:  # a stopped job's waits say "Task exception was never retrieved" through asyncio's log
             logging.getLogger("asyncio").setLevel(logging.CRITICAL)
@@ -155,7 +156,8 @@ class DaskEngine(Engine):
         # The workers must not hear a terminal's Ctrl-C (each would print its traceback): the launcher ends them.
         cluster = client = None
         try:
-            with children_deaf():
+            # (its scheduler's, nannies' and workers' scratch in the job's folder: else dask-scratch-space stays in TMPDIR)
+            with children_deaf(), dask.config.set({"temporary-directory": job.folder}):
                 cluster = LocalCluster(n_workers=embedded_workers(plan.o, plan.workload), threads_per_worker=1,
                                        processes=True, dashboard_address=None,  # (its HTTP server on any free port)
                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},

@@ -28,6 +28,7 @@ from ..boundary import interrupt_with
 from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import answer, map_reduce
+from .processes import scratch_in
 
 #: Flink restarts no failed subtask: its collect sink cannot take a restarted job's results without
 #: checkpoints, so a killed worker ends the job in one line, nothing published.
@@ -96,9 +97,9 @@ class FlinkEngine(Engine):
 
     def run(self, plan, job):
         from .spark import quiet_interrupt  # (Py4J's: the same loggers and threads to silence on Ctrl-C)
+        interrupt_with(quiet_interrupt)  # (before the first Py4J call: else Py4J, interrupted mid-call, logs a traceback)
         env = _environment(plan, job)
         from pyflink.common import Types
-        interrupt_with(quiet_interrupt)  # (else Py4J, interrupted mid-call, logs a traceback)
         here = self.tasks_here(plan.o)
         if not here:
             for side in plan.side:
@@ -106,7 +107,8 @@ class FlinkEngine(Engine):
         group = _gpu_group() if plan.o.device == "gpu" else None
 
         def execute(phase, function, calls):
-            source = env.from_collection(list(range(len(calls))), type_info=Types.INT())
+            with scratch_in(job.folder):  # (PyFlink leaves the folder it writes the collection in)
+                source = env.from_collection(list(range(len(calls))), type_info=Types.INT())
             mapped = source.rebalance().map(_Call(phase, function, calls, plan.folder if here else None),
                                             output_type=Types.PICKLED_BYTE_ARRAY())
             if group is not None and phase == "map":
@@ -163,13 +165,8 @@ def _environment(plan, job):
             settings.update({"external-resources": "gpu", "external-resource.gpu.amount": str(len(discover().gpus))})
     for key, value in settings.items():
         conf.set_string(key, value)
-    import tempfile
-    saved, tempfile.tempdir = tempfile.tempdir, job.folder  # (PyFlink's gateway leaves a folder there on Ctrl-C)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            env = StreamExecutionEnvironment.get_execution_environment(conf)
-    finally:
-        tempfile.tempdir = saved
+    with scratch_in(job.folder), contextlib.redirect_stdout(sys.stderr):  # (PyFlink's gateway leaves a folder on Ctrl-C)
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     if o.parallelism or not o.jobmanager:
         env.set_parallelism(o.parallelism or os.cpu_count() or 1)

@@ -1,9 +1,10 @@
 """What engines do around the processes and threads they start, whatever the framework.
 
 Children that never hear the terminal's Ctrl-C (the launcher ends them,
-so no worker prints its traceback), environment variables set for the time
-a framework reads them, a call into a framework given a bounded time to
-answer, and the processes a job left in its own folder ended.
+so no worker prints its traceback), environment variables and Python's
+scratch folder set for the time a framework reads them, a call into a
+framework given a bounded time to answer, and the processes a job left in
+its own folder ended.
 """
 
 import contextlib
@@ -16,6 +17,9 @@ from ..errors import GpumrError
 
 #: Seconds between looks at processes that should have gone.
 POLL = 0.2
+#: Seconds a stopped job's processes get to end by themselves (they heard the signal too) before they are killed:
+#: a batch system's SIGKILL follows SIGTERM soon (SLURM's KillWait: 30 s by default).
+AFTER_SIGNAL = 5
 
 
 def main_thread():
@@ -93,6 +97,30 @@ def environ(changes):
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def scratch_in(folder):
+    """Python's default scratch folder (:func:`tempfile.gettempdir`) is ``folder`` for the block, then as it was.
+
+    For frameworks that make scratch folders of their own and leave them
+    (PyFlink's gateway, and ``from_collection``, which removes its file but
+    not the ``tmpXXXXXXXX`` folder it made): in the job's folder they go with it.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder, scratch_in(folder):
+    ...     tempfile.mkdtemp().startswith(folder)
+    True
+    """
+    import tempfile
+    tempfile.gettempdir()  # (so that the value put back is the one in use, not None)
+    saved, tempfile.tempdir = tempfile.tempdir, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
 def bounded(call, timeout, what):
     """``call()`` given at most ``timeout`` seconds, else one line: ``what`` did not answer.
 
@@ -120,7 +148,7 @@ def bounded(call, timeout, what):
     return box["value"]
 
 
-def end_processes_in(folder, timeout=30):
+def end_processes_in(folder, timeout=30, ask=False):
     """Wait until no process names ``folder`` in its command line or works in it; then kill those left.
 
     For frameworks whose helpers outlive their session by a few seconds
@@ -128,8 +156,17 @@ def end_processes_in(folder, timeout=30):
     (RP's agent components, whose titles name no folder, after a SIGTERM to
     the process group): they run from the job's private ``folder``, so every
     process naming it or working in it is the job's.
+
+    Parameters
+    ----------
+    timeout : float
+        Seconds they get to end by themselves; then SIGKILL.
+    ask : bool
+        SIGTERM them first, at once (a stopped job's helpers: some ignore
+        Ctrl-C, as PyFlink starts its gateway JVM).
     """
     deadline, mark = time.monotonic() + timeout, os.path.join(folder, "")
+    marks = (mark.encode(), folder.rstrip("/").encode() + b"\0")  # (a path in it, or the folder as an argument's end)
     while True:
         pids = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -137,11 +174,17 @@ def end_processes_in(folder, timeout=30):
                 continue
             with contextlib.suppress(OSError):
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    named = mark.encode() in f.read()
+                    argv = f.read()
+                named = any(m in argv for m in marks)
                 if named or os.path.join(os.readlink(f"/proc/{pid}/cwd"), "").startswith(mark):
                     pids.append(int(pid))
         if not pids:
             return
+        if ask:  # (once: SIGTERM, for those that ignore Ctrl-C, as PyFlink starts its gateway JVM)
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            ask = False
         if time.monotonic() > deadline:
             for pid in pids:
                 with contextlib.suppress(OSError):

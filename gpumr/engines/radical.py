@@ -33,14 +33,11 @@ from ..boundary import Terminated, logger, write_stderr
 from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import answer, map_reduce
-from .processes import POLL, children_deaf, end_processes_in, environ, main_thread
+from .processes import AFTER_SIGNAL, POLL, children_deaf, end_processes_in, environ, main_thread
 
 log = logger(__name__)
 #: How many times a task that ended without a result (killed, its node lost) runs before the job fails.
 ATTEMPTS = 3
-#: Seconds the job's tasks, then the session's processes, get to end by themselves after SIGTERM (else 60 and 30):
-#: a batch system's SIGKILL follows SIGTERM (SLURM's KillWait: 30 s by default). See :func:`_end`.
-AFTER_SIGTERM = 5
 #: The resource RP's own configuration calls this machine.
 LOCAL = "local.localhost"
 #: Pilot description attributes ``--pilot KEY=VALUE`` may set (the others have options of their own).
@@ -157,7 +154,7 @@ class RadicalEngine(Engine):
                 return map_reduce(plan, job, execute)
             except BaseException as exc:
                 with children_deaf():
-                    _end(tmgr, started, timeout=AFTER_SIGTERM if isinstance(exc, Terminated) else 60)
+                    _end(tmgr, started, timeout=AFTER_SIGNAL if isinstance(exc, Terminated) else 60)
                 raise
 
 
@@ -200,9 +197,10 @@ def pilot_session(o, folder, debug=False):
     env.update({k: None for k in os.environ if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)})
     import radical.utils.ids as ids
     ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
-    with environ(env), children_deaf():
-        session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
-    try:
+    session = None
+    try:  # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too)
+        with environ(env), children_deaf():
+            session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
         with environ(env), children_deaf():
             pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
         try:
@@ -214,8 +212,9 @@ def pilot_session(o, folder, debug=False):
     finally:
         terminated = isinstance(sys.exc_info()[1], Terminated)
         with children_deaf():
-            session.close(terminate=True, download=False)
-            end_processes_in(folder, timeout=AFTER_SIGTERM if terminated else 30)
+            if session is not None:
+                session.close(terminate=True, download=False)
+            end_processes_in(folder, timeout=AFTER_SIGNAL if terminated else 30)
 
 
 def pilot_description(o, folder):

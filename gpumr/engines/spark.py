@@ -76,7 +76,7 @@ class SparkEngine(Engine):
         from py4j.protocol import Py4JJavaError
         sc, own = job.session, job.session is None
         if own:
-            sc = spark_context(plan.o.master, f"gpumr {plan.ref.name}", debug=job.debug)
+            sc = spark_context(plan.o.master, f"gpumr {plan.ref.name}", debug=job.debug, folder=job.folder)
         group = f"gpumr-{plan.spec.job}"
         try:
             for side in plan.side:
@@ -154,11 +154,15 @@ def _end_tasks(sc, own, group):
         pass
 
 
-def spark_context(master=None, app_name="gpumr", debug=False):
+def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
     """A SparkContext (the running one if any) whose Python workers run this interpreter.
 
     Spark's own log is off unless ``debug`` (or ``spark.log.level`` is set):
-    gpumr reports a failure itself, in one line (:func:`failure`).
+    gpumr reports a failure itself, in one line (:func:`failure`). Given a
+    job's ``folder``, the JVM this starts keeps its scratch files there
+    (``java.io.tmpdir``), so its command line names the folder: a job
+    stopped while the JVM starts ends it (:func:`gpumr.launch.job.job_folder`;
+    Ctrl-C in ``getOrCreate`` left the JVM running, for ever, SIGINT ignored).
 
     Raises
     ------
@@ -173,7 +177,8 @@ def spark_context(master=None, app_name="gpumr", debug=False):
         conf.set("spark.ui.showConsoleProgress", "false")  # (gpumr's own progress is the summary line)
     if "PYSPARK_GATEWAY_PORT" not in os.environ and not conf.contains("spark.driver.extraJavaOptions"):
         # The JVM pyspark starts here logs before spark.log.level applies: a log4j2 profile that logs nothing.
-        conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}")
+        scratch = f" -Djava.io.tmpdir={folder}" if folder else ""
+        conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}{scratch}")
     if master:
         conf.setMaster(master)
     elif not conf.contains("spark.master"):

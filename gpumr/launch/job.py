@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..boundary import logger, quiet
 from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
+from ..engines.processes import AFTER_SIGNAL, end_processes_in
 from ..io.remote import locate
 from ..tasks.output import key_of
 from ..tasks.progress import Display
@@ -50,10 +51,21 @@ class Result:
 
 @contextlib.contextmanager
 def job_folder():
-    """The job's private folder on this machine (mode 0700), removed whatever happens."""
+    """The job's private folder on this machine (mode 0700), removed whatever happens.
+
+    A job stopped by a signal first ends the processes working for it in
+    the folder (:func:`gpumr.engines.processes.end_processes_in`: SIGTERM,
+    then SIGKILL after :data:`~gpumr.engines.processes.AFTER_SIGNAL`
+    seconds): Flink's gateway JVM, interrupted while it started (it ignores
+    Ctrl-C), made its scratch folders in the job's folder after the folder
+    was removed, and they stayed in TMPDIR.
+    """
     folder = tempfile.mkdtemp(prefix="gpumr-job-")
     try:
         yield folder
+    except KeyboardInterrupt:  # (Ctrl-C, and SIGTERM: boundary.Terminated)
+        end_processes_in(folder, timeout=AFTER_SIGNAL, ask=True)
+        raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
