@@ -264,18 +264,24 @@ def test_a_stopped_job_ends_what_still_writes_in_its_folder_before_removing_it(t
     a job). The helper is asked to end (SIGTERM) before the folder goes."""
     from gpumr.launch import job
     monkeypatch.setattr(job.tempfile, "tempdir", str(tmp_path))
-    writer = ("import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-              "while True:\n    os.makedirs(os.path.join(sys.argv[1], 'minicluster'), exist_ok=True)\n"
-              "    time.sleep(0.02)\n")
-    with pytest.raises(KeyboardInterrupt):
-        with job.job_folder() as folder:
-            helper = subprocess.Popen([sys.executable, "-c", writer, folder])
-            while not os.path.isdir(os.path.join(folder, "minicluster")):
-                time.sleep(0.01)
-            raise KeyboardInterrupt
-    assert helper.wait(10) == -signal.SIGTERM
-    time.sleep(0.2)
-    assert os.listdir(tmp_path) == []
+    writer = ("import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nend = time.time() + 120\n"
+              "while time.time() < end:\n    os.makedirs(os.path.join(sys.argv[1], 'minicluster'), exist_ok=True)\n"
+              "    time.sleep(0.02)\n")  # (bounded: a failed run of this test leaves no writer for ever)
+    helper = None
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with job.job_folder() as folder:
+                helper = subprocess.Popen([sys.executable, "-c", writer, folder])
+                while not os.path.isdir(os.path.join(folder, "minicluster")):
+                    time.sleep(0.01)
+                raise KeyboardInterrupt
+        assert helper.wait(10) == -signal.SIGTERM
+        time.sleep(0.2)
+        assert os.listdir(tmp_path) == []
+    finally:
+        if helper is not None and helper.poll() is None:
+            helper.kill()
+            helper.wait()
 
 
 def test_a_local_job_on_simulated_gpus_leaves_nothing_in_any_temp_folder(tmp_path, packed):
