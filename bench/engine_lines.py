@@ -21,7 +21,12 @@ import tokenize
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINES = os.path.join("gpumr", "engines")
 #: The engines' shared modules (not an engine's own).
-SHARED = ("__init__.py", "base.py", "mapreduce.py", "processes.py", "bundle.py")
+SHARED = ("__init__.py", "base.py", "mapreduce.py", "processes.py", "bundle.py", "jvm.py")
+
+
+def family(name):
+    """The engine a module file belongs to: ``radical_pilot.py`` and ``radical.py`` are ``radical``'s."""
+    return name[:-3].split("_")[0]
 
 
 def code_lines(source):
@@ -63,15 +68,23 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", metavar="REV", help="a git revision to compare with")
     a = ap.parse_args(argv)
-    now = {n: code_lines(s) for n, s in modules().items()}
+    sources = modules()
+    now = {n: code_lines(s) for n, s in sources.items()}
     before = {n: code_lines(s) for n, s in modules(a.base).items()} if a.base else {}
-    print(f"{'module':<16} {'kind':<7} {'code lines':>10}" + (f" {'at ' + a.base:>12}" if a.base else ""))
+    print(f"{'module':<17} {'kind':<7} {'lines':>6} {'code lines':>10}" + (f" {'at ' + a.base:>12}" if a.base else ""))
     for name in sorted(set(now) | set(before)):
         kind = "shared" if name in SHARED else "engine"
-        row = f"{name:<16} {kind:<7} {now.get(name, '-'):>10}"
+        lines = len(sources[name].splitlines()) if name in sources else "-"
+        row = f"{name:<17} {kind:<7} {lines:>6} {now.get(name, '-'):>10}"
         print(row + (f" {before.get(name, '-'):>12}" if a.base else ""))
     largest = max((v, n) for n, v in now.items() if n not in SHARED)
     print(f"largest engine module: {largest[1]} with {largest[0]} code lines")
+    totals = {}
+    for name, n in now.items():
+        if name not in SHARED:
+            totals[family(name)] = totals.get(family(name), 0) + n
+    print("code lines per engine, its modules together: "
+          + ", ".join(f"{e} {n}" for e, n in sorted(totals.items(), key=lambda t: t[1])))
     return 0
 
 

@@ -6,9 +6,10 @@ image work) is written
 1. by ``saveAsTextFile`` into a new local folder (Hadoop's output committer:
    how ``gpumr spark -o DIR`` wrote before, and the baseline),
 2. by gpumr's writer (each task writes its part through the filesystem
-   layer into the hidden stage, the driver publishes one attempt per part
-   under the ownership rule, with the proof: what ``gpumr spark -o`` does
-   now) to a local folder, to a ``file://`` URI (the rename path HDFS takes)
+   layer into the hidden stage, :func:`gpumr.tasks.output.write_lines`, and
+   the driver publishes one attempt per part under the ownership rule, with
+   the proof, :func:`gpumr.io.outputs.open_output`: what every engine's
+   tasks do) to a local folder, to a ``file://`` URI (the rename path HDFS takes)
    and to a bucket of moto's S3 server on loopback (a thread of this
    process, so Python-bound: far below a real S3's throughput).
 
@@ -24,7 +25,9 @@ import tempfile
 
 from _common import best_of, table
 
-from gpumr.engines.spark import _write, prepare_output, spark_context
+from gpumr.engines.spark import spark_context
+from gpumr.io.outputs import open_output
+from gpumr.tasks.output import write_lines
 
 #: One output line of the face job, as its JSONProtocol writes it (about 150 bytes).
 LINE = '"frames/frame_{:08d}.jpg"\t{{"device": "cpu", "faces": [[211, 97, 64, 64], [402, 130, 58, 58]], ' \
@@ -53,8 +56,14 @@ def main():
 
         def gpumr_writer(where):
             def write():
-                out = prepare_output(where(next(runs)))
-                out.commit(_write(lines, out.begin()))
+                out = open_output(where(next(runs)), "gpumr bench", folder=True)
+                stage = str(out.begin())
+
+                def task(i, part):
+                    name = f"part-{i:05d}"
+                    yield name, *write_lines(stage, name, part)[:2]
+                parts = lines.mapPartitionsWithIndex(task).collect()
+                out.commit({name: (name, size, sha) for name, size, sha in parts})
             return write
         cases = [("saveAsTextFile, local folder (before)", save_as_text_file),
                  ("gpumr writer, local folder", gpumr_writer(lambda i: f"{work}/local-{i}")),

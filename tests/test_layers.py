@@ -98,3 +98,60 @@ def test_every_module_imports_only_its_layer_and_below():
 def test_the_rule_itself(source, target, allowed):
     """The check tells a layer below from one above (so a broken rule would be seen)."""
     assert (layer(target) <= layer(source)) is allowed
+
+
+def engine_of(module):
+    """The engine module family ``module`` belongs to (``gpumr.engines.radical_pilot``: ``radical``), or None
+    (a shared module of the engines, or not an engine module at all)."""
+    from gpumr.engines import MODULES
+    prefix = "gpumr.engines."
+    if not module.startswith(prefix):
+        return None
+    name = module[len(prefix):].split(".")[0]
+    return next((f for f in set(MODULES.values()) if name == f or name.startswith(f + "_")), None)
+
+
+def test_an_engine_imports_no_other_engine():
+    """Engines share only the engines' shared modules (base, mapreduce, processes, jvm, bundle): an engine that
+    took something from another (Flink took Spark's Py4J handling) would change with it."""
+    found = [(m, p) for m, p in modules() if engine_of(m)]
+    assert {engine_of(m) for m, _ in found} >= {"mrjob", "spark", "dask", "radical", "flink"}
+    broken = [f"{os.path.relpath(path, ROOT)}:{line}: {module} imports {target}"
+              for module, path in found for line, target in imports(module, path)
+              if engine_of(target) not in (None, engine_of(module))]
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize("module, engine", [
+    ("gpumr.engines.radical_pilot", "radical"), ("gpumr.engines.mrjob_task.MRWorkload", "mrjob"),
+    ("gpumr.engines.jvm", None), ("gpumr.engines.mapreduce", None), ("gpumr.launch.job", None)])
+def test_engine_of(module, engine):
+    assert engine_of(module) == engine
+
+
+def test_the_bench_scripts_import_only_what_exists():
+    """A bench script names gpumr's functions by import: one that was renamed or removed breaks the script only
+    when someone runs it (bench/spark_output.py imported two functions gone for a week)."""
+    import glob
+    import importlib
+    missing = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "bench", "*.py"))):
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("gpumr", "seqfile"):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(module, alias.name) and not (
+                            hasattr(module, "__path__") and importlib.util.find_spec(f"{node.module}.{alias.name}")):
+                        missing.append(f"{os.path.basename(path)}:{node.lineno}: {node.module}.{alias.name}")
+    assert not missing, "\n".join(missing)
+
+
+def test_no_engine_module_holds_more_than_200_lines_of_code():
+    """An engine holds only what differs between engines (issue 35's goal: at most 200 lines of code a module,
+    counted as ``bench/engine_lines.py`` counts them: no blank line, comment or docstring)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("engine_lines", os.path.join(ROOT, "bench", "engine_lines.py"))
+    lines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lines)
+    counts = {name: lines.code_lines(source) for name, source in lines.modules().items() if name not in lines.SHARED}
+    assert len(counts) >= 6 and max(counts.values()) <= 200, counts

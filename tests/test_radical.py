@@ -41,7 +41,7 @@ SPLIT = "256KiB"
 @pytest.fixture(scope="module")
 def tmgr(tmp_path_factory, emulated_kernels):
     """One RP session and pilot (two cores, two GPUs: four simulated ones, of which RP hands out two)."""
-    from gpumr.engines.radical import pilot_session
+    from gpumr.engines.radical_pilot import pilot_session
     os.environ["GPUMR_SIMULATE_GPUS"] = "4"  # (the pilot's agent and its tasks inherit it; this process drops it)
     os.environ["-*-command-variables-*-"] = "X=1"  # (what `make X=1` exports, which RP's agent cannot source)
     # The pilot lives for the module, ended by the fixture: its runtime only needs to outlast the module's tests

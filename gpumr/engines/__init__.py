@@ -4,11 +4,13 @@ Everything else, the plan (:mod:`gpumr.launch`), the run skeleton and the
 task runtime (:mod:`gpumr.tasks`), is shared. An engine is an
 :class:`~gpumr.engines.base.Engine`: its own options and its ``run(plan,
 job)``. Those that run a pool of Python tasks (Spark, Dask, Flink,
-RADICAL-Pilot) share the map and reduce phases (:mod:`.mapreduce`), and
-what engines do around the processes they start is :mod:`.processes`;
+RADICAL-Pilot) share the map and reduce phases (:mod:`.mapreduce`);
+what engines do around the processes they start is :mod:`.processes`, and
+what the two on a JVM (Spark, Flink) share is :mod:`.jvm`;
 mrjob's runners (inline, local, Hadoop, EMR) run the same task runtime
 inside an mrjob job (:mod:`.mrjob`).
-Adding an engine is one module here and its name in :data:`MODULES`.
+Adding an engine is one module here (or a few, named ``NAME_*``) and its
+name in :data:`MODULES`; an engine imports no other engine's modules.
 """
 
 import importlib

@@ -27,6 +27,7 @@ import sys
 from ..boundary import interrupt_with
 from ..errors import GpumrError
 from .base import Engine
+from .jvm import failure, quiet_interrupt
 from .mapreduce import answer, map_reduce
 from .processes import scratch_in
 
@@ -96,7 +97,6 @@ class FlinkEngine(Engine):
         return o.jobmanager is None
 
     def run(self, plan, job):
-        from .spark import quiet_interrupt  # (Py4J's: the same loggers and threads to silence on Ctrl-C)
         interrupt_with(quiet_interrupt)  # (before the first Py4J call: else Py4J, interrupted mid-call, logs a traceback)
         env = _environment(plan, job)
         from pyflink.common import Types
@@ -134,8 +134,7 @@ def _failing_as_one_line(results):
     try:
         yield from results
     except Py4JJavaError as exc:
-        from .spark import failure
-        raise GpumrError(failure(exc, "the Flink job failed").replace("a Spark task", "a Flink task")) from None
+        raise GpumrError(failure(exc, "flink")) from None
 
 
 def _environment(plan, job):

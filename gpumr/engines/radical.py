@@ -24,8 +24,6 @@ import functools
 import json
 import os
 import pickle
-import re
-import signal
 import sys
 import time
 
@@ -33,13 +31,12 @@ from ..boundary import Terminated, logger, write_stderr
 from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import answer, map_reduce
-from .processes import AFTER_SIGNAL, POLL, children_deaf, end_processes_in, environ, main_thread
+from .processes import AFTER_SIGNAL, POLL, children_deaf
+from .radical_pilot import LOCAL, import_rp, pilot_failure, pilot_session
 
 log = logger(__name__)
 #: How many times a task that ended without a result (killed, its node lost) runs before the job fails.
 ATTEMPTS = 3
-#: The resource RP's own configuration calls this machine.
-LOCAL = "local.localhost"
 #: Pilot description attributes ``--pilot KEY=VALUE`` may set (the others have options of their own).
 PILOT_KEYS = ("queue", "project", "access_schema", "job_name", "nodes", "memory")
 
@@ -90,7 +87,7 @@ class RadicalEngine(Engine):
 
     def run(self, plan, job):
         here = self.tasks_here(plan.o)
-        rp = _import_rp()
+        rp = import_rp()
         with contextlib.ExitStack() as stack:
             tmgr = job.session if job.session is not None else stack.enter_context(
                 pilot_session(plan.o, job.folder, job.debug))
@@ -129,7 +126,7 @@ class RadicalEngine(Engine):
                 while pending:
                     time.sleep(POLL)
                     if pilot.state in rp.FINAL:
-                        raise GpumrError(_pilot_failure(pilot, plan.o.resource))
+                        raise GpumrError(pilot_failure(pilot, plan.o.resource))
                     for i, (attempt, task, path) in list(pending.items()):
                         if task.state not in rp.FINAL:
                             continue
@@ -159,117 +156,15 @@ class RadicalEngine(Engine):
 
 
 # -- the launcher's side ----------------------------------------------------------------------------
-#: The task's own environment where the session's processes have theirs (:func:`pilot_session`).
+#: The task's own environment, where the session's processes have theirs
+#: (:func:`gpumr.engines.radical_pilot.pilot_session`).
 _TASK_ENV = {"HOME": os.path.expanduser("~"), **{k: os.environ[k] for k in ("TMPDIR",) if k in os.environ}}
-
-
-@contextlib.contextmanager
-def pilot_session(o, folder, debug=False):
-    """A TaskManager with one pilot (``o``: the engine's options), its session closed and the pilot ended after.
-
-    Its client processes and the pilot's agent run this Python's
-    environment (RP's ``VIRTENV_MODE local`` takes the agent's from
-    ``VIRTUAL_ENV``), keep their files in ``folder`` (``HOME`` and
-    ``RADICAL_BASE`` and ``TMPDIR`` too, for RP's and PSI/J's state) and never hear a
-    terminal's Ctrl-C: the launcher ends them. A job makes one in its own
-    folder; scripts and tests running several jobs share one (``session=``
-    of :func:`gpumr.launch.job.launch`).
-
-    Examples
-    --------
-    >>> import argparse, tempfile
-    >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
-    ...                        pilot_sandbox=None, pilot=[])
-    >>> with tempfile.TemporaryDirectory() as folder:                                   # doctest: +SKIP
-    ...     with pilot_session(o, folder) as tmgr:
-    ...         launch(["faces", "frames.seq", "-o", "out", "--engine", "radical"], session=tmgr)
-    """
-    rp = _import_rp()
-    folder = os.path.join(folder, "radical")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    env = {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
-           "RADICAL_REPORT": "FALSE", "RADICAL_BASE": folder, "HOME": folder, "TMPDIR": folder,
-           "RADICAL_LOG_LVL": "DEBUG" if debug else "ERROR"}
-    if sys.prefix != sys.base_prefix:
-        env["VIRTUAL_ENV"] = sys.prefix
-    # RP's agent sources a dump of this environment: a name a shell cannot take (make's "-*-command-variables-*-"
-    # under `make VAR=...`) fails the pilot; such variables are left out of what the session inherits.
-    env.update({k: None for k in os.environ if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)})
-    import radical.utils.ids as ids
-    ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
-    session = None
-    try:  # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too)
-        with environ(env), children_deaf():
-            session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
-        with environ(env), children_deaf():
-            pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
-        try:
-            pilot = pmgr.submit_pilots(rp.PilotDescription(pilot_description(o, folder)))
-        except (ValueError, RuntimeError, KeyError) as exc:
-            raise GpumrError(f"--resource {o.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
-        tmgr.add_pilots(pilot)
-        yield tmgr
-    finally:
-        terminated = isinstance(sys.exc_info()[1], Terminated)
-        with children_deaf():
-            if session is not None:
-                session.close(terminate=True, download=False)
-            end_processes_in(folder, timeout=AFTER_SIGNAL if terminated else 30)
-
-
-def pilot_description(o, folder):
-    """The pilot's description (``o``: the engine's options; ``folder``: the job's, its sandbox on this machine).
-
-    ``exit_on_error`` is off: with it, RP sends this process SIGTERM when
-    the pilot fails, also while the session closes (on a loaded machine
-    its reaper marks an ending pilot failed), which killed the test run
-    that hosted it. The job's own loop reports a failed pilot in one line.
-
-    Examples
-    --------
-    >>> import argparse
-    >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
-    ...                        pilot_sandbox=None, pilot=["memory=100"])
-    >>> d = pilot_description(o, "/tmp/job")
-    >>> d["exit_on_error"], d["sandbox"], d["memory"]
-    (False, '/tmp/job', 100)
-    """
-    sandbox = o.pilot_sandbox or (folder if o.resource == LOCAL else None)
-    return {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
-            "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": False,
-            **({"sandbox": sandbox} if sandbox else {}),
-            **{k: int(v) if k in ("nodes", "memory") else v for k, v in (p.split("=", 1) for p in o.pilot)}}
-
-
-def _import_rp():
-    """``radical.pilot``, imported with its agent's executor module, whose import takes SIGINT and SIGTERM for
-    itself (to end its tasks): the launcher's own handlers are put back, so that Ctrl-C still stops the job."""
-    saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)] if main_thread() else []
-    try:
-        import tempfile
-        with tempfile.TemporaryDirectory() as base, environ({"RADICAL_BASE": base}):  # (its import makes a folder)
-            import radical.pilot as rp
-            import radical.pilot.agent.executing.popen  # noqa: F401
-    except ImportError:
-        raise GpumrError("--engine radical needs RADICAL-Pilot: pip install 'gpumr[radical]'") from None
-    finally:
-        for sig, handler in saved:
-            signal.signal(sig, handler)
-    return rp
-
-
-def _pilot_failure(pilot, resource):
-    """One line: why the pilot ended before its tasks did (the last line its agent's bootstrap wrote)."""
-    texts = [[ln.strip() for ln in (t or "").splitlines() if ln.strip()] for t in (pilot.stderr, pilot.log, pilot.stdout)]
-    said = next((f": {lines[-1][:300]}" for lines in texts if lines), "")  # (the first of them that said anything)
-    return (f"the RADICAL-Pilot pilot on {resource} ended ({pilot.state.lower()}) before the job's tasks{said} "
-            "(its agent could not start or was stopped; --debug keeps RP's log)")
 
 
 def _end(tmgr, tasks, timeout):
     """Cancel every task the job started and wait until each is final, at most ``timeout`` seconds.
 
-    The session's close then ends whatever is left (:func:`pilot_session`).
+    The session's close then ends whatever is left (:func:`gpumr.engines.radical_pilot.pilot_session`).
     After SIGTERM the wait is short: sent to the process group (a terminal,
     SLURM's scancel), it has ended RP's own processes, which would never say a
     task ended; and a batch system's SIGKILL follows soon (SLURM's KillWait:

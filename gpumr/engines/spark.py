@@ -13,10 +13,7 @@ Spark assigned it. Why tasks read splits themselves rather than through
 Hadoop's input format: :doc:`/how-to/spark`.
 """
 
-import atexit
-import contextlib
 import os
-import re
 import sys
 import tempfile
 import time
@@ -26,8 +23,9 @@ if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run 
     sys.exit(run_command([*sys.argv[1:], "--engine", "spark"]))
 
 from ..boundary import describe, interrupt_with, logger  # noqa: E402
-from ..errors import GpumrError, redact  # noqa: E402
+from ..errors import GpumrError  # noqa: E402
 from .base import Engine  # noqa: E402
+from .jvm import failure, last_words, quiet_interrupt, quiet_log4j, stderr_to  # noqa: E402
 from .mapreduce import call, map_reduce  # noqa: E402
 
 log = logger(__name__)
@@ -94,7 +92,7 @@ class SparkEngine(Engine):
                 _end_tasks(sc, own, group)
                 raise
         except Py4JJavaError as exc:
-            raise GpumrError(failure(exc)) from exc
+            raise GpumrError(failure(exc, "spark")) from exc
         finally:
             if own:
                 sc.stop()
@@ -158,7 +156,7 @@ def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
     """A SparkContext (the running one if any) whose Python workers run this interpreter.
 
     Spark's own log is off unless ``debug`` (or ``spark.log.level`` is set):
-    gpumr reports a failure itself, in one line (:func:`failure`). Given a
+    gpumr reports a failure itself, in one line (:func:`gpumr.engines.jvm.failure`). Given a
     job's ``folder``, the JVM this starts keeps its scratch files there
     (``java.io.tmpdir``), so its command line names the folder: a job
     stopped while the JVM starts ends it (:func:`gpumr.launch.job.job_folder`;
@@ -178,7 +176,7 @@ def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
     if "PYSPARK_GATEWAY_PORT" not in os.environ and not conf.contains("spark.driver.extraJavaOptions"):
         # The JVM pyspark starts here logs before spark.log.level applies: a log4j2 profile that logs nothing.
         scratch = f" -Djava.io.tmpdir={folder}" if folder else ""
-        conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_quiet_log4j()}{scratch}")
+        conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={quiet_log4j()}{scratch}")
     if master:
         conf.setMaster(master)
     elif not conf.contains("spark.master"):
@@ -191,7 +189,7 @@ def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
     if not debug and "PYSPARK_GATEWAY_PORT" not in os.environ:
         said = tempfile.TemporaryFile()  # the JVM this starts writes here, not on the user's terminal
     try:
-        with _stderr_to(said):
+        with stderr_to(said):
             sc = SparkContext.getOrCreate(conf)
         interrupt_with(quiet_interrupt)  # (pyspark's own SIGINT handler calls the JVM from the call interrupted)
         server = getattr(sc, "_accumulatorServer", None)
@@ -199,106 +197,17 @@ def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
             server.handle_error = _accumulator_error
         return sc
     except Py4JJavaError as exc:  # the JVM refused the configuration, e.g. a master URL it cannot parse
-        raise GpumrError(failure(exc, "Spark did not start")) from exc
+        raise GpumrError(failure(exc, "spark", "Spark did not start")) from exc
     except RuntimeError as exc:  # PySpark's JVM exited before it answered
-        why = _last_words(said) or "the lines above say why"
+        why = last_words(said) or "the lines above say why"
         raise GpumrError(f"Spark did not start{f' (--master {master})' if master else ''}: its Java process "
                          f"exited ({why}; Spark needs Java 17 on PATH or JAVA_HOME)") from exc
-
-
-@contextlib.contextmanager
-def _stderr_to(f):
-    """Give the processes started in the block (Spark's JVM) ``f`` as their stderr (none: the process's own)."""
-    if f is None:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _last_words(f):
-    """The last line a JVM wrote to ``f`` that is not a warning or the log's set-up, or ""."""
-    if f is None:
-        return ""
-    f.seek(0)
-    lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("WARNING:", "Setting ", "To adjust", "Using Spark"))]
-    return redact(lines[-1])[:300] if lines else ""
-
-
-#: The last line of a Python traceback inside a Spark error's text: "module.Type: message".
-_PYTHON_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?([A-Za-z_][\w.]*(?::[^\n]*)?)\n")
-#: Errors whose message is meant for the user as it is (the CLI shows them without their type): gpumr's
-#: and seqfile's error classes, by name (a traceback names them with their module).
-_USER_ERRORS = frozenset({"GpumrError", "Unavailable", "KeyRefused", "SequenceFileError", "RecordError",
-                          "CodecError"})
-
-
-def failure(exc, what="the Spark job failed"):
-    """One line saying why a Spark job failed (or ``what`` else did), from its error ``exc`` (a ``Py4JJavaError``).
-
-    The failing task's Python error where there is one (a gpumr error's
-    message as it is; another error as ``Type: message``), else the first
-    line of the Java error.
-    """
-    text = str(exc)
-    found = _PYTHON_ERROR.search(text)
-    if found:
-        kind, _, message = found.group(1).partition(":")
-        if kind.rsplit(".", 1)[-1] in _USER_ERRORS:
-            return f"a task of the spark job failed: {message.strip()}"
-        return f"a task of the spark job failed: {kind.rsplit('.', 1)[-1]}:{message}"
-    java = getattr(exc, "java_exception", None)
-    first = (str(java) if java is not None else text).strip().splitlines()
-    return f"{what}: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)"
-
-
-def _quiet_log4j():
-    """A log4j2 configuration file (in the temp folder, made once per process) that logs nothing."""
-    global _QUIET_LOG4J
-    if _QUIET_LOG4J is None:
-        fd, path = tempfile.mkstemp(prefix="gpumr-log4j2-", suffix=".properties")
-        with os.fdopen(fd, "w") as f:
-            f.write("status = off\nappender.null.type = Null\nappender.null.name = null\n"
-                    "rootLogger.level = off\nrootLogger.appenderRef.null.ref = null\n")
-        atexit.register(lambda: os.path.exists(path) and os.unlink(path))
-        _QUIET_LOG4J = path
-    return _QUIET_LOG4J
-
-
-_QUIET_LOG4J = None
 
 
 def _accumulator_error(request, client_address):
     """pyspark's accumulator server's ``handle_error``: a debug line, not a traceback (gpumr uses no accumulator;
     its connection fails when the JVM ends, as on Ctrl-C)."""
     log.debug("Spark's accumulator connection ended: %s", describe(sys.exc_info()[1]))
-
-
-def quiet_interrupt():
-    """On Ctrl-C: silence pyspark's and Py4J's loggers and the context's threads, so the boundary's line is the last.
-
-    Spark's Python side answers an interrupt with tracebacks from several
-    places (the call in progress, Py4J's callback and gateway threads as the
-    JVM goes, pyspark's SIGINT handler); none of them says more than
-    ``gpumr: interrupted``. The loggers are turned off and the
-    threads' exceptions are dropped; the JVM's own stderr is already quiet
-    (``spark.log.level`` OFF unless ``--debug``).
-    """
-    import logging
-    import threading
-    # Py4J logs through the root logger too (logging.exception(...)): all but gpumr's own logger go quiet.
-    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    if not logging.getLogger().handlers:
-        logging.getLogger().addHandler(logging.NullHandler())  # (else logging.exception() would add one)
-    threading.excepthook = lambda args: None
 
 
 def engine(name):

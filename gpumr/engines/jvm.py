@@ -1,0 +1,128 @@
+"""What the engines on a JVM share (Spark and Flink, both driven through Py4J): a quiet start, one line for a
+Java failure, a quiet Ctrl-C.
+
+Both frameworks start a Java process that writes to the terminal before
+its own log settings apply, answer a task's failure with a Java stack
+trace wrapping the task's Python traceback, and answer Ctrl-C with
+tracebacks from Py4J's threads. gpumr shows none of that: its one line,
+unless ``--debug``.
+"""
+
+import atexit
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+from ..errors import redact
+
+#: The last line of a Python traceback inside a Java error's text: "module.Type: message".
+_PYTHON_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?([A-Za-z_][\w.]*(?::[^\n]*)?)\n")
+#: Errors whose message is meant for the user as it is (the CLI shows them without their type): gpumr's
+#: and seqfile's error classes, by name (a traceback names them with their module).
+_USER_ERRORS = frozenset({"GpumrError", "Unavailable", "KeyRefused", "SequenceFileError", "RecordError",
+                          "CodecError"})
+
+
+def failure(exc, engine, what=None):
+    """One line saying why ``engine``'s job failed (or ``what`` else did), from its Java error ``exc``.
+
+    The failing task's Python error where the Java error holds one (a gpumr
+    error's message as it is; another error as ``Type: message``), else the
+    first line of the Java error.
+
+    Parameters
+    ----------
+    exc : py4j.protocol.Py4JJavaError or Exception
+    engine : str
+        ``"spark"`` or ``"flink"``: named in the line.
+    what : str, optional
+        What failed where no task's error is found (default: "the Spark job failed").
+
+    Examples
+    --------
+    >>> text = ("An error occurred\\nTraceback (most recent call last):\\n  File \\"t.py\\", line 1\\n"
+    ...         "gpumr.errors.GpumrError: frames.seq: not a SequenceFile\\n\\tat org.apache...\\n")
+    >>> failure(RuntimeError(text), "flink")
+    'a task of the flink job failed: frames.seq: not a SequenceFile'
+    >>> failure(RuntimeError("java.lang.OutOfMemoryError: heap\\n\\tat x"), "spark")
+    'the Spark job failed: java.lang.OutOfMemoryError: heap (gpumr --debug shows the trace)'
+    """
+    text = str(exc)
+    found = _PYTHON_ERROR.search(text)
+    if found:
+        kind, _, message = found.group(1).partition(":")
+        if kind.rsplit(".", 1)[-1] in _USER_ERRORS:
+            return f"a task of the {engine} job failed: {message.strip()}"
+        return f"a task of the {engine} job failed: {kind.rsplit('.', 1)[-1]}:{message}"
+    java = getattr(exc, "java_exception", None)
+    first = (str(java) if java is not None else text).strip().splitlines()
+    what = what or f"the {engine.capitalize()} job failed"
+    return f"{what}: {redact(first[0]) if first else type(exc).__name__} (gpumr --debug shows the trace)"
+
+
+@contextlib.contextmanager
+def stderr_to(f):
+    """Give the processes started in the block (a framework's JVM) ``f`` as their stderr (None: this process's)."""
+    if f is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def last_words(f):
+    """The last line a JVM wrote to ``f`` (a file, or None) that is not a warning or its log's set-up, or ""."""
+    if f is None:
+        return ""
+    f.seek(0)
+    lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("WARNING:", "Setting ", "To adjust", "Using Spark"))]
+    return redact(lines[-1])[:300] if lines else ""
+
+
+def quiet_log4j():
+    """A log4j2 configuration file (in the temp folder, made once per process, removed at exit) that logs nothing.
+
+    A JVM logs before a framework's own log level applies; given this
+    (``-Dlog4j2.configurationFile``), it logs nothing at all.
+    """
+    global _QUIET_LOG4J
+    if _QUIET_LOG4J is None:
+        fd, path = tempfile.mkstemp(prefix="gpumr-log4j2-", suffix=".properties")
+        with os.fdopen(fd, "w") as f:
+            f.write("status = off\nappender.null.type = Null\nappender.null.name = null\n"
+                    "rootLogger.level = off\nrootLogger.appenderRef.null.ref = null\n")
+        atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+        _QUIET_LOG4J = path
+    return _QUIET_LOG4J
+
+
+_QUIET_LOG4J = None
+
+
+def quiet_interrupt():
+    """On Ctrl-C: silence Py4J's and the framework's loggers and threads, so the boundary's line is the last.
+
+    Spark and Flink answer an interrupt with tracebacks from several
+    places (the call in progress, Py4J's callback and gateway threads as the
+    JVM goes, pyspark's SIGINT handler); none of them says more than
+    ``gpumr: interrupted``. The loggers are turned off and the threads'
+    exceptions are dropped; the JVM's own stderr is already quiet unless
+    ``--debug``.
+    """
+    import logging
+    import threading
+    # Py4J logs through the root logger too (logging.exception(...)): all but gpumr's own logger go quiet.
+    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark", "pyflink"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())  # (else logging.exception() would add one)
+    threading.excepthook = lambda args: None
