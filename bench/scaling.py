@@ -23,7 +23,10 @@ scheduling and I/O, which is where small runs lose their speedup.
 
 How an engine gets N workers here: ``local``: ``--num-cores N``;
 ``spark``: ``--master local-cluster[N,1,1024]``; ``dask``: ``--workers N``
-(a LocalCluster); ``inline`` runs in this process (one worker). Hadoop and
+(a LocalCluster); ``radical``: ``--pilot-cores N`` (a pilot on
+``local.localhost``); ``flink``: ``--parallelism N`` (its embedded
+cluster; run this script with the Python that has PyFlink, ``make
+flink-env``'s); ``inline`` runs in this process (one worker). Hadoop and
 EMR need a cluster and are skipped with the reason, unless ``--engine-args
 'ENGINE=ARGS'`` says how to run them (``{n}`` in ARGS is the worker count),
 as it may for any engine.
@@ -51,7 +54,8 @@ SEED_004 = {"radical": 8.1, "spark": 7.1, "dask": 6.6}
 SEED_NODES = 8
 #: ``gpumr run`` options that give an engine ``{n}`` workers on this machine.
 WORKERS = {"local": "--no-conf --num-cores {n}", "spark": "--master local-cluster[{n},1,1024]",
-           "dask": "--workers {n}", "inline": "--no-conf"}
+           "dask": "--workers {n}", "inline": "--no-conf", "radical": "--pilot-cores {n}",
+           "flink": "--parallelism {n}"}
 #: Engines that run in one process: one worker, whatever N.
 ONE_WORKER = ("inline",)
 #: Why an engine is not run here (unless --engine-args says how).
