@@ -11,6 +11,7 @@ those inside functions included; only a module's ``if __name__ ==
 """
 
 import ast
+import functools
 import os
 
 import pytest
@@ -100,6 +101,17 @@ def test_the_rule_itself(source, target, allowed):
     assert (layer(target) <= layer(source)) is allowed
 
 
+@functools.lru_cache(maxsize=None)
+def engine_lines():
+    """``bench/engine_lines.py``, which says what a module of the engines' folder is (its family, shared or not)
+    and counts its lines of code."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("engine_lines", os.path.join(ROOT, "bench", "engine_lines.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def engine_of(module):
     """The engine module family ``module`` belongs to (``gpumr.engines.radical_pilot``: ``radical``), or None
     (a shared module of the engines, or not an engine module at all)."""
@@ -107,8 +119,8 @@ def engine_of(module):
     prefix = "gpumr.engines."
     if not module.startswith(prefix):
         return None
-    name = module[len(prefix):].split(".")[0]
-    return next((f for f in set(MODULES.values()) if name == f or name.startswith(f + "_")), None)
+    family = engine_lines().family(module[len(prefix):].split(".")[0] + ".py")
+    return family if family in MODULES.values() else None
 
 
 def test_an_engine_imports_no_other_engine():
@@ -133,7 +145,7 @@ def test_the_bench_scripts_import_only_what_exists():
     """A bench script names gpumr's functions by import: one that was renamed or removed breaks the script only
     when someone runs it (bench/spark_output.py imported two functions gone for a week)."""
     import glob
-    import importlib
+    import importlib.util
     missing = []
     for path in sorted(glob.glob(os.path.join(ROOT, "bench", "*.py"))):
         for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
@@ -149,9 +161,6 @@ def test_the_bench_scripts_import_only_what_exists():
 def test_no_engine_module_holds_more_than_200_lines_of_code():
     """An engine holds only what differs between engines (issue 35's goal: at most 200 lines of code a module,
     counted as ``bench/engine_lines.py`` counts them: no blank line, comment or docstring)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("engine_lines", os.path.join(ROOT, "bench", "engine_lines.py"))
-    lines = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lines)
+    lines = engine_lines()
     counts = {name: lines.code_lines(source) for name, source in lines.modules().items() if name not in lines.SHARED}
     assert len(counts) >= 6 and max(counts.values()) <= 200, counts
