@@ -260,6 +260,15 @@ def in_session(sid):
     return found
 
 
+def command_of(pid):
+    """Process ``pid``'s command line, one string ("" once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
 def children_of(pid):
     """``(pid, command line)`` of each live child of ``pid``."""
     found = []
@@ -267,12 +276,10 @@ def children_of(pid):
         try:
             with open(f"/proc/{child}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                argv = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if int(fields[1]) == pid and fields[0] != "Z":
-            found.append((int(child), argv))
+            found.append((int(child), command_of(child)))
     return found
 
 
@@ -281,7 +288,7 @@ def interrupt_job(python, argv, folder, ready, signum=signal.SIGINT):
     process group once ``ready(proc)`` holds (see :func:`child_with`), as a terminal or SLURM's ``scancel`` does.
 
     Returns ``(status, stderr, what is left in TMPDIR, processes left in the session 30 s after the launcher
-    ended)``; a job still running 300 s after the signal is killed (status -9).
+    ended, each as "PID COMMAND LINE")``; a job still running 300 s after the signal is killed (status -9).
     """
     import time
     tmp = os.path.join(folder, "tmp")
@@ -300,8 +307,8 @@ def interrupt_job(python, argv, folder, ready, signum=signal.SIGINT):
     deadline = time.monotonic() + 30  # (a helper may take a moment to go after its launcher: Flink's gateway JVM)
     while time.monotonic() < deadline and in_session(proc.pid):
         time.sleep(0.2)
-    left = in_session(proc.pid)
-    for pid in left:  # (leave nothing behind a failed test either)
+    left = [f"{pid} {command_of(pid)}" for pid in in_session(proc.pid)]  # (what it was: a failure says)
+    for pid in in_session(proc.pid):  # (leave nothing behind a failed test either)
         os.kill(pid, signal.SIGKILL)
     return proc.returncode, err, sorted(os.listdir(tmp)), left
 

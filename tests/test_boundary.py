@@ -165,6 +165,47 @@ def test_an_interrupt_raised_inside_a_finalizer_still_stops_the_program(exc, sta
     assert time.monotonic() - t0 < 50
 
 
+IMPORT_SWALLOWS = """
+import os, signal, sys, time
+from gpumr.boundary import guard, interrupt_with
+sys.path.insert(0, sys.argv[2])
+def work():
+    if sys.argv[3] == "prepared":  # (the Spark and Flink engines' handlers)
+        interrupt_with(lambda: print("quieted", flush=True))
+    import swallowing  # noqa: F401
+    print("imported", flush=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        pass
+    print("went on")
+sys.exit(guard(work))
+"""
+SWALLOWING = """
+import os, signal, sys, time
+try:  # what a compiled module's initialisation does with an error from Python code it called (Cython's)
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(0.5)
+except BaseException:
+    pass
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("sig,status,said", [("SIGINT", EXIT_INTERRUPTED, "gpumr: interrupted"),
+                                             ("SIGTERM", 143, "gpumr: terminated")])
+@pytest.mark.parametrize("handler", ["plain", "prepared"])
+def test_a_signal_inside_an_import_waits_for_its_end_and_is_never_lost(tmp_path, sig, status, said, handler):
+    """CI met ``gpumr sample`` going on 120 s after Ctrl-C: its handler ran in ``abc.register``, which an extension
+    module's initialisation called inside an import, and the initialisation cleared the ``KeyboardInterrupt``.
+    Here the module clears it as that one did; the signal must come after the import, once."""
+    (tmp_path / "swallowing.py").write_text(SWALLOWING)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", IMPORT_SWALLOWS, sig, str(tmp_path), handler], capture_output=True,
+                          text=True, timeout=120)
+    quieted = "quieted\n" if handler == "prepared" else ""
+    assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (status, "imported\n" + quieted, said)
+    assert time.monotonic() - t0 < 50
+
 def test_describe_and_one_line():
     assert describe(ValueError("x")).startswith("ValueError: x (an unexpected error, a bug: rerun with --debug")
     assert describe(OSError(9, "Bad file descriptor")) == "Bad file descriptor"

@@ -5,9 +5,13 @@ not pytest's), in a session of its own, so a Ctrl-C sent to its process
 group reaches it and its children as a terminal's would.
 """
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 # A thread from before the block that does not block SIGINT (as gpumr's progress thread); children started in the
 # block from this thread and from a thread started in the block (as distributed's loop thread spawns its workers);
@@ -75,3 +79,40 @@ def test_end_processes_in_ends_what_names_or_works_in_the_folder_and_nothing_els
         for proc in (named, argument, working, elsewhere, named_other):
             proc.kill()
             proc.wait()
+
+
+def test_what_a_job_process_started_is_ended_too_even_once_orphaned(tmp_path):
+    """PyFlink's gateway JVM names the job's folder; the Python worker it starts names nothing and works elsewhere.
+    Under CI's load one outlived the launcher (the JVM killed) by more than 30 s. Here the child ignores SIGTERM,
+    its parent does not: once the parent has gone, the orphan must still be found, and killed."""
+    from gpumr.engines.processes import end_processes_in
+    job = tmp_path / "job"
+    job.mkdir()
+    child = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               f"p = subprocess.Popen([sys.executable, '-c', {child!r}], cwd='/'); "
+                               "print(p.pid, flush=True); time.sleep(120)", str(job / "x")],
+                              stdout=subprocess.PIPE, text=True)
+    orphan = int(parent.stdout.readline())
+    try:
+        time.sleep(0.5)  # (the child has set its handler)
+        end_processes_in(str(job), timeout=2, ask=True)
+        assert parent.wait(10) == -signal.SIGTERM  # asked, it went; its child ignored the same ask:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(orphan):
+            time.sleep(0.1)
+        assert not _alive(orphan)
+    finally:
+        parent.kill()
+        parent.wait()
+        with contextlib.suppress(OSError):
+            os.kill(orphan, signal.SIGKILL)
+
+
+def _alive(pid):
+    """Whether ``pid`` runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False

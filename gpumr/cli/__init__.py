@@ -38,7 +38,8 @@ def build_parser():
     return p
 
 
-def _run(parser, argv):
+def _run(argv):
+    parser = build_parser()  # (inside the boundary: a Ctrl-C while the commands are registered is one line too)
     args, extra = parser.parse_known_args(argv)
     set_verbosity(quiet=args.quiet, verbose=args.verbose)
     if extra and not getattr(args, "pass_through", False):
@@ -51,7 +52,7 @@ def main(argv=None):
     """Run the ``gpumr`` command; returns the exit status (0, 1 or 130: :mod:`gpumr.errors`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # (--debug is read before parsing, so that an error in parsing shows its traceback too.)
-    return guard(_run, build_parser(), argv, debug=debug_wanted(argv))
+    return guard(_run, argv, debug=debug_wanted(argv))
 
 
 def run_command(argv):

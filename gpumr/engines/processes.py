@@ -149,13 +149,18 @@ def bounded(call, timeout, what):
 
 
 def end_processes_in(folder, timeout=30, ask=False):
-    """Wait until no process names ``folder`` in its command line or works in it; then kill those left.
+    """Wait until no process of the job's is left (one naming ``folder`` in its command line or working in it, or
+    started by such a one); then kill those left.
 
     For frameworks whose helpers outlive their session by a few seconds
     (RADICAL-Pilot's bootstrap), or for ever once their own manager is gone
     (RP's agent components, whose titles name no folder, after a SIGTERM to
     the process group): they run from the job's private ``folder``, so every
-    process naming it or working in it is the job's.
+    process naming it or working in it is the job's, and so is every process
+    such a one started, whatever it names (PyFlink's gateway JVM names the
+    folder, the Python workers it starts do not, and one outlived its killed
+    JVM by more than 30 s). Once seen, a process stays the job's until it
+    ends, its parent gone or not.
 
     Parameters
     ----------
@@ -167,17 +172,22 @@ def end_processes_in(folder, timeout=30, ask=False):
     """
     deadline, mark = time.monotonic() + timeout, os.path.join(folder, "")
     marks = (mark.encode(), folder.rstrip("/").encode() + b"\0")  # (a path in it, or the folder as an argument's end)
+    job = {}  # pid -> its start time (so that a pid used again by another process is not taken for the job's)
     while True:
-        pids = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            if int(pid) == os.getpid():
-                continue
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read()
-                named = any(m in argv for m in marks)
-                if named or os.path.join(os.readlink(f"/proc/{pid}/cwd"), "").startswith(mark):
-                    pids.append(int(pid))
+        table = _processes()
+        children = {}
+        for pid, (parent, started, argv, cwd) in table.items():
+            children.setdefault(parent, []).append(pid)
+            if pid != os.getpid() and (any(m in argv for m in marks) or os.path.join(cwd, "").startswith(mark)):
+                job.setdefault(pid, started)
+        found = [pid for pid in job if pid in table and table[pid][1] == job[pid]]
+        while found:  # (what the job's processes started is the job's)
+            pid = found.pop()
+            for child in children.get(pid, ()):
+                if child not in job and child != os.getpid():
+                    job[child] = table[child][1]
+                    found.append(child)
+        pids = [pid for pid, started in job.items() if pid in table and table[pid][1] == started]
         if not pids:
             return
         if ask:  # (once: SIGTERM, for those that ignore Ctrl-C, as PyFlink starts its gateway JVM)
@@ -191,3 +201,23 @@ def end_processes_in(folder, timeout=30, ask=False):
                     os.kill(pid, signal.SIGKILL)
             return
         time.sleep(POLL)
+
+
+def _processes():
+    """``{pid: (parent pid, start time, command line, working folder)}`` of the live processes here that can be
+    read (zombies aside: they have ended; a folder that cannot be read is "")."""
+    table = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            if fields[0] == b"Z":
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read()
+            try:
+                cwd = os.readlink(f"/proc/{name}/cwd")
+            except OSError:
+                cwd = ""
+            table[int(name)] = (int(fields[1]), int(fields[19]), argv, cwd)  # (stat's fields 4 and 22)
+    return table

@@ -31,7 +31,7 @@ from ..boundary import Terminated, logger, write_stderr
 from ..errors import GpumrError
 from .base import Engine
 from .mapreduce import answer, map_reduce
-from .processes import AFTER_SIGNAL, POLL, children_deaf
+from .processes import POLL, children_deaf
 from .radical_pilot import LOCAL, import_rp, pilot_failure, pilot_session
 
 log = logger(__name__)
@@ -151,7 +151,7 @@ class RadicalEngine(Engine):
                 return map_reduce(plan, job, execute)
             except BaseException as exc:
                 with children_deaf():
-                    _end(tmgr, started, timeout=AFTER_SIGNAL if isinstance(exc, Terminated) else 60)
+                    _end(tmgr, started, timeout=0 if isinstance(exc, Terminated) else 60)
                 raise
 
 
@@ -162,20 +162,21 @@ _TASK_ENV = {"HOME": os.path.expanduser("~"), **{k: os.environ[k] for k in ("TMP
 
 
 def _end(tmgr, tasks, timeout):
-    """Cancel every task the job started and wait until each is final, at most ``timeout`` seconds.
+    """Cancel every task the job started and wait until each is final, at most ``timeout`` seconds (0: no wait).
 
     The session's close then ends whatever is left (:func:`gpumr.engines.radical_pilot.pilot_session`).
-    After SIGTERM the wait is short: sent to the process group (a terminal,
+    After SIGTERM there is no wait: sent to the process group (a terminal,
     SLURM's scancel), it has ended RP's own processes, which would never say a
-    task ended; and a batch system's SIGKILL follows soon (SLURM's KillWait:
-    30 s by default).
+    task ended (the wait took its 5 s, every time); and a batch system's SIGKILL
+    follows soon (SLURM's KillWait: 30 s by default).
     """
     import radical.pilot as rp
     live = [t.uid for t in tasks if t.state not in rp.FINAL]
     with contextlib.suppress(Exception):  # a session that died meanwhile runs no task
         if live:
             tmgr.cancel_tasks(live)
-            tmgr.wait_tasks(live, timeout=timeout)
+            if timeout:
+                tmgr.wait_tasks(live, timeout=timeout)
 
 
 # -- in a task --------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import sys
 
 from ..boundary import Terminated
 from ..errors import GpumrError
-from .processes import AFTER_SIGNAL, children_deaf, end_processes_in, environ, main_thread
+from .processes import children_deaf, end_processes_in, environ, main_thread
 
 #: The resource RP's own configuration calls this machine.
 LOCAL = "local.localhost"
@@ -70,8 +70,11 @@ def pilot_session(o, folder, debug=False):
         terminated = isinstance(sys.exc_info()[1], Terminated)
         with children_deaf():
             if session is not None:
-                session.close(terminate=True, download=False)
-            end_processes_in(folder, timeout=AFTER_SIGNAL if terminated else 30)
+                # After SIGTERM to the process group RP's pilot launcher has gone, and RP would wait 11 s for it to
+                # kill the pilot; on this machine the pilot's processes are in the job's folder: ended below.
+                session.close(terminate=not (terminated and o.resource == LOCAL), download=False)
+            # (after SIGTERM, 1 s: what is left is the agent's bootstrap, whose trap sleeps for an agent gone)
+            end_processes_in(folder, timeout=1 if terminated else 30, ask=terminated)
 
 
 def pilot_description(o, folder):
