@@ -83,7 +83,7 @@ def main():
                                for z in range(0, nz, args.slab)])
 
     def ours_fdk():
-        return ours_bp(filter_projections(proj, g))
+        return ours_bp(filter_projections(proj, g, threads=threads))
 
     filtered = filter_projections(proj, g)
 

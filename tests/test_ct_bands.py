@@ -31,6 +31,15 @@ def test_filtering_a_band_equals_filtering_all_then_taking_the_band(off, short):
         assert np.array_equal(filter_projections(q, g, rows=(r0, r1)), full[:, r0:r1])
 
 
+@pytest.mark.parametrize("threads", [2, 3, 7, 60, 200])
+def test_filtering_in_threads_equals_filtering_in_one_bit_for_bit(threads):
+    """Each thread filters its share of the angles (more threads than angles: one angle each); the result is
+    the one thread's, bit for bit, whole and for a band."""
+    g, q = _case(short=True)
+    for rows in (None, (9, 31)):
+        assert np.array_equal(filter_projections(q, g, rows=rows, threads=threads), filter_projections(q, g, rows=rows))
+
+
 @pytest.mark.parametrize("off", [False, True])
 def test_a_slab_backprojected_from_its_band_equals_it_from_every_row(off):
     g, q = _case(off)

@@ -29,7 +29,9 @@ from gpumr.io.packing import pack
 from conftest import missing
 from hadoop import cluster
 
-pytestmark = pytest.mark.slow
+# (a real Hadoop job takes 40-90 s here; beside two busy loops and the other pytest worker's jobs one took more
+# than 600 s, pytest-timeout's default)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -64,6 +64,21 @@ def test_inline_and_local(packed, reference, tmp_path):
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
 
 
+def test_a_local_job_leaves_pyspark_unimported_and_importable(packed, reference, tmp_path):
+    """mrjob's runners import pyspark, where installed, only to find spark-submit (0.1-0.2 s of a local job's
+    start); gpumr hides it from them. The job's output is the reference's, and the same process imports pyspark
+    afterwards as usual."""
+    pytest.importorskip("pyspark", reason="pyspark (the dev extra) is what mrjob's runners would import")
+    code = ("import sys; from gpumr.cli import main; rc = main(sys.argv[1:]); "
+            "print('pyspark' in sys.modules, 'mrjob.bin' in sys.modules); import pyspark; print(pyspark.__name__); "
+            "sys.exit(rc)")
+    out = tmp_path / "local"
+    proc = subprocess.run([sys.executable, "-c", code, "run", "faces", packed, "-o", str(out), "--engine", "local",
+                           "--device", "cpu", "--no-conf"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    check_same(reference, out, proc)
+    assert proc.stdout.split() == ["False", "True", "pyspark"]
+
+
 @pytest.mark.slow
 def test_dask(packed, reference, tmp_path):
     pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")

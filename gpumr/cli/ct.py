@@ -112,7 +112,7 @@ def cmd_phantom(args):
 
 def cmd_reconstruct(args):
     from ..ct import geometry
-    from ..ct.backproject import backproject, set_threads
+    from ..ct.backproject import backproject, set_threads, threads
     from ..ct.fdk import filter_projections
     from ..ct.projections import read_set
     from ..ct.slices import preview, save_volume
@@ -123,7 +123,8 @@ def cmd_reconstruct(args):
     if args.threads:
         set_threads(limits.number("--threads", args.threads, 1, limits.MAX_THREADS, integer=True))
     t0 = time.perf_counter()
-    vol = backproject(filter_projections(read_set(args.projections, g, args.i0), g, args.filter), g)
+    filtered = filter_projections(read_set(args.projections, g, args.i0), g, args.filter, threads=threads())
+    vol = backproject(filtered, g)
     save_volume(vol, args.output, inputs=inputs)
     if args.preview:
         preview(vol, args.preview, inputs=inputs)

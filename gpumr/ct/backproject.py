@@ -172,6 +172,17 @@ def _cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def threads():
+    """The CPU threads :func:`backproject` uses (:func:`set_threads`, else every core this process may run on).
+
+    Examples
+    --------
+    >>> threads() >= 1
+    True
+    """
+    return _threads or _cores()
+
+
 def set_threads(n):
     """Use ``n`` CPU threads in :func:`backproject`.
 

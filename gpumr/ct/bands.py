@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from .backproject import _axes
+from .backproject import _axes, threads
 from .fdk import filter_projections
 
 #: Rows added on each side of the exact band: the kernels compute rows in float32, this in float64.
@@ -123,8 +123,8 @@ class FilteredRows:
                 cuts = np.flatnonzero(np.diff(todo) > 1) + 1
                 for run in np.split(todo, cuts):
                     a, b = int(run[0]), int(run[-1]) + 1
-                    self.padded[:, a + 1:b + 1, 1:-1] = filter_projections(self._raw, self.geometry,
-                                                                           self.filter_name, rows=(a, b))
+                    self.padded[:, a + 1:b + 1, 1:-1] = filter_projections(
+                        self._raw, self.geometry, self.filter_name, rows=(a, b), threads=threads())
                     self._done[a:b] = True
                 if self._done.all():
                     self._raw = None  # every row is filtered: the line integrals are no longer needed
