@@ -19,7 +19,7 @@ import numpy as np
 from _common import table
 
 from gpumr.ct import geometry, phantom
-from gpumr.ct.backproject import backproject, backproject_reference, pad
+from gpumr.ct.backproject import backproject, backproject_reference, pad, threads
 from gpumr.ct.fdk import filter_projections
 from gpumr.ct.projections import read_set, write_set
 
@@ -44,7 +44,7 @@ def main():
         raw = read_set([seq], g)
         t_load = time.perf_counter() - t0
         t0 = time.perf_counter()
-        filt = filter_projections(raw, g)
+        filt = filter_projections(raw, g, threads=threads())  # (on the cores a task filters with)
         t_filter = time.perf_counter() - t0
         padded = pad(filt)
         backproject(filt, g, 0, 2, padded=padded)  # compile / load the cached kernel

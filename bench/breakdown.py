@@ -54,7 +54,7 @@ def start_up(code):
 def ct(work, n, na, slab):
     import seqfile
     from gpumr.ct import geometry, phantom
-    from gpumr.ct.backproject import backproject, pad
+    from gpumr.ct.backproject import backproject, pad, threads
     from gpumr.ct.fdk import filter_projections
     from gpumr.ct.projections import read_set, write_set
     from gpumr.tasks.output import Arrays
@@ -69,7 +69,7 @@ def ct(work, n, na, slab):
     t["read"], _ = timed(lambda: sum(len(v) for _, v, _ in seqfile.Reader(seq)))
     load, raw = timed(lambda: read_set([seq], g))
     t["decode"] = max(load - t["read"], 0.0)
-    t["filter"], filtered = timed(lambda: filter_projections(raw, g))
+    t["filter"], filtered = timed(lambda: filter_projections(raw, g, threads=threads()))  # (as a task filters)
     padded = pad(filtered)
     backproject(None, g, 0, 2, padded=padded)
     starts = list(range(0, n, slab))
