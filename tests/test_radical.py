@@ -111,8 +111,8 @@ def test_backproject_equals_inline(tmgr, tmp_path):
 def test_gpus_rp_assigned_take_every_record(tmgr, packed, tmp_path, monkeypatch):
     """``--device gpu``: each map task asks RP for one GPU and uses only the one RP gave it."""
     monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "4")  # (the launcher checks that a GPU is here)
-    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", SPLIT, "--device", "gpu",
-                              "--pilot-gpus", "2"], tmgr)
+    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "gpu",
+                              "--pilot-gpus", "2"], tmgr)  # (two tasks, a SequenceFile each: RP's two GPUs at once)
     devices = {json.loads(line.split("\t", 1)[1])["device"] for line in lines_of(str(tmp_path / "out"))}
     assert counts["records on GPU"] == 12 and not counts.get("records on CPU")
     assert devices and devices <= {"gpu:0", "gpu:1"}  # (of four simulated GPUs, RP's two)
