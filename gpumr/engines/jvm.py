@@ -9,10 +9,8 @@ unless ``--debug``.
 """
 
 import atexit
-import contextlib
 import os
 import re
-import sys
 import tempfile
 
 from ..errors import redact
@@ -60,22 +58,6 @@ def failure(exc, engine, what=None):
     first = (str(java) if java is not None else text).strip().splitlines()
     what = what or f"the {engine.capitalize()} job failed"
     return f"{what}: {redact(first[0]) if first else type(exc).__name__} (gpumr --debug shows the trace)"
-
-
-@contextlib.contextmanager
-def stderr_to(f):
-    """Give the processes started in the block (a framework's JVM) ``f`` as their stderr (None: this process's)."""
-    if f is None:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def last_words(f):

@@ -10,6 +10,7 @@ its own folder ended.
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -67,6 +68,23 @@ def children_deaf():
         if heard and signal.SIGINT not in signal.sigpending():
             signal.raise_signal(signal.SIGINT)  # (held by the mask until the next line)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def stderr_to(f):
+    """Give the processes started in the block (a framework's JVM, RP's session) ``f`` as their stderr (None: this
+    process's); what this process writes to its stderr meanwhile goes there too."""
+    if f is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager

@@ -12,12 +12,17 @@ import re
 import signal
 import sys
 
-from ..boundary import Terminated
-from ..errors import GpumrError
-from .processes import children_deaf, end_processes_in, environ, main_thread
+from ..boundary import Terminated, logger
+from ..errors import GpumrError, redact
+from .processes import children_deaf, end_processes_in, environ, main_thread, stderr_to
 
+log = logger(__name__)
 #: The resource RP's own configuration calls this machine.
 LOCAL = "local.localhost"
+#: Tries at starting a session: RP's communication proxy gives the worker process it starts for a session 10 s
+#: to come up ("worker startup failed" after that), which a loaded machine can exceed (once in a test run beside
+#: two busy loops, at a load average near 60); a later try starts.
+SESSION_TRIES = 3
 
 
 @contextlib.contextmanager
@@ -55,9 +60,15 @@ def pilot_session(o, folder, debug=False):
     import radical.utils.ids as ids
     ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
     session = None
-    try:  # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too)
-        with environ(env), children_deaf():
-            session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
+    try:
+        for attempt in range(1, SESSION_TRIES + 1):
+            try:  # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too)
+                with open(os.path.join(folder, "session.err"), "ab") as said, environ(env), children_deaf(), \
+                        stderr_to(None if debug else said):  # (a failed try's proxy worker prints its traceback)
+                    session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
+                break
+            except Exception as exc:  # noqa: BLE001 (RP's RuntimeError, a ZMQ or OS error: retried, then one line)
+                session_failed(exc, attempt)
         with environ(env), children_deaf():
             pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
         try:
@@ -75,6 +86,31 @@ def pilot_session(o, folder, debug=False):
                 session.close(terminate=not (terminated and o.resource == LOCAL), download=False)
             # (after SIGTERM, 1 s: what is left is the agent's bootstrap, whose trap sleeps for an agent gone)
             end_processes_in(folder, timeout=1 if terminated else 30, ask=terminated)
+
+
+def session_failed(exc, attempt):
+    """A try at starting RP's session failed (``exc``, try ``attempt``): a warning, or after the last
+    (:data:`SESSION_TRIES`) a :class:`GpumrError`, one line, RP's own reason first."""
+    why = first_words(exc)
+    if attempt >= SESSION_TRIES:
+        raise GpumrError(f"RADICAL-Pilot's session did not start ({SESSION_TRIES} tries; the last: {why}): on a "
+                         "machine this busy, try again later (--debug keeps RP's log)") from None
+    log.warning("RADICAL-Pilot's session did not start (%s): trying again (%d of %d)", why, attempt + 1,
+                SESSION_TRIES)
+
+
+def first_words(exc):
+    """RP's reason in ``exc``, without the server's traceback its client appends (at most 200 characters).
+
+    Examples
+    --------
+    >>> first_words(RuntimeError("ERROR: command failed: worker startup failed; Traceback (most recent call last):"
+    ...                          "; File proxy.py, line 220"))
+    'worker startup failed'
+    """
+    text = " ".join(str(exc).split("Traceback (most recent call last)")[0].split()).strip(" ;:")
+    text = text[len("ERROR: command failed:"):].strip() if text.startswith("ERROR: command failed:") else text
+    return redact(text[:200]) or type(exc).__name__
 
 
 def pilot_description(o, folder):

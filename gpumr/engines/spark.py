@@ -25,8 +25,9 @@ if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run 
 from ..boundary import describe, interrupt_with, logger  # noqa: E402
 from ..errors import GpumrError  # noqa: E402
 from .base import Engine  # noqa: E402
-from .jvm import failure, last_words, quiet_interrupt, quiet_log4j, stderr_to  # noqa: E402
+from .jvm import failure, last_words, quiet_interrupt, quiet_log4j  # noqa: E402
 from .mapreduce import call, map_reduce  # noqa: E402
+from .processes import stderr_to  # noqa: E402
 
 log = logger(__name__)
 
