@@ -61,6 +61,28 @@ def test_job_volume_equals_direct_reconstruction(phantom_files, tmp_path, runner
     assert arrays < vol.nbytes * 1.01
 
 
+def test_the_local_runner_starts_as_many_tasks_as_the_cores_hold(phantom_files, tmp_path, monkeypatch):
+    """A backprojection task threads over every core: the local runner makes one map task of the slabs (two tasks of
+    two threads on two cores each read and filtered nearly every row); one per core with ``--cpu-threads 1``; one
+    per GPU slot where slabs may run on a GPU."""
+    from gpumr.engines.mrjob import MRJobEngine
+    from gpumr.launch.plan import make_plan
+    d = phantom_files
+
+    def tasks(*extra):
+        folder = tmp_path / f"job{len(os.listdir(tmp_path))}"
+        folder.mkdir()
+        plan = make_plan(["backproject", "--projections", str(d / "proj.seq"), "--slab", "6", "-o",
+                          str(tmp_path / "out"), "--engine", "local", *extra], str(folder))
+        assert len(plan.tasks) == 6  # (the slabs)
+        return len(MRJobEngine("local")._task_files(plan, str(folder / "tasks")))
+    assert tasks("--device", "cpu") == 1
+    assert tasks("--device", "cpu", "--cpu-threads", "1") == min(6, os.cpu_count())
+    monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "2")
+    assert tasks("--device", "auto", "--gpu-slots", "2") == 4
+    assert tasks("--device", "cpu") == 1
+
+
 def _volume(d, out, tmp_path):
     """The job output ``out`` assembled, and the direct CPU reconstruction."""
     assert main(["ct", "assemble", str(out), "-o", str(tmp_path / "vol.npy")]) == 0

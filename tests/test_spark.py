@@ -260,3 +260,47 @@ def test_only_its_own_earlier_output_is_replaced_and_what_appeared_meanwhile_is_
     (kept,) = [n for n in os.listdir(tmp_path) if n.endswith(".old")]
     assert os.listdir(tmp_path / kept) == ["notes.txt"] and (tmp_path / kept / "notes.txt").read_text() == "mine"
     assert f"the old output was set aside as {tmp_path / kept}, not removed" in capsys.readouterr().err
+
+
+STOPPED_JVM = """
+import os, signal, sys
+from gpumr.boundary import Terminated, install, set_verbosity
+from gpumr.engines.spark import _stop, spark_context
+set_verbosity()
+sc = spark_context("local[1]", "gpumr test")
+sc.parallelize([1]).count()  # (a connection to the JVM in py4j's pool)
+jvm = sc._gateway.proc
+jvm.send_signal(signal.SIGTERM)  # it ends by itself, as on a terminal's SIGTERM to the job's process group
+jvm.wait(60)
+try:
+    raise Terminated()
+except KeyboardInterrupt:
+    _stop(sc)
+print("stopped")
+"""
+
+
+def test_a_job_stopped_by_a_signal_stops_its_gone_jvm_without_a_warning(tmp_path):
+    """A signal to the job's process group ends Spark's JVM too. Stopping the context then raised Py4J's refused
+    connection where the JVM had gone (the job ended as an error, status 1, not 143), or made pyspark warn "Unable to
+    cleanly shutdown Spark JVM process" where it was ending (a ``gpumr: warning:`` line before ``gpumr: terminated``)."""
+    proc = subprocess.run([sys.executable, "-c", STOPPED_JVM], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "stopped", proc.stderr[-3000:]
+    assert "Unable to cleanly" not in proc.stderr and "warning" not in proc.stderr, proc.stderr[-3000:]
+
+def test_spark_starts_as_many_task_slots_as_the_cores_hold(tmp_path, packed):
+    """Without --master: ``local[N]``, N the tasks this machine's cores hold (a backprojection task threads over
+    every core: one slot, where ``local[*]`` ran one per core, each reading and filtering nearly every row)."""
+    from gpumr.engines.spark import SparkEngine
+    from gpumr.launch.plan import make_plan
+    projections, _ = ct_phantom(tmp_path, 16, 12)
+
+    def master(*argv):
+        folder = tmp_path / f"job{len(os.listdir(tmp_path))}"
+        folder.mkdir()
+        return SparkEngine().master(make_plan([*argv, "-o", str(tmp_path / "out"), "--engine", "spark",
+                                               "--device", "cpu"], str(folder)))
+    assert master("backproject", "--projections", projections) == "local[1]"
+    assert master("faces", packed) == f"local[{os.cpu_count()}]"
+    assert master("faces", packed, "--master", "local-cluster[2,1,1024]") == "local-cluster[2,1,1024]"

@@ -25,7 +25,7 @@ from ..boundary import logger
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
 from .mapreduce import map_reduce
-from .processes import bounded, children_deaf
+from .processes import bounded, children_deaf, workers_here
 
 log = logger(__name__)
 #: Seconds to wait for a scheduler given by ``--scheduler`` to connect and to answer a request.
@@ -64,8 +64,8 @@ class DaskEngine(Engine):
                            help="engine dask: a running scheduler, e.g. tcp://HOST:8786 (default: an embedded "
                                 "LocalCluster of this machine)")
         group.add_argument("--workers", type=int, default=None, metavar="N",
-                           help="engine dask: worker processes of the embedded LocalCluster (default: one per core, "
-                                "or per the cores one task threads over)")
+                           help="engine dask: worker processes of the embedded LocalCluster (default: as many as the "
+                                "cores hold tasks, at least one per GPU)")
 
     def check(self, o):
         from .. import limits
@@ -172,21 +172,16 @@ class DaskEngine(Engine):
 
 
 def embedded_workers(o, workload):
-    """Worker processes of an embedded cluster: ``--workers``, else as many as this machine's cores hold tasks.
-
-    One task keeps :meth:`gpumr.Workload.task_threads` cores busy: a
-    backprojection's tasks thread over every core, so one worker runs them
-    (its projections read and filtered once), where the faces get one per core.
+    """Worker processes of an embedded cluster: ``--workers``, else :func:`gpumr.engines.processes.workers_here`.
 
     Examples
     --------
     >>> import argparse, os
     >>> from gpumr.faces.workload import Faces
-    >>> embedded_workers(argparse.Namespace(workers=None), Faces()) == (os.cpu_count() or 1)
+    >>> embedded_workers(argparse.Namespace(workers=None, device="cpu"), Faces()) == (os.cpu_count() or 1)
     True
     """
-    cores = os.cpu_count() or 1
-    return o.workers or max(1, cores // workload.task_threads(o))
+    return o.workers or workers_here(o, workload)
 
 
 def _declare_gpus(client):

@@ -29,7 +29,7 @@ from ..errors import GpumrError
 from .base import Engine
 from .jvm import failure, quiet_interrupt
 from .mapreduce import answer, map_reduce
-from .processes import scratch_in
+from .processes import scratch_in, workers_here
 
 #: Flink restarts no failed subtask: its collect sink cannot take a restarted job's results without
 #: checkpoints, so a killed worker ends the job in one line, nothing published.
@@ -79,8 +79,8 @@ class FlinkEngine(Engine):
                            help="engine flink: a running cluster's JobManager REST address, e.g. localhost:8081 "
                                 "(default: an embedded cluster of this machine)")
         group.add_argument("--parallelism", type=int, default=None, metavar="N",
-                           help="engine flink: parallel subtasks of the map (default: one per core here, the "
-                                "cluster's default on a running one)")
+                           help="engine flink: parallel subtasks of the map (default: as many as this machine's cores "
+                                "hold tasks, the cluster's default on a running one)")
 
     def check(self, o):
         from .. import limits
@@ -168,7 +168,7 @@ def _environment(plan, job):
         env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     if o.parallelism or not o.jobmanager:
-        env.set_parallelism(o.parallelism or os.cpu_count() or 1)
+        env.set_parallelism(o.parallelism or workers_here(o, plan.workload))
     return env
 
 

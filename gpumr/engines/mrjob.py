@@ -24,6 +24,7 @@ from ..boundary import UsageError, relay_task_lines, task_error
 from ..errors import GpumrError, redact, redact_settings
 from ..io.remote import locate
 from .base import Engine, Outcome
+from .processes import workers_here
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
@@ -99,7 +100,7 @@ class MRJobEngine(Engine):
         """Write the plan's tasks as gzipped task files (a map task each) in ``folder``; their paths."""
         if plan.o.hadoop_splits:
             return [path for path, _ in plan.inputs]
-        n = len(plan.tasks) if self.name not in HERE else min(len(plan.tasks), os.cpu_count() or 1)
+        n = len(plan.tasks) if self.name not in HERE else min(len(plan.tasks), workers_here(plan.o, plan.workload))
         os.makedirs(folder, exist_ok=True)
         paths = []
         for f in range(max(1, n)):

@@ -3,8 +3,8 @@
 Children that never hear the terminal's Ctrl-C (the launcher ends them,
 so no worker prints its traceback), environment variables and Python's
 scratch folder set for the time a framework reads them, a call into a
-framework given a bounded time to answer, and the processes a job left in
-its own folder ended.
+framework given a bounded time to answer, the processes a job left in its
+own folder ended, and how many task processes an engine starts here.
 """
 
 import contextlib
@@ -68,6 +68,34 @@ def children_deaf():
         if heard and signal.SIGINT not in signal.sigpending():
             signal.raise_signal(signal.SIGINT)  # (held by the mask until the next line)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def workers_here(o, workload):
+    """How many task processes an engine starts on this machine for ``workload`` (its own workers, where the user
+    named no number): as many as the cores hold its tasks, and at least one per GPU slot its records may use.
+
+    One task keeps :meth:`gpumr.Workload.task_threads` cores busy. The
+    backprojection's tasks thread over every core, so one process runs
+    them all and reads and filters its projections once (two processes of
+    two threads on two cores filtered nearly every row twice); the faces
+    get one process per core. Where records may run on a GPU (``--device``
+    ``auto`` or ``gpu``), every GPU slot (``--gpu-slots`` per GPU) gets a
+    process to feed it.
+
+    Examples
+    --------
+    >>> import argparse, os
+    >>> from gpumr.ct.workload import Backproject
+    >>> from gpumr.faces.workload import Faces
+    >>> cpu = argparse.Namespace(device="cpu", cpu_threads=None)
+    >>> workers_here(cpu, Faces()) == (os.cpu_count() or 1), workers_here(cpu, Backproject())
+    (True, 1)
+    """
+    n = max(1, (os.cpu_count() or 1) // workload.task_threads(o))
+    if getattr(o, "device", "cpu") != "cpu" and workload.has_gpu():
+        from ..devices.nvml import discover
+        n = max(n, len(discover().gpus) * (getattr(o, "gpu_slots", None) or 1))
+    return n
 
 
 @contextlib.contextmanager

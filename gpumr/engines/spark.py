@@ -27,7 +27,7 @@ from ..errors import GpumrError  # noqa: E402
 from .base import Engine  # noqa: E402
 from .jvm import failure, last_words, quiet_interrupt, quiet_log4j  # noqa: E402
 from .mapreduce import call, map_reduce  # noqa: E402
-from .processes import stderr_to  # noqa: E402
+from .processes import stderr_to, workers_here  # noqa: E402
 
 log = logger(__name__)
 
@@ -58,12 +58,12 @@ class SparkEngine(Engine):
 
     reports_tasks = True  # (map_reduce hears each task end)
     name = "spark"
-    help = "a Spark application (--master; local[*] by default, spark-submit's when started by it)"
+    help = "a Spark application (--master; local[N] by default, spark-submit's when started by it)"
 
     def add_options(self, group):
         group.add_argument("--master", default=None, metavar="URL",
-                           help="engine spark: the master (default: spark-submit's, else local[*]), e.g. "
-                                "local-cluster[2,1,1024], yarn")
+                           help="engine spark: the master (default: spark-submit's, else local[N], N as many tasks as "
+                                "this machine's cores hold), e.g. local-cluster[2,1,1024], yarn")
 
     def tasks_here(self, o):
         """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
@@ -71,11 +71,18 @@ class SparkEngine(Engine):
             return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
         return o.master.startswith("local")
 
+    def master(self, plan):
+        """The master of a context this engine starts: ``--master``; else spark-submit's (None), or ``local[N]``
+        with as many task slots as this machine's cores hold tasks (:func:`gpumr.engines.processes.workers_here`)."""
+        if plan.o.master is None and self.tasks_here(plan.o):
+            return f"local[{workers_here(plan.o, plan.workload)}]"
+        return plan.o.master
+
     def run(self, plan, job):
         from py4j.protocol import Py4JJavaError
         sc, own = job.session, job.session is None
         if own:
-            sc = spark_context(plan.o.master, f"gpumr {plan.ref.name}", debug=job.debug, folder=job.folder)
+            sc = spark_context(self.master(plan), f"gpumr {plan.ref.name}", debug=job.debug, folder=job.folder)
         group = f"gpumr-{plan.spec.job}"
         try:
             for side in plan.side:
@@ -96,7 +103,7 @@ class SparkEngine(Engine):
             raise GpumrError(failure(exc, "spark")) from exc
         finally:
             if own:
-                sc.stop()
+                _stop(sc)
 
 
 def _add_file(sc, path):
@@ -137,7 +144,7 @@ def _end_tasks(sc, own, group):
     :data:`END_TASKS_TIMEOUT` seconds).
     """
     if own:
-        sc.stop()
+        _stop(sc)
         return
     try:
         sc.cancelJobGroup(group)
@@ -151,6 +158,28 @@ def _end_tasks(sc, own, group):
             time.sleep(0.05)
     except Exception:  # noqa: BLE001 (a context that died meanwhile runs no task; the job's own error is reported)
         pass
+
+
+def _stop(sc):
+    """Stop a context gpumr started.
+
+    A job stopped by a signal stops it while its JVM, which heard the
+    signal too, is ending or gone: pyspark's warning that it could not stop
+    the JVM cleanly, or Py4J's refused connection (which replaced the
+    signal's status by an error), say nothing more than the boundary's one
+    line (``gpumr: terminated``); they are a debug line.
+    """
+    import warnings
+    signalled = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # (Ctrl-C, and SIGTERM: boundary.Terminated)
+    with warnings.catch_warnings():
+        if signalled:
+            warnings.filterwarnings("ignore", "Unable to cleanly shutdown Spark JVM", RuntimeWarning)
+        try:
+            sc.stop()
+        except Exception as exc:  # noqa: BLE001 (a JVM gone: nothing left to stop)
+            if not signalled:
+                raise
+            log.debug("Spark's context, stopped after the signal: %s", describe(exc))
 
 
 def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
