@@ -182,6 +182,48 @@ def test_a_signal_on_a_job_ends_it_with_one_line_and_nothing_left(tmp_path, pack
     assert os.listdir(tmp_path) == ["slow.py"]  # no stage, no output, no proof
 
 
+CRASH = """
+import os, time
+from gpumr import Workload
+
+PIDS = {pids!r}
+
+
+class Crash(Workload):
+    name = "crash"
+    decode = "raw"
+
+    def cpu(self, key, value, o):
+        open(os.path.join(PIDS, str(os.getpid())), "w").close()
+        try:
+            os.mkdir(PIDS + "-first")  # the job's first record: its task sleeps on it
+        except FileExistsError:
+            os._exit(3)  # a record of another task (the first one's sleeps): this task dies
+        time.sleep(120)
+        return {{"n": len(value)}}
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the local engine runs one task process on one core: "
+                    "no second task to end")
+def test_a_local_task_that_dies_ends_the_others_at_once(tmp_path, packed):
+    """mrjob's local runner ended its Pool's worker processes when a task failed, and the other tasks' processes
+    (the workers' children) ran on, orphaned, to their end; here one sleeps two minutes a record."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "crash.py").write_text(CRASH.format(pids=str(pids)))
+    t0 = time.monotonic()
+    proc = gpumr(["run", "crash.py:Crash", packed, "-o", tmp_path / "out", "--engine", "local", "--split-size",
+                  "32KiB"], tmp_path, timeout=300)
+    assert "a task of the local job failed" in one_line(proc) and time.monotonic() - t0 < 100
+    assert len(os.listdir(pids)) >= 2
+    deadline = time.monotonic() + 10  # (a killed process's end is the kernel's, a moment later)
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in os.listdir(pids)):
+        time.sleep(0.1)
+    assert not [p for p in os.listdir(pids) if os.path.exists(f"/proc/{p}")]
+    assert sorted(os.listdir(tmp_path)) == ["crash.py", "pids", "pids-first"]
+
+
 @pytest.mark.parametrize("engine, marker", [("spark", "java"), ("dask", "spawn_main"), ("radical", "rp.")])
 def test_a_signal_as_the_framework_starts_leaves_nothing(tmp_path, packed, engine, marker):
     """Ctrl-C the moment the framework starts. Spark: inside ``getOrCreate`` the JVM (which ignores SIGINT) was left

@@ -13,6 +13,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 # A thread from before the block that does not block SIGINT (as gpumr's progress thread); children started in the
 # block from this thread and from a thread started in the block (as distributed's loop thread spawns its workers);
 # then a terminal's Ctrl-C to the whole group.
@@ -116,3 +118,79 @@ def _alive(pid):
             return f.read().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_on_threads_runs_every_call_once_at_most_n_at_a_time(tmp_path):
+    import threading
+    from gpumr.engines.processes import on_threads
+    lock, now, most, done = threading.Lock(), [0], [0], []
+
+    def call(i):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.05)
+        with lock:
+            now[0] -= 1
+            done.append(i)
+    on_threads([lambda i=i: call(i) for i in range(9)], 3, str(tmp_path))
+    assert sorted(done) == list(range(9)) and most[0] == 3
+
+
+def test_a_failed_call_starts_no_more_and_ends_the_processes_in_the_folder(tmp_path):
+    """mrjob's local runner: a task that failed terminated the Pool's workers, and the other tasks' processes
+    (the workers' children) ran on to their end, orphaned."""
+    from gpumr.engines.processes import on_threads
+    started = []
+
+    def waits():
+        started.append("waits")
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(120)"], cwd=tmp_path)
+
+    def fails():
+        started.append("fails")
+        time.sleep(1)  # (the other call's process has started)
+        raise ValueError("a task failed")
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="a task failed"):
+        on_threads([waits, fails, lambda: started.append("later")], 2, str(tmp_path))
+    assert time.monotonic() - t0 < 30 and sorted(started) == ["fails", "waits"]
+    assert _sleepers_in(tmp_path) == []
+
+
+def test_an_interrupt_while_calls_run_ends_the_processes_in_the_folder(tmp_path):
+    """A signal's exception (here SIGUSR1's, as Ctrl-C's KeyboardInterrupt) raised while the calls run: it is
+    raised at once, with the calls' processes ended."""
+    import threading
+    from gpumr.engines.processes import on_threads
+
+    class Stopped(Exception):
+        pass
+
+    def stopped(signum, frame):
+        raise Stopped()
+    saved = signal.signal(signal.SIGUSR1, stopped)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(Stopped):
+            on_threads([lambda: subprocess.run([sys.executable, "-c", "import time; time.sleep(120)"],
+                                               cwd=tmp_path)] * 2, 2, str(tmp_path))
+        assert time.monotonic() - t0 < 30
+        assert _sleepers_in(tmp_path) == []
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, saved)
+
+
+def _sleepers_in(folder):
+    """The live processes sleeping (``time.sleep(120)``) in ``folder``: a test's children that should have gone."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if b"time.sleep(120)" in f.read() and os.readlink(f"/proc/{name}/cwd") == str(folder):
+                    if _alive(int(name)):
+                        found.append(int(name))
+    return found

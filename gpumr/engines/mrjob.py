@@ -24,7 +24,7 @@ from ..boundary import UsageError, relay_task_lines, task_error
 from ..errors import GpumrError, redact, redact_settings
 from ..io.remote import locate
 from .base import Engine, Outcome
-from .processes import workers_here
+from .processes import on_threads, workers_here
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
@@ -102,14 +102,10 @@ class MRJobEngine(Engine):
             return [path for path, _ in plan.inputs]
         n = len(plan.tasks) if self.name not in HERE else min(len(plan.tasks), workers_here(plan.o, plan.workload))
         os.makedirs(folder, exist_ok=True)
-        paths = []
-        for f in range(max(1, n)):
-            path = os.path.join(folder, f"tasks-{f:05d}.gz")
+        paths = [os.path.join(folder, f"tasks-{f:05d}.gz") for f in range(max(1, n))]
+        for f, path in enumerate(paths):  # (the plan's tasks dealt in turn)
             with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
-                for items in plan.tasks[f::max(1, n)]:
-                    for item in items:
-                        out.write(json.dumps(item) + "\n")
-            paths.append(path)
+                out.writelines(json.dumps(item) + "\n" for items in plan.tasks[f::len(paths)] for item in items)
         return paths
 
     def _args(self, plan, output_dir):
@@ -169,6 +165,9 @@ class MRJobEngine(Engine):
             with _mrjob_said(said, job.debug), mr.make_runner() as runner:
                 if self.name in HERE and plan.o.reducers > 0:
                     _limit_sim_reducers(runner, plan.o.reducers)
+                if self.name == "local":  # (its tasks' processes waited on from threads, not from a forked Pool)
+                    runner._run_multiple = lambda calls, num_processes=None: on_threads(
+                        calls, runner._opts["num_cores"] or os.cpu_count() or 1, os.path.join(plan.folder, "mrjob"))
                 runner.run()
                 counts = total(runner.counters())
         except StepFailedException as exc:
