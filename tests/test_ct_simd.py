@@ -200,7 +200,10 @@ def test_the_c_kernel_is_the_numba_kernel_to_float32_rounding(off, monkeypatch):
                       backproject(f[:, 3:20], g, 2, 6, row0=3), backproject(f, g, 0, 9, window=(4, 21, 7, 30))]
     for c, n in zip(got["c"], got["numba"]):
         assert c.shape == n.shape and rel_l2(c, n) <= (1e-5 if off else 2e-6)
-    assert rel_l2(got["c"][0], ref) <= 1.1 * rel_l2(got["numba"][0], ref)
+    # each as far from float64 as float32's rounding takes it (on the phantom 5.8e-7 and 6.5e-7 on an AMD EPYC with
+    # AVX-512, the C kernel 1.11x numba's distance there; 2.6e-6 both on random projections): a wrong weight is 1e-3
+    assert max(rel_l2(got["c"][0], ref), rel_l2(got["numba"][0], ref)) <= (1e-5 if off else 2e-6)
+    assert rel_l2(got["c"][0], ref) <= 1.5 * rel_l2(got["numba"][0], ref)
 
 
 @needs_cc
