@@ -149,7 +149,7 @@ def test_a_failed_call_starts_no_more_and_ends_the_processes_in_the_folder(tmp_p
 
     def fails():
         started.append("fails")
-        time.sleep(1)  # (the other call's process has started)
+        _wait_for_sleepers(tmp_path, 1)  # (the other call's process has started)
         raise ValueError("a task failed")
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="a task failed"):
@@ -170,18 +170,25 @@ def test_an_interrupt_while_calls_run_ends_the_processes_in_the_folder(tmp_path)
     def stopped(signum, frame):
         raise Stopped()
     saved = signal.signal(signal.SIGUSR1, stopped)
-    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    sent = []
+    signaller = threading.Thread(target=lambda: (_wait_for_sleepers(tmp_path, 2), sent.append(time.monotonic()),
+                                                 os.kill(os.getpid(), signal.SIGUSR1)))
     try:
-        timer.start()
-        t0 = time.monotonic()
+        signaller.start()  # (the signal once both calls' processes run)
         with pytest.raises(Stopped):
             on_threads([lambda: subprocess.run([sys.executable, "-c", "import time; time.sleep(120)"],
                                                cwd=tmp_path)] * 2, 2, str(tmp_path))
-        assert time.monotonic() - t0 < 30
-        assert _sleepers_in(tmp_path) == []
+        assert time.monotonic() - sent[0] < 30 and _sleepers_in(tmp_path) == []
     finally:
-        timer.cancel()
+        signaller.join()
         signal.signal(signal.SIGUSR1, saved)
+
+
+def _wait_for_sleepers(folder, n, timeout=120):
+    """Until ``n`` processes sleep in ``folder`` (:func:`_sleepers_in`), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while len(_sleepers_in(folder)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _sleepers_in(folder):
