@@ -201,3 +201,26 @@ def _sleepers_in(folder):
                     if _alive(int(name)):
                         found.append(int(name))
     return found
+
+
+def test_a_child_forked_in_stderr_to_writes_to_the_file_after_the_block_too(tmp_path, capfd):
+    """RP's proxy forks a worker per session from a thread of the launcher. One stopped late (past RP's 10 s)
+    printed its traceback when it ended, after the block: through the ``sys.stderr`` it was forked with, which
+    under pytest's capture (as in a notebook) does not write to file descriptor 2, and reached the user's stderr."""
+    import multiprocessing
+    from gpumr.engines.processes import stderr_to
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+
+    def late():
+        go.wait(60)
+        sys.stderr.write("a late traceback\n")
+        sys.stderr.flush()
+    with open(tmp_path / "log", "wb") as log:
+        with stderr_to(log):
+            child = ctx.Process(target=late)
+            child.start()
+    go.set()
+    child.join(60)
+    assert child.exitcode == 0 and "a late traceback" not in capfd.readouterr().err
+    assert (tmp_path / "log").read_text() == "a late traceback\n"

@@ -101,16 +101,40 @@ def workers_here(o, workload):
 @contextlib.contextmanager
 def stderr_to(f):
     """Give the processes started in the block (a framework's JVM, RP's session) ``f`` as their stderr (None: this
-    process's); what this process writes to its stderr meanwhile goes there too."""
+    process's); what this process writes to its stderr meanwhile goes there too.
+
+    Both levels: file descriptor 2, and ``sys.stderr``, which may not
+    write to it (pytest's capture, a notebook's stream). A process forked
+    meanwhile (RP's proxy forks a worker per session from a thread of this
+    process) writes its traceback through the ``sys.stderr`` it was forked
+    with, whenever it ends: a late proxy worker's reached the terminal, past
+    the descriptor.
+
+    Examples
+    --------
+    >>> import subprocess, tempfile
+    >>> with tempfile.TemporaryFile() as log:
+    ...     with stderr_to(log):
+    ...         _ = subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('to the log')"])
+    ...         print(", and this", file=sys.stderr, end="")
+    ...     _ = log.seek(0)
+    ...     log.read()
+    b'to the log, and this'
+    """
     if f is None:
         yield
         return
-    sys.stderr.flush()
+    stream = sys.stderr
+    if stream is not None:
+        stream.flush()
     saved = os.dup(2)
     os.dup2(f.fileno(), 2)
+    sys.stderr = open(2, "w", closefd=False, errors="backslashreplace", buffering=1)  # (fd 2: f, in a child too)
     try:
         yield
     finally:
+        sys.stderr.flush()
+        sys.stderr = stream
         os.dup2(saved, 2)
         os.close(saved)
 
