@@ -71,6 +71,8 @@ def test_a_session_whose_proxy_worker_is_late_starts_on_the_next_try(tmp_path, c
         with pytest.raises(GpumrError, match="--resource nowhere.none: RADICAL-Pilot refused the pilot"):
             with pilot_session(o, str(tmp_path)):
                 pass
+        # (still stopped, so deaf to SIGTERM: a worker that missed RP's SIGTERM would wait for ever)
+        assert not os.path.exists(f"/proc/{stopped[0]}"), "the failed try's worker outlived the session"
     finally:
         done.set()
         watcher.join()

@@ -326,6 +326,53 @@ def end_processes_in(folder, timeout=30, ask=False):
         time.sleep(POLL)
 
 
+@contextlib.contextmanager
+def children_started(into):
+    """Add to the list ``into`` the multiprocessing children this process starts in the block (a framework's
+    helpers forked from one of its threads), for :func:`end_children`.
+
+    Examples
+    --------
+    >>> import multiprocessing, time
+    >>> started = []
+    >>> with children_started(started):
+    ...     child = multiprocessing.Process(target=time.sleep, args=(60,))
+    ...     child.start()
+    >>> started == [child]
+    True
+    >>> end_children(started, timeout=1)
+    >>> child.is_alive()
+    False
+    """
+    import multiprocessing
+    before = set(multiprocessing.active_children())
+    try:
+        yield into
+    finally:
+        into.extend(p for p in multiprocessing.active_children() if p not in before)
+
+
+def end_children(children, timeout=AFTER_SIGNAL):
+    """End the multiprocessing ``children`` still alive: SIGTERM, SIGKILL after ``timeout`` seconds; each reaped.
+
+    For a framework's helper that its framework lost track of: RP's proxy
+    worker, SIGTERMed by RP when its session's start timed out, can miss that
+    signal (one that lands while the child is still being forked is dropped)
+    and then waits for ever for a stop that never comes. Its command line and
+    folder are its parent's, so :func:`end_processes_in` cannot tell it is
+    the job's.
+    """
+    alive = [p for p in children if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + timeout
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(timeout)
+
+
 def _processes():
     """``{pid: (parent pid, start time, command line, working folder)}`` of the live processes here that can be
     read (zombies aside: they have ended; a folder that cannot be read is "")."""

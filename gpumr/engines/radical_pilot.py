@@ -14,7 +14,8 @@ import sys
 
 from ..boundary import Terminated, logger
 from ..errors import GpumrError, redact
-from .processes import children_deaf, end_processes_in, environ, main_thread, stderr_to
+from .processes import children_deaf, children_started, end_children, end_processes_in, environ, main_thread, \
+    stderr_to
 
 log = logger(__name__)
 #: The resource RP's own configuration calls this machine.
@@ -59,12 +60,14 @@ def pilot_session(o, folder, debug=False):
     env.update({k: None for k in os.environ if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)})
     import radical.utils.ids as ids
     ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
-    session = None
+    session, forked = None, []  # (forked: the proxy's workers, one per try, that RP's proxy thread starts)
     try:
         for attempt in range(1, SESSION_TRIES + 1):
-            try:  # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too)
+            # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too;
+            # a failed try's proxy worker prints its traceback, to the log)
+            try:
                 with open(os.path.join(folder, "session.err"), "ab") as said, environ(env), children_deaf(), \
-                        stderr_to(None if debug else said):  # (a failed try's proxy worker prints its traceback)
+                        stderr_to(None if debug else said), children_started(forked):
                     session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
                 break
             except Exception as exc:  # noqa: BLE001 (RP's RuntimeError, a ZMQ or OS error: retried, then one line)
@@ -86,6 +89,7 @@ def pilot_session(o, folder, debug=False):
                 session.close(terminate=not (terminated and o.resource == LOCAL), download=False)
             # (after SIGTERM, 1 s: what is left is the agent's bootstrap, whose trap sleeps for an agent gone)
             end_processes_in(folder, timeout=1 if terminated else 30, ask=terminated)
+            end_children(forked)  # (a failed try's worker that missed RP's SIGTERM: stopped by nothing else)
 
 
 def session_failed(exc, attempt):
