@@ -36,6 +36,13 @@ ANSWER_TIMEOUT = CONNECT_TIMEOUT + 5
 END_TASKS_TIMEOUT = 60
 #: Schemes of a Dask scheduler address gpumr connects to.
 SCHEMES = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
+#: Dask settings of an embedded cluster: the periodic work that feeds a dashboard nobody is shown is slowed or off.
+#: Worker profiling samples every thread's stack 100 times a second under the GIL; with the event loops' 20 ms
+#: ticks and the monitors, it cost two busy workers of a 2-core machine 5-7% of a pure-Python task's speed and
+#: the launcher 0.45 s of CPU per 20 s (then 0.11 s). A running cluster (--scheduler) keeps its own settings.
+EMBEDDED_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+                   "distributed.admin.system-monitor.interval": "2s",
+                   "distributed.worker.memory.monitor-interval": "500ms"}
 
 
 def _uploaded(name):
@@ -157,7 +164,7 @@ class DaskEngine(Engine):
         cluster = client = None
         try:
             # (its scheduler's, nannies' and workers' scratch in the job's folder: else dask-scratch-space stays in TMPDIR)
-            with children_deaf(), dask.config.set({"temporary-directory": job.folder}):
+            with children_deaf(), dask.config.set({"temporary-directory": job.folder, **EMBEDDED_CONFIG}):
                 cluster = LocalCluster(n_workers=embedded_workers(plan.o, plan.workload), threads_per_worker=1,
                                        processes=True, dashboard_address=None,  # (its HTTP server on any free port)
                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
