@@ -108,6 +108,20 @@ def test_fast_backprojector_equals_reference(seed, off):
         assert np.linalg.norm(fast - ref) / np.linalg.norm(ref) < 1e-5
 
 
+def test_the_kernel_calls_in_blocks_of_slices_give_the_volume_of_one_call_bit_for_bit(monkeypatch):
+    """``backproject`` calls the kernel on :data:`~gpumr.ct.backproject.Z_BLOCK` slices at a time (the caches'
+    size): a slab that is not a multiple of it, into a given ``out``, is the one-call slab, bit for bit."""
+    import gpumr.ct.backproject as bp
+    g = geometry.simple(40, 12)
+    q = np.random.default_rng(5).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
+    z0, z1 = 3, 3 + 2 * bp.Z_BLOCK + 5
+    out = np.full((z1 - z0, 40, 40), np.nan, np.float32)
+    assert backproject(q, g, z0, z1, out=out) is out
+    monkeypatch.setattr(bp, "Z_BLOCK", 10 ** 6)
+    assert np.array_equal(out, backproject(q, g, z0, z1))
+    assert np.array_equal(out[4:9], backproject(q, g, z0 + 4, z0 + 9))
+
+
 def _interior(truth):
     edges = ndimage.morphological_gradient(truth, size=3) > 0
     return ndimage.binary_erosion(truth > 0, iterations=2) & ~ndimage.binary_dilation(edges, iterations=2)

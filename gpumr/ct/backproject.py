@@ -9,6 +9,12 @@ import os
 
 import numpy as np
 
+#: Slices per call of the kernel. A thread accumulates a row of voxels over every angle for each slice of a
+#: call: for 16 slices those sums and the band of detector rows they reach stay in the processor's caches, where a
+#: whole 256^3 volume in one call thrashed them (2 cores of an AMD EPYC: 6.15 s in one call, 4.52 s in calls of
+#: 16 slices, 4.71 s of 32, 5.49 s of 64; the same volume bit for bit).
+Z_BLOCK = 16
+
 
 def _scalars(geometry):
     nv, nu = geometry.nDetector
@@ -256,12 +262,13 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
     if out is None:
         out = np.empty((z1 - z0, len(ys), len(xs)), np.float32)
     f32, i32 = np.float32, np.int32
-    args = (padded.reshape(na, height * width), i32(width), i32(height), i32(row0), np.cos(b).astype(f32),
-            np.sin(b).astype(f32), zs[z0:z1], ys, xs, f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]),
-            f32(k["inv_du"]), f32(k["inv_dv"]), i32(k["nv"]), i32(k["nu"]), out)
+    fixed = (padded.reshape(na, height * width), i32(width), i32(height), i32(row0), np.cos(b).astype(f32),
+             np.sin(b).astype(f32))
+    scalars = (f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]), f32(k["inv_du"]), f32(k["inv_dv"]),
+               i32(k["nv"]), i32(k["nu"]))
     native = _native()
-    if native is not None:
-        native(*args, _threads or _cores())
-    else:
-        _compile()(*args)
+    kernel = (lambda *args: native(*args, _threads or _cores())) if native is not None else _compile()
+    for za in range(z0, z1, Z_BLOCK):  # (each voxel's sum is the same whatever the blocks: only the order of work)
+        zb = min(za + Z_BLOCK, z1)
+        kernel(*fixed, zs[za:zb], ys, xs, *scalars, out[za - z0:zb - z0])
     return out
