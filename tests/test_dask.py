@@ -239,6 +239,69 @@ def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_job(packed, tmp_path
     assert os.listdir(tmp_path) == []
 
 
+EARLY = """
+import os, time
+from gpumr import Option, Workload
+from gpumr.errors import GpumrError
+
+
+def worker_up():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"spawn_main" in f.read() and int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1]) \\
+                        == os.getpid():
+                    return True
+        except (OSError, ValueError):
+            pass
+    return False
+
+
+class Early(Workload):
+    name = "early"
+    decode = "raw"
+    options = (Option("--table", "a side file", metavar="FILE", side_file=True),)
+
+    def check(self, o):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if worker_up():
+                raise GpumrError(f"--table {os.path.basename(o.table)}: refused while the cluster started")
+            time.sleep(0.02)
+        raise GpumrError("no worker started while the side files were checked")
+
+    def cpu(self, key, value, o):
+        return {}
+"""
+
+
+def test_the_embedded_cluster_starts_while_the_side_files_are_checked_and_a_refusal_ends_it(packed, tmp_path):
+    """The cluster's workers start while the launcher checks the side files (their start, 0.5 s after Dask's
+    0.4 s import, overlaps the checks); a check that refuses then ends the job with its one line, and the cluster
+    that started for it leaves no process and no file. The workload's check below waits for a worker of the
+    launcher: before the early start it waited in vain (no worker before the plan), and said so."""
+    import subprocess
+    import sys
+
+    from conftest import in_session
+    (tmp_path / "early.py").write_text(EARLY)
+    (tmp_path / "table.txt").write_text("a side file\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "early.py:Early", packed, "--table", "table.txt",
+                             "-o", str(tmp_path / "out"), "--engine", "dask", "--workers", "1"], cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    _, err = proc.communicate(timeout=300)
+    said = "gpumr: error: --table table.txt: refused while the cluster started"
+    assert proc.returncode == 1 and err.strip().splitlines() == [said], err[-3000:]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and in_session(proc.pid):
+        time.sleep(0.2)
+    assert not in_session(proc.pid) and os.listdir(tmp) == []
+    assert sorted(os.listdir(tmp_path)) == ["early.py", "table.txt", "tmp"]
+
+
 def test_an_embedded_cluster_has_as_many_workers_as_the_cores_hold_tasks():
     """Backprojection tasks thread over every core: one worker (projections read and filtered once); faces: one per
     core; ``--workers`` wins."""

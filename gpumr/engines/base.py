@@ -96,6 +96,15 @@ class Engine:
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see gpumr run WORKLOAD --help)")
 
+    def start(self, o, workload, folder, started, debug=False):
+        """Begin, while the launcher reads and checks the side files, what the job will need before its first task
+        (an embedded cluster's start); nothing by default.
+
+        What this starts is handed to ``started`` (a :class:`contextlib.ExitStack` the launcher closes once the job
+        has ended, or failed before running), so that a plan refused after this call leaves nothing running.
+        :meth:`run` takes over what this started. ``folder`` is the job's private folder; ``debug``: ``--debug``.
+        """
+
     def tasks_here(self, o):
         """Whether the tasks run on this machine (``--device gpu`` is then refused here without a GPU)."""
         return True

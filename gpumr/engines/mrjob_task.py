@@ -3,8 +3,9 @@
 Its input is the launcher's task files (one item per line, JSON: a split
 of a SequenceFile or one of the workload's records); its only options are
 the job's task spec (``--gpumr-spec``, a file shipped with the job), the
-reducers, and ``--hadoop-splits`` (Hadoop's own SequenceFile input format
-reads the inputs instead). Each map task runs the one task runtime
+reducers, ``--hadoop-splits`` (Hadoop's own SequenceFile input format
+reads the inputs instead) and ``--gpumr-side-dir`` (where the side files
+are, for tasks on the launcher's machine). Each map task runs the one task runtime
 (:class:`gpumr.tasks.runtime.Task`); the reducer is the identity. Lines
 pass through as they are (``json(key)<TAB>json(value)``), so the output is
 the same bytes as every other engine's.
@@ -51,6 +52,8 @@ class MRWorkload(MRJob):
                               help="reduce with cat, not Python (the launcher's choice where the runner runs commands)")
         self.add_passthru_arg("--hadoop-splits", action="store_true",
                               help="Hadoop's SequenceFile input format reads the inputs (hadoop and emr)")
+        self.add_passthru_arg("--gpumr-side-dir", help="the folder that holds the job's side files, where tasks run "
+                              "on the launcher's machine (inline and local): else they are shipped with the job")
 
     def make_runner(self):
         """mrjob's runner for this job, its module imported with pyspark hidden from it.
@@ -92,7 +95,8 @@ class MRWorkload(MRJob):
         from gpumr.tasks.runtime import Spec, Task
         with open(self.options.gpumr_spec, encoding="utf-8") as f:
             spec = Spec.from_json(f.read())
-        folder = os.path.dirname(os.path.abspath(self.options.gpumr_spec))  # the task's working folder
+        # the side files: in the launcher's folder (inline, local), else shipped into the task's working folder
+        folder = self.options.gpumr_side_dir or os.path.dirname(os.path.abspath(self.options.gpumr_spec))
         self.task = Task(spec, find=functools.partial(os.path.join, folder),
                          count=lambda name, n: self.increment_counter(GROUP, name, n))
         self.task.open()

@@ -70,6 +70,74 @@ def children_deaf():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+class Starting:
+    """A part of an engine started in a thread while the launcher plans (:meth:`gpumr.engines.base.Engine.start`):
+    :meth:`take` hands it over once made; :meth:`close` closes it (``close(made)``) if nobody took it, after
+    waiting for its start to end.
+
+    The thread blocks SIGINT (:func:`children_deaf`), and so do the threads
+    and processes it starts. The waits are on an event, not
+    ``Thread.join``: Python 3.11's join, cut by a Ctrl-C, marks the thread as
+    ended while it still runs (bpo-45274's repair), and a second join then
+    returns at once.
+
+    Examples
+    --------
+    >>> closed = []
+    >>> part = Starting(closed.append)
+    >>> part.begin(lambda: "a cluster")
+    >>> part.take()
+    'a cluster'
+    >>> part.close(); closed  # (taken: the taker closes it)
+    []
+    >>> part = Starting(closed.append)
+    >>> part.begin(lambda: "another")
+    >>> part.close(); closed
+    ['another']
+    """
+
+    def __init__(self, close):
+        self._closing = close
+        self._made = self._error = None
+        self._done = threading.Event()
+        self._done.set()  # (until begin: nothing to wait for)
+
+    def begin(self, make):
+        """Run ``make()`` in a thread; what it returns is the part."""
+        thread = threading.Thread(target=self._make, args=(make,), name="gpumr-start", daemon=True)
+        with children_deaf():  # (a Ctrl-C as it began, before the block, leaves nothing to wait for)
+            self._done.clear()
+            try:
+                thread.start()
+            except BaseException:  # (no thread to start, or a SIGTERM as it started)
+                if thread.ident is None:
+                    self._done.set()
+                raise
+
+    def _make(self, make):
+        try:
+            self._made = make()
+        except BaseException as exc:  # noqa: BLE001 (raised again in the launcher's thread by take)
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def take(self):
+        """The part, the caller's to close from now on; the start's own error is raised here."""
+        self._done.wait()
+        made, self._made = self._made, None
+        if self._error is not None:
+            raise self._error
+        return made
+
+    def close(self):
+        """Close the part if nobody took it (the job was refused or stopped before its tasks)."""
+        self._done.wait()
+        made, self._made = self._made, None
+        if made is not None:
+            self._closing(made)
+
+
 def workers_here(o, workload):
     """How many task processes an engine starts on this machine for ``workload`` (its own workers, where the user
     named no number): as many as the cores hold its tasks, and at least one per GPU slot its records may use.

@@ -84,8 +84,8 @@ def launch(argv, session=None, debug=False, verbosity=None):
     verbosity : str, optional
         ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``.
     """
-    with job_folder() as folder:
-        plan = make_plan(argv, folder, verbosity, elsewhere=session is not None)
+    with job_folder() as folder, contextlib.ExitStack() as started:  # (what the engine started, closed first)
+        plan = make_plan(argv, folder, verbosity, elsewhere=session is not None, started=started, debug=debug)
         return run(plan, session=session, debug=debug)
 
 

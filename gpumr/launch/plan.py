@@ -23,7 +23,7 @@ from ..tasks.runtime import Spec
 from ..workloads import find, load
 from .options import check_limits, task_options
 from .parser import run_parser
-from .ship import fetch, ship
+from .ship import fetch, named_ahead, ship
 
 #: The command every engine's output is proved to be from: an output of any engine is replaced by any other's.
 MADE_BY = "gpumr run"
@@ -100,7 +100,7 @@ def verbosity(o):
     return "info"
 
 
-def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
+def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None, debug=False):
     """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``).
 
     Parameters
@@ -114,6 +114,11 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
     elsewhere : bool
         The tasks run on a cluster the caller handed in (a SparkContext, a Dask client): ``--device gpu`` is then
         not refused for want of a GPU on this machine.
+    started : contextlib.ExitStack, optional
+        Where the engine's early start goes (:meth:`gpumr.engines.base.Engine.start`: an embedded Dask cluster
+        starts while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
+    debug : bool
+        ``--debug`` (what the engine starts early keeps its frameworks' log).
 
     Raises
     ------
@@ -158,14 +163,18 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False):
         loc = locate(value)
         if loc.is_uri:
             setattr(o, opt.dest, loc.local or fetch(loc, folder))
-    workload.check(o)  # the files the options name, once per job
-    side = [ship(opt.name, getattr(o, opt.dest), folder) for opt, _ in values]
+    if started is not None and not elsewhere and not o.dry_run:
+        engine.start(o, workload, folder, started, debug)  # (its cluster starts while the side files are read)
+    local = [locate(v).local for v in [*(getattr(o, opt.dest) for opt, _ in values), ref.file] if v]
+    with named_ahead(path for path in local if path) as named:  # (their content names made while they are checked)
+        workload.check(o)  # the files the options name, once per job
+        side = [ship(opt.name, getattr(o, opt.dest), folder, named.get(path)) for (opt, _), path in zip(values, local)]
+        workload_ref = list(ref)
+        if ref.file is not None:  # a user's module, shipped as a side file too
+            module = ship("workload", ref.file, folder, named.get(local[-1]))
+            side.append(module)
+            workload_ref[2] = module.name
     names = {f.option: f.name for f in side}
-    workload_ref = list(ref)
-    if ref.file is not None:  # a user's module, shipped as a side file too
-        module = ship("workload", ref.file, folder)
-        side.append(module)
-        workload_ref[2] = module.name
     tasks = ([[["split", path, start, end]] for path, start, end in splits(files, o.split_size)]
              if cls.input == "seqfile" else [[["record", k, v]] for k, v in workload.plan(o)])
     if o.device == "gpu" and engine.tasks_here(o) and not elsewhere:
