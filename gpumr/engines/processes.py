@@ -105,7 +105,7 @@ class Starting:
     def begin(self, make):
         """Run ``make()`` in a thread; what it returns is the part."""
         thread = threading.Thread(target=self._make, args=(make,), name="gpumr-start", daemon=True)
-        with children_deaf():  # (a Ctrl-C as it began, before the block, leaves nothing to wait for)
+        with children_deaf():  # (a Ctrl-C raised as the block begins leaves the event set: nothing to wait for)
             self._done.clear()
             try:
                 thread.start()

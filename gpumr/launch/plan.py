@@ -165,13 +165,14 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
             setattr(o, opt.dest, loc.local or fetch(loc, folder))
     if started is not None and not elsewhere and not o.dry_run:
         engine.start(o, workload, folder, started, debug)  # (its cluster starts while the side files are read)
-    local = [locate(v).local for v in [*(getattr(o, opt.dest) for opt, _ in values), ref.file] if v]
-    with named_ahead(path for path in local if path) as named:  # (their content names made while they are checked)
+    here = {v: locate(v).local for v in [*(getattr(o, opt.dest) for opt, _ in values), ref.file] if v}
+    with named_ahead(path for path in here.values() if path) as named:  # (content names made during the checks)
         workload.check(o)  # the files the options name, once per job
-        side = [ship(opt.name, getattr(o, opt.dest), folder, named.get(path)) for (opt, _), path in zip(values, local)]
+        side = [ship(opt.name, getattr(o, opt.dest), folder, named.get(here[getattr(o, opt.dest)]))
+                for opt, _ in values]
         workload_ref = list(ref)
         if ref.file is not None:  # a user's module, shipped as a side file too
-            module = ship("workload", ref.file, folder, named.get(local[-1]))
+            module = ship("workload", ref.file, folder, named.get(here[ref.file]))
             side.append(module)
             workload_ref[2] = module.name
     names = {f.option: f.name for f in side}
