@@ -25,7 +25,7 @@ from ..boundary import logger
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
 from .mapreduce import map_reduce
-from .processes import Starting, bounded, children_deaf, workers_here
+from .processes import Starting, bounded, children_deaf, end_fork_server, fork_server, workers_here
 
 log = logger(__name__)
 #: Seconds to wait for a scheduler given by ``--scheduler`` to connect and to answer a request.
@@ -39,10 +39,18 @@ SCHEMES = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
 #: Dask settings of an embedded cluster: the periodic work that feeds a dashboard nobody is shown is slowed or off.
 #: Worker profiling samples every thread's stack 100 times a second under the GIL; with the event loops' 20 ms
 #: ticks and the monitors, it cost two busy workers of a 2-core machine 5-7% of a pure-Python task's speed and
-#: the launcher 0.45 s of CPU per 20 s (then 0.11 s). A running cluster (--scheduler) keeps its own settings.
+#: the launcher 0.45 s of CPU per 20 s (then 0.11 s). The workers are forked from multiprocessing's fork server
+#: (:meth:`DaskEngine.start` starts it early, Dask and the task runtime imported), not spawned: Dask's
+#: ``pre-spawn-environ`` (``OMP_NUM_THREADS=1``, ``MALLOC_TRIM_THRESHOLD_``, ...) is then set in each worker as
+#: it starts, after what reads it at load (Dask's own caveat for this method); gpumr's workloads set their
+#: threads themselves. A running cluster (--scheduler) keeps its own settings.
 EMBEDDED_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
                    "distributed.admin.system-monitor.interval": "2s",
-                   "distributed.worker.memory.monitor-interval": "500ms"}
+                   "distributed.worker.memory.monitor-interval": "500ms",
+                   "distributed.worker.multiprocessing-method": "forkserver"}
+#: What the fork server imports before it forks a worker (with the workload's own module, where it is gpumr's).
+#: None of it may start CUDA: a forked child cannot use its parent's context (none is made at import).
+WORKER_PRELOAD = ("distributed", "gpumr.tasks.runtime")
 
 
 def _uploaded(name):
@@ -174,12 +182,18 @@ class DaskEngine(Engine):
         Its start (0.5 s here: a new Python per worker, importing Dask) came
         after the checks (0.3 s for a 256^3 job's 360 projections); it now
         overlaps them, and that job's first slab is done 0.2-0.3 s sooner.
-        Dask is imported first, in this thread: imported in the other, it
-        held the GIL the checks need. ``started`` closes the cluster if the
-        plan is refused after this.
+        Before that, the fork server its workers are forked from starts
+        (:func:`gpumr.engines.processes.fork_server`), and imports Dask, the
+        task runtime and a built-in workload's module beside the launcher's
+        own import of Dask: a worker is then ready as soon as the scheduler
+        is (0.3-0.4 s sooner). Dask is imported next, in this thread:
+        imported in the other, it held the GIL the checks need. ``started``
+        closes the cluster if the plan is refused after this.
         """
         if o.scheduler is not None:
             return
+        started.callback(end_fork_server)  # (registered first: it ends a server that a Ctrl-C cut short too)
+        _fork_server_for(workload)
         import distributed  # noqa: F401 (here: see above)
         _quiet_logs(debug)
         self._starting = Starting(lambda made: _close(made[1], made[0]))
@@ -206,6 +220,7 @@ def _embedded(o, workload, folder, debug):
     (:func:`gpumr.engines.processes.children_deaf`): the workers must not hear
     a terminal's Ctrl-C (each would print its traceback), the launcher ends them.
     """
+    _fork_server_for(workload)  # (started by DaskEngine.start already, where the launcher planned)
     import dask
     from distributed import Client, LocalCluster
     cluster = None
@@ -221,12 +236,21 @@ def _embedded(o, workload, folder, debug):
         raise
 
 
+def _fork_server_for(workload):
+    """The fork server the embedded cluster's workers are forked from: Dask, the task runtime and a built-in
+    workload's module imported (:func:`gpumr.engines.processes.fork_server`)."""
+    module = type(workload).__module__
+    fork_server([*WORKER_PRELOAD, *([module] if module.startswith("gpumr.") else [])])
+
+
 def _close(client, cluster):
-    """Close a client, then its cluster (either may be None); a part that fails to close is passed over."""
+    """Close a client, then its cluster (either may be None), then the fork server its workers came from; a part
+    that fails to close is passed over."""
     for part in (client, cluster):
         if part is not None:
             with contextlib.suppress(Exception):
                 part.close()
+    end_fork_server()
 
 
 def embedded_workers(o, workload):
