@@ -34,3 +34,21 @@ def many_scan_jpeg(width, height, scans, seed=0):
     bits += "1" * (-len(bits) % 8)
     data = int(bits, 2).to_bytes(len(bits) // 8, "big").replace(b"\xff", b"\xff\x00")
     return base[:-2] + dht + (sos + data) * scans + b"\xff\xd9"
+
+
+def tiff_directory_after_pixels(pixels):
+    """A float32 TIFF (little-endian, one uncompressed strip) whose directory follows its pixels: its 8-byte
+    header, then the pixels, then the tags. A reader finds the shape only after the pixels."""
+    import struct
+
+    import numpy as np
+    pixels = np.ascontiguousarray(pixels, "<f4")
+    rows, cols = pixels.shape
+    data = pixels.tobytes()
+    entries = [(256, 4, 1, cols), (257, 4, 1, rows), (258, 3, 1, 32), (259, 3, 1, 1), (262, 3, 1, 1),
+               (273, 4, 1, 8), (277, 3, 1, 1), (278, 4, 1, rows), (279, 4, 1, len(data)), (339, 3, 1, 3)]
+    ifd = struct.pack("<H", len(entries))
+    for tag, kind, count, value in entries:
+        ifd += struct.pack("<HHI", tag, kind, count) + (struct.pack("<HH", value, 0) if kind == 3
+                                                        else struct.pack("<I", value))
+    return b"II*\0" + struct.pack("<I", 8 + len(data)) + data + ifd + struct.pack("<I", 0)

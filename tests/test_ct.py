@@ -10,7 +10,7 @@ from scipy import ndimage
 from gpumr.ct import geometry, phantom
 from gpumr.ct.backproject import backproject, backproject_reference
 from gpumr.ct.fdk import FILTERS, filter_projections, ramp
-from gpumr.ct.projections import decode, encode_tiff
+from gpumr.ct.projections import Layout, decode, encode_tiff
 from gpumr.errors import GpumrError
 
 
@@ -204,3 +204,45 @@ def test_projection_formats_and_i0():
         decode("p.jpg", b"")
     with pytest.raises(GpumrError, match="bad.tif: cannot decode"):
         decode("bad.tif", b"garbage")
+
+
+def test_a_sets_tiffs_read_through_the_layout_learnt_from_the_first_are_tifffiles_own_decoding(tmp_path):
+    """A set's projections of one layout are read from their bytes (the parse was half of reading a set);
+    files of another layout among them (big-endian of the same length, 16-bit) are decoded by tifffile, each right."""
+    import tifffile
+    from seqfile import Writer
+    from gpumr.ct.projections import read_set
+    g = geometry.simple(8, 6, n_detector=12)
+    rng = np.random.default_rng(5)
+    images = [rng.random(tuple(g.nDetector), np.float32) * 7 for _ in range(6)]
+    files = [encode_tiff(im) for im in images]
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, images[2], byteorder=">")  # (the same length: a different head)
+    files[2] = buf.getvalue()
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, (images[4] * 1000).astype(np.uint16))
+    files[4] = buf.getvalue()
+    images[4] = (images[4] * 1000).astype(np.uint16).astype(np.float32)
+    assert len(files[2]) == len(files[0]) and files[2][:8] != files[0][:8]
+    with Writer(str(tmp_path / "p.seq")) as w:
+        for i, data in enumerate(files):
+            w.append(f"proj_{i:04d}.tif", data)
+    got = read_set([str(tmp_path / "p.seq")], g)
+    assert np.array_equal(got, np.stack(images))
+    layout = Layout()
+    for i, data in enumerate(files):
+        assert np.array_equal(decode(f"p{i}.tif", data, shape=tuple(g.nDetector), layout=layout), images[i])
+    assert layout.head is not None and layout.pixels(files[2]) is None and layout.pixels(files[4]) is None
+    assert layout.pixels(files[5]) is not None
+
+
+def test_a_layout_is_never_learnt_from_a_tiff_whose_directory_follows_its_pixels():
+    """There the bytes before the pixels are only the file's header: two such files of one length can say
+    different shapes, and a layout learnt from the first would read the second wrong."""
+    from crafted import tiff_directory_after_pixels
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    first, second = tiff_directory_after_pixels(a), tiff_directory_after_pixels(a.reshape(6, 4) + 1)
+    assert len(first) == len(second) and first[:8] == second[:8]
+    layout = Layout()
+    assert np.array_equal(decode("a.tif", first, layout=layout), a) and layout.head is None
+    assert np.array_equal(decode("b.tif", second, layout=layout), a.reshape(6, 4) + 1)

@@ -83,6 +83,30 @@ def test_a_task_filters_the_union_of_its_slabs_bands_each_row_once():
     assert np.array_equal(backproject(None, g, 0, nz, padded=padded), backproject(full, g))
 
 
+def test_a_task_reads_its_projections_into_the_one_buffer_it_filters_in_place(tmp_path):
+    """The raw projections are not held beside the filtered ones (1.5 GB more a task at 1024 x 1024 x 360):
+    read into the zero-bordered buffer, filtered there band by band, bit for bit what filtering a copy gives."""
+    import tracemalloc
+
+    from gpumr.ct.projections import write_set
+    g, q = _case()
+    write_set(str(tmp_path / "p.seq"), q)
+    tracemalloc.start()
+    try:
+        rows = FilteredRows.read([str(tmp_path / "p.seq")], g)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.3 * rows.padded.nbytes, (peak, rows.padded.nbytes)  # (the raw ones beside it: 2x)
+    copy = FilteredRows(q, g)
+    for z0, z1 in ((16, 24), (24, 32)):
+        rows.need(z0, z1)
+        copy.need(z0, z1)
+    assert np.array_equal(rows.padded, copy.padded)
+    assert np.array_equal(rows.all()[:, 1:-1, 1:-1], filter_projections(q, g))
+    assert not rows.padded[:, 0].any() and not rows.padded[:, :, -1].any()  # (the zero border)
+
+
 def test_rows_outside_the_detector_are_refused():
     g, q = _case()
     with pytest.raises(GpumrError, match="not a band of the detector"):

@@ -330,3 +330,33 @@ def test_a_real_bundle_from_a_planted_source_tree(tmp_path):
     assert not [n for n in z.namelist() if "__pycache__" in n]
     assert not any(PLANTED.encode() in z.read(n) for n in ours)
     assert sorted(os.listdir(tmp_path / "out")) == [f".{ARCHIVE}.gpumr", ARCHIVE]
+
+
+def test_a_hashing_writer_hashes_in_order_whatever_it_is_given_and_in_a_forked_child(tmp_path):
+    """Large ``bytes`` are hashed in a second thread after the write returns, large buffers while they are
+    written (the caller fills them again next), small ones at once: the digest is SHA-256 of the file, in order,
+    and a child forked after the hashing thread started (it has no such thread) hashes too."""
+    import hashlib
+    import io
+
+    from gpumr.io.outputs import HASH_AHEAD, HashingWriter
+    big = os.urandom(HASH_AHEAD + 3)
+    buffer = bytearray(os.urandom(2 * HASH_AHEAD))
+    out = io.BytesIO()
+    w = HashingWriter(out)
+    for data in (big, b"small", memoryview(buffer)[:HASH_AHEAD + 7], big, bytearray(b"tail")):
+        w.write(data)
+    kept = bytes(buffer[:HASH_AHEAD + 7])
+    buffer[:] = bytes(len(buffer))  # (filled again once its write returned: what was written is what is hashed)
+    assert out.getvalue() == big + b"small" + kept + big + b"tail"
+    assert w.digest() == (len(out.getvalue()), hashlib.sha256(out.getvalue()).hexdigest())
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (Python 3.12+: a fork beside the hashing thread)
+        pid = os.fork()
+    if pid == 0:
+        child = HashingWriter(io.BytesIO())
+        child.write(big)
+        os._exit(0 if child.digest() == (len(big), hashlib.sha256(big).hexdigest()) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -65,17 +65,25 @@ def row_band(geometry, z0, z1):
 
 
 class FilteredRows:
-    """A task's filtered projections, filtered a band of rows at a time, when a slab first needs them.
+    """A task's projections, filtered in place a band of rows at a time, when a slab first needs them.
 
-    :attr:`padded` has the shape of ``pad(filter_projections(raw))`` from the
-    start (rows not yet needed are zero); :meth:`need` filters the rows of a
-    slab's band that are not filtered yet, so a task filters the union of its
-    slabs' bands and no more, each row once. Safe to call from several threads.
+    One buffer, :attr:`padded`, of the shape of
+    ``pad(filter_projections(raw))``: the line integrals inside a zero
+    border, each detector row replaced by its filtered row when a slab's
+    band first needs it (:meth:`need`), so a task filters the union of its
+    slabs' bands and no more, each row once. Rows no slab reaches stay line
+    integrals: no voxel reads them. Reading the projections straight into
+    it (:meth:`read`) holds them once: a second array of the raw ones cost
+    a task as much memory again (1.5 GB at 1024 x 1024 x 360) and, here, a
+    quarter of a second of page faults at 256^3. Safe to call from several
+    threads.
 
     Parameters
     ----------
-    raw : numpy.ndarray
-        Line integrals [angle, row, col] (kept until every row is filtered).
+    raw : numpy.ndarray or None
+        Line integrals [angle, row, col] of the geometry's shape, copied into
+        the buffer; None: the caller reads them into ``padded[:, 1:-1, 1:-1]``
+        (as :meth:`read` does).
     geometry : gpumr.ct.geometry.Geometry
         The scan's geometry.
     filter_name : str, optional
@@ -93,11 +101,33 @@ class FilteredRows:
     def __init__(self, raw, geometry, filter_name="ram-lak"):
         self.geometry = geometry
         self.filter_name = filter_name
-        self._raw = raw
-        na, nv, nu = raw.shape
-        self.padded = np.zeros((na, nv + 2, nu + 2), np.float32)
+        nv, nu = geometry.nDetector
+        self.padded = np.zeros((geometry.n_angles, nv + 2, nu + 2), np.float32)
+        if raw is not None:
+            self.padded[:, 1:-1, 1:-1] = raw
         self._done = np.zeros(nv, bool)
         self._lock = threading.Lock()
+
+    @classmethod
+    def read(cls, paths, geometry, i0=None, filter_name="ram-lak"):
+        """The projections of the SequenceFiles ``paths`` read into the buffer (:func:`gpumr.ct.projections.read_set`).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> from gpumr.ct import geometry
+        >>> from gpumr.ct.projections import write_set
+        >>> g = geometry.simple(16, 8, n_detector=16)
+        >>> seq = os.path.join(tempfile.mkdtemp(), "p.seq")
+        >>> write_set(seq, np.ones((8, 16, 16), np.float32))
+        >>> rows = FilteredRows.read([seq], g)
+        >>> bool(np.array_equal(rows.all(), FilteredRows(np.ones((8, 16, 16), np.float32), g).all()))
+        True
+        """
+        from .projections import read_set
+        made = cls(None, geometry, filter_name)
+        read_set(paths, geometry, i0, out=made.padded[:, 1:-1, 1:-1])
+        return made
 
     @property
     def filtered(self):
@@ -119,15 +149,14 @@ class FilteredRows:
         with self._lock:
             todo = np.flatnonzero(~self._done[r0:r1]) + r0
             if len(todo):
-                # consecutive runs of rows still to filter, one call each
+                # consecutive runs of rows still to filter, one call each, in place
+                inside = self.padded[:, 1:-1, 1:-1]
                 cuts = np.flatnonzero(np.diff(todo) > 1) + 1
                 for run in np.split(todo, cuts):
                     a, b = int(run[0]), int(run[-1]) + 1
-                    self.padded[:, a + 1:b + 1, 1:-1] = filter_projections(
-                        self._raw, self.geometry, self.filter_name, rows=(a, b), threads=threads())
+                    filter_projections(inside, self.geometry, self.filter_name, rows=(a, b), threads=threads(),
+                                       out=inside[:, a:b])
                     self._done[a:b] = True
-                if self._done.all():
-                    self._raw = None  # every row is filtered: the line integrals are no longer needed
         return self.padded
 
     def all(self):

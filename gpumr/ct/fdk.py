@@ -161,13 +161,15 @@ def is_short_scan(angles):
     return (a[-1] - a[0]) + np.median(np.diff(a)) < 2 * np.pi - 1e-6
 
 
-def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1):
+def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None):
     """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
 
     The ramp filter runs along each detector row on its own, and the weights
     are per pixel, so filtering a band of rows gives exactly those rows of
     filtering them all: a slab needs only the rows its voxels reach
-    (:func:`gpumr.ct.bands.row_band`).
+    (:func:`gpumr.ct.bands.row_band`). ``out`` may be those rows of ``proj``
+    itself (filtered in place: each block of angles is read before it is
+    written, and no two blocks share an angle).
 
     Parameters
     ----------
@@ -183,11 +185,14 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
         Threads that filter the angles, a share each (numpy's transforms
         let go of the interpreter's lock); the result is the same for any
         number, bit for bit.
+    out : numpy.ndarray, optional
+        float32 [angle, r1 - r0, col] to write the result into (a view of a
+        larger array, or of ``proj``'s own rows) instead of a new array.
 
     Returns
     -------
     numpy.ndarray
-        float32 [angle, rows, col]: all rows, or the ``r1 - r0`` rows asked for.
+        float32 [angle, rows, col]: all rows, or the ``r1 - r0`` rows asked for (``out``, where given).
 
     Raises
     ------
@@ -200,6 +205,10 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     >>> g = geometry.simple(8, 4)
     >>> q = np.ones((4, *g.nDetector), np.float32)
     >>> bool(np.array_equal(filter_projections(q, g, rows=(2, 5)), filter_projections(q, g)[:, 2:5]))
+    True
+    >>> p = q.copy()
+    >>> _ = filter_projections(p, g, rows=(2, 5), out=p[:, 2:5])  # (in place)
+    >>> bool(np.array_equal(p[:, 2:5], filter_projections(q, g)[:, 2:5]) and np.array_equal(p[:, 5:], q[:, 5:]))
     True
     """
     proj = np.asarray(proj, dtype=np.float32)
@@ -225,7 +234,10 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
         weights = (parker_weights(geometry.angles, gamma) * step).astype(np.float32)
     else:
         weights = np.repeat((angle_weights(geometry.angles) / 2)[:, None], nu, axis=1).astype(np.float32)
-    out = np.empty((na, r1 - r0, nu), np.float32)
+    if out is None:
+        out = np.empty((na, r1 - r0, nu), np.float32)
+    elif out.shape != (na, r1 - r0, nu) or out.dtype != np.float32:
+        raise ValueError(f"out is {out.dtype} {out.shape}, not float32 {(na, r1 - r0, nu)}")
     if r1 == r0:
         return out
     # A few angles at a time (a bounded buffer, one transform over all their rows), in float32: the

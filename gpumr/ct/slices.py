@@ -80,7 +80,9 @@ def assemble(results, folders, path, inputs=()):
 
     Written under gpumr's output rule (:class:`gpumr.io.outputs.FileOutput`):
     whole or not at all, never over an input. Each slab's own header is
-    checked against its line before its bytes are copied.
+    checked against its line before its bytes are copied, through one
+    buffer filled again (a fresh chunk each read cost as much in page
+    faults as the copy: 0.25 s against 0.09 s for 64 MB here).
 
     Returns
     -------
@@ -89,6 +91,7 @@ def assemble(results, folders, path, inputs=()):
     """
     parts, shape = slabs(results, folders)
     header = {"descr": "<f4", "fortran_order": False, "shape": shape}
+    buffer = memoryview(bytearray(_COPY))
     with FileOutput(path, "gpumr ct", inputs=inputs) as out:
         np.lib.format.write_array_header_1_0(out, header)
         for z0, z1, _, loc in parts:
@@ -101,11 +104,11 @@ def assemble(results, folders, path, inputs=()):
                                      f"{z0}-{z1} of {shape[1]}x{shape[2]} its line names")
                 left = (z1 - z0) * shape[1] * shape[2] * 4
                 while left:
-                    chunk = f.read(min(_COPY, left))
-                    if not chunk:
+                    n = f.readinto(buffer[:min(_COPY, left)])
+                    if not n:
                         raise GpumrError(f"{loc.shown}: ends before its {z1 - z0} slices")
-                    out.write(chunk)
-                    left -= len(chunk)
+                    out.write(buffer[:n])
+                    left -= n
     return shape
 
 

@@ -123,7 +123,7 @@ class Backproject(Workload):
             set_threads(o.cpu_threads)
         self.geometry = geom.load(o.geometry)
         # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
-        self.rows = FilteredRows(read_set([o.projections], self.geometry, o.i0), self.geometry, o.filter)
+        self.rows = FilteredRows.read([o.projections], self.geometry, o.i0, o.filter)
         self.padded = self.rows.padded
         self._gpu = None
 

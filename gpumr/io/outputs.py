@@ -95,23 +95,76 @@ def marked_sequencefile(path):
         return False
 
 
+#: Bytes of one ``bytes`` write from which :class:`HashingWriter` hashes it in its second thread.
+HASH_AHEAD = 1 << 20
+#: Writes a :class:`HashingWriter` lets wait for their hash at most (the memory they hold is bounded).
+HASH_PENDING = 2
+_hasher = None  # (pid, the hashing thread's executor) of this process
+
+
 class HashingWriter:
     """A binary file that hashes what is written to it, in order: :meth:`digest` is the file's ``(size, SHA-256)``
     without reading it back, or None once anything else could have changed it (a seek, a write through its
     descriptor, a write by name after the writer closed it): then it is read back.
 
+    A write of :data:`HASH_AHEAD` bytes or more is hashed in a second
+    thread (hashlib lets go of the interpreter's lock, so a second core
+    hashes): given as ``bytes``, which nobody can change once given, while
+    the caller goes on to its next read or computation; given as another
+    buffer (one the caller fills again), while it is written, and the write
+    returns once both are done. Smaller writes are hashed at once, after
+    what is pending, so the order holds; at most :data:`HASH_PENDING` writes
+    wait their hash.
+
     Every other attribute is the file's own.
+
+    Examples
+    --------
+    >>> import io
+    >>> w = HashingWriter(io.BytesIO())
+    >>> _ = w.write(b"x" * HASH_AHEAD); _ = w.write(bytearray(b"y"))
+    >>> w.digest() == (HASH_AHEAD + 1, hashlib.sha256(b"x" * HASH_AHEAD + b"y").hexdigest())
+    True
     """
 
     def __init__(self, f):
         self.f, self.h, self.size, self.linear = f, hashlib.sha256(), 0, True
+        self._pending = []
 
     def write(self, data):
-        n = self.f.write(data)
-        n = len(data) if n is None else n
-        self.h.update(memoryview(data).cast("B")[:n])
+        view = memoryview(data).cast("B")
+        if len(view) >= HASH_AHEAD and type(data) is not bytes:  # (the caller's buffer: hashed while written)
+            self._ahead(view)
+            try:
+                n = self.f.write(data)
+            finally:
+                self._wait(0)
+            n = len(view) if n is None else n
+            self.linear = self.linear and n == len(view)  # (a part written, all hashed: read back)
+        else:
+            n = self.f.write(data)
+            n = len(view) if n is None else n
+            if n >= HASH_AHEAD:
+                self._ahead(data if n == len(data) else data[:n])
+            else:
+                self._wait(0)
+                self.h.update(view[:n])
         self.size += n
         return n
+
+    def _ahead(self, data):
+        """Hash ``data`` in the hashing thread, after what is pending."""
+        global _hasher
+        if _hasher is None or _hasher[0] != os.getpid():  # (one per process: a forked child has no thread)
+            from concurrent.futures import ThreadPoolExecutor
+            _hasher = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="gpumr-hash"))
+        self._wait(HASH_PENDING - 1)
+        self._pending.append(_hasher[1].submit(self.h.update, data))
+
+    def _wait(self, most):
+        """Wait until at most ``most`` writes wait their hash."""
+        while len(self._pending) > most:
+            self._pending.pop(0).result()
 
     def _moved(self, name):
         self.linear = False
@@ -132,6 +185,7 @@ class HashingWriter:
 
     def digest(self):
         """``(size, SHA-256 hex)`` of what was written, or None where it was not written straight through."""
+        self._wait(0)
         return (self.size, self.h.hexdigest()) if self.linear else None
 
     def __getattr__(self, name):
