@@ -335,6 +335,12 @@ def child_with(marker):
     return lambda proc: any(marker in argv for _, argv in children_of(proc.pid))
 
 
+def forked_by(marker):
+    """For :func:`interrupt_job`: ready once a child of the launcher whose command line holds ``marker``
+    (multiprocessing's fork server) has forked a child of its own (a framework's worker)."""
+    return lambda proc: any(marker in argv and children_of(pid) for pid, argv in children_of(proc.pid))
+
+
 def lines_of(out_dir):
     """The output lines of a job's part files in ``out_dir``, part by part."""
     return [line for name in sorted(os.listdir(out_dir)) if name.startswith("part-")

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import child_with, ct_phantom, interrupt_job, lines_of
+from conftest import child_with, ct_phantom, forked_by, interrupt_job, lines_of
 
 from gpumr.cli import main
 
@@ -224,13 +224,16 @@ def test_a_local_task_that_dies_ends_the_others_at_once(tmp_path, packed):
     assert sorted(os.listdir(tmp_path)) == ["crash.py", "pids", "pids-first"]
 
 
-@pytest.mark.parametrize("engine, marker", [("spark", "java"), ("dask", "spawn_main"), ("radical", "rp.")])
+@pytest.mark.parametrize("engine, marker", [("spark", "java"), ("dask", "multiprocessing.forkserver"),
+                                            ("radical", "rp.")])
 def test_a_signal_as_the_framework_starts_leaves_nothing(tmp_path, packed, engine, marker):
     """Ctrl-C the moment the framework starts. Spark: inside ``getOrCreate`` the JVM (which ignores SIGINT) was left
-    running, for ever. Dask: every run left ``dask-scratch-space`` in TMPDIR. RADICAL-Pilot: a signal while its
-    session started left the session open, and the launcher waited at exit for its forked process, for ever."""
+    running, for ever. Dask: every run left ``dask-scratch-space`` in TMPDIR (the signal comes as the fork server
+    forks the first worker). RADICAL-Pilot: a signal while its session started left the session open, and the
+    launcher waited at exit for its forked process, for ever."""
+    ready = forked_by(marker) if engine == "dask" else child_with(marker)
     status, err, tmp, left = interrupt_job(sys.executable, ["faces", packed, "-o", str(tmp_path / "out"), "--engine",
-                                                            engine, "--device", "cpu"], str(tmp_path), child_with(marker))
+                                                            engine, "--device", "cpu"], str(tmp_path), ready)
     assert status == 130 and err.strip().splitlines() == ["gpumr: interrupted"], err[-3000:]
     assert tmp == [] and left == [] and sorted(os.listdir(tmp_path)) == ["tmp"]
 

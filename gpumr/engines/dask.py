@@ -245,12 +245,19 @@ def _fork_server_for(workload):
 
 def _close(client, cluster):
     """Close a client, then its cluster (either may be None), then the fork server its workers came from; a part
-    that fails to close is passed over."""
+    that fails to close is passed over.
+
+    The server ends only once a cluster has closed: without one (a Ctrl-C
+    while the launcher waited for the cluster's start), a worker may be
+    still starting, and without its server it failed and printed its
+    traceback; the start's own close, or the launcher's, ends it then.
+    """
     for part in (client, cluster):
         if part is not None:
             with contextlib.suppress(Exception):
                 part.close()
-    end_fork_server()
+    if cluster is not None:
+        end_fork_server()
 
 
 def embedded_workers(o, workload):
