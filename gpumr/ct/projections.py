@@ -124,14 +124,14 @@ class Layout:
                 return
         except Exception:  # (a tag or attribute this tifffile lacks: no layout, tifffile decodes every file)
             return
-        self.head, self.size, self.dtype, self.shape, self.start = bytes(data[:start]), len(data), dtype, \
-            pixels.shape, start
+        self.head, self.size, self.dtype, self.shape = bytes(data[:start]), len(data), dtype, pixels.shape
 
     def pixels(self, data):
         """The pixels of a file of the learnt layout (read-only, the file's own bytes), or None."""
-        if self.head is None or len(data) != self.size or memoryview(data)[:self.start] != self.head:
+        start = len(self.head or b"")
+        if self.head is None or len(data) != self.size or memoryview(data)[:start] != self.head:
             return None
-        return np.frombuffer(data, self.dtype, self.shape[0] * self.shape[1], self.start).reshape(self.shape)
+        return np.frombuffer(data, self.dtype, self.shape[0] * self.shape[1], start).reshape(self.shape)
 
 
 def _tiff(name, data, shape, layout=None):
@@ -145,13 +145,13 @@ def _tiff(name, data, shape, layout=None):
     A file of the ``layout`` learnt from an earlier one is read from its
     bytes; the first is learnt from (:class:`Layout`).
     """
-    import tifffile
     if layout is not None:
         pixels = layout.pixels(data)
         if pixels is not None:
             if shape is not None:
                 _check_declared(name, pixels.shape, shape)
             return pixels
+    import tifffile
     try:
         tif = tifffile.TiffFile(io.BytesIO(data))
     except Exception as exc:
