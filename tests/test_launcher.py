@@ -238,6 +238,28 @@ def test_a_signal_as_the_framework_starts_leaves_nothing(tmp_path, packed, engin
     assert tmp == [] and left == [] and sorted(os.listdir(tmp_path)) == ["tmp"]
 
 
+def test_a_ctrl_c_as_the_job_folder_is_made_leaves_nothing_in_tmpdir(tmp_path, monkeypatch):
+    """The folder (and the file Python's tempfile makes and removes to test TMPDIR on its first use) is made
+    whole: a Ctrl-C meanwhile comes after it, and the folder goes as the job does."""
+    import signal
+    import tempfile
+
+    from gpumr.launch.job import job_folder
+    real = tempfile.mkdtemp
+
+    def interrupted(*args, **kwargs):
+        made = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # (as a terminal's Ctrl-C, the moment the folder exists)
+        return made
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "mkdtemp", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with job_folder():
+            pytest.fail("the job went on past a Ctrl-C")
+    assert os.listdir(tmp_path) == []
+
+
 # ---- class 7: not one line -------------------------------------------------------------------------------
 def test_the_task_script_and_dry_runs_are_one_line_or_a_plan(tmp_path, packed):
     proc = subprocess.run([sys.executable, "-m", "gpumr.engines.mrjob_task", "--gpumr-spec", "x"], cwd=tmp_path,
