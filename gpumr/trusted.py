@@ -22,7 +22,6 @@ the reason. This module imports nothing of gpumr but :mod:`gpumr.errors`, so
 every layer may import it.
 """
 
-import atexit
 import errno
 import os
 import shutil
@@ -255,9 +254,23 @@ def read_regular(path, limit, *, what="a file"):
 
 
 def private_temp_dir(prefix="gpumr-"):
-    """A new folder of this process alone (``mkdtemp``: mode 0700), removed when the process exits."""
+    """A new folder of this process alone (``mkdtemp``: mode 0700), removed when the process exits.
+
+    The removal is a finalizer of multiprocessing's (:class:`multiprocessing.util.Finalize`), not an
+    :mod:`atexit` function: a process that multiprocessing forked (a Dask worker forked from the fork
+    server, :func:`gpumr.engines.processes.fork_server`) ends by ``os._exit`` after running its
+    finalizers, never the atexit functions, and left its folder behind; a finalizer also runs only in
+    the process that made it, never in a child that inherited it.
+
+    Examples
+    --------
+    >>> path = private_temp_dir("gpumr-example-")
+    >>> os.path.isdir(path), oct(os.stat(path).st_mode & 0o777)
+    (True, '0o700')
+    """
+    from multiprocessing.util import Finalize
     path = tempfile.mkdtemp(prefix=prefix)
-    atexit.register(shutil.rmtree, path, True)
+    Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
     return path
 
 

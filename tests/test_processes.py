@@ -224,3 +224,39 @@ def test_a_child_forked_in_stderr_to_writes_to_the_file_after_the_block_too(tmp_
     child.join(60)
     assert child.exitcode == 0 and "a late traceback" not in capfd.readouterr().err
     assert (tmp_path / "log").read_text() == "a late traceback\n"
+
+
+PRIVATE = textwrap.dedent("""
+    import multiprocessing, os, sys
+    from gpumr.engines.processes import end_fork_server, fork_server
+    from gpumr.trusted import private_temp_dir
+
+    def make(q):
+        q.put(private_temp_dir("gpumr-private-"))
+
+    if __name__ == "__main__":
+        mine = private_temp_dir("gpumr-private-")
+        fork_server(["gpumr.trusted"])  # (as the Dask engine's: its workers are forked from it)
+        for method in ("forkserver", "fork", "spawn"):
+            ctx = multiprocessing.get_context(method)
+            q = ctx.Queue()
+            child = ctx.Process(target=make, args=(q,))
+            child.start()
+            made = q.get(timeout=60)
+            child.join(60)
+            print(method, child.exitcode, os.path.isdir(made), os.path.isdir(mine))
+        end_fork_server()
+""")
+
+
+def test_a_private_temp_dir_goes_with_the_process_that_made_it_however_multiprocessing_started_it(tmp_path):
+    """A Dask worker forked from the fork server ends by ``os._exit``, which runs no atexit function: the private
+    folder it made (a refused kernel cache's stand-in) stayed in TMPDIR; one its parent made must stay meanwhile."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "script.py").write_text(PRIVATE)
+    proc = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    assert proc.returncode == 0, proc.stderr
+    # each child's folder is gone once it ended; the parent's stays until the parent ends, and then goes
+    assert proc.stdout.split("\n")[:3] == [f"{m} 0 False True" for m in ("forkserver", "fork", "spawn")], proc.stdout
+    assert os.listdir(tmp_path / "tmp") == []
