@@ -40,7 +40,9 @@ Only the standard library, :mod:`gpumr.errors` and seqfile's error classes
 are imported here, so that any module may log through it.
 """
 
+import atexit
 import contextlib
+import gc
 import io
 import logging
 import os
@@ -551,18 +553,37 @@ def _fail(log, exc, debug):
     return EXIT_ERROR
 
 
+def end_without_collecting():
+    """Have this process's end skip the interpreter's last garbage collections (for a program's entry point).
+
+    Registered as an exit function, :func:`gc.freeze` runs after the ones
+    registered later (clean-ups of the run) and before the interpreter
+    tears its modules down, whose collections then pass over every object
+    instead of searching it for cycles: 0.06-0.09 s of pure CPU at the
+    end of a ``gpumr run`` here, with mrjob and numpy loaded, and 0.02-0.03
+    s of a task or ``gpumr ct assemble``, all of it time the user waits
+    for. Nothing is lost: every clean-up of gpumr's is an exit function or
+    explicit (files are closed, flushed and synced where written), and
+    Python does not promise to finalize objects still alive when the
+    interpreter exits.
+    """
+    atexit.register(gc.freeze)
+
+
 def main(func, *args, **kwargs):
     """``sys.exit(guard(func, *args, **kwargs))``: for ``if __name__ == "__main__"`` blocks.
 
     A ``--debug`` in ``sys.argv`` is taken out (the program's own parser
     need not know it) and turns tracebacks on here and, through
     :data:`DEBUG_ENV`, in the processes this one starts (a job's tasks).
+    The process ends without its last collections (:func:`end_without_collecting`).
     """
+    end_without_collecting()
     if "--debug" in sys.argv[1:]:
         sys.argv[1:] = [a for a in sys.argv[1:] if a != "--debug"]
         os.environ[DEBUG_ENV] = "1"
     sys.exit(guard(func, *args, **kwargs))
 
 
-__all__ = ["guard", "main", "describe", "one_line", "logger", "install", "set_verbosity", "quiet", "debug_wanted",
+__all__ = ["guard", "main", "end_without_collecting", "describe", "one_line", "logger", "install", "set_verbosity", "quiet", "debug_wanted",
            "UsageError", "Terminated", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]

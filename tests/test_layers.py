@@ -135,7 +135,7 @@ def test_an_engine_imports_no_other_engine():
 
 
 @pytest.mark.parametrize("module, engine", [
-    ("gpumr.engines.radical_pilot", "radical"), ("gpumr.engines.mrjob_task.MRWorkload", "mrjob"),
+    ("gpumr.engines.radical_pilot", "radical"), ("gpumr.engines.mrjob_job.MRWorkload", "mrjob"),
     ("gpumr.engines.jvm", None), ("gpumr.engines.mapreduce", None), ("gpumr.launch.job", None)])
 def test_engine_of(module, engine):
     assert engine_of(module) == engine

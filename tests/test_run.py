@@ -79,6 +79,34 @@ def test_a_local_job_leaves_pyspark_unimported_and_importable(packed, reference,
     assert proc.stdout.split() == ["False", "True", "pyspark"]
 
 
+TASK_IMPORTS = """
+import atexit, json, os, sys
+def _said():
+    if sys.argv and os.path.basename(sys.argv[0]) == "mrjob_task.py":
+        names = sorted(m for m in sys.modules if m.split(".")[0] in ("mrjob", "distutils", "setuptools"))
+        with open(os.path.join(os.environ["TASK_IMPORTS_DIR"], f"{os.getpid()}.json"), "w") as f:
+            json.dump(names, f)
+atexit.register(_said)
+"""
+
+
+def test_a_local_jobs_tasks_import_no_mrjob_and_write_what_mrjobs_job_wrote(packed, reference, tmp_path):
+    """The task script speaks Hadoop Streaming's protocol itself: a task of mrjob's local runner imports neither
+    mrjob nor the distutils it needs (0.15 s of each task's start), and its output and counters are the inline
+    runner's, whose tasks are mrjob's job in the launcher's process (the reference)."""
+    hook, said = tmp_path / "hook", tmp_path / "said"
+    hook.mkdir()
+    said.mkdir()
+    (hook / "sitecustomize.py").write_text(TASK_IMPORTS)
+    out = tmp_path / "local"
+    proc = subprocess.run([sys.executable, "-m", "gpumr", "run", "faces", packed, "-o", str(out), "--engine", "local",
+                           "--device", "cpu", "--no-conf"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(hook), TASK_IMPORTS_DIR=str(said)))
+    check_same(reference, out, proc)
+    tasks = [json.loads(p.read_text()) for p in said.iterdir()]
+    assert len(tasks) == 2 and all(names == [] for names in tasks), tasks  # (two map tasks: local's default)
+
+
 @pytest.mark.slow
 def test_dask(packed, reference, tmp_path):
     pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")

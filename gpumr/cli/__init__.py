@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .. import __version__
-from ..boundary import debug_wanted, guard, set_verbosity
+from ..boundary import debug_wanted, end_without_collecting, guard, set_verbosity
 from . import bundle, conf, ct, devices, faces, kernels, run, seqfiles, spark, troubleshooting
 from .args import Parser, add_common
 
@@ -49,7 +49,13 @@ def _run(argv):
 
 
 def main(argv=None):
-    """Run the ``gpumr`` command; returns the exit status (0, 1 or 130: :mod:`gpumr.errors`)."""
+    """Run the ``gpumr`` command; returns the exit status (0, 1 or 130: :mod:`gpumr.errors`).
+
+    Run as the program (``argv`` None: the command line), the process ends without its last collections
+    (:func:`gpumr.boundary.end_without_collecting`); a caller that passes ``argv`` keeps its own ending.
+    """
+    if argv is None:
+        end_without_collecting()
     argv = list(sys.argv[1:] if argv is None else argv)
     # (--debug is read before parsing, so that an error in parsing shows its traceback too.)
     return guard(_run, argv, debug=debug_wanted(argv))

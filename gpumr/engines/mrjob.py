@@ -2,7 +2,7 @@
 
 The launcher's tasks become task files (gzipped, one item per line, so
 that each file is exactly one map task on every runner); mrjob runs
-:class:`gpumr.engines.mrjob_task.MRWorkload` over them with the job's spec
+:class:`gpumr.engines.mrjob_job.MRWorkload` over them with the job's spec
 shipped as a file and the side files through its upload (Hadoop's
 distributed cache), and writes the sorted parts into ``job/`` in the
 output's stage. mrjob's own options (``-c mrjob.conf``, ``--jobconf``,
@@ -73,7 +73,7 @@ class MRJobEngine(Engine):
         """mrjob's own options (``-c``, ``--jobconf K=V``, ``--hadoop-streaming-jar J`` ...) and their values, taken
         by mrjob's own table of them; an option neither knows stays gpumr's, to be refused by its parser."""
         import argparse
-        from .mrjob_task import MRWorkload
+        from .mrjob_job import MRWorkload
         flags = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
                  argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
         table = {s: a.nargs != 0 and not isinstance(a, flags)
@@ -125,7 +125,7 @@ class MRJobEngine(Engine):
         return [*args, *plan.extra, "--output-dir", output_dir, *inputs]
 
     def _job(self, args):
-        from .mrjob_task import MRWorkload
+        from .mrjob_job import MRWorkload
         log = logging.getLogger("mrjob")
         if log.level == logging.NOTSET:  # (mrjob's chatter, "No configs specified ...": its errors only)
             log.setLevel(logging.ERROR)

@@ -1,22 +1,38 @@
-"""The mrjob job every gpumr job runs as: the task script mrjob's runners start (``python mrjob_task.py --mapper``).
+"""The task script mrjob's runners start for every task of a gpumr job (``python mrjob_task.py --step-num=0 --mapper``).
+
+mrjob's local, Hadoop and EMR runners run a job's script once per task,
+with Hadoop Streaming's protocol: the task's input lines on stdin, its
+output lines (``key<TAB>value``) on stdout, counters as
+``reporter:counter:GROUP,NAME,AMOUNT`` lines on stderr. This script speaks
+that protocol itself, without importing mrjob: mrjob's job module brings
+its option tables, its protocols and, through ``mrjob.util``, setuptools'
+``distutils``, 0.15 s of every task's start here (a task imported gpumr,
+its workload and numpy in 0.22 s; with mrjob's job module, 0.38 s). The
+bytes are the ones mrjob's job wrote: input lines without their line
+end, read as UTF-8 (Latin-1 where that fails, as mrjob's
+``RawValueProtocol``), output lines as mrjob's ``RawProtocol`` writes
+them.
 
 Its input is the launcher's task files (one item per line, JSON: a split
-of a SequenceFile or one of the workload's records); its only options are
-the job's task spec (``--gpumr-spec``, a file shipped with the job), the
-reducers, ``--hadoop-splits`` (Hadoop's own SequenceFile input format
-reads the inputs instead) and ``--gpumr-side-dir`` (where the side files
-are, for tasks on the launcher's machine). Each map task runs the one task runtime
-(:class:`gpumr.tasks.runtime.Task`); the reducer is the identity. Lines
-pass through as they are (``json(key)<TAB>json(value)``), so the output is
-the same bytes as every other engine's.
+of a SequenceFile or one of the workload's records), or, with
+``--hadoop-splits``, Hadoop's own ``key<TAB>hex bytes`` lines of the
+records. Its options (:data:`OPTIONS`) are the job's task spec
+(``--gpumr-spec``, a file shipped with the job), the reducers,
+``--cat-reducer``, ``--hadoop-splits`` and ``--gpumr-side-dir`` (where the
+side files are, for tasks on the launcher's machine). Each map task is a
+:class:`MapTask`: the one task runtime (:class:`gpumr.tasks.runtime.Task`)
+over its lines; the reducer is the identity. The job the launcher makes
+mrjob's runner from, and which the inline runner runs in the launcher's
+own process, is :class:`gpumr.engines.mrjob_job.MRWorkload`: its mapper is
+a :class:`MapTask` too.
 
-It is started by :mod:`gpumr.engines.mrjob` only: run as a program without
-mrjob's task switches it says so and exits (the job's checks are the
-launcher's: ``gpumr run``).
+It is started by mrjob's runners only: run as a program without mrjob's
+task switches it says so and exits (the job's checks are the launcher's:
+``gpumr run``).
 """
 
+import argparse
 import functools
-import importlib
 import json
 import os
 import sys
@@ -24,117 +40,161 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]  # run as a script: this folder's modules (dask.py, spark.py) must not hide the packages
 
-from mrjob.job import MRJob  # noqa: E402
-
 from gpumr.boundary import logger  # noqa: E402
-from mrjob.protocol import RawProtocol, RawValueProtocol  # noqa: E402
-from mrjob.step import MRStep  # noqa: E402
 
 #: Hadoop's input format that gives a SequenceFile's records as ``key<TAB>hex bytes`` lines.
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives the script it runs as a task.
 TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
+#: The job's own options: ``(switch, "file" or "passthru", argparse keywords)``. mrjob's job adds them
+#: (:meth:`gpumr.engines.mrjob_job.MRWorkload.configure_args`), ships the file and gives them to every task,
+#: which reads them here.
+OPTIONS = (
+    ("--gpumr-spec", "file", dict(help="the job's task spec (written by gpumr run's launcher)")),
+    ("--reducers", "passthru", dict(type=int, default=1, help="reduce tasks (0: none)")),
+    ("--cat-reducer", "passthru", dict(action="store_true", help="reduce with cat, not Python (the launcher's "
+                                                                  "choice where the runner runs commands)")),
+    ("--hadoop-splits", "passthru", dict(action="store_true", help="Hadoop's SequenceFile input format reads the "
+                                                                    "inputs (hadoop and emr)")),
+    ("--gpumr-side-dir", "passthru", dict(help="the folder that holds the job's side files, where tasks run on the "
+                                               "launcher's machine (inline and local): else they are shipped with "
+                                               "the job")),
+)
 log = logger("gpumr.tasks")
 
 
-class MRWorkload(MRJob):
-    """Any gpumr workload, through mrjob: its tasks run the task runtime over the launcher's task files."""
+def counter_line(group, name, amount):
+    """The stderr line of Hadoop Streaming that adds ``amount`` to counter ``name`` of ``group``.
 
-    INPUT_PROTOCOL = RawValueProtocol
-    INTERNAL_PROTOCOL = RawProtocol
-    OUTPUT_PROTOCOL = RawProtocol
+    Commas become semicolons, as mrjob's ``increment_counter`` makes them
+    (Hadoop splits the line at commas, with no escape).
 
-    def configure_args(self):
-        super().configure_args()
-        self.add_file_arg("--gpumr-spec", help="the job's task spec (written by gpumr run's launcher)")
-        self.add_passthru_arg("--reducers", type=int, default=1, help="reduce tasks (0: none)")
-        self.add_passthru_arg("--cat-reducer", action="store_true",
-                              help="reduce with cat, not Python (the launcher's choice where the runner runs commands)")
-        self.add_passthru_arg("--hadoop-splits", action="store_true",
-                              help="Hadoop's SequenceFile input format reads the inputs (hadoop and emr)")
-        self.add_passthru_arg("--gpumr-side-dir", help="the folder that holds the job's side files, where tasks run "
-                              "on the launcher's machine (inline and local): else they are shipped with the job")
+    Examples
+    --------
+    >>> counter_line("gpumr", "records on CPU", 3)
+    b'reporter:counter:gpumr,records on CPU,3\\n'
+    """
+    return f"reporter:counter:{group.replace(',', ';')},{name.replace(',', ';')},{int(amount)}\n".encode()
 
-    def make_runner(self):
-        """mrjob's runner for this job, its module imported with pyspark hidden from it.
 
-        mrjob's runners (``mrjob.bin``) import pyspark, where it is installed,
-        only to find ``spark-submit`` for mrjob's own Spark runner, which gpumr
-        never uses (gpumr's Spark engine is its own): that import was 0.1-0.2 s
-        of every local, Hadoop and EMR job's start. A pyspark this process has
-        already imported is left as it is; later imports of it are unaffected.
-        """
-        if "mrjob.bin" not in sys.modules and "pyspark" not in sys.modules:
-            sys.modules["pyspark"] = None  # (importing it raises ImportError: mrjob.bin's pyspark is None)
-            try:
-                importlib.import_module("mrjob.bin")
-            finally:
-                del sys.modules["pyspark"]
-        return super().make_runner()
+def text_of(line):
+    """An input line as mrjob's ``RawValueProtocol`` reads it: its line end cut, UTF-8, else Latin-1.
 
-    def steps(self):
-        mapper = dict(mapper_init=self.task_init, mapper_final=self.task_final,
-                      mapper=self.mapper_text if self.options.hadoop_splits else self.mapper_item)
-        if self.options.reducers == 0:
-            return [MRStep(**mapper)]
-        if self.options.cat_reducer:
-            # The identity reducer as a command: the sorted lines pass as they are, with no Python started per
-            # reduce task (the same bytes as :meth:`reducer` writes through RawProtocol).
-            return [MRStep(reducer_cmd="cat", **mapper)]
-        return [MRStep(reducer=self.reducer, **mapper)]
+    Examples
+    --------
+    >>> text_of(b'["record", "a", "1 2"]\\r\\n'), text_of(b"caf\\xe9\\n")
+    ('["record", "a", "1 2"]', 'café')
+    """
+    line = line.rstrip(b"\r\n")
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return line.decode("latin-1")
 
-    def hadoop_input_format(self):
-        return TEXT_INPUT_FORMAT if self.options.hadoop_splits else None
 
-    def jobconf(self):
-        return dict(super().jobconf(), **{"mapreduce.job.reduces": str(self.options.reducers)})
+def pair_line(key, value):
+    """The output line (no line end) of ``(key, value)`` as mrjob's ``RawProtocol`` writes it: UTF-8, a tab
+    between, a missing part left out."""
+    return "\t".join(x for x in (key, value) if x is not None).encode("utf-8")
 
-    # -- tasks -----------------------------------------------------------------------------------
-    def task_init(self):
+
+def _pairs(lines):
+    for text in lines:
+        key, _, value = text.partition("\t")
+        yield key, value
+
+
+class MapTask:
+    """One map task of a gpumr job under mrjob's runners: the task runtime over the task's input lines.
+
+    Parameters
+    ----------
+    options : argparse.Namespace
+        The job's options (:data:`OPTIONS`, by ``dest``).
+    count : callable
+        ``count(name, n)``: adds to a gpumr counter (mrjob's ``increment_counter``, or
+        :func:`counter_line` on stderr).
+    """
+
+    def __init__(self, options, count):
         from gpumr.core.counters import GROUP
         from gpumr.tasks.runtime import Spec, Task
-        with open(self.options.gpumr_spec, encoding="utf-8") as f:
+        with open(options.gpumr_spec, encoding="utf-8") as f:
             spec = Spec.from_json(f.read())
         # the side files: in the launcher's folder (inline, local), else shipped into the task's working folder
-        folder = self.options.gpumr_side_dir or os.path.dirname(os.path.abspath(self.options.gpumr_spec))
-        self.task = Task(spec, find=functools.partial(os.path.join, folder),
-                         count=lambda name, n: self.increment_counter(GROUP, name, n))
+        folder = options.gpumr_side_dir or os.path.dirname(os.path.abspath(options.gpumr_spec))
+        self.hadoop_splits = options.hadoop_splits
+        self.task = Task(spec, find=functools.partial(os.path.join, folder), count=lambda name, n: count(GROUP, name, n))
         self.task.open()
         log.debug("task %s started", self.task.attempt)
 
-    def _pairs(self, lines):
-        for text in lines:
-            key, _, value = text.partition("\t")
-            yield key, value
-
-    def mapper_item(self, _, line):
-        """One line of a task file: a split or a record."""
-        yield from self._pairs(self.task.feed(json.loads(line)))
-
-    def mapper_text(self, _, line):
-        """One ``key<TAB>hex bytes`` line of Hadoop's SequenceFileAsTextInputFormat: a record."""
+    def map(self, line):
+        """``(key, value)`` output pairs of one input line: a task file's item (JSON: a split or a record) or,
+        with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's SequenceFileAsTextInputFormat."""
+        if not self.hadoop_splits:
+            yield from _pairs(self.task.feed(json.loads(line)))
+            return
         key, _, hexed = line.partition("\t")
         try:
             value = bytes.fromhex(hexed)
         except ValueError:
-            yield from self._pairs([self.task.refuse(key, "value is not the hex text SequenceFileAsTextInputFormat "
-                                                          "gives")])
+            yield from _pairs([self.task.refuse(key, "value is not the hex text SequenceFileAsTextInputFormat gives")])
             return
-        yield from self._pairs(self.task.feed(["record", key, value]))
+        yield from _pairs(self.task.feed(["record", key, value]))
 
-    def task_final(self):
+    def close(self):
+        """The pairs of the records still waiting; then the list of the task's arrays, for the launcher to publish
+        (only the arrays of attempts that finished are published)."""
         from gpumr.io.remote import locate
         from gpumr.tasks.output import ARRAYS, ARRAYS_DONE
-        yield from self._pairs(self.task.close())
+        yield from _pairs(self.task.close())
         log.debug("task %s done: %s", self.task.attempt, self.task.counts)
         written = self.task.arrays.written
-        if written:  # the launcher publishes the arrays of the attempts that finished
+        if written:
             stage = locate(self.task.spec.stage)
             stage.child(f"{ARRAYS}/{self.task.attempt}/{ARRAYS_DONE}").write_bytes(json.dumps(written).encode())
 
-    def reducer(self, key, values):
-        for value in values:
-            yield key, value
+
+def task_options(argv):
+    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed.
+
+    Raises
+    ------
+    SystemExit
+        For anything else (argparse's one line: gpumr's one step has no combiner and no Spark part).
+    """
+    p = argparse.ArgumentParser(prog="mrjob_task.py", add_help=False)
+    p.add_argument("--step-num", type=int, default=0, choices=[0])
+    kind = p.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--mapper", action="store_true")
+    kind.add_argument("--reducer", action="store_true")
+    for switch, _, kwargs in OPTIONS:
+        p.add_argument(switch, **{k: v for k, v in kwargs.items() if k != "help"})
+    return p.parse_args(argv)
+
+
+def run_task(argv, stdin, stdout, stderr):
+    """Run one task as mrjob's runners start it: ``argv`` (its switches), lines from ``stdin`` to ``stdout``
+    (binary streams), counters on ``stderr``."""
+    options = task_options(argv)
+    write = stdout.write
+    if options.reducer:  # the identity, line by line (the launcher asks for cat instead where the runner runs it)
+        for line in stdin:
+            write(pair_line(*(text_of(line).split("\t", 1) + [None])[:2]) + b"\n")
+        stdout.flush()
+        return
+
+    def count(group, name, n):
+        stderr.write(counter_line(group, name, n))
+        stderr.flush()
+
+    task = MapTask(options, count)
+    for line in stdin:
+        for key, value in task.map(text_of(line)):
+            write(pair_line(key, value) + b"\n")
+    for key, value in task.close():
+        write(pair_line(key, value) + b"\n")
+    stdout.flush()
 
 
 def main():
@@ -143,7 +203,7 @@ def main():
     if not TASK_SWITCHES.intersection(a.partition("=")[0] for a in sys.argv[1:]):
         raise GpumrError("this is the task script mrjob's runners start; run the job with: gpumr run WORKLOAD "
                          "INPUT... -o OUT --engine inline|local|hadoop|emr")
-    MRWorkload.run()
+    run_task(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer)
 
 
 if __name__ == "__main__":

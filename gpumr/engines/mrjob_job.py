@@ -1,0 +1,87 @@
+"""The mrjob job of every gpumr job: what the launcher makes mrjob's runner from (:mod:`gpumr.engines.mrjob`).
+
+Its steps (a map task of the task runtime, the identity reducer), its
+options (:data:`gpumr.engines.mrjob_task.OPTIONS`) and its script: the
+runners that start processes (local, Hadoop, EMR) run
+:mod:`gpumr.engines.mrjob_task` for each task (:meth:`MRWorkload.mr_job_script`),
+which runs it without importing mrjob. The inline runner runs this job's
+own mapper in the launcher's process: a
+:class:`~gpumr.engines.mrjob_task.MapTask` as well, so a task is the same
+on every runner.
+"""
+
+import importlib
+import inspect
+import sys
+
+from mrjob.job import MRJob
+from mrjob.protocol import RawProtocol, RawValueProtocol
+from mrjob.step import MRStep
+
+from . import mrjob_task
+from .mrjob_task import OPTIONS, TEXT_INPUT_FORMAT, MapTask
+
+
+class MRWorkload(MRJob):
+    """Any gpumr workload, through mrjob: its tasks run the task runtime over the launcher's task files."""
+
+    INPUT_PROTOCOL = RawValueProtocol
+    INTERNAL_PROTOCOL = RawProtocol
+    OUTPUT_PROTOCOL = RawProtocol
+
+    @classmethod
+    def mr_job_script(cls):
+        """The script mrjob's runners start for each task: :mod:`gpumr.engines.mrjob_task` (not this module)."""
+        return inspect.getsourcefile(mrjob_task)
+
+    def configure_args(self):
+        super().configure_args()
+        for switch, kind, kwargs in OPTIONS:
+            (self.add_file_arg if kind == "file" else self.add_passthru_arg)(switch, **kwargs)
+
+    def make_runner(self):
+        """mrjob's runner for this job, its module imported with pyspark hidden from it.
+
+        mrjob's runners (``mrjob.bin``) import pyspark, where it is installed,
+        only to find ``spark-submit`` for mrjob's own Spark runner, which gpumr
+        never uses (gpumr's Spark engine is its own): that import was 0.1-0.2 s
+        of every local, Hadoop and EMR job's start. A pyspark this process has
+        already imported is left as it is; later imports of it are unaffected.
+        """
+        if "mrjob.bin" not in sys.modules and "pyspark" not in sys.modules:
+            sys.modules["pyspark"] = None  # (importing it raises ImportError: mrjob.bin's pyspark is None)
+            try:
+                importlib.import_module("mrjob.bin")
+            finally:
+                del sys.modules["pyspark"]
+        return super().make_runner()
+
+    def steps(self):
+        mapper = dict(mapper_init=self.task_init, mapper_final=self.task_final, mapper=self.mapper)
+        if self.options.reducers == 0:
+            return [MRStep(**mapper)]
+        if self.options.cat_reducer:
+            # The identity reducer as a command: the sorted lines pass as they are, with no Python started per
+            # reduce task (the same bytes as :meth:`reducer` writes through RawProtocol).
+            return [MRStep(reducer_cmd="cat", **mapper)]
+        return [MRStep(reducer=self.reducer, **mapper)]
+
+    def hadoop_input_format(self):
+        return TEXT_INPUT_FORMAT if self.options.hadoop_splits else None
+
+    def jobconf(self):
+        return dict(super().jobconf(), **{"mapreduce.job.reduces": str(self.options.reducers)})
+
+    # -- tasks in this process (the inline runner) -----------------------------------------------
+    def task_init(self):
+        self.map_task = MapTask(self.options, self.increment_counter)
+
+    def mapper(self, _, line):
+        yield from self.map_task.map(line)
+
+    def task_final(self):
+        yield from self.map_task.close()
+
+    def reducer(self, key, values):
+        for value in values:
+            yield key, value
