@@ -59,6 +59,8 @@ def one_error_line(proc, *words):
     (["-m", "gpumr", "spark", "faces", "x.seq"], ["-o OUT is required"]),
     (["-m", "gpumr.engines.spark"], ["give the workload first"]),
     (["-m", "gpumr.engines.mrjob_task"], ["the task script mrjob's runners start"]),
+    (["-m", "gpumr.engines.mrjob_task", "--step-num=0", "--mapper", "--no-such"], ["--no-such", "mrjob_task.py"]),
+    (["-m", "gpumr.engines.mrjob_task", "--step-num=0", "--combiner"], ["--mapper --reducer is required"]),
     (["-m", "gpumr", "run", "faces", "x.seq", "-o", "o", "--engine", "inline", "--dry-run", "--no-such"],
      ["--no-such"]),
     (["-m", "gpumr.engines.spark", "faces", "x.seq"], ["-o OUT is required"]),

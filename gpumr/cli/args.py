@@ -2,17 +2,12 @@
 
 import argparse
 
-from ..boundary import UsageError
+from ..boundary import ArgumentParser, UsageError
 
 
-class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are :class:`gpumr.boundary.UsageError`, not exit status 2.
-
-    The error boundary shows one line and exits 1, as for every other error
-    (:data:`gpumr.errors.EXIT_ERROR`); ``--help`` and ``--version`` still
-    print and exit 0. Subcommands' parsers are of this class too
-    (``add_subparsers`` makes them of the parent's class).
-    """
+class Parser(ArgumentParser):
+    """The ``gpumr`` command's parser (:class:`gpumr.boundary.ArgumentParser`): its one-line errors name the
+    subcommand (``ct plan: ...``), whose parsers are of this class too."""
 
     def error(self, message):
         where = self.prog.partition(" ")[2]  # "gpumr ct plan" -> "ct plan"

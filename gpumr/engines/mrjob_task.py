@@ -31,7 +31,6 @@ task switches it says so and exits (the job's checks are the launcher's:
 ``gpumr run``).
 """
 
-import argparse
 import functools
 import json
 import os
@@ -40,7 +39,7 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]  # run as a script: this folder's modules (dask.py, spark.py) must not hide the packages
 
-from gpumr.boundary import logger  # noqa: E402
+from gpumr.boundary import ArgumentParser, logger  # noqa: E402
 
 #: Hadoop's input format that gives a SequenceFile's records as ``key<TAB>hex bytes`` lines.
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
@@ -160,10 +159,10 @@ def task_options(argv):
 
     Raises
     ------
-    SystemExit
-        For anything else (argparse's one line: gpumr's one step has no combiner and no Spark part).
+    gpumr.boundary.UsageError
+        For anything else (gpumr's one step has no combiner and no Spark part).
     """
-    p = argparse.ArgumentParser(prog="mrjob_task.py", add_help=False)
+    p = ArgumentParser(prog="mrjob_task.py")
     p.add_argument("--step-num", type=int, default=0, choices=[0])
     kind = p.add_mutually_exclusive_group(required=True)
     kind.add_argument("--mapper", action="store_true")

@@ -10,15 +10,8 @@ other engine refuses them.
 import argparse
 
 from .. import engines
-from ..boundary import UsageError
+from ..boundary import ArgumentParser as Parser
 from .options import DEVICE, JOB
-
-
-class Parser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one-line :class:`gpumr.boundary.UsageError`\\ s (exit status 1)."""
-
-    def error(self, message):
-        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _add(group, options):
