@@ -22,6 +22,12 @@ from . import mrjob_task
 from .mrjob_task import OPTIONS, TEXT_INPUT_FORMAT, MapTask
 
 
+def _pairs(lines):
+    for text in lines:
+        key, _, value = text.partition("\t")
+        yield key, value
+
+
 class MRWorkload(MRJob):
     """Any gpumr workload, through mrjob: its tasks run the task runtime over the launcher's task files."""
 
@@ -72,15 +78,15 @@ class MRWorkload(MRJob):
     def jobconf(self):
         return dict(super().jobconf(), **{"mapreduce.job.reduces": str(self.options.reducers)})
 
-    # -- tasks in this process (the inline runner) -----------------------------------------------
+    # -- tasks in this process (the inline runner): the task's lines as mrjob's (key, value) pairs ----
     def task_init(self):
         self.map_task = MapTask(self.options, self.increment_counter)
 
     def mapper(self, _, line):
-        yield from self.map_task.map(line)
+        yield from _pairs(self.map_task.map(line))
 
     def task_final(self):
-        yield from self.map_task.close()
+        yield from _pairs(self.map_task.close())
 
     def reducer(self, key, values):
         for value in values:

@@ -91,18 +91,6 @@ def text_of(line):
         return line.decode("latin-1")
 
 
-def pair_line(key, value):
-    """The output line (no line end) of ``(key, value)`` as mrjob's ``RawProtocol`` writes it: UTF-8, a tab
-    between, a missing part left out."""
-    return "\t".join(x for x in (key, value) if x is not None).encode("utf-8")
-
-
-def _pairs(lines):
-    for text in lines:
-        key, _, value = text.partition("\t")
-        yield key, value
-
-
 class MapTask:
     """One map task of a gpumr job under mrjob's runners: the task runtime over the task's input lines.
 
@@ -128,25 +116,26 @@ class MapTask:
         log.debug("task %s started", self.task.attempt)
 
     def map(self, line):
-        """``(key, value)`` output pairs of one input line: a task file's item (JSON: a split or a record) or,
-        with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's SequenceFileAsTextInputFormat."""
+        """The output lines (``json(key)<TAB>json(value)``) of one input line: a task file's item (JSON: a split
+        or a record) or, with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's
+        SequenceFileAsTextInputFormat."""
         if not self.hadoop_splits:
-            yield from _pairs(self.task.feed(json.loads(line)))
+            yield from self.task.feed(json.loads(line))
             return
         key, _, hexed = line.partition("\t")
         try:
             value = bytes.fromhex(hexed)
         except ValueError:
-            yield from _pairs([self.task.refuse(key, "value is not the hex text SequenceFileAsTextInputFormat gives")])
+            yield self.task.refuse(key, "value is not the hex text SequenceFileAsTextInputFormat gives")
             return
-        yield from _pairs(self.task.feed(["record", key, value]))
+        yield from self.task.feed(["record", key, value])
 
     def close(self):
-        """The pairs of the records still waiting; then the list of the task's arrays, for the launcher to publish
-        (only the arrays of attempts that finished are published)."""
+        """The output lines of the records still waiting; then the list of the task's arrays, for the launcher to
+        publish (only the arrays of attempts that finished are published)."""
         from gpumr.io.remote import locate
         from gpumr.tasks.output import ARRAYS, ARRAYS_DONE
-        yield from _pairs(self.task.close())
+        yield from self.task.close()
         log.debug("task %s done: %s", self.task.attempt, self.task.counts)
         written = self.task.arrays.written
         if written:
@@ -176,23 +165,22 @@ def run_task(argv, stdin, stdout, stderr):
     """Run one task as mrjob's runners start it: ``argv`` (its switches), lines from ``stdin`` to ``stdout``
     (binary streams), counters on ``stderr``."""
     options = task_options(argv)
-    write = stdout.write
-    if options.reducer:  # the identity, line by line (the launcher asks for cat instead where the runner runs it)
+
+    def write(lines):  # (mrjob's RawProtocol writes a key<TAB>value line as it read it: UTF-8, the line itself)
+        for text in lines:
+            stdout.write(text.encode("utf-8") + b"\n")
+
+    if options.reducer:  # the identity (the launcher asks for cat instead where the runner runs it)
+        write(text_of(line) for line in stdin)
+    else:
+        def count(group, name, n):
+            stderr.write(counter_line(group, name, n))
+            stderr.flush()
+
+        task = MapTask(options, count)
         for line in stdin:
-            write(pair_line(*(text_of(line).split("\t", 1) + [None])[:2]) + b"\n")
-        stdout.flush()
-        return
-
-    def count(group, name, n):
-        stderr.write(counter_line(group, name, n))
-        stderr.flush()
-
-    task = MapTask(options, count)
-    for line in stdin:
-        for key, value in task.map(text_of(line)):
-            write(pair_line(key, value) + b"\n")
-    for key, value in task.close():
-        write(pair_line(key, value) + b"\n")
+            write(task.map(text_of(line)))
+        write(task.close())
     stdout.flush()
 
 
