@@ -45,9 +45,12 @@ from gpumr.boundary import ArgumentParser, logger  # noqa: E402
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives the script it runs as a task.
 TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
-#: The job's own options: ``(switch, "file" or "passthru", argparse keywords)``. mrjob's job adds them
-#: (:meth:`gpumr.engines.mrjob_job.MRWorkload.configure_args`), ships the file and gives them to every task,
-#: which reads them here.
+#: The job's own options, each ``(switch, "file" or "passthru", argparse keywords)``, declared once. mrjob's job
+#: adds them (:meth:`gpumr.engines.mrjob_job.MRWorkload.configure_args`), ships the file and gives them to every
+#: task, which reads them here (:func:`task_options`). They are ``--gpumr-spec`` (a file), ``--reducers``,
+#: ``--cat-reducer``, ``--hadoop-splits`` and ``--gpumr-side-dir``.
+#:
+#: :meta hide-value:
 OPTIONS = (
     ("--gpumr-spec", "file", dict(help="the job's task spec (written by gpumr run's launcher)")),
     ("--reducers", "passthru", dict(type=int, default=1, help="reduce tasks (0: none)")),
