@@ -190,8 +190,7 @@ sys.path.insert(0, sys.argv[2])
 def work():
     if sys.argv[3] == "prepared":  # (the Spark and Flink engines' handlers)
         interrupt_with(lambda: print("quieted", flush=True))
-    import swallowing  # noqa: F401
-    print("imported", flush=True)
+    import swallowing  # noqa: F401  (its last line says "imported": a signal may land anywhere after the import)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 60:
         pass
@@ -206,6 +205,7 @@ try:  # what a compiled module's initialisation does with an error from Python c
 except BaseException:
     pass
 time.sleep(0.2)
+os.write(1, b"imported\\n")  # (one write, still inside the import: nothing after the import can split it)
 """
 
 
