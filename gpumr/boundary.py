@@ -409,6 +409,35 @@ def logger(name=ROOT):
     return logging.getLogger(name)
 
 
+def silence(*names):
+    """Turn off the loggers ``names`` (a framework's) and every logger below them that has a level of its own.
+
+    A framework that logs while it is stopped (Dask's scheduler, in the
+    launcher's process, logs "Closed comm ... while trying to write" at
+    CRITICAL with its traceback when a Ctrl-C ends the job) says nothing
+    that the job's one line does not; with ``--debug`` the caller leaves its
+    loggers as they are. A level above CRITICAL, as a level of CRITICAL lets
+    CRITICAL records through; a child logger that the framework's own
+    configuration gave a level and a handler (``distributed.client``,
+    ``tornado.application``) would keep its records otherwise.
+
+    Examples
+    --------
+    >>> import logging
+    >>> child = logging.getLogger("framework.part")
+    >>> child.setLevel(logging.WARNING)
+    >>> silence("framework")
+    >>> child.isEnabledFor(logging.CRITICAL), logging.getLogger("framework.other").isEnabledFor(logging.CRITICAL)
+    (False, False)
+    """
+    off = logging.CRITICAL + 1
+    for name in names:
+        logging.getLogger(name).setLevel(off)
+    for name, known in list(logging.root.manager.loggerDict.items()):
+        if isinstance(known, logging.Logger) and known.level and any(name.startswith(n + ".") for n in names if n):
+            known.setLevel(off)
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     """``warnings.showwarning``: a warning is one ``gpumr: warning:`` line, on the stream of the moment."""
     logging.getLogger(ROOT).warning("%s", one_line(message))

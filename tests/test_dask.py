@@ -218,6 +218,30 @@ def test_ctrl_c_stops_the_job_and_leaves_nothing(sample_frames, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["frames", "seq"]
 
 
+DASK_LOGS = """
+import logging, sys
+import distributed  # noqa: F401 (its logging configuration: handlers on distributed, distributed.client, tornado ...)
+from gpumr.engines.dask import _quiet_logs
+_quiet_logs(debug=sys.argv[1] == "debug")
+logging.getLogger("distributed.scheduler").critical("Closed comm while trying to write")
+logging.getLogger("distributed.client").warning("client warned")
+logging.getLogger("tornado.application").error("Exception in callback")
+"""
+
+
+@pytest.mark.parametrize("debug", ["plain", "debug"])
+def test_dasks_own_log_is_silent_without_debug_even_at_critical(debug):
+    """CI met ``gpumr: interrupted`` under the traceback of the embedded scheduler's CRITICAL "Closed comm ... while
+    trying to write" (a level of CRITICAL let it through), and Dask's configuration gives some loggers levels and
+    handlers of their own. With --debug they all speak."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", DASK_LOGS, debug], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [m for m in ("Closed comm", "client warned", "Exception in callback") if m in proc.stderr]
+    assert said == ([] if debug == "plain" else ["Closed comm", "client warned", "Exception in callback"]), proc.stderr
+
+
 def test_ctrl_c_while_the_embedded_cluster_starts_stops_the_job(packed, tmp_path):
     """A Ctrl-C while the cluster's workers start (its first child process is up) ends the job: status 130, nothing
     left. Before the fix SIGINT was ignored for the start, the kernel handed it to the progress thread, which dropped

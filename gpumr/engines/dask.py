@@ -21,7 +21,7 @@ import logging
 import os
 import time
 
-from ..boundary import logger
+from ..boundary import logger, silence
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
 from .mapreduce import map_reduce
@@ -204,11 +204,11 @@ class DaskEngine(Engine):
 
 
 def _quiet_logs(debug):
-    """Without ``--debug``, Dask's and asyncio's own log stays silent (a stopped job's waits say "Task exception was
-    never retrieved" through asyncio's)."""
+    """Without ``--debug``, Dask's, Tornado's and asyncio's own logs stay silent (:func:`gpumr.boundary.silence`:
+    a stopped job's waits say "Task exception was never retrieved" through asyncio's, its scheduler "Closed comm"
+    with a traceback at CRITICAL through Dask's)."""
     if not debug:
-        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        silence("asyncio", "distributed", "tornado", "bokeh")
 
 
 def _embedded(o, workload, folder, debug):
@@ -229,7 +229,7 @@ def _embedded(o, workload, folder, debug):
             cluster = LocalCluster(n_workers=embedded_workers(o, workload), threads_per_worker=1, processes=True,
                                    dashboard_address=None,  # (its HTTP server on any free port)
                                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                                   silence_logs=False if debug else logging.CRITICAL)
+                                   silence_logs=False if debug else logging.CRITICAL + 1)
         return cluster, Client(cluster, set_as_default=False)
     except BaseException:
         _close(None, cluster)

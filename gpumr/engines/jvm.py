@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 
+from ..boundary import silence
 from ..errors import redact
 
 #: The last line of a Python traceback inside a Java error's text: "module.Type: message".
@@ -103,8 +104,7 @@ def quiet_interrupt():
     import logging
     import threading
     # Py4J logs through the root logger too (logging.exception(...)): all but gpumr's own logger go quiet.
-    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark", "pyflink"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    silence("", "py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark", "pyflink")
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())  # (else logging.exception() would add one)
     threading.excepthook = lambda args: None
