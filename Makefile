@@ -36,7 +36,7 @@ demo: install
 
 # Two pytest workers (pytest-xdist), each test file's tests in one of them (--dist loadfile: a module's
 # cluster, pilot or server starts once): most tests wait on a framework's processes, so two overlap well
-# on two cores (CI's 2-core machine: 17-27 minutes by its processor, against 32 one at a time). PYTEST_ARGS="-n 0": one at a time.
+# on two cores (CI's 2-core machine: 14-34 minutes by its processor, against 32 one at a time). PYTEST_ARGS="-n 0": one at a time.
 test: install
 	cd tests && ../$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
