@@ -363,6 +363,49 @@ def test_the_embedded_clusters_workers_are_forked_from_a_server_that_imported_da
     assert not [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
 
 
+PLANNED = """
+import contextlib, os, sys, tempfile
+from multiprocessing import forkserver
+from gpumr.errors import GpumrError
+from gpumr.launch.plan import make_plan
+with contextlib.ExitStack() as started:
+    try:
+        make_plan(sys.argv[1:], tempfile.mkdtemp(dir=os.getcwd()), started=started)
+    except GpumrError as exc:
+        print("refused:", exc)
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    with open(f"/proc/{pid}/cmdline", "rb") if pid else contextlib.nullcontext() as f:
+        print("server:", f and f.read().replace(b"\\0", b" ").decode())
+print("ended:", pid is None or not os.path.exists(f"/proc/{pid}"))
+"""
+
+
+@pytest.mark.parametrize("engine, more, early", [("dask", [], True), ("dask=", [], True),
+                                                 ("dask", ["--dry-run"], False),
+                                                 ("dask", ["--scheduler", "tcp://127.0.0.1:9"], False),
+                                                 ("local", [], False)])
+def test_the_fork_server_starts_before_the_command_line_is_parsed_and_a_refusal_ends_it(engine, more, early,
+                                                                                        tmp_path):
+    """``--engine dask`` on the command line starts the fork server (the workload's module among its imports)
+    before the workload's class is loaded: its Dask import is what the first worker waits for, and started after
+    the parse a 256^3 CT job's first slab came 0.3-0.5 s later. Here the input is missing, a refusal that comes
+    before the plan starts its engine: the server started all the same, and the refusal ended it. Not for a
+    running cluster, a dry run or another engine."""
+    import subprocess
+    import sys
+    named = ["--engine=dask"] if engine == "dask=" else ["--engine", engine]
+    proc = subprocess.run([sys.executable, "-c", PLANNED, "faces", "missing.seq", "-o", "out", *named, *more],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    said = proc.stdout.splitlines()
+    assert proc.returncode == 0 and said[0] == "refused: missing.seq: no such file or directory", proc.stderr[-3000:]
+    if early:
+        assert "multiprocessing.forkserver" in said[1] and "'distributed', 'gpumr.tasks.runtime', " \
+               "'gpumr.faces.workload'" in said[1], said
+    else:
+        assert said[1] == "server: None", said
+    assert said[2] == "ended: True" and sorted(os.listdir(tmp_path))[:1] != ["out"], said
+
+
 def test_an_embedded_cluster_has_as_many_workers_as_the_cores_hold_tasks():
     """Backprojection tasks thread over every core: one worker (projections read and filtered once); faces: one per
     core; ``--workers`` wins."""

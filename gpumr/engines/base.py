@@ -96,6 +96,18 @@ class Engine:
         if extra:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see gpumr run WORKLOAD --help)")
 
+    def start_early(self, argv, module, started):
+        """Begin, before the workload's class is loaded and the command line parsed, what :meth:`start` begins
+        first and what takes longest (a fork server's imports); nothing by default.
+
+        Called only where ``argv`` (``gpumr run``'s arguments) names this
+        engine exactly (``--engine NAME`` or ``--engine=NAME``) and the
+        tasks run where the launcher starts them; ``module`` is a built-in
+        workload's module (None for another). What this starts goes to
+        ``started``, as for :meth:`start`, which takes it over: a command
+        line refused later leaves nothing running.
+        """
+
     def start(self, o, workload, folder, started, debug=False):
         """Begin, while the launcher reads and checks the side files, what the job will need before its first task
         (an embedded cluster's start); nothing by default.
