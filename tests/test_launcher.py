@@ -103,6 +103,87 @@ def test_concurrent_jobs_with_same_named_cascades_each_get_their_own(scheduler, 
     assert outs["default"] != outs["alt2"]
 
 
+def _on_scheduler(client):
+    """Every plugin the scheduler keeps (``Client.upload_file`` left two per file, holding its bytes)."""
+    return client.run_on_scheduler(lambda dask_scheduler: [*dask_scheduler.plugins, *dask_scheduler.worker_plugins])
+
+
+def test_side_files_reach_a_running_cluster_in_chunks_and_stay_on_the_workers_not_the_scheduler(scheduler, tmp_path,
+                                                                                                 monkeypatch):
+    """``Client.upload_file`` kept every job's projections on the scheduler (two plugins holding their bytes: 245 MB
+    more after each 256^3 job) and sent them again for every job. Now: streamed in chunks to the worker, published
+    there whole under the content name, not sent again for a second job, nothing left on the scheduler."""
+    import hashlib
+
+    from distributed import Client
+
+    from gpumr.engines import dask_ship
+    seq, direct = ct_phantom(tmp_path, 12, 16)
+    assert os.path.getsize(seq) > 4 * 1024
+    monkeypatch.setattr(dask_ship, "CHUNK", 1024)  # (the launcher cuts the chunks: here, in this process)
+    sent = []
+    real_send = dask_ship._send
+    monkeypatch.setattr(dask_ship, "_send", lambda client, side, *a: sent.append(side.option) or
+                        real_send(client, side, *a))
+    digest = hashlib.sha256(open(seq, "rb").read()).hexdigest()
+    name = f"{digest[:24]}-{os.path.basename(seq)}"  # (its content name: gpumr.launch.ship)
+
+    def copy(dask_worker):
+        path = os.path.join(dask_worker.local_directory, name)
+        return hashlib.sha256(open(path, "rb").read()).hexdigest(), os.stat(path).st_ino, os.stat(path).st_mtime_ns
+    with Client(scheduler, timeout=60) as client:
+        before = _on_scheduler(client)
+        copies = []
+        for i in range(2):
+            out = tmp_path / f"out{i}"
+            assert main(["run", "backproject", "--projections", seq, "--slab", "6", "-o", str(out), "--engine", "dask",
+                         "--scheduler", scheduler, "--device", "cpu", "-q"]) == 0
+            assert main(["ct", "assemble", str(out), "-o", str(tmp_path / f"vol{i}.npy"), "-q"]) == 0
+            got = np.load(tmp_path / f"vol{i}.npy")
+            assert np.linalg.norm(got - direct) / np.linalg.norm(direct) < 1e-5
+            assert _on_scheduler(client) == before  # nothing of the job stays on the scheduler
+            copies.append(client.run(copy).popitem()[1])
+        assert copies[0][0] == digest  # the worker's copy is the file, whole
+        assert copies[1] == copies[0]  # the second job sent nothing: the same copy, untouched
+    assert sent.count("--projections") == 1, sent
+
+
+def test_a_worker_that_joins_later_fetches_a_side_file_from_one_that_holds_it(scheduler, tmp_path):
+    """A worker that joins after the launcher shipped (dask-jobqueue's batch jobs start one by one) gets the copy from
+    a worker that has it, in chunks, when its task asks; where none can send it, one line says so."""
+    import hashlib
+
+    from distributed import Client
+
+    from gpumr.engines import dask_ship
+    from gpumr.errors import GpumrError
+    data = os.urandom(3 * dask_ship.CHUNK + 123)
+    name = f"{hashlib.sha256(data).hexdigest()[:24]}-later.bin"
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    with Client(scheduler, timeout=60) as client:
+        old = list(client.scheduler_info()["workers"])
+        assert len(old) == 1
+        client.run(lambda dask_worker: open(os.path.join(dask_worker.local_directory, name), "wb").write(data))
+        proc = subprocess.Popen([dask, "worker", scheduler, "--nworkers", "1", "--nthreads", "1", "--no-dashboard",
+                                 "--local-directory", str(tmp_path / "later")], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            client.wait_for_workers(2, timeout=120)
+            new = [w for w in client.scheduler_info()["workers"] if w not in old]
+            path = client.submit(dask_ship.found, {name: (len(data), old)}, name, workers=new, pure=False).result()
+            assert path.startswith(str(tmp_path / "later")) and open(path, "rb").read() == data
+            assert not [f for f in os.listdir(os.path.dirname(path)) if f.endswith(".tmp")]  # (no unfinished copy)
+            other = f"{'0' * 24}-nowhere.bin"  # a holder that does not hold it: the task's error says so
+            with pytest.raises(GpumrError, match="no worker that held it could send it"):
+                client.submit(dask_ship.found, {other: (5, old)}, other, workers=new, pure=False).result()
+        finally:
+            proc.terminate()
+            proc.wait(60)
+            deadline = time.monotonic() + 60
+            while len(client.scheduler_info()["workers"]) > 1 and time.monotonic() < deadline:
+                time.sleep(0.2)  # (the tests after this one expect the cluster's one worker)
+
+
 # ---- class 2: secrets ------------------------------------------------------------------------------------
 def test_a_scheduler_address_with_a_secret_is_refused_without_showing_it(tmp_path, packed):
     proc = gpumr(["run", "faces", packed, "-o", tmp_path / "o", "--engine", "dask", "--scheduler",
@@ -179,6 +260,34 @@ def test_a_signal_on_a_job_ends_it_with_one_line_and_nothing_left(tmp_path, pack
             proc.wait()
     err = proc.stderr.read()
     assert err.strip().splitlines()[-1] == said and err.count(said) == 1 and "Traceback" not in err, err[-3000:]
+    assert os.listdir(tmp_path) == ["slow.py"]  # no stage, no output, no proof
+
+
+def test_a_job_stopped_on_a_running_cluster_waits_for_its_running_task_and_leaves_nothing(scheduler, packed, tmp_path):
+    """A cancelled task leaves the scheduler's list at once while its worker's thread runs it on: the launcher
+    dropped the stage, and the task, ending seconds later, made it again beside the output with its files (its
+    arrays' folder, made with its parents)."""
+    from distributed import Client
+    (tmp_path / "slow.py").write_text(SLOW.replace("time.sleep(1)", "time.sleep(3)").replace(
+        'return {"n": len(value)}', 'import numpy\n        return {"n": len(value), "a": numpy.zeros(4)}'))
+    proc = subprocess.Popen([sys.executable, "-m", "gpumr", "run", "slow.py:Slow", packed, "-o", str(tmp_path / "out"),
+                             "--engine", "dask", "--scheduler", scheduler, "--split-size", "32KiB"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        with Client(scheduler, timeout=60) as client:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not any("-map-" in str(k) for keys in client.processing().values()
+                                                          for k in keys):
+                time.sleep(0.05)  # a map task runs: a record of 3 s has begun
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr.read().strip().splitlines()[-1] == "gpumr: terminated"
+    time.sleep(4)  # (longer than a record: a task that ran on has written by now)
     assert os.listdir(tmp_path) == ["slow.py"]  # no stage, no output, no proof
 
 

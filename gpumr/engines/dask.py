@@ -7,9 +7,10 @@ Run::
 
 An embedded cluster's workers (one per core, or per the cores a task threads over; ``--workers``) read the side
 files where the launcher keeps them; a running cluster's workers (SLURM
-through dask-jobqueue: :doc:`/how-to/slurm`; Kubernetes) get them uploaded
-under their content names and must reach the inputs and the output (a
-shared filesystem or URIs). With ``--device gpu``, tasks ask for one unit
+through dask-jobqueue: :doc:`/how-to/slurm`; Kubernetes) get them streamed
+under their content names (:mod:`.dask_ship`: kept for the next job, nothing
+left on the scheduler) and must reach the inputs and the output (a shared
+filesystem or URIs). With ``--device gpu``, tasks ask for one unit
 of the workers' ``GPU`` resource where workers declare one. A failed or
 stopped job cancels its tasks and waits for them to end (an embedded
 cluster is stopped) before the stage is dropped.
@@ -24,6 +25,7 @@ import time
 from ..boundary import logger, silence
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome  # noqa: F401 (Outcome: what run returns)
+from .dask_ship import ship
 from .mapreduce import map_reduce
 from .processes import Starting, bounded, children_deaf, end_fork_server, fork_server, workers_here
 
@@ -51,12 +53,6 @@ EMBEDDED_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.adm
 #: What the fork server imports before it forks a worker (with the workload's own module, where it is gpumr's).
 #: None of it may start CUDA: a forked child cannot use its parent's context (none is made at import).
 WORKER_PRELOAD = ("distributed", "gpumr.tasks.runtime")
-
-
-def _uploaded(name):
-    """This worker's copy of the uploaded file ``name``."""
-    from distributed import get_worker
-    return os.path.join(get_worker().local_directory, name)
 
 
 def failure(exc):
@@ -117,9 +113,7 @@ class DaskEngine(Engine):
                 log.warning("the Dask scheduler has no workers yet: the job waits for them (batch jobs still "
                             "queued?); Ctrl-C stops it")
             if not embedded:
-                for side in plan.side:
-                    bounded(lambda: client.upload_file(side.path, load=False), ANSWER_TIMEOUT, "the Dask scheduler")
-                find = _uploaded
+                find = ship(client, plan.side, ANSWER_TIMEOUT)
             resources = {"GPU": 1} if plan.o.device == "gpu" and _declare_gpus(client) else None
             futures = []
 
@@ -136,7 +130,7 @@ class DaskEngine(Engine):
             try:
                 return map_reduce(plan, job, execute)
             except BaseException as exc:
-                _end_tasks(client, futures, embedded)
+                _end_tasks(client, futures, embedded, f"gpumr-{plan.spec.job}-")
                 if isinstance(exc, Exception) and not isinstance(exc, GpumrError):
                     raise GpumrError(failure(exc)) from exc
                 raise
@@ -288,16 +282,34 @@ def _declare_gpus(client):
     return any((w.get("resources") or {}).get("GPU") for w in workers)
 
 
-def _end_tasks(client, futures, embedded):
-    """Stop every task of the job, so that none writes into the stage once it is dropped."""
+def _end_tasks(client, futures, embedded, prefix):
+    """Stop every task of the job (keys starting ``prefix``), so that none writes into the stage once it is dropped.
+
+    A cancelled task leaves the scheduler's ``processing`` at once, while its
+    worker's thread runs it to its end (Dask cannot stop a running thread):
+    a running cluster's worker then wrote the task's files into a stage the
+    launcher had dropped, making it again beside the output. So the wait is
+    for the workers to say that none of the job's tasks still executes (at
+    most :data:`END_TASKS_TIMEOUT` seconds).
+    """
     if embedded:
         return  # the embedded cluster is stopped on the way out, its workers with it
     with contextlib.suppress(Exception):  # a cluster that died meanwhile runs no task
         client.cancel(futures, force=True)
-        keys = {f.key for f in futures}
         deadline = time.monotonic() + END_TASKS_TIMEOUT
-        while time.monotonic() < deadline and keys & {k for ks in client.processing().values() for k in ks}:
+        while time.monotonic() < deadline:
+            left = bounded(lambda: client.run(_executing, prefix, on_error="return"), ANSWER_TIMEOUT,
+                           "the Dask scheduler")
+            if not any(n for n in left.values() if isinstance(n, int)):
+                return
             time.sleep(0.05)
+
+
+def _executing(prefix, dask_worker=None):
+    """(On a worker) how many tasks whose key starts with ``prefix`` its threads still run, cancelled ones too."""
+    state = getattr(dask_worker, "state", dask_worker)
+    running = [*getattr(state, "executing", ()), *getattr(state, "long_running", ())]
+    return sum(1 for ts in running if str(getattr(ts, "key", ts)).startswith(prefix))
 
 
 def engine(name):
