@@ -108,8 +108,8 @@ def _send(client, side, workers, timeout):
             workers = keep(bounded(lambda: client.run(_commit, token, workers=workers, on_error="return"),
                                    timeout, WHAT))
         return workers, errors
-    finally:  # (a copy left unfinished by a failure or a Ctrl-C: dropped, where the cluster still answers)
-        with contextlib.suppress(BaseException):
+    finally:  # (a copy left unfinished by a failure or a Ctrl-C, or on a worker passed over: dropped)
+        with contextlib.suppress(Exception):  # (a Ctrl-C meanwhile still stops the job)
             bounded(lambda: client.run(_abort, token, on_error="return"), timeout, WHAT)
 
 
