@@ -33,26 +33,26 @@ def rss_mb(pid):
         return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS"))
 
 
+def dask(*args, cwd):
+    """A ``dask`` command of this Python (``dask scheduler``, ``dask worker``), its own output silenced."""
+    exe = os.path.join(os.path.dirname(sys.executable), "dask")
+    return subprocess.Popen([exe, *args], cwd=cwd, env=dict(os.environ, DASK_DISTRIBUTED__LOGGING__DISTRIBUTED="error"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def start(work, workers):
-    """``(scheduler process, worker processes, address)``."""
-    dask = os.path.join(os.path.dirname(sys.executable), "dask")
-    env = dict(os.environ, DASK_DISTRIBUTED__LOGGING__DISTRIBUTED="error")
+    """``(scheduler process, worker processes, its scheduler file)``."""
     file = os.path.join(work, "scheduler.json")
-    sched = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-                              "--scheduler-file", file], cwd=work, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    sched = dask("scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0", "--scheduler-file",
+                 file, cwd=work)
     while not os.path.exists(file):
         time.sleep(0.1)
-    procs = [worker(work, file, f"w{i}") for i in range(workers)]
-    return sched, procs, file
+    return sched, [worker(work, file, f"w{i}") for i in range(workers)], file
 
 
 def worker(work, file, name):
-    dask = os.path.join(os.path.dirname(sys.executable), "dask")
-    env = dict(os.environ, DASK_DISTRIBUTED__LOGGING__DISTRIBUTED="error")
-    return subprocess.Popen([dask, "worker", "--scheduler-file", file, "--nthreads", "1", "--no-dashboard",
-                             "--local-directory", os.path.join(work, name)], cwd=work, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return dask("worker", "--scheduler-file", file, "--nthreads", "1", "--no-dashboard", "--local-directory",
+                os.path.join(work, name), cwd=work)
 
 
 def main():
