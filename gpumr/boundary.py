@@ -34,7 +34,9 @@ job's summary line) and ``gpumr: debug: ...``. Python warnings (``warnings.warn`
 take the same path. The handler writes to whatever ``sys.stderr`` is
 when the message is emitted, text or bytes (mrjob's inline runner gives
 its tasks a binary stderr). ``-q`` shows warnings and errors only, ``-v``
-adds debug lines (:func:`set_verbosity`).
+adds debug lines (:func:`set_verbosity`). A command's closing line of what
+it made (``packed ...``, ``wrote ...``) is its result on stdout
+(:func:`report`), and ``-q`` leaves that out as well.
 
 Only the standard library, :mod:`gpumr.errors` and seqfile's error classes
 are imported here, so that any module may log through it.
@@ -455,6 +457,25 @@ def quiet():
     return not logging.getLogger(ROOT).isEnabledFor(logging.INFO)
 
 
+def report(text):
+    """Print a command's closing line of what it made (``packed 4 files ... -> f.seq``) on stdout, unless ``-q``.
+
+    The line is the command's result for a person or a script reading its
+    stdout, so it is not a log message on stderr. It is information all the
+    same: ``-q`` ("warnings and errors only") leaves it out, as it leaves out
+    a job's summary. It is redacted as the log's lines are, because a summary
+    names its output and that may be a URI with user-info in it.
+
+    Examples
+    --------
+    >>> set_verbosity(quiet=True); report("wrote nothing to see")
+    >>> set_verbosity(); report("wrote s3://key:secret@bucket/x")
+    wrote s3://***@bucket/x
+    """
+    if not quiet():
+        print(redact(text), flush=True)
+
+
 def one_line(text):
     """``text`` on one line: lines joined by a semicolon and a space, control characters escaped, redacted."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
@@ -640,4 +661,4 @@ def main(func, *args, **kwargs):
 
 
 __all__ = ["guard", "main", "end_without_collecting", "describe", "one_line", "logger", "install", "set_verbosity",
-           "quiet", "debug_wanted", "UsageError", "ArgumentParser", "Terminated", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]
+           "quiet", "report", "silence", "debug_wanted", "UsageError", "ArgumentParser", "Terminated", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]

@@ -301,6 +301,43 @@ def test_q_and_v_on_command_lines(tmp_path):
         assert bool(summary) == said and (said or proc.stderr == ""), proc.stderr[-3000:]
 
 
+
+def test_q_leaves_out_every_commands_summary_line(tmp_path, capsys, monkeypatch):
+    """Each command that makes something closes with one line on stdout saying what it made; ``-q`` ("warnings and
+    errors only") leaves that line out too, as it leaves out a job's summary, and the command still makes it all."""
+    from gpumr.cli import main
+    monkeypatch.chdir(tmp_path)
+    main(["sample", "frames", "-n", "2", "-q"])
+    main(["ct", "geometry", "-o", "g.json", "--voxels", "8", "--angles", "4", "-q"])
+    main(["ct", "phantom", "--geometry", "g.json", "-o", "p.seq", "-q"])
+    main(["pack", "frames", "-o", "f.seq", "-q"])
+    assert main(["run", "backproject", "--projections", "p.seq", "-o", "job", "--engine", "inline", "-q"]) == 0
+    assert main(["run", "faces", "f.seq", "-o", "faces", "--engine", "inline", "--device", "cpu", "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    try:
+        for flag, tag in (([], "-said"), (["-q"], "-q")):
+            commands = {
+                "wrote 2 sample frames": ["sample", f"frames{tag}", "-n", "2"],
+                "wrote g": ["ct", "geometry", "-o", f"g{tag}.json", "--voxels", "8", "--angles", "4"],
+                "wrote 4 projections": ["ct", "phantom", "--geometry", "g.json", "-o", f"p{tag}.seq"],
+                "reconstructed 8x8x8": ["ct", "reconstruct", "p.seq", "-o", f"r{tag}.npy"],
+                "assembled 8 slices": ["ct", "assemble", "job", "-o", f"v{tag}.npy"],
+                "packed 2 files": ["pack", "frames", "-o", f"f{tag}.seq"],
+                "unpacked 2 records": ["unpack", "f.seq", "-d", f"un{tag}"],
+                "drew ": ["faces", "render", "faces", "--images", "f.seq", "-d", f"pics{tag}"],
+                "wrote c": ["conf", "mrjob.local.conf", "-o", f"c{tag}.conf"],
+            }
+            for said, argv in commands.items():
+                assert main(argv + flag) == 0, argv
+                out, err = capsys.readouterr()
+                assert err == "" and (out == "" if flag else out.startswith(said) and out.count("\n") == 1), \
+                    (argv, flag, out, err)
+        made = ["frames-q", "g-q.json", "p-q.seq", "r-q.npy", "v-q.npy", "v-q.png", "f-q.seq", "un-q", "pics-q",
+                "c-q.conf"]
+        assert [name for name in made if not os.path.exists(tmp_path / name)] == []
+    finally:
+        set_verbosity()
+
 # ---- class 7: Ctrl-C ----------------------------------------------------------------------------------
 
 FUZZ = """

@@ -31,7 +31,7 @@ def tree(tmp_path):
 def test_pack_ls_info_cat_unpack_roundtrip(tree, tmp_path, capsys):
     src, files = tree
     out = str(tmp_path / "p.seq")
-    code, stdout, _ = run(capsys, "pack", str(src), "-o", out, "-q")
+    code, stdout, _ = run(capsys, "pack", str(src), "-o", out)
     assert code == 0 and "packed 4 files" in stdout
     assert {k: v for k, v, _ in seqfile.Reader(out)} == files
     assert [k for k, _, _ in seqfile.Reader(out)] == sorted(files)

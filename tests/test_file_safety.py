@@ -134,7 +134,7 @@ def test_force_replaces_an_earlier_output_only_once_the_new_one_is_complete(src,
     assert tree_listing(out) == old and sorted(os.listdir(tmp_path)) == ["out", "src"]
     monkeypatch.setattr(seqfile.Writer, "append", real)
     (src / "new.jpg").write_bytes(b"n")
-    code, stdout, _ = run(capsys, "pack", src, "-o", out, "--shards", "2", "--force", "-q")
+    code, stdout, _ = run(capsys, "pack", src, "-o", out, "--shards", "2", "--force")
     assert code == 0 and "packed 4 files" in stdout
     assert sorted(os.listdir(out)) == ["part-00000.seq", "part-00001.seq"]
     assert keys_of(str(out)) == ["a/y.jpg", "a/z.jpg", "new.jpg", "x.jpg"]
@@ -210,7 +210,7 @@ def test_pack_skips_fifos_sockets_and_device_links_and_names_them(src, tmp_path)
     except OSError:
         pass
     try:
-        proc = subprocess.run([sys.executable, "-m", "gpumr", "pack", str(src), "-o", str(tmp_path / "o.seq"), "-q"],
+        proc = subprocess.run([sys.executable, "-m", "gpumr", "pack", str(src), "-o", str(tmp_path / "o.seq")],
                               capture_output=True, text=True, timeout=60)
     finally:
         sock.close()
@@ -252,7 +252,7 @@ def test_unpack_never_writes_through_a_link_inside_dir(tmp_path, capsys):
     seq = write_seq(tmp_path / "in.seq", [("ok/fine.txt", b"1"), ("lnk/evil", b"2"), ("lnk/target", b"3"),
                                           ("file", b"4")])
     for extra in ([], ["--force"]):
-        code, out, err = run(capsys, "unpack", seq, "-d", dest, "-q", *extra)
+        code, out, err = run(capsys, "unpack", seq, "-d", dest, *extra)
         assert code == 1 and "refused 3" in out
         assert "refusing key 'lnk/evil': 'lnk' in " in err and "is a symbolic link" in err
         assert "refusing key 'file': it exists in" in err and "as a symbolic link; unpack replaces only regular" in err
@@ -270,7 +270,7 @@ def test_unpack_refusals_are_one_line_each_naming_the_key(tmp_path, capsys):
             ("line\nbreak.txt", b"fine"), ("../up", b"x"), ("/abs", b"x")]
     seq = write_seq(tmp_path / "in.seq", keys)
     dest = tmp_path / "dest"
-    proc = subprocess.run([sys.executable, "-m", "gpumr", "unpack", str(seq), "-d", str(dest), "-q"],
+    proc = subprocess.run([sys.executable, "-m", "gpumr", "unpack", str(seq), "-d", str(dest)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
@@ -291,10 +291,10 @@ def test_unpack_replaces_only_files_it_wrote_and_only_with_force(tmp_path, capsy
     (dest / "folder").mkdir(parents=True)
     (dest / "mine.txt").write_bytes(b"mine")
     seq = write_seq(tmp_path / "in.seq", [("mine.txt", b"new"), ("folder", b"x"), ("sub/a.txt", b"a")])
-    code, out, err = run(capsys, "unpack", seq, "-d", dest, "-q")
+    code, out, err = run(capsys, "unpack", seq, "-d", dest)
     assert code == 1 and "refused 2" in out and "(use --force to replace files that gpumr wrote)" in err
     # --force replaces neither a file gpumr did not write nor a folder
-    code, out, err = run(capsys, "unpack", seq, "-d", dest, "-q", "--force")
+    code, out, err = run(capsys, "unpack", seq, "-d", dest, "--force")
     assert code == 1 and "refused 2" in out and "gpumr did not write it" in err and "as a folder" in err
     assert (dest / "mine.txt").read_bytes() == b"mine" and (dest / "folder").is_dir()
     # what unpack wrote is recorded in DIR (the one file besides the records), so --force replaces it ...
@@ -305,7 +305,7 @@ def test_unpack_replaces_only_files_it_wrote_and_only_with_force(tmp_path, capsy
     assert (dest / "sub" / "a.txt").read_bytes() == b"A2" and (dest / "sub" / "b.txt").read_bytes() == b"b"
     # ... until someone changes it: then it is theirs
     (dest / "sub" / "a.txt").write_bytes(b"edited")
-    code, out, err = run(capsys, "unpack", seq2, "-d", dest, "-q", "--force")
+    code, out, err = run(capsys, "unpack", seq2, "-d", dest, "--force")
     assert code == 1 and "refused 1" in out and "refusing key 'sub/a.txt'" in err
     assert (dest / "sub" / "a.txt").read_bytes() == b"edited"
     assert temp_leftovers(tmp_path) == []
@@ -344,7 +344,7 @@ def test_the_symlink_policy_is_applied_and_said(src, tmp_path, capsys):
     os.symlink(str(secret), str(src / "outside.jpg"))
     os.symlink("a", str(src / "folderlink"))
     os.symlink(str(tmp_path / "gone"), str(src / "broken.jpg"))
-    code, out, err = run(capsys, "pack", src, "-o", tmp_path / "o.seq", "-q")
+    code, out, err = run(capsys, "pack", src, "-o", tmp_path / "o.seq")
     assert code == 0 and "followed 1 symbolic link to files inside the packed folders; skipped 3" in out
     assert f"skipped {src / 'outside.jpg'}: a symbolic link to {secret}, outside the folder being packed" in err
     assert f"skipped {src / 'folderlink'}: a symbolic link to a folder (folder links are not followed)" in err

@@ -38,7 +38,7 @@ def test_pack_to_a_uri_then_read_it_back_through_hadoop_fs(sample_frames, tmp_pa
 
     def gpumr(*args):
         return subprocess.run(NO_PYARROW + list(args), capture_output=True, text=True, cwd=tmp_path)
-    out = gpumr("pack", str(src), "-o", uri, "--shards", "2", "-q")
+    out = gpumr("pack", str(src), "-o", uri, "--shards", "2")
     assert out.returncode == 0 and f"uploaded to {uri}" in out.stdout, out.stderr
     # Uploaded under a temporary name and renamed: only the final folder is there.
     assert sorted(os.listdir(remote)) == ["frames"]

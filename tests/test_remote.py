@@ -104,7 +104,7 @@ def test_splits_read_through_the_layer_give_every_record_once(s3, corrupt_stretc
 
 def test_pack_to_the_bucket_then_ls_info_cat_unpack(s3, sample_frames, tmp_path, capsys, monkeypatch):
     uri = f"s3://{BUCKET}/cli/frames"
-    assert main(["pack", sample_frames, "-o", uri, "--shards", "2", "-q"]) == 0
+    assert main(["pack", sample_frames, "-o", uri, "--shards", "2"]) == 0
     assert f"uploaded to {uri}" in capsys.readouterr().out
     # Only the two shards are visible; no temporary is left.
     assert visible(s3.keys("cli/")) == ["cli/frames/part-00000.seq", "cli/frames/part-00001.seq"]

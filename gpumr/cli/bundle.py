@@ -1,14 +1,15 @@
 """``gpumr bundle``: gpumr and what its tasks import, as one archive for a cluster with only Python."""
 
+from ..boundary import report
 from .args import command
 
 
 def cmd_bundle(args):
     from ..engines.bundle import build, mrjob_options
     path, what = build(args.output, args.python_version, kernel_dir=args.kernels, ct=not args.faces_only)
-    print(f"wrote {path} ({what['bytes'] / 2**20:.1f} MiB) for Python {what['python']}: gpumr, "
-          + ", ".join(what["requirements"]) + (f"; fatbins {', '.join(what['fatbins'])}" if what["fatbins"] else ""))
-    print("ship it with the job's options: " + " ".join(mrjob_options(path)))
+    report(f"wrote {path} ({what['bytes'] / 2**20:.1f} MiB) for Python {what['python']}: gpumr, "
+           + ", ".join(what["requirements"]) + (f"; fatbins {', '.join(what['fatbins'])}" if what["fatbins"] else ""))
+    report("ship it with the job's options: " + " ".join(mrjob_options(path)))
 
 
 def register(sub):

@@ -13,6 +13,7 @@ import os
 import re
 
 from .. import __version__
+from ..boundary import report
 from ..errors import GpumrError, printable
 
 #: What each packaged file is, for the listing.
@@ -106,7 +107,7 @@ def cmd_conf(args):
             "the bootstrap\n# uploads are named by absolute path, so `-c` takes this file from any folder.\n")
     with FileOutput(args.output, "gpumr conf", inputs=[source, *filter(None, [args.package])]) as f:
         f.write((head + text).encode("utf-8"))
-    print(f"wrote {args.output} (from {source})")
+    report(f"wrote {args.output} (from {source})")
 
 
 def register(sub):

@@ -10,6 +10,7 @@ import os
 import time
 
 from .. import limits
+from ..boundary import report
 from ..errors import GpumrError
 from .args import command, positive
 
@@ -69,7 +70,7 @@ def _find_geometry(args):
 def cmd_geometry(args):
     g = _geometry_from(args)
     g.save(args.output)
-    print(f"wrote {args.output}: {_describe(g)}")
+    report(f"wrote {args.output}: {_describe(g)}")
 
 
 def _check_outputs(paths, inputs):
@@ -105,9 +106,9 @@ def cmd_phantom(args):
         g.save(geo_out)
     if args.truth:
         save_volume(phantom.volume(g), args.truth, inputs=inputs)
-    print(f"wrote {g.n_angles} projections {g.nDetector[0]}x{g.nDetector[1]} to {args.output} and the geometry "
-          f"to {geo_out}" + (f", ground truth to {args.truth}" if args.truth else "")
-          + f" in {time.perf_counter() - t0:.1f} s")
+    report(f"wrote {g.n_angles} projections {g.nDetector[0]}x{g.nDetector[1]} to {args.output} and the geometry "
+           f"to {geo_out}" + (f", ground truth to {args.truth}" if args.truth else "")
+           + f" in {time.perf_counter() - t0:.1f} s")
 
 
 def cmd_reconstruct(args):
@@ -128,8 +129,8 @@ def cmd_reconstruct(args):
     save_volume(vol, args.output, inputs=inputs)
     if args.preview:
         preview(vol, args.preview, inputs=inputs)
-    print(f"reconstructed {'x'.join(map(str, vol.shape))} on the CPU in {time.perf_counter() - t0:.1f} s "
-          f"-> {args.output}")
+    report(f"reconstructed {'x'.join(map(str, vol.shape))} on the CPU in {time.perf_counter() - t0:.1f} s "
+           f"-> {args.output}")
 
 
 def cmd_assemble(args):
@@ -145,8 +146,8 @@ def cmd_assemble(args):
     if args.tiff:
         save_tiff(vol, args.tiff, inputs=args.outputs)
     preview(vol, prev, inputs=args.outputs)
-    print(f"assembled {shape[0]} slices of {shape[1]}x{shape[2]} into {args.output} in "
-          f"{time.perf_counter() - t0:.1f} s; preview {prev}")
+    report(f"assembled {shape[0]} slices of {shape[1]}x{shape[2]} into {args.output} in "
+           f"{time.perf_counter() - t0:.1f} s; preview {prev}")
 
 
 def register(sub):

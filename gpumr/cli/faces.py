@@ -1,20 +1,21 @@
 """``gpumr faces render`` and ``gpumr demo``."""
 
+from ..boundary import report
 from .args import command, positive
 
 
 def cmd_render(args):
     from ..faces.render import render
     r = render(args.outputs, args.images, args.directory, sheet_frames=args.sheet_frames)
-    print(f"drew {r['faces']} faces on {r['frames']} of {r['records']} frames in {args.directory}"
-          + (f" ({r['errors']} records had errors)" if r["errors"] else "")
-          + f"; contact sheet: {r['sheet']} ({r['on_sheet']} of {r['frames']} frames"
-          + (", --sheet-frames N for more)" if r["on_sheet"] < r["frames"] else ")"))
+    report(f"drew {r['faces']} faces on {r['frames']} of {r['records']} frames in {args.directory}"
+           + (f" ({r['errors']} records had errors)" if r["errors"] else "")
+           + f"; contact sheet: {r['sheet']} ({r['on_sheet']} of {r['frames']} frames"
+           + (", --sheet-frames N for more)" if r["on_sheet"] < r["frames"] else ")"))
 
 
 def cmd_demo(args):
     from .demo import demo
-    demo(args.output, frames=args.frames, shards=args.shards, runner=args.runner)
+    demo(args.output, frames=args.frames, shards=args.shards, runner=args.runner, log=report)
 
 
 def register(sub):

@@ -1,12 +1,13 @@
 """``gpumr build-kernels``: the CUDA kernels as fatbins for worker nodes without nvcc."""
 
+from ..boundary import report
 from .args import command
 
 
 def cmd_build_kernels(args):
     from ..gpu.kernels import ARCHS, build
     paths = build(args.output, tuple(args.arch) if args.arch else ARCHS)
-    print(f"built {len(paths)} fatbin(s): " + ", ".join(paths))
+    report(f"built {len(paths)} fatbin(s): " + ", ".join(paths))
 
 
 def register(sub):

@@ -7,7 +7,7 @@ import tempfile
 
 from seqfile.codecs import SHORT_NAMES
 
-from ..boundary import logger
+from ..boundary import logger, report
 from ..errors import GpumrError, printable
 from ..io.records import open_reader
 from ..io.remote import locate
@@ -41,7 +41,7 @@ def cmd_pack(args):
     links = f"; followed {stats['linked']} symbolic link{'s' if stats['linked'] != 1 else ''} to files inside " \
             "the packed folders" if stats["linked"] else ""
     skips = f"; skipped {len(skipped)} (see warnings)" if skipped else ""
-    print(describe(stats) + f" -> {printable(args.output)}{links}{skips}")
+    report(describe(stats) + f" -> {printable(args.output)}{links}{skips}")
 
 
 def _pack_to_uri(args, run, uncompressed):
@@ -62,7 +62,7 @@ def _pack_to_uri(args, run, uncompressed):
         plan = (lambda sizes: output.check_size(max(sizes), "a shard" if sharded else "")) if uncompressed else None
         stats = run(staged, plan)
         stats["kept"] = output.put(staged)
-    print(f"uploaded to {args.output}")
+    report(f"uploaded to {args.output}")
     return stats
 
 
@@ -124,8 +124,8 @@ def cmd_unpack(args):
     stats = unpack(args.files, directory, progress=not args.quiet, force=args.force, on_refused=refused,
                    max_record_size=args.max_record_size)
     where = printable(args.directory)
-    print(f"unpacked {stats['records']} records ({human(stats['bytes'])}) into {where}"
-          + (f"; refused {stats['refused']}" if stats["refused"] else ""))
+    report(f"unpacked {stats['records']} records ({human(stats['bytes'])}) into {where}"
+           + (f"; refused {stats['refused']}" if stats["refused"] else ""))
     if stats["refused"]:
         raise GpumrError(f"refused {stats['refused']} of {stats['records'] + stats['refused']} records "
                          f"(named above); {stats['records']} written into {where}")
@@ -135,7 +135,7 @@ def cmd_sample(args):
     from ..faces.sample import make_frames
     paths = make_frames(args.directory, count=args.count, seed=args.seed)
     total = sum(os.path.getsize(p) for p in paths)
-    print(f"wrote {len(paths)} sample frames ({human(total / len(paths))} each on average) to {args.directory}")
+    report(f"wrote {len(paths)} sample frames ({human(total / len(paths))} each on average) to {args.directory}")
 
 
 def _cap_option(parser):
@@ -173,7 +173,7 @@ def register(sub):
                    help="replace OUT if it is an earlier gpumr pack output (a SequenceFile whose header says gpumr "
                         "pack wrote it; with shards, a folder holding only such part-NNNNN.seq files), never "
                         "anything else; the old output is removed once the new one is complete")
-    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
 
     s = command(sub, "ls", "list records: key and value size", cmd_ls)
     s.add_argument("files", nargs="+", metavar="FILE", help="SequenceFiles, or folders of them")
@@ -201,7 +201,7 @@ def register(sub):
     s.add_argument("--force", action="store_true", help="replace files in DIR that an earlier gpumr unpack wrote "
                                                          "and that are unchanged since (never a file of yours, a "
                                                          "link or a folder)")
-    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary line")
 
     s = command(sub, "sample", "make the built-in sample frames (real photos, 640x480 JPEG)", cmd_sample)
     s.add_argument("directory", metavar="DIR", help="where the frames go")
