@@ -122,6 +122,72 @@ def test_the_kernel_calls_in_blocks_of_slices_give_the_volume_of_one_call_bit_fo
     assert np.array_equal(out[4:9], backproject(q, g, z0 + 4, z0 + 9))
 
 
+def test_filtering_and_backprojection_say_their_progress_and_give_the_same_volume(monkeypatch):
+    """``progress`` hears every angle filtered (from each filtering thread) and every slice backprojected, in
+    blocks, once each; the results are those of calls without it, bit for bit."""
+    import threading
+
+    import gpumr.ct.fdk as fdk
+    monkeypatch.setattr(fdk, "FILTER_BUFFER", 1)  # (one angle per block: many calls from both threads)
+    g = geometry.simple(40, 30)
+    q = np.random.default_rng(6).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
+    heard, callers = [], set()
+
+    def hear(n):
+        heard.append(n)
+        callers.add(threading.get_ident())
+    filtered = filter_projections(q, g, threads=2, progress=hear)
+    assert sum(heard) == g.n_angles and len(heard) == g.n_angles and len(callers) == 2
+    assert np.array_equal(filtered, filter_projections(q, g, threads=2))
+    heard.clear()
+    vol = backproject(filtered, g, 3, 40, progress=heard.append)
+    assert heard == [16, 16, 5]
+    assert np.array_equal(vol, backproject(filtered, g, 3, 40))
+
+
+def test_reconstruct_draws_its_progress_on_a_terminal_only(tmp_path):
+    """On a terminal ``gpumr ct reconstruct`` draws a bar while it filters and one while it backprojects (a
+    1024^3 volume runs for minutes); into a pipe, or with ``-q``, it draws none."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+    from gpumr.cli import main
+    assert main(["ct", "phantom", "--voxels", "48", "--angles", "60", "-o", str(tmp_path / "p.seq"), "-q"]) == 0
+
+    def reconstruct(*flags, terminal=True):
+        argv = [sys.executable, "-m", "gpumr", "ct", "reconstruct", "p.seq", "-o", f"v{len(flags)}{terminal}.npy",
+                *flags]
+        if not terminal:
+            proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+            return proc.stderr
+        ours, theirs = pty.openpty()
+        fcntl.ioctl(theirs, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))  # (a new pty is 0 wide)
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=theirs)
+        os.close(theirs)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(ours, 65536)
+            except OSError:  # (the other end closed: EIO)
+                break
+            if not chunk:
+                break
+            said += chunk
+        os.close(ours)
+        assert proc.wait(timeout=300) == 0, said
+        return said.decode("utf-8", "replace")
+    shown = reconstruct()
+    assert "filtering:" in shown and "/60 [" in shown and "backprojecting:" in shown and "/48 [" in shown, shown
+    assert reconstruct("-q") == ""
+    assert reconstruct(terminal=False) == ""
+
+
 def _interior(truth):
     edges = ndimage.morphological_gradient(truth, size=3) > 0
     return ndimage.binary_erosion(truth > 0, iterations=2) & ~ndimage.binary_dilation(edges, iterations=2)

@@ -5,12 +5,14 @@ the projections: ``phantom`` writes it there, and ``plan``, ``reconstruct``
 and the backprojection job find it there unless ``--geometry`` is given.
 """
 
+import contextlib
 import math
 import os
+import threading
 import time
 
 from .. import limits
-from ..boundary import report
+from ..boundary import quiet, report
 from ..errors import GpumrError
 from .args import command, positive
 
@@ -98,7 +100,6 @@ def cmd_phantom(args):
     _check_outputs([("-o", args.output), ("-o", None if same else geo_out), ("--truth", args.truth)], inputs)
     t0 = time.perf_counter()
     stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
-    from ..boundary import quiet
     write_set(args.output, tqdm(stream, total=g.n_angles, desc="projections", unit="proj",
                                 disable=True if quiet() else None, leave=False),
               inputs=inputs)
@@ -109,6 +110,19 @@ def cmd_phantom(args):
     report(f"wrote {g.n_angles} projections {g.nDetector[0]}x{g.nDetector[1]} to {args.output} and the geometry "
            f"to {geo_out}" + (f", ground truth to {args.truth}" if args.truth else "")
            + f" in {time.perf_counter() - t0:.1f} s")
+
+
+@contextlib.contextmanager
+def _progress(total, desc, unit):
+    """A progress bar of ``total`` steps on a terminal (none under ``-q``, or into a file or a pipe); yields
+    ``step(n)``, which any thread may call."""
+    from tqdm import tqdm
+    lock = threading.Lock()
+    with tqdm(total=total, desc=desc, unit=unit, disable=True if quiet() else None, leave=False) as bar:
+        def step(n):
+            with lock:
+                bar.update(n)
+        yield step
 
 
 def cmd_reconstruct(args):
@@ -124,8 +138,12 @@ def cmd_reconstruct(args):
     if args.threads:
         set_threads(limits.number("--threads", args.threads, 1, limits.MAX_THREADS, integer=True))
     t0 = time.perf_counter()
-    filtered = filter_projections(read_set(args.projections, g, args.i0), g, args.filter, threads=threads())
-    vol = backproject(filtered, g)
+    raw = read_set(args.projections, g, args.i0)
+    with _progress(g.n_angles, "filtering", "proj") as step:
+        filtered = filter_projections(raw, g, args.filter, threads=threads(), progress=step)
+    del raw
+    with _progress(g.nVoxel[0], "backprojecting", "slice") as step:
+        vol = backproject(filtered, g, progress=step)
     save_volume(vol, args.output, inputs=inputs)
     if args.preview:
         preview(vol, args.preview, inputs=inputs)

@@ -216,7 +216,7 @@ def _native():
     return kernel()
 
 
-def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0, window=None):
+def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0, window=None, progress=None):
     """Fast CPU backprojection of slices [z0, z1), float32 [z, y, x].
 
     Parameters
@@ -237,6 +237,9 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
         The detector row the projections given start at (0: all rows).
     window : (int, int, int, int), optional
         Only voxel rows [y0, y1) and columns [x0, x1) of each slice (the GPU's self-check).
+    progress : callable, optional
+        Called with the number of slices just finished, after each block of
+        :data:`Z_BLOCK` (``gpumr ct reconstruct``'s progress bar).
 
     Returns
     -------
@@ -271,4 +274,6 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
     for za in range(z0, z1, Z_BLOCK):  # (each voxel's sum is the same whatever the blocks: only the order of work)
         zb = min(za + Z_BLOCK, z1)
         kernel(*fixed, zs[za:zb], ys, xs, *scalars, out[za - z0:zb - z0])
+        if progress is not None:
+            progress(zb - za)
     return out

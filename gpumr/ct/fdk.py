@@ -161,7 +161,7 @@ def is_short_scan(angles):
     return (a[-1] - a[0]) + np.median(np.diff(a)) < 2 * np.pi - 1e-6
 
 
-def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None):
+def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None, progress=None):
     """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
 
     The ramp filter runs along each detector row on its own, and the weights
@@ -188,6 +188,9 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     out : numpy.ndarray, optional
         float32 [angle, r1 - r0, col] to write the result into (a view of a
         larger array, or of ``proj``'s own rows) instead of a new array.
+    progress : callable, optional
+        Called with the number of angles just filtered, after each block of
+        them, from the filtering threads (``gpumr ct reconstruct``'s progress bar).
 
     Returns
     -------
@@ -253,6 +256,8 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
             spectrum = np.fft.rfft(rows_, n=n, axis=2)
             spectrum *= response
             out[i0:i1] = np.fft.irfft(spectrum, n=n, axis=2)[..., :nu]
+            if progress is not None:
+                progress(i1 - i0)
 
     threads = max(1, min(int(threads), na))
     if threads == 1:
