@@ -127,9 +127,8 @@ def _progress(total, desc, unit):
 
 def cmd_reconstruct(args):
     from ..ct import geometry
-    from ..ct.backproject import backproject, set_threads, threads
-    from ..ct.fdk import filter_projections
-    from ..ct.projections import read_set
+    from ..ct.backproject import backproject, set_threads
+    from ..ct.bands import FilteredRows
     from ..ct.slices import preview, save_volume
     geometry_file = _find_geometry(args)
     g = geometry.load(geometry_file)
@@ -138,12 +137,12 @@ def cmd_reconstruct(args):
     if args.threads:
         set_threads(limits.number("--threads", args.threads, 1, limits.MAX_THREADS, integer=True))
     t0 = time.perf_counter()
-    raw = read_set(args.projections, g, args.i0)
+    # (read into the zero-bordered buffer the kernel reads, and filtered there: one copy of the projections)
+    rows = FilteredRows.read(args.projections, g, args.i0, args.filter)
     with _progress(g.n_angles, "filtering", "proj") as step:
-        filtered = filter_projections(raw, g, args.filter, threads=threads(), progress=step)
-    del raw
+        padded = rows.all(progress=step)
     with _progress(g.nVoxel[0], "backprojecting", "slice") as step:
-        vol = backproject(filtered, g, progress=step)
+        vol = backproject(None, g, padded=padded, progress=step)
     save_volume(vol, args.output, inputs=inputs)
     if args.preview:
         preview(vol, args.preview, inputs=inputs)

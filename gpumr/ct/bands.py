@@ -144,8 +144,9 @@ class FilteredRows:
         """
         return self.rows(*row_band(self.geometry, z0, z1))
 
-    def rows(self, r0, r1):
-        """:attr:`padded`, with detector rows [r0, r1) filtered."""
+    def rows(self, r0, r1, progress=None):
+        """:attr:`padded`, with detector rows [r0, r1) filtered (``progress``: as
+        :func:`gpumr.ct.fdk.filter_projections`'s, once per run of rows still to filter)."""
         with self._lock:
             todo = np.flatnonzero(~self._done[r0:r1]) + r0
             if len(todo):
@@ -155,10 +156,11 @@ class FilteredRows:
                 for run in np.split(todo, cuts):
                     a, b = int(run[0]), int(run[-1]) + 1
                     filter_projections(inside, self.geometry, self.filter_name, rows=(a, b), threads=threads(),
-                                       out=inside[:, a:b])
+                                       out=inside[:, a:b], progress=progress)
                     self._done[a:b] = True
         return self.padded
 
-    def all(self):
-        """:attr:`padded` with every row filtered (what a GPU, given the whole projections, needs)."""
-        return self.rows(0, len(self._done))
+    def all(self, progress=None):
+        """:attr:`padded` with every row filtered (what a GPU, given the whole projections, needs, and
+        ``gpumr ct reconstruct``); ``progress`` hears the angles filtered, as in :meth:`rows`."""
+        return self.rows(0, len(self._done), progress)
