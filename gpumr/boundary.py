@@ -661,4 +661,5 @@ def main(func, *args, **kwargs):
 
 
 __all__ = ["guard", "main", "end_without_collecting", "describe", "one_line", "logger", "install", "set_verbosity",
-           "quiet", "report", "silence", "debug_wanted", "UsageError", "ArgumentParser", "Terminated", "StderrHandler", "write_stderr", "DEBUG_ENV", "ROOT"]
+           "quiet", "report", "silence", "debug_wanted", "UsageError", "ArgumentParser", "Terminated", "StderrHandler",
+           "write_stderr", "DEBUG_ENV", "ROOT"]
