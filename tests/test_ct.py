@@ -123,7 +123,7 @@ def test_the_kernel_calls_in_blocks_of_slices_give_the_volume_of_one_call_bit_fo
 
 
 def test_filtering_and_backprojection_say_their_progress_and_give_the_same_volume(monkeypatch):
-    """``progress`` hears every angle filtered (from each filtering thread) and every slice backprojected, in
+    """``progress`` hears every angle filtered (from the filtering threads) and every slice backprojected, in
     blocks, once each; the results are those of calls without it, bit for bit."""
     import threading
 
@@ -137,7 +137,8 @@ def test_filtering_and_backprojection_say_their_progress_and_give_the_same_volum
         heard.append(n)
         callers.add(threading.get_ident())
     filtered = filter_projections(q, g, threads=2, progress=hear)
-    assert sum(heard) == g.n_angles and len(heard) == g.n_angles and len(callers) == 2
+    # (from the pool's threads: one of them may run both shares when the first ends before the second starts)
+    assert sum(heard) == g.n_angles and len(heard) == g.n_angles and threading.get_ident() not in callers
     assert np.array_equal(filtered, filter_projections(q, g, threads=2))
     heard.clear()
     vol = backproject(filtered, g, 3, 40, progress=heard.append)
