@@ -301,7 +301,6 @@ def test_q_and_v_on_command_lines(tmp_path):
         assert bool(summary) == said and (said or proc.stderr == ""), proc.stderr[-3000:]
 
 
-
 def test_q_leaves_out_every_commands_summary_line(tmp_path, capsys, monkeypatch):
     """Each command that makes something closes with one line on stdout saying what it made; ``-q`` ("warnings and
     errors only") leaves that line out too, as it leaves out a job's summary, and the command still makes it all."""
@@ -337,6 +336,7 @@ def test_q_leaves_out_every_commands_summary_line(tmp_path, capsys, monkeypatch)
         assert [name for name in made if not os.path.exists(tmp_path / name)] == []
     finally:
         set_verbosity()
+
 
 # ---- class 7: Ctrl-C ----------------------------------------------------------------------------------
 

@@ -84,8 +84,6 @@ def _check_outputs(paths, inputs):
 
 
 def cmd_phantom(args):
-    from tqdm import tqdm
-
     from ..ct import geometry, phantom
     from ..ct.projections import write_set
     from ..ct.slices import save_volume
@@ -100,9 +98,7 @@ def cmd_phantom(args):
     _check_outputs([("-o", args.output), ("-o", None if same else geo_out), ("--truth", args.truth)], inputs)
     t0 = time.perf_counter()
     stream = phantom.iter_projections(g, args.noise_i0, args.mu_scale, args.seed)
-    write_set(args.output, tqdm(stream, total=g.n_angles, desc="projections", unit="proj",
-                                disable=True if quiet() else None, leave=False),
-              inputs=inputs)
+    write_set(args.output, _bar(g.n_angles, "projections", "proj", stream), inputs=inputs)
     if not same:
         g.save(geo_out)
     if args.truth:
@@ -112,13 +108,18 @@ def cmd_phantom(args):
            + f" in {time.perf_counter() - t0:.1f} s")
 
 
+def _bar(total, desc, unit, iterable=None):
+    """A progress bar of ``total`` steps (over ``iterable``, where given) on a terminal: none under ``-q``, or
+    into a file or a pipe."""
+    from tqdm import tqdm
+    return tqdm(iterable, total=total, desc=desc, unit=unit, disable=True if quiet() else None, leave=False)
+
+
 @contextlib.contextmanager
 def _progress(total, desc, unit):
-    """A progress bar of ``total`` steps on a terminal (none under ``-q``, or into a file or a pipe); yields
-    ``step(n)``, which any thread may call."""
-    from tqdm import tqdm
+    """:func:`_bar` of ``total`` steps; yields ``step(n)``, which any thread may call."""
     lock = threading.Lock()
-    with tqdm(total=total, desc=desc, unit=unit, disable=True if quiet() else None, leave=False) as bar:
+    with _bar(total, desc, unit) as bar:
         def step(n):
             with lock:
                 bar.update(n)

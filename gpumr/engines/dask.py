@@ -115,11 +115,11 @@ class DaskEngine(Engine):
             if not embedded:
                 find = ship(client, plan.side, ANSWER_TIMEOUT)
             resources = {"GPU": 1} if plan.o.device == "gpu" and _declare_gpus(client) else None
-            futures, keys = [], f"gpumr-{plan.spec.job}-"  # (every task's key begins so: _end_tasks finds them)
+            futures, prefix = [], f"gpumr-{plan.spec.job}-"  # (every task's key begins so: _end_tasks finds them)
 
             def execute(phase, function, calls):
                 extra = dict(find=find) if phase == "map" else {}
-                batch = [client.submit(function, *args, **extra, pure=False, key=f"{keys}{phase}-{i}",
+                batch = [client.submit(function, *args, **extra, pure=False, key=f"{prefix}{phase}-{i}",
                                        resources=resources if phase == "map" else None)
                          for i, args in enumerate(calls)]
                 futures.extend(batch)
@@ -130,7 +130,7 @@ class DaskEngine(Engine):
             try:
                 return map_reduce(plan, job, execute)
             except BaseException as exc:
-                _end_tasks(client, futures, embedded, keys)
+                _end_tasks(client, futures, embedded, prefix)
                 if isinstance(exc, Exception) and not isinstance(exc, GpumrError):
                     raise GpumrError(failure(exc)) from exc
                 raise
