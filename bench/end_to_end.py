@@ -7,8 +7,10 @@ over 1: faster):
 
 * CT: ``gpumr run backproject`` then ``gpumr ct assemble`` to one .npy,
   against ``gpumr ct reconstruct`` of the same projections (one process,
-  every core); the two volumes' relative L2 difference, and the job's output
-  on disk against the raw float32 volume.
+  every core); the two volumes' relative L2 difference, the job's output
+  on disk against the raw float32 volume, and what the job's chain adds in
+  seconds (its fixed costs, beside the allowance a ratio of 0.95 leaves and
+  a bare Python's start with numpy: the chain starts three, reconstruct one).
 * Faces: ``gpumr run faces`` over packed frames against a plain 2-process
   OpenCV loop over the same JPEG files (decode and detect, start-up
   included).
@@ -54,6 +56,12 @@ def timed(cmd, cwd):
     return seconds
 
 
+def extra(base, runs):
+    """The median of the rounds' differences ``runs[i] - base[i]``, seconds: what the job's chain of commands adds
+    to the plain program's time (its fixed costs: processes started, modules imported, results joined)."""
+    return statistics.median(r - b for b, r in zip(base, runs))
+
+
 def paired(base, runs):
     """The median of the rounds' ratios ``base[i] / runs[i]``: each round's two commands ran one after the other, so
     a machine whose speed drifts between rounds (a shared one's moved 15% within minutes) moves both alike."""
@@ -73,7 +81,9 @@ def ct(work, voxels, angles, engines, repeat, slab):
     timed(gpumr("ct", "phantom", "--geometry", "g.json", "-o", "proj.seq", "-q"), work)
     runs = {e: [] for e in ["direct", *engines]}
     parts = {e: [] for e in engines}
+    starts = []  # a bare Python with numpy: the job's chain starts three (launcher, task, assembly), reconstruct one
     for i in range(repeat):
+        starts.append(timed([PY, "-c", "import numpy"], work))
         runs["direct"].append(timed(gpumr("ct", "reconstruct", "proj.seq", "-o", f"direct{i}.npy"), work))
         for engine in engines:
             out, vol = f"out-{engine}{i}", f"vol-{engine}{i}.npy"
@@ -84,7 +94,7 @@ def ct(work, voxels, angles, engines, repeat, slab):
             parts[engine].append((job, assemble))
     direct = np.load(os.path.join(work, "direct0.npy"))
     base = statistics.median(runs["direct"])
-    rows = [["gpumr ct reconstruct (one process)", f"{base:.2f}", "-", "-", "1.000", "-", "-"]]
+    rows = [["gpumr ct reconstruct (one process)", f"{base:.2f}", "-", "-", "-", "1.000", "-", "-"]]
     for engine in engines:
         vol = np.load(os.path.join(work, f"vol-{engine}0.npy"))
         rel = float(np.linalg.norm(vol - direct) / np.linalg.norm(direct))
@@ -93,10 +103,15 @@ def ct(work, voxels, angles, engines, repeat, slab):
         assemble = statistics.median(a for _, a in parts[engine])
         total = statistics.median(runs[engine])
         rows.append([f"gpumr run backproject --engine {engine} + ct assemble", f"{total:.2f}", f"{job:.2f}",
-                     f"{assemble:.2f}", f"{paired(runs['direct'], runs[engine]):.3f}", f"{rel:.1e}", f"{size:.3f}x"])
-    table(f"CT {voxels}^3 from {angles} projections, slab {slab}, CPU, medians of {repeat} (ratio: the median of "
-          "each round's reconstruct time over its job's; size: the job's output over the raw float32 volume)",
-          ["what", "s", "job s", "assemble s", "ratio", "rel L2", "size"], rows)
+                     f"{assemble:.2f}", f"{extra(runs['direct'], runs[engine]):+.2f}",
+                     f"{paired(runs['direct'], runs[engine]):.3f}", f"{rel:.1e}", f"{size:.3f}x"])
+    table(f"CT {voxels}^3 from {angles} projections, slab {slab}, CPU, medians of {repeat} (extra: the median of "
+          "each round's job + assemble time less its reconstruct time; ratio: the median of each round's "
+          "reconstruct time over its job's; size: the job's output over the raw float32 volume)",
+          ["what", "s", "job s", "assemble s", "extra s", "ratio", "rel L2", "size"], rows)
+    print(f"a ratio of 0.95 leaves the job {base * (1 / 0.95 - 1):.2f} s more than reconstruct's {base:.2f} s; "
+          f"a Python with numpy starts in {statistics.median(starts):.2f} s (the job's chain starts three: "
+          "launcher, task, assembly; reconstruct one)")
 
 
 def faces(work, count, engines, repeat):
