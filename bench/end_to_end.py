@@ -68,6 +68,16 @@ def paired(base, runs):
     return statistics.median(b / r for b, r in zip(base, runs))
 
 
+def rounds(base, runs=None):
+    """The spread behind a median, ``"lo-hi"``: of the rounds' ratios ``base[i] / runs[i]``, or of ``base``'s own
+    seconds. On a shared machine the same command's time moved 5.5-9.0 s within minutes: a ratio whose rounds span
+    0.8-1.1 says so, where its median alone would not."""
+    if runs is None:
+        return f"{min(base):.2f}-{max(base):.2f} s"
+    ratios = [b / r for b, r in zip(base, runs)]
+    return f"{min(ratios):.3f}-{max(ratios):.3f}"
+
+
 def gpumr(*args):
     return [PY, "-m", "gpumr", *map(str, args)]
 
@@ -94,7 +104,8 @@ def ct(work, voxels, angles, engines, repeat, slab):
             parts[engine].append((job, assemble))
     direct = np.load(os.path.join(work, "direct0.npy"))
     base = statistics.median(runs["direct"])
-    rows = [["gpumr ct reconstruct (one process)", f"{base:.2f}", "-", "-", "-", "1.000", "-", "-"]]
+    rows = [["gpumr ct reconstruct (one process)", f"{base:.2f}", "-", "-", "-", "1.000", rounds(runs["direct"]), "-",
+             "-"]]
     for engine in engines:
         vol = np.load(os.path.join(work, f"vol-{engine}0.npy"))
         rel = float(np.linalg.norm(vol - direct) / np.linalg.norm(direct))
@@ -104,11 +115,13 @@ def ct(work, voxels, angles, engines, repeat, slab):
         total = statistics.median(runs[engine])
         rows.append([f"gpumr run backproject --engine {engine} + ct assemble", f"{total:.2f}", f"{job:.2f}",
                      f"{assemble:.2f}", f"{extra(runs['direct'], runs[engine]):+.2f}",
-                     f"{paired(runs['direct'], runs[engine]):.3f}", f"{rel:.1e}", f"{size:.3f}x"])
+                     f"{paired(runs['direct'], runs[engine]):.3f}", rounds(runs["direct"], runs[engine]), f"{rel:.1e}",
+                     f"{size:.3f}x"])
     table(f"CT {voxels}^3 from {angles} projections, slab {slab}, CPU, medians of {repeat} (extra: the median of "
           "each round's job + assemble time less its reconstruct time; ratio: the median of each round's "
-          "reconstruct time over its job's; size: the job's output over the raw float32 volume)",
-          ["what", "s", "job s", "assemble s", "extra s", "ratio", "rel L2", "size"], rows)
+          "reconstruct time over its job's; rounds: the lowest and highest round's ratio, or reconstruct's seconds; "
+          "size: the job's output over the raw float32 volume)",
+          ["what", "s", "job s", "assemble s", "extra s", "ratio", "rounds", "rel L2", "size"], rows)
     print(f"a ratio of 0.95 leaves the job {base * (1 / 0.95 - 1):.2f} s more than reconstruct's {base:.2f} s; "
           f"a Python with numpy starts in {statistics.median(starts):.2f} s (the job's chain starts three: "
           "launcher, task, assembly; reconstruct one)")
@@ -127,13 +140,14 @@ def faces(work, count, engines, repeat):
             runs[engine].append(timed(gpumr("run", "faces", "frames.seq", "-o", f"faces-{engine}{i}", "--engine",
                                             engine, "--device", "cpu", "-q", *extra), work))
     base = statistics.median(runs["plain"])
-    rows = [["plain OpenCV loop, 2 processes", f"{base:.2f}", f"{count / base:.1f}", "1.000"]]
+    rows = [["plain OpenCV loop, 2 processes", f"{base:.2f}", f"{count / base:.1f}", "1.000", rounds(runs["plain"])]]
     for engine in engines:
         t = statistics.median(runs[engine])
         rows.append([f"gpumr run faces --engine {engine}", f"{t:.2f}", f"{count / t:.1f}",
-                     f"{paired(runs['plain'], runs[engine]):.3f}"])
+                     f"{paired(runs['plain'], runs[engine]):.3f}", rounds(runs["plain"], runs[engine])])
     table(f"faces, {count} frames 640x480, CPU, 2 processes, medians of {repeat}, start-up included (ratio: the "
-          "median of each round's plain-loop time over its job's)", ["what", "s", "frames/s", "ratio"], rows)
+          "median of each round's plain-loop time over its job's; rounds: the lowest and highest round's ratio, or "
+          "the plain loop's seconds)", ["what", "s", "frames/s", "ratio", "rounds"], rows)
 
 
 def main():
