@@ -62,20 +62,22 @@ def extra(base, runs):
     return statistics.median(r - b for b, r in zip(base, runs))
 
 
+def ratios(base, runs):
+    """Each round's ratio ``base[i] / runs[i]`` (over 1: the round's job was faster than its plain program)."""
+    return [b / r for b, r in zip(base, runs)]
+
+
 def paired(base, runs):
-    """The median of the rounds' ratios ``base[i] / runs[i]``: each round's two commands ran one after the other, so
-    a machine whose speed drifts between rounds (a shared one's moved 15% within minutes) moves both alike."""
-    return statistics.median(b / r for b, r in zip(base, runs))
+    """The median of the rounds' :func:`ratios`: each round's two commands ran one after the other, so a machine
+    whose speed drifts between rounds (a shared one's moved 15% within minutes) moves both alike."""
+    return statistics.median(ratios(base, runs))
 
 
-def rounds(base, runs=None):
-    """The spread behind a median, ``"lo-hi"``: of the rounds' ratios ``base[i] / runs[i]``, or of ``base``'s own
-    seconds. On a shared machine the same command's time moved 5.5-9.0 s within minutes: a ratio whose rounds span
-    0.8-1.1 says so, where its median alone would not."""
-    if runs is None:
-        return f"{min(base):.2f}-{max(base):.2f} s"
-    ratios = [b / r for b, r in zip(base, runs)]
-    return f"{min(ratios):.3f}-{max(ratios):.3f}"
+def spread(values, digits=3, unit=""):
+    """The spread behind a median, ``"lo-hi"``: the rounds' :func:`ratios`, or a baseline's seconds. On a shared
+    machine the same command took 5.5-10.7 s within half an hour: a ratio whose rounds span 0.6-1.3 says so, where
+    its median alone would not."""
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}{unit}"
 
 
 def gpumr(*args):
@@ -104,8 +106,8 @@ def ct(work, voxels, angles, engines, repeat, slab):
             parts[engine].append((job, assemble))
     direct = np.load(os.path.join(work, "direct0.npy"))
     base = statistics.median(runs["direct"])
-    rows = [["gpumr ct reconstruct (one process)", f"{base:.2f}", "-", "-", "-", "1.000", rounds(runs["direct"]), "-",
-             "-"]]
+    rows = [["gpumr ct reconstruct (one process)", f"{base:.2f}", "-", "-", "-", "1.000",
+             spread(runs["direct"], 2, " s"), "-", "-"]]
     for engine in engines:
         vol = np.load(os.path.join(work, f"vol-{engine}0.npy"))
         rel = float(np.linalg.norm(vol - direct) / np.linalg.norm(direct))
@@ -115,8 +117,8 @@ def ct(work, voxels, angles, engines, repeat, slab):
         total = statistics.median(runs[engine])
         rows.append([f"gpumr run backproject --engine {engine} + ct assemble", f"{total:.2f}", f"{job:.2f}",
                      f"{assemble:.2f}", f"{extra(runs['direct'], runs[engine]):+.2f}",
-                     f"{paired(runs['direct'], runs[engine]):.3f}", rounds(runs["direct"], runs[engine]), f"{rel:.1e}",
-                     f"{size:.3f}x"])
+                     f"{paired(runs['direct'], runs[engine]):.3f}", spread(ratios(runs["direct"], runs[engine])),
+                     f"{rel:.1e}", f"{size:.3f}x"])
     table(f"CT {voxels}^3 from {angles} projections, slab {slab}, CPU, medians of {repeat} (extra: the median of "
           "each round's job + assemble time less its reconstruct time; ratio: the median of each round's "
           "reconstruct time over its job's; rounds: the lowest and highest round's ratio, or reconstruct's seconds; "
@@ -140,11 +142,12 @@ def faces(work, count, engines, repeat):
             runs[engine].append(timed(gpumr("run", "faces", "frames.seq", "-o", f"faces-{engine}{i}", "--engine",
                                             engine, "--device", "cpu", "-q", *extra), work))
     base = statistics.median(runs["plain"])
-    rows = [["plain OpenCV loop, 2 processes", f"{base:.2f}", f"{count / base:.1f}", "1.000", rounds(runs["plain"])]]
+    rows = [["plain OpenCV loop, 2 processes", f"{base:.2f}", f"{count / base:.1f}", "1.000",
+             spread(runs["plain"], 2, " s")]]
     for engine in engines:
         t = statistics.median(runs[engine])
         rows.append([f"gpumr run faces --engine {engine}", f"{t:.2f}", f"{count / t:.1f}",
-                     f"{paired(runs['plain'], runs[engine]):.3f}", rounds(runs["plain"], runs[engine])])
+                     f"{paired(runs['plain'], runs[engine]):.3f}", spread(ratios(runs["plain"], runs[engine]))])
     table(f"faces, {count} frames 640x480, CPU, 2 processes, medians of {repeat}, start-up included (ratio: the "
           "median of each round's plain-loop time over its job's; rounds: the lowest and highest round's ratio, or "
           "the plain loop's seconds)", ["what", "s", "frames/s", "ratio", "rounds"], rows)

@@ -90,11 +90,12 @@ def test_a_task_reads_its_projections_into_the_one_buffer_it_filters_in_place(tm
 
     from gpumr.ct.projections import write_set
     g, q = _case()
-    write_set(str(tmp_path / "p.seq"), q)
-    FilteredRows.read([str(tmp_path / "p.seq")], g)  # (once untraced: what the first read imports is not the buffer)
+    path = str(tmp_path / "p.seq")
+    write_set(path, q)
+    FilteredRows.read([path], g)  # (once untraced: what the first read imports is not the buffer)
     tracemalloc.start()
     try:
-        rows = FilteredRows.read([str(tmp_path / "p.seq")], g)
+        rows = FilteredRows.read([path], g)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
