@@ -183,6 +183,11 @@ def _build_in_child(queue):
 def test_builds_are_cached_by_content_and_concurrent_builds_are_safe(sources, tmp_path, monkeypatch):
     monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path / "cache"))
     sources("probe", PROBE)
+    runs = tmp_path / "compiles"
+    cxx = tmp_path / "cxx"  # the compiler, noting each compilation
+    cxx.write_text(f'#!/bin/sh\ncase " $* " in *" -o "*) echo "$$" >> {runs} ;; esac\nexec g++ "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_build_in_child, args=(queue,)) for _ in range(3)]
@@ -194,6 +199,7 @@ def test_builds_are_cached_by_content_and_concurrent_builds_are_safe(sources, tm
     assert len(set(paths)) == 1 and paths[0].startswith(str(tmp_path / "cache")), paths
     files = os.listdir(tmp_path / "cache")  # one build and its proof of authorship, no temporary left over
     assert sorted(files) == sorted([os.path.basename(paths[0]), f".{os.path.basename(paths[0])}.gpumr"]), files
+    assert len(runs.read_text().split()) == 1  # one task built it; the others waited for it and used it
     stamp = os.stat(paths[0]).st_mtime_ns
     assert emulate.build("probe")[0] == paths[0] and os.stat(paths[0]).st_mtime_ns == stamp  # reused
     sources("probe", PROBE + "\n// changed\n")

@@ -175,8 +175,9 @@ def build(name, sanitize=False):
     """The host build of kernel ``name``: ``(shared library path, kernel names, constant names)``.
 
     Compiled on first use and cached, written under gpumr's output rule
-    (:class:`gpumr.io.outputs.FileOutput`: whole or not at all); tasks
-    building at once each write their own, and the first one in place serves.
+    (:class:`gpumr.io.outputs.FileOutput`: whole or not at all); of tasks
+    starting at once, one builds and the others use its build
+    (:func:`gpumr.gpu.kernels.cached`).
 
     Raises
     ------

@@ -23,6 +23,8 @@ write in, is one warning naming it and why, and the kernels are built into
 a private temporary cache: the GPU path never quietly turns into the CPU's.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import itertools
 import os
@@ -42,6 +44,8 @@ SOURCES_ENV = "GPUMR_CUDA_SOURCES"
 CACHE_ENV = "GPUMR_KERNEL_CACHE"
 #: Seconds a cached build found without its proof waits for it (a builder on this node between the two).
 PROOF_WAIT = 2.0
+#: Seconds a build waits for another builder in the same cache (:func:`one_builder`) before it builds anyway.
+BUILD_WAIT = 300.0
 
 
 def package_path(file):
@@ -215,6 +219,14 @@ def _vouched(path, made_by):
 def cached(file, made_by, make):
     """The path of the cached build ``file``: as found where its proof vouches for it, else built by ``make(path)``.
 
+    A cached file that the rule refuses (another user's in a shared cache, a
+    link ...) is never loaded nor touched: one warning, and the build goes to
+    this process's private temporary cache.
+
+    Tasks of one node starting at once build each file once: a builder holds
+    the cache's lock (:func:`one_builder`) and the others, waiting for it,
+    find its build vouched for when they get the lock.
+
     Parameters
     ----------
     file : str
@@ -224,10 +236,6 @@ def cached(file, made_by, make):
         sources and flags (see :func:`_vouched`).
     make : callable
         ``make(path)`` builds it at ``path`` under the output rule (:func:`compile_into`).
-
-    A cached file that the rule refuses (another user's in a shared cache, a
-    link ...) is never loaded nor touched: one warning, and the build goes to
-    this process's private temporary cache.
     """
     path = os.path.join(cache_dir(), file)
     try:
@@ -239,7 +247,44 @@ def cached(file, made_by, make):
                           "exit)")
         if _vouched(path, made_by):
             return path
-    return built_meanwhile(path, made_by, lambda: make(path))
+    with one_builder(os.path.dirname(path)):
+        if _vouched(path, made_by):  # built by the task this one waited for
+            return path
+        return built_meanwhile(path, made_by, lambda: make(path))
+
+
+@contextlib.contextmanager
+def one_builder(folder, wait=BUILD_WAIT):
+    """Hold the build lock of cache ``folder`` for the ``with`` block: one builder at a time on this node.
+
+    The lock is an ``flock`` on the folder itself, so nothing is left in the
+    cache, and the kernel drops it whatever ends the holder. Without it,
+    tasks starting at once would each compile the same file and race to
+    publish it and its proof. A lock held ``wait`` seconds by someone else
+    (a hung compiler, another user of a shared cache), or a file system
+    without locks, and the block runs without it:
+    :func:`built_meanwhile` then settles who built first.
+    """
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:  # no locks on this file system
+                break
+        yield
+    finally:
+        os.close(fd)  # (closing the only descriptor drops the lock)
 
 
 def nvcc():
