@@ -3,6 +3,7 @@
 import multiprocessing as mp
 import os
 import re
+import shlex
 
 import numpy as np
 import pytest
@@ -185,7 +186,7 @@ def test_builds_are_cached_by_content_and_concurrent_builds_are_safe(sources, tm
     sources("probe", PROBE)
     runs = tmp_path / "compiles"
     cxx = tmp_path / "cxx"  # the compiler, noting each compilation
-    cxx.write_text(f'#!/bin/sh\ncase " $* " in *" -o "*) echo "$$" >> {runs} ;; esac\nexec g++ "$@"\n')
+    cxx.write_text(f'#!/bin/sh\ncase " $* " in *" -o "*) echo "$$" >> {shlex.quote(str(runs))} ;; esac\nexec g++ "$@"\n')
     cxx.chmod(0o755)
     monkeypatch.setenv("CXX", str(cxx))
     ctx = mp.get_context("spawn")

@@ -268,11 +268,10 @@ def one_builder(folder, wait=BUILD_WAIT):
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        yield
-        return
+        fd = None
     try:
         deadline = time.monotonic() + wait
-        while True:
+        while fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
@@ -284,7 +283,8 @@ def one_builder(folder, wait=BUILD_WAIT):
                 break
         yield
     finally:
-        os.close(fd)  # (closing the only descriptor drops the lock)
+        if fd is not None:
+            os.close(fd)  # (closing the only descriptor drops the lock)
 
 
 def nvcc():
