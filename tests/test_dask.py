@@ -364,19 +364,26 @@ def test_the_embedded_clusters_workers_are_forked_from_a_server_that_imported_da
 
 
 PLANNED = """
-import contextlib, os, sys, tempfile
+import os, sys
 from multiprocessing import forkserver
 from gpumr.errors import GpumrError
-from gpumr.launch.plan import make_plan
-with contextlib.ExitStack() as started:
-    try:
-        make_plan(sys.argv[1:], tempfile.mkdtemp(dir=os.getcwd()), started=started)
-    except GpumrError as exc:
-        print("refused:", exc)
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    with open(f"/proc/{pid}/cmdline", "rb") if pid else contextlib.nullcontext() as f:
-        print("server:", f and f.read().replace(b"\\0", b" ").decode())
-print("ended:", pid is None or not os.path.exists(f"/proc/{pid}"))
+from gpumr.launch.job import launch
+seen = []
+def spied(_real=forkserver.ensure_running):
+    numpy = "numpy" in sys.modules
+    _real()
+    pid = forkserver._forkserver._forkserver_pid
+    if not seen:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            seen.append((pid, numpy, f.read().replace(b"\\0", b" ").decode()))
+forkserver.ensure_running = spied  # (as gpumr.engines.processes.fork_server calls it)
+try:
+    launch(sys.argv[1:])
+except GpumrError as exc:
+    print("refused:", exc)
+print("server:", seen and seen[0][2])
+print("numpy before it:", seen and seen[0][1])
+print("ended:", not seen or not os.path.exists(f"/proc/{seen[0][0]}"))
 """
 
 
@@ -387,10 +394,11 @@ print("ended:", pid is None or not os.path.exists(f"/proc/{pid}"))
 def test_the_fork_server_starts_before_the_command_line_is_parsed_and_a_refusal_ends_it(engine, more, early,
                                                                                         tmp_path):
     """``--engine dask`` on the command line starts the fork server (the workload's module among its imports)
-    before the workload's class is loaded: its Dask import is what the first worker waits for, and started after
-    the parse a 256^3 CT job's first slab came 0.3-0.5 s later. Here the input is missing, a refusal that comes
-    before the plan starts its engine: the server started all the same, and the refusal ended it. Not for a
-    running cluster, a dry run or another engine."""
+    before the workload's class is loaded, and before the launcher imports numpy: its Dask import is what the
+    first worker waits for (started after the parse, a 256^3 CT job's first slab came 0.3-0.5 s later; after the
+    plan's imports, numpy's among them, a 64^3 job took 4% longer). Here the input is missing, a refusal that
+    comes before the plan starts its engine: the server started all the same, and the refusal ended it. Not for
+    a running cluster, a dry run or another engine."""
     import subprocess
     import sys
     named = ["--engine=dask"] if engine == "dask=" else ["--engine", engine]
@@ -401,9 +409,10 @@ def test_the_fork_server_starts_before_the_command_line_is_parsed_and_a_refusal_
     if early:
         assert "multiprocessing.forkserver" in said[1] and "'distributed', 'gpumr.tasks.runtime', " \
                "'gpumr.faces.workload'" in said[1], said
+        assert said[2] == "numpy before it: False", said
     else:
-        assert said[1] == "server: None", said
-    assert said[2] == "ended: True" and sorted(os.listdir(tmp_path))[:1] != ["out"], said
+        assert said[1:3] == ["server: []", "numpy before it: []"], said
+    assert said[3] == "ended: True" and sorted(os.listdir(tmp_path))[:1] != ["out"], said
 
 
 def test_an_embedded_cluster_has_as_many_workers_as_the_cores_hold_tasks():

@@ -170,7 +170,7 @@ def cmd_assemble(args):
 
 def register(sub):
     """Add ``ct`` to the ``gpumr`` parser."""
-    from ..ct.fdk import FILTERS
+    from ..ct import FILTERS
     s = sub.add_parser("ct", help="cone-beam CT: geometry, phantom, reconstruct, assemble",
                        description="Cone-beam CT: geometry, phantom projections, reconstruction on this machine, "
                                    "assembling the job's slabs.")

@@ -7,11 +7,10 @@ reference, "The geometry file", section "The reconstruction".
 import numpy as np
 
 from ..errors import GpumrError
+from . import FILTERS
 
 #: Bytes of spectrum :func:`filter_projections` holds at a time (it transforms that many angles together).
 FILTER_BUFFER = 16 << 20
-
-FILTERS = ("ram-lak", "shepp-logan", "cosine", "hamming", "hann")
 
 
 def window(name, f):

@@ -13,10 +13,10 @@ one volume (:mod:`gpumr.ct.slices`).
 from .. import limits
 from ..core.workload import BadRecord, Option, Workload
 from ..errors import GpumrError
+from . import FILTERS
 from . import geometry as geom
 from .backproject import backproject
 from .bands import FilteredRows
-from .fdk import FILTERS
 from .projections import read_set
 
 

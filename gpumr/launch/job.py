@@ -26,9 +26,7 @@ from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
 from ..engines.processes import AFTER_SIGNAL, end_processes_in
 from ..io.remote import locate
-from ..tasks.output import key_of
 from ..tasks.progress import Display
-from .plan import make_plan
 
 log = logger(__name__)
 #: The most bytes of the output the launcher reads to name bad records an engine could not name.
@@ -96,8 +94,44 @@ def launch(argv, session=None, debug=False, verbosity=None):
         ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``.
     """
     with job_folder() as folder, contextlib.ExitStack() as started:  # (what the engine started, closed first)
+        if session is None:
+            start_early(argv, started)
+        from .plan import make_plan  # (imported after the early start: it imports numpy, 0.12 s here)
         plan = make_plan(argv, folder, verbosity, elsewhere=session is not None, started=started, debug=debug)
         return run(plan, session=session, debug=debug)
+
+
+def start_early(argv, started):
+    """The engine ``argv`` names exactly (``--engine E``, ``--engine=E``) begins what it can before the launcher
+    imports its plan (:meth:`gpumr.engines.base.Engine.start_early`); nothing where it names none, or one that is
+    not known (the parser says so next).
+
+    What begins here waits for nothing of the plan: the Dask engine's fork
+    server, whose import of Dask (0.7 s here) is what the first worker
+    waits for. The plan's own modules import numpy (0.12 s); the server now
+    starts before them, at 0.1 s of the launcher's life instead of 0.27 s.
+    ``started`` ends what began if the plan is refused.
+
+    Examples
+    --------
+    >>> import contextlib
+    >>> with contextlib.ExitStack() as started:
+    ...     start_early(["faces", "in.seq", "-o", "out", "--engine", "inline"], started)  # (nothing to begin)
+    """
+    from .. import engines
+    from ..workloads import BUILT_IN
+    named = None
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--":
+            break
+        if arg == "--engine" and i + 1 < len(argv):
+            named = argv[i + 1]
+        elif arg.startswith("--engine="):
+            named = arg.partition("=")[2]
+    if not argv or named not in engines.NAMES:
+        return
+    module = BUILT_IN[argv[0]].partition(":")[0] if argv[0] in BUILT_IN else None
+    engines.get(named).start_early(argv, module, started)
 
 
 def run(plan, session=None, debug=False):
@@ -136,6 +170,8 @@ def named_bad(stage, parts, counts):
     if not counts.get(BAD):
         return []
     import json
+
+    from ..tasks.output import key_of  # (here: it imports numpy, which start_early comes before)
     found, read = [], 0
     for rel, (staged, _, _) in sorted(parts.items()):
         if not rel.startswith("part-"):

@@ -20,7 +20,7 @@ from ..io.inputs import expand_sized, require_sequencefiles, splits
 from ..io.outputs import open_output
 from ..io.remote import locate
 from ..tasks.runtime import Spec
-from ..workloads import BUILT_IN, find, load
+from ..workloads import find, load
 from .options import check_limits, task_options
 from .parser import run_parser
 from .ship import fetch, named_ahead, ship
@@ -130,8 +130,6 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     if not argv or argv[0].startswith("-"):
         raise UsageError("give the workload first: gpumr run WORKLOAD ... (gpumr run --help lists them)")
     from .. import engines
-    if started is not None and not elsewhere:
-        _start_early(engines, argv, started)
     ref = find(argv[0])
     cls = load(ref)
     parser = run_parser(cls, prog=f"gpumr run {argv[0]}")
@@ -191,24 +189,6 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
                 verbosity=verbosity_given or verbosity(o))
     return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder)
-
-
-def _start_early(engines, argv, started):
-    """The engine ``argv`` names exactly (``--engine E``, ``--engine=E``) begins what it can before the workload's
-    class is loaded (:meth:`gpumr.engines.base.Engine.start_early`); nothing where it names none, or one that is
-    not known (the parser says so next)."""
-    named = None
-    for i, arg in enumerate(argv[1:], 1):
-        if arg == "--":
-            break
-        if arg == "--engine" and i + 1 < len(argv):
-            named = argv[i + 1]
-        elif arg.startswith("--engine="):
-            named = arg.partition("=")[2]
-    if named not in engines.NAMES:
-        return
-    module = BUILT_IN[argv[0]].partition(":")[0] if argv[0] in BUILT_IN else None
-    engines.get(named).start_early(argv, module, started)
 
 
 def find_here(plan):
