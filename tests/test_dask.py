@@ -396,7 +396,7 @@ def test_the_fork_server_starts_before_the_command_line_is_parsed_and_a_refusal_
     """``--engine dask`` on the command line starts the fork server (the workload's module among its imports)
     before the workload's class is loaded, and before the launcher imports numpy: its Dask import is what the
     first worker waits for (started after the parse, a 256^3 CT job's first slab came 0.3-0.5 s later; after the
-    plan's imports, numpy's among them, a 64^3 job took 4% longer). Here the input is missing, a refusal that
+    plan's imports, numpy's among them, a 64^3 job took 1.5-4% longer). Here the input is missing, a refusal that
     comes before the plan starts its engine: the server started all the same, and the refusal ended it. Not for
     a running cluster, a dry run or another engine."""
     import subprocess
