@@ -6,10 +6,13 @@
 #   3. the model's predictions (bench/gpu_model.py --quick), before any measurement;
 #   4. equality on the real device: only the tests that touch it (pytest -m gpu: faces = OpenCV,
 #      slabs within 1e-5 of the CPU), none of the simulated ones; a GPU test that skips is a failure;
-#   5. CT: kernel and slab-path GUPS at 512^3 from 512 projections; 1024^3 from 360 end to end
-#      (the job, --device auto);
-#   6. faces: the kernel path, and the job end to end with --device cpu, gpu and auto;
-#   7. the table: each figure beside the model's prediction.
+#   5. CT: kernel and slab-path GUPS at 512^3 from 512 projections;
+#   6. where the slab path's and the faces' kernel path's time goes, every driver call timed as gpumr
+#      drives the device and each alone (bench/gpu_phases.py: the H200 check of 2026-11-27 found both
+#      4-6 times slower than their kernels);
+#   7. CT 1024^3 from 360 end to end (the job, --device auto);
+#   8. faces: the kernel path, and the job end to end with --device cpu, gpu and auto;
+#   9. the table: each figure beside the model's prediction, then where the time went.
 # Without a GPU it says so on one line and exits 1, having checked nothing. `--dry` runs the same
 # plan without a GPU: it says so, prints each step and its timeout, and the table's rows unmeasured.
 set -uo pipefail
@@ -17,7 +20,7 @@ case $0 in */*) cd "${0%/*}/.." || exit 1 ;; *) cd .. || exit 1 ;; esac  # the r
 PY=${PYTHON:-python3}
 SITE=${GPUMR_SITE:-/tmp/gpumr-site}
 OUT=${OUT:-/tmp/gpumr-gpu-check}
-FRAMES=${FRAMES:-2000}
+FRAMES=${FRAMES:-1000}  # (2,000 did not leave the faces jobs time on the H200)
 DRY=0
 if [ "${1:-}" = "--dry" ]; then DRY=1; fi
 
@@ -83,8 +86,10 @@ fi
 step 40 tests bash -c "cd tests && $PY -m pytest -q -p no:cacheprovider -m gpu -rs --junitxml='$OUT/tests.xml' test_gpu.py" \
   || failures=$((failures + 1))
 step 50 ct512 "$PY" bench/backproject_gpu.py --sizes 512 --angles 512 --slab 16 || failures=$((failures + 1))
-step 150 ct1024 "$PY" bench/backproject_gpu.py --sizes 1024 --angles 360 --slab 16 --job || failures=$((failures + 1))
-step 110 faces "$PY" bench/face_gpu.py --frames "$FRAMES" --batch 16 || failures=$((failures + 1))
+step 40 phases "$PY" bench/gpu_phases.py --ct 512 --angles 512 --slab 16 --frames 256 --batch 16 \
+  || failures=$((failures + 1))
+step 130 ct1024 "$PY" bench/backproject_gpu.py --sizes 1024 --angles 360 --slab 16 --job || failures=$((failures + 1))
+step 90 faces "$PY" bench/face_gpu.py --frames "$FRAMES" --batch 16 || failures=$((failures + 1))
 
 OUT="$OUT" DRY="$DRY" "$PY" - <<'EOF' || failures=$((failures + 1))
 import os, re, xml.etree.ElementTree as ET
@@ -142,6 +147,9 @@ EOF
 if [ "$DRY" -eq 1 ]; then
   echo "gpu_check (dry): done; no GPU was used, nothing was measured"
   exit 0
+fi
+if grep -q '^Where' "$OUT/phases.txt" 2>/dev/null; then  # the profile's tables, as far as its step got
+  sed -n '/^Where/,$p' "$OUT/phases.txt"
 fi
 if [ "$failures" -ne 0 ]; then
   echo "gpu_check: $failures step(s) failed (outputs in $OUT)" >&2
