@@ -20,7 +20,7 @@ case $0 in */*) cd "${0%/*}/.." || exit 1 ;; *) cd .. || exit 1 ;; esac  # the r
 PY=${PYTHON:-python3}
 SITE=${GPUMR_SITE:-/tmp/gpumr-site}
 OUT=${OUT:-/tmp/gpumr-gpu-check}
-FRAMES=${FRAMES:-1000}  # (2,000 did not leave the faces jobs time on the H200)
+FRAMES=${FRAMES:-1000}  # (at 2,000 the faces jobs did not finish inside the H200 check's lease)
 DRY=0
 if [ "${1:-}" = "--dry" ]; then DRY=1; fi
 
