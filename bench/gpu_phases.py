@@ -110,7 +110,7 @@ class Pass:
     def host_part(self, owner, attr, label):
         """Meanwhile, time ``owner.attr`` (a function the driver calls through its instance, e.g. a static
         method) as the host's part ``label``, less the launcher calls made inside it."""
-        original = getattr(owner, attr)
+        original, own = getattr(owner, attr), vars(owner).get(attr)
 
         def timed(*args, **kwargs):
             calls, t0 = sum(self.lx.seconds.values()), time.perf_counter()
@@ -122,7 +122,10 @@ class Pass:
         try:
             yield
         finally:
-            delattr(owner, attr)
+            if own is None:
+                delattr(owner, attr)  # the class's own shows again
+            else:
+                setattr(owner, attr, own)
 
 
 @contextlib.contextmanager
@@ -163,11 +166,9 @@ def rows_of(passes, units, unit):
     return rows
 
 
-HEADER = ["call", "calls per {unit}", "ms per {unit}, as driven", "ms per {unit}, each alone", "share as driven"]
-
-
 def header(unit):
-    return [h.format(unit=unit) for h in HEADER]
+    """The table's header, per ``unit`` (slab or part)."""
+    return ["call", f"calls per {unit}", f"ms per {unit}, as driven", f"ms per {unit}, each alone", "share as driven"]
 
 
 def ct(gpu, n, angles, slab, where):
