@@ -364,18 +364,27 @@ def test_the_embedded_clusters_workers_are_forked_from_a_server_that_imported_da
 
 
 PLANNED = """
-import os, sys
+import os, sys, time
 from multiprocessing import forkserver
 from gpumr.errors import GpumrError
 from gpumr.launch.job import launch
 seen = []
+def cmdline(pid, deadline=10.0):
+    # (the start returns once the exec closed its close-on-exec pipe, before the kernel sets the new command
+    # line: on a busy machine it reads empty for a moment)
+    end = time.monotonic() + deadline
+    while True:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            got = f.read()
+        if got or time.monotonic() > end:
+            return got.replace(b"\\0", b" ").decode()
+        time.sleep(0.01)
 def spied(_real=forkserver.ensure_running):
     numpy = "numpy" in sys.modules
     _real()
     pid = forkserver._forkserver._forkserver_pid
     if not seen:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            seen.append((pid, numpy, f.read().replace(b"\\0", b" ").decode()))
+        seen.append((pid, numpy, cmdline(pid)))
 forkserver.ensure_running = spied  # (as gpumr.engines.processes.fork_server calls it)
 try:
     launch(sys.argv[1:])
