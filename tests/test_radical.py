@@ -41,7 +41,8 @@ SPLIT = "256KiB"
 @pytest.fixture(scope="module")
 def tmgr(tmp_path_factory, emulated_kernels):
     """One RP session and pilot (two cores, two GPUs: four simulated ones, of which RP hands out two)."""
-    from gpumr.engines.radical_pilot import pilot_session
+    from gpumr.engines.radical.pilot import pilot_session
+    from gpumr.engines.start import Start
     os.environ["GPUMR_SIMULATE_GPUS"] = "4"  # (the pilot's agent and its tasks inherit it; this process drops it)
     os.environ["-*-command-variables-*-"] = "X=1"  # (what `make X=1` exports, which RP's agent cannot source)
     # The pilot lives for the module, ended by the fixture: its runtime only needs to outlast the module's tests
@@ -49,7 +50,7 @@ def tmgr(tmp_path_factory, emulated_kernels):
     o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=2, pilot_runtime=240,
                            pilot_sandbox=None, pilot=[])
     try:
-        with pilot_session(o, str(tmp_path_factory.mktemp("rp"))) as manager:
+        with pilot_session(o, Start.make(str(tmp_path_factory.mktemp("rp")))) as manager:
             os.environ.pop("GPUMR_SIMULATE_GPUS")
             yield manager
     finally:

@@ -84,5 +84,6 @@ def job_main(workload):
     import sys
 
     from ..boundary import main
-    from . import run_command
+    from . import run_command, safe_import_path
+    safe_import_path()
     main(lambda: run_command(job_argv(workload, sys.argv[1:])))
