@@ -120,7 +120,7 @@ def test_gpus_rp_assigned_take_every_record(tmgr, packed, tmp_path, monkeypatch)
 
 
 def _task_pids():
-    """Processes of running RP tasks of gpumr (``python -m gpumr.engines.radical call.pickle ...``)."""
+    """Processes of running RP tasks of gpumr (``python -P -m gpumr.engines.radical.task call.pickle ...``)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -128,7 +128,7 @@ def _task_pids():
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"gpumr.engines.radical" in argv and b"call.pickle" in argv:
+        if b"gpumr.engines.radical.task" in argv and b"call.pickle" in argv:
             pids.append(int(pid))
     return pids
 

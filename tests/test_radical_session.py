@@ -86,7 +86,7 @@ def test_a_session_whose_proxy_worker_is_late_starts_on_the_next_try(tmp_path, c
     assert stopped
     assert f"RADICAL-Pilot's session did not start (worker startup failed): trying again (2 of {SESSION_TRIES})" in err
     assert "Traceback" not in err and "Error" not in err.replace("gpumr", ""), err[-2000:]
-    assert sorted(os.listdir(tmp_path)) == ["radical"]  # (the caller's folder: the job's own goes with the job)
+    assert sorted(os.listdir(tmp_path)) == ["logs", "radical"]  # (the caller's folder: the job's own goes with the job)
 
 
 def test_the_reason_rp_gives_is_one_line():
