@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 #: The public contract of a user's workload (``from gpumr import Workload, Option``), imported on first use
 #: so that importing any gpumr module stays cheap.
-_PUBLIC = {"Workload": "gpumr.core.workload", "Option": "gpumr.core.workload", "BadRecord": "gpumr.core.workload"}
+_PUBLIC = {"Workload": "gpumr.core.workload", "Option": "gpumr.core.workload", "BadRecord": "gpumr.core.badrecord"}
 
 
 def __getattr__(name):

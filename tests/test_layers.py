@@ -6,8 +6,8 @@ boundary); the filesystem layer and outputs (io); the record-processing
 core; CUDA launching (gpu); device choice (devices); the workloads; the
 task runtime (tasks); the engines; the launcher (launch); the command line
 and the mrjob jobs. Every ``import`` statement is read from the source,
-those inside functions included; only a module's ``if __name__ ==
-"__main__"`` block (its program entry, the command line's layer) is exempt.
+those inside functions and ``__main__`` blocks included, and so is every
+``importlib.import_module`` call with a literal name.
 """
 
 import ast
@@ -55,17 +55,11 @@ def modules():
 
 
 def imports(module, path):
-    """``(line, imported module)`` of every import in the file, outside its ``__main__`` block."""
+    """``(line, imported module)`` of every import in the file: its statements (inside functions and ``__main__``
+    blocks too) and its ``importlib.import_module`` calls with a literal name."""
     tree = ast.parse(open(path, encoding="utf-8").read())
-    exempt = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
-                getattr(node.test.left, "id", None) == "__name__":
-            exempt.update(id(sub) for sub in ast.walk(node))
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     for node in ast.walk(tree):
-        if id(node) in exempt:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -77,6 +71,10 @@ def imports(module, path):
             yield node.lineno, base
             for alias in node.names:
                 yield node.lineno, f"{base}.{alias.name}"
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == \
+                "import_module" and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            yield node.lineno, node.args[0].value
 
 
 def test_every_module_imports_only_its_layer_and_below():
@@ -86,6 +84,15 @@ def test_every_module_imports_only_its_layer_and_below():
               for module, path in found for line, target in imports(module, path)
               if layer(target) is not None and layer(target) > layer(module)]
     assert not broken, "\n".join(broken)
+
+
+def test_the_reader_sees_main_blocks_and_import_module(tmp_path):
+    """A ``__main__`` block's import and ``importlib.import_module("...")`` are imports too."""
+    f = tmp_path / "m.py"
+    f.write_text("import importlib\nif __name__ == '__main__':\n    from gpumr.cli import main\n"
+                 "def f():\n    return importlib.import_module('gpumr.launch.job')\n")
+    found = {target for _, target in imports("gpumr.core.m", str(f))}
+    assert {"gpumr.cli", "gpumr.launch.job"} <= found
 
 
 @pytest.mark.parametrize("source, target, allowed", [

@@ -10,7 +10,7 @@ The core imports nothing above :mod:`gpumr.io` (a test holds the rule).
 
 #: Where each public name lives; imported on first use (:func:`__getattr__`), so that a module taking one light
 #: name (an :class:`Option`) does not import the processor and numpy with it.
-_WHERE = {"Workload": "workload", "Option": "workload", "BadRecord": "workload", "Processor": "processor",
+_WHERE = {"Workload": "workload", "Option": "workload", "BadRecord": "badrecord", "Processor": "processor",
           **{name: "counters" for name in ("GROUP", "ON_CPU", "ON_GPU", "FALLBACKS", "BAD", "CPU_MS", "GPU_MS",
                                            "summary")}}
 

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from .workload import BadRecord
+from .badrecord import BadRecord
 from ..limits import MAX_JPEG_SCANS
 
 #: Largest image accepted by default (decompression bombs are refused before decoding).

@@ -10,7 +10,8 @@ import time
 
 from ..sizes import human
 from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
-from .workload import RESERVED, BadRecord
+from .badrecord import BadRecord
+from .workload import RESERVED
 
 #: The most of an exception's message an error line keeps.
 REASON_CHARS = 300
@@ -35,7 +36,7 @@ def plain_result(key, result, device):
     >>> plain_result("a.png", {"error": 0.25, "device": "camera-3"}, "cpu")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    gpumr.core.workload.BadRecord: the result has keys 'error' and 'device', which the output format keeps ...
+    gpumr.core.badrecord.BadRecord: the result has keys 'error' and 'device', which the output format keeps ...
     """
     if not isinstance(result, dict):
         raise BadRecord(f"the workload returned a {type(result).__name__}, not a dict")

@@ -34,10 +34,6 @@ RESERVED = ("error", "device", "lost", "simulated")
 INPUTS = ("seqfile", "plan")
 
 
-class BadRecord(Exception):
-    """The record cannot be processed: the message becomes its ``error`` output line; the job goes on."""
-
-
 class Option:
     """One command-line option of a workload, with the limit it is checked against once per job.
 
@@ -173,7 +169,8 @@ class Workload:
         """Run once per task process before its first record: load models, tables, compile kernels."""
 
     def load(self, key, value, o):
-        """The record's value as :meth:`cpu` takes it (per :attr:`decode`); :class:`BadRecord` if it cannot be."""
+        """The record's value as :meth:`cpu` takes it (per :attr:`decode`); a
+        :class:`~gpumr.core.badrecord.BadRecord` if it cannot be."""
         if self.decode == "raw":
             return value
         from .images import decode_image

@@ -11,7 +11,8 @@ one volume (:mod:`gpumr.ct.slices`).
 """
 
 from .. import limits
-from ..core.workload import BadRecord, Option, Workload
+from ..core.badrecord import BadRecord
+from ..core.workload import Option, Workload
 from ..errors import GpumrError
 from . import FILTERS
 from . import geometry as geom

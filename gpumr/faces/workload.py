@@ -64,7 +64,7 @@ class Faces(Workload):
 
     def load(self, key, value, o):
         if not isinstance(value, (bytes, bytearray, memoryview)):
-            from ..core.workload import BadRecord
+            from ..core.badrecord import BadRecord
             raise BadRecord(f"value is a {type(value).__name__}, not image bytes")
         return decode_gray(value, self.pyramid.max_pixels, check=self.pyramid.check)
 

@@ -184,7 +184,7 @@ class Task:
         try:
             return output.line(key, value)
         except (TypeError, ValueError) as exc:
-            from ..core.workload import BadRecord
+            from ..core.badrecord import BadRecord
             raise BadRecord(f"the result is not JSON: {exc}") from None
 
     def _processor_for(self, chooser):

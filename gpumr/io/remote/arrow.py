@@ -7,9 +7,7 @@ import os
 import posixpath
 
 from ...errors import GpumrError, redact
-from .location import (READ_BUFFER, Unavailable, _Checked, _errors, _first_line,
-                       _hidden, shown)
-from .location import HDFS_SCHEMES
+from .base import HDFS_SCHEMES, READ_BUFFER, Checked, Unavailable, errors, first_line, hidden, shown
 
 
 def connect(kind, authority):
@@ -29,7 +27,7 @@ def connect(kind, authority):
                 return fs.HadoopFileSystem(f"viewfs://{host}", int(port or 0))
             return fs.HadoopFileSystem(f"hdfs://{host}" if host else "default", int(port or 0))
     except (OSError, ValueError) as exc:
-        raise Unavailable(f"pyarrow cannot reach {kind}://{redact(authority)}: {_first_line(exc)}") from None
+        raise Unavailable(f"pyarrow cannot reach {kind}://{redact(authority)}: {first_line(exc)}") from None
     raise Unavailable(f"pyarrow has no filesystem for {kind}://")
 
 
@@ -68,7 +66,7 @@ class Arrow:
             raise GpumrError(f"{shown(loc)}: no such file or directory")
         found = self.fs.get_file_info(FileSelector(inner))
         return sorted(((loc.child(i.base_name), i.size) for i in found
-                       if i.type == FileType.File and not _hidden(i.base_name)), key=lambda e: e[0].text)
+                       if i.type == FileType.File and not hidden(i.base_name)), key=lambda e: e[0].text)
 
     def entries(self, loc):
         from pyarrow.fs import FileSelector, FileType
@@ -88,10 +86,10 @@ class Arrow:
 
     @contextlib.contextmanager
     def open_input(self, loc, buffer_size, follow):
-        with _errors(loc):
+        with errors(loc):
             raw = self.fs.open_input_file(self.inner(loc))
             size = raw.size()
-        with io.BufferedReader(_Checked(raw, loc, size), buffer_size) as f:  # each refill is one ranged read
+        with io.BufferedReader(Checked(raw, loc, size), buffer_size) as f:  # each refill is one ranged read
             yield f
 
     def create(self, loc):

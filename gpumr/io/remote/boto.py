@@ -5,8 +5,10 @@ import io
 import os
 
 from ...errors import GpumrError
-from .location import _IMPLS
-from .location import (_Checked, _errors, _hidden, shown)
+from .base import Checked, errors, hidden, shown
+
+# One client per bucket in this process.
+_CLIENTS = {}
 
 
 class Boto:
@@ -20,14 +22,14 @@ class Boto:
     @classmethod
     def get(cls, loc):
         key = ("boto", loc.authority)
-        impl = _IMPLS.get(key)
+        impl = _CLIENTS.get(key)
         if impl is None:
             try:
                 import boto3
             except ImportError:
                 raise GpumrError(f"{shown(loc)}: an S3 key with an empty path component ('//'), which pyarrow "
                                  "cannot name; pip install boto3 to reach it, or give the object another key") from None
-            impl = _IMPLS[key] = cls(boto3.client("s3"), loc.authority)
+            impl = _CLIENTS[key] = cls(boto3.client("s3"), loc.authority)
         return impl
 
     def inner(self, loc):
@@ -58,7 +60,7 @@ class Boto:
         if kind is None:
             raise GpumrError(f"{shown(loc)}: no such file or directory")
         return sorted(((loc.child(rel), size) for rel, size in self._keys(loc)
-                       if "/" not in rel and rel and not _hidden(rel)), key=lambda e: e[0].text)
+                       if "/" not in rel and rel and not hidden(rel)), key=lambda e: e[0].text)
 
     def entries(self, loc):
         files = {rel: size for rel, size in self._keys(loc) if rel}
@@ -71,11 +73,11 @@ class Boto:
 
     @contextlib.contextmanager
     def open_input(self, loc, buffer_size, follow):
-        with _errors(loc):
+        with errors(loc):
             kind, size = self.stat(loc)
             if kind != "file":
                 raise GpumrError(f"{shown(loc)}: no such file")
-        with io.BufferedReader(_Checked(BotoRanges(self, loc.path), loc, size), buffer_size) as f:
+        with io.BufferedReader(Checked(BotoRanges(self, loc.path), loc, size), buffer_size) as f:
             yield f
 
     def create(self, loc):
@@ -110,7 +112,7 @@ class Boto:
 
 
 class BotoRanges:
-    """``read_at`` through ranged GETs (what :class:`_Checked` needs)."""
+    """``read_at`` through ranged GETs (what :class:`Checked` needs)."""
 
     def __init__(self, impl, key):
         self.impl, self.key = impl, key

@@ -9,8 +9,7 @@ import subprocess
 import tempfile
 
 from ...errors import GpumrError, redact
-from .location import (_first_line,
-                       _hidden, locate, shown)
+from .base import first_line, hidden, shown
 
 
 class Hadoop:
@@ -54,7 +53,7 @@ class Hadoop:
         if found == [base]:  # a file
             return [(loc, None)]
         direct = [u for u in found if u.startswith(base + "/") and "/" not in u[len(base) + 1:]]
-        return [(locate(u), None) for u in sorted(direct) if not _hidden(posixpath.basename(u))]
+        return [(loc.child(posixpath.basename(u)), None) for u in sorted(direct) if not hidden(posixpath.basename(u))]
 
     def entries(self, loc):
         raise GpumrError(f"{shown(loc)}: {self.reason}; gpumr lists folders there through pyarrow only")
@@ -119,7 +118,7 @@ def _why(said, exc):
         text = text.replace("STDERR: ", "").strip()
         if text and not any(w in text for w in (" WARN ", " INFO ", "WARNING:")) and not text.startswith(">"):
             return redact(text)[:300]
-    return _first_line(exc)
+    return first_line(exc)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,7 @@ import stat as _stat
 
 
 from ...errors import GpumrError
-from .location import (READ_FLAGS, _hidden, kind, shown)
+from .base import READ_FLAGS, hidden, kind, shown
 
 
 class Local:
@@ -35,7 +35,7 @@ class Local:
     def list_files(self, loc):
         p = loc.local
         if os.path.isdir(p):
-            names = sorted(n for n in os.listdir(p) if not _hidden(n))
+            names = sorted(n for n in os.listdir(p) if not hidden(n))
             found = [loc.child(n) for n in names if not os.path.isdir(os.path.join(p, n))]
         elif os.path.lexists(p):
             found = [loc]

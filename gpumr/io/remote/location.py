@@ -6,73 +6,20 @@ import io
 import os
 import re
 import shutil
-import stat as _stat
 
 from seqfile.atomic import AtomicFile, temp_name
 
-from ...errors import GpumrError, printable, redact
+from ...errors import GpumrError, redact
+from .base import READ_BUFFER, Unavailable, errors, first_line, shown
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
-HDFS_SCHEMES = ("hdfs", "viewfs")
-#: Bytes fetched per ranged read of a remote file (the read buffer): large enough that S3's
-#: per-request latency is a small part of the time, small enough to hold per task.
-READ_BUFFER = 4 << 20
-#: The largest object S3 copies in one request (CopyObject); publishing is a copy there.
-S3_COPY_LIMIT = 5 << 30
-#: Flags to open a local input for reading: never through a symbolic link, never blocking on a FIFO.
-READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 #: A glob matching every URI (mrjob's manifest patterns), for the engines that hand URIs to their tasks.
 ANY_URI = "*://*"
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-
-# One implementation per (scheme kind, bucket or namenode) in this process: making one costs a
-# request (S3 asks the bucket for its region) or a JVM (HDFS).
-_IMPLS = {}
-
-
-def kind(mode):
-    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO", "a folder", ...)."""
-    for test, words in ((_stat.S_ISREG, "a regular file"), (_stat.S_ISDIR, "a folder"),
-                        (_stat.S_ISLNK, "a symbolic link"), (_stat.S_ISFIFO, "a FIFO (named pipe)"), (_stat.S_ISSOCK, "a socket"),
-                        (_stat.S_ISCHR, "a character device"), (_stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return words
-    return "not a regular file"
-
-
-class Unavailable(GpumrError):
-    """pyarrow cannot serve a URI from here; the message says why, without the URI (``hadoop fs`` may still)."""
-
-
-class ReadFailed(GpumrError):
-    """A read of a file failed part-way (it changed, shrank or went away while it was read).
-
-    Attributes
-    ----------
-    offset : int
-        Where in the file the failed read began.
-    """
-
-    def __init__(self, message, offset):
-        super().__init__(message)
-        self.offset = offset
-
-
-def shown(text):
-    """``text`` (a path or URI) as every message shows it: user-info hidden, on one line."""
-    return printable(redact(text.text if isinstance(text, Location) else os.fspath(text)))
-
-
-def _first_line(exc):
-    text = str(exc).strip() or type(exc).__name__
-    return redact(text.splitlines()[0])
-
-
-def _hidden(name):
-    """Whether a file name is one Hadoop's input formats pass over (``_SUCCESS``, ``.crc``, temporaries)."""
-    return name.startswith((".", "_"))
-
+# One backend per (scheme kind, bucket or namenode) in this process: making one costs a request (S3 asks the bucket
+# for its region) or a JVM (HDFS).
+_BACKENDS = {}
 
 # -- the parser ----------------------------------------------------------------------------------
 class Location:
@@ -196,8 +143,8 @@ class Location:
     def inner(self):
         return self.impl.inner(self)
 
-    def _errors(self):
-        return _errors(self)
+    def errors(self):
+        return errors(self)
 
     def unavailable(self):
         """Why pyarrow cannot serve this location here (a sentence), or None when it can (or it is local)."""
@@ -213,12 +160,12 @@ class Location:
     def stat(self):
         """``("file", size)``, ``("folder", None)``, ``(None, None)`` (nothing there) or ``(words, None)`` for
         another kind of local file ("a FIFO (named pipe)")."""
-        with _errors(self):
+        with errors(self):
             return self.impl.stat(self)
 
     def exists(self):
         """Whether anything is here."""
-        with _errors(self):
+        with errors(self):
             return self.impl.exists(self)
 
     def list_files(self):
@@ -233,7 +180,7 @@ class Location:
         GpumrError
             If nothing is here, or it cannot be listed.
         """
-        with _errors(self):
+        with errors(self):
             return self.impl.list_files(self)
 
     def tree(self):
@@ -243,7 +190,7 @@ class Location:
     def entries(self):
         """Every entry under this folder, hidden ones too, a folder before what it holds, no link followed:
         ``[(relative path, what, size)]``, ``what`` "file", "folder" or another kind in words ("a symbolic link")."""
-        with _errors(self):
+        with errors(self):
             return self.impl.entries(self)
 
     def is_link(self):
@@ -252,7 +199,7 @@ class Location:
 
     def remove_empty_folder(self):
         """Remove this folder if nothing is in it (S3: its folder marker); return whether nothing is here now."""
-        with _errors(self):
+        with errors(self):
             return self.impl.remove_empty_folder(self)
 
     @contextlib.contextmanager
@@ -286,7 +233,7 @@ class Location:
         On S3 the object appears whole when the stream closes; elsewhere the
         file is there from the start, so write it under a hidden name.
         """
-        with _errors(self):
+        with errors(self):
             stream = self.impl.create(self)
             try:
                 yield stream
@@ -313,11 +260,11 @@ class Location:
             except FileExistsError:
                 raise
             except OSError as exc:
-                raise GpumrError(f"{self.shown}: {exc.strerror or _first_line(exc)}") from None
+                raise GpumrError(f"{self.shown}: {exc.strerror or first_line(exc)}") from None
             return
         if self.exists() and not (may_replace and may_replace(self)):
             raise FileExistsError(0, "exists", self.text)
-        with _errors(self):
+        with errors(self):
             if self.publish_mode == "copy":  # an object appears whole when its stream closes
                 with self.open_output() as out:
                     shutil.copyfileobj(f, out, READ_BUFFER)
@@ -350,28 +297,28 @@ class Location:
 
     def make_folder(self):
         """Make this folder and its parents (nothing on S3, where folders are only key prefixes)."""
-        with _errors(self):
+        with errors(self):
             self.impl.make_folder(self)
 
     def upload(self, local):
         """Copy the local file, or folder of files (sub-folders kept), ``local`` here (nothing must be here)."""
-        with _errors(self):
+        with errors(self):
             self.impl.upload(local, self)
 
     def copy(self, dst):
         """Copy this file to ``dst`` (same filesystem), replacing a file there (S3: one server-side copy, at most
         :data:`S3_COPY_LIMIT` bytes; the new object appears whole)."""
-        with _errors(self):
+        with errors(self):
             self.impl.copy(self, locate(dst))
 
     def move(self, dst):
         """Rename this file or folder to ``dst`` (same filesystem), where nothing must be."""
-        with _errors(self):
+        with errors(self):
             self.impl.move(self, locate(dst))
 
     def delete(self):
         """Delete the file or folder (with all it holds) here, if anything is here."""
-        with _errors(self):
+        with errors(self):
             self.impl.delete(self)
 
 
@@ -463,83 +410,16 @@ def _choose(loc):
         return LOCAL
     scheme = "s3" if loc.scheme in S3_SCHEMES else loc.scheme
     key = (scheme, loc.authority)
-    impl = _IMPLS.get(key)
+    impl = _BACKENDS.get(key)
     if impl is None:
         try:
             impl = Arrow(connect(scheme, loc.authority))
         except Unavailable as exc:
             impl = Hadoop(str(exc))
-        _IMPLS[key] = impl
+        _BACKENDS[key] = impl
     if scheme == "s3" and "//" in loc.path.rstrip("/") and isinstance(impl, Arrow):
         return Boto.get(loc)  # a key pyarrow cannot name
     return impl
-
-
-@contextlib.contextmanager
-def _errors(loc):
-    """Turn the filesystem's errors about ``loc`` into one-line :class:`GpumrError`\\ s naming it (redacted)."""
-    try:
-        yield
-    except GpumrError:
-        raise
-    except FileNotFoundError:
-        raise GpumrError(f"{shown(loc)}: no such file or directory") from None
-    except (OSError, ValueError) as exc:  # (pyarrow's ArrowInvalid is a ValueError)
-        raise GpumrError(f"{shown(loc)}: {getattr(exc, 'strerror', None) or _first_line(exc)}") from None
-
-
-class _Checked(io.RawIOBase):
-    """A remote file's reads with their failures typed: :class:`ReadFailed` naming the file and the offset.
-
-    A file that shrinks under a reader makes S3 answer a ranged read with
-    HTTP 416, HDFS with an EOF error; either is one line here.
-    """
-
-    def __init__(self, raw, loc, size):
-        self._raw, self._loc, self._size, self._pos = raw, loc, size, 0
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def seek(self, pos, whence=os.SEEK_SET):
-        self._pos = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence] + pos
-        return self._pos
-
-    def tell(self):
-        return self._pos
-
-    def readinto(self, b):
-        n = min(len(b), max(self._size - self._pos, 0))
-        if n == 0:
-            return 0
-        try:
-            data = self._raw.read_at(n, self._pos)
-        except (OSError, ValueError) as exc:
-            raise self._failed(n, _first_line(exc)) from None
-        if len(data) != n:
-            raise self._failed(n, f"{len(data)} bytes came")
-        b[:n] = data
-        self._pos += n
-        return n
-
-    def _failed(self, n, why):
-        try:
-            now = self._loc.stat()[1]
-        except GpumrError:
-            now = None
-        change = (f"it is {now} bytes now, {self._size} when opened" if now is not None and now != self._size
-                  else "it changed or went away while it was read")
-        return ReadFailed(f"{shown(self._loc)}: reading bytes {self._pos}..{self._pos + n} failed ({change}; {why})",
-                          self._pos)
-
-    def close(self):
-        try:
-            self._raw.close()
-        finally:
-            super().close()
 
 
 # -- the same operations by path or URI (each parses once and calls the location) ------------------

@@ -1,0 +1,14 @@
+"""The one exception of the workload contract: a record that cannot be processed.
+
+Its own module, below both :mod:`.workload` and :mod:`.images`, which raise it.
+"""
+
+
+class BadRecord(Exception):
+    """The record cannot be processed: the message becomes its ``error`` output line; the job goes on.
+
+    Examples
+    --------
+    >>> str(BadRecord("truncated PNG"))
+    'truncated PNG'
+    """
