@@ -580,8 +580,10 @@ def make_all(app):
     """Make every figure (the builder's start): the workloads' examples two at a time, and the drawings."""
     import matplotlib
     matplotlib.use("Agg")
-    # (furo's accessible-pygments sets the root logger to INFO: matplotlib's first font scan would say so)
+    # furo's accessible-pygments sets the root logger to INFO: matplotlib's first font scan would say so, and warn
+    # that it builds its font cache (on a fresh machine: not a problem of the docs)
     pylogging.getLogger("matplotlib").setLevel(pylogging.WARNING)
+    pylogging.getLogger("matplotlib.font_manager").setLevel(pylogging.ERROR)
     os.makedirs(OUT, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpumr-docs-figures-") as work:
