@@ -120,6 +120,7 @@ def draw(data, out):
     heights = ([3.3] if measured else []) + ([sum(0.34 * len(p["phases"]) + 1.0 for p in model.values())]
                                              if model else [])
     fig = plt.figure(figsize=(8.0, sum(heights) + 0.9), layout="constrained")
+    fig.get_layout_engine().set(hspace=0.06)
     parts = fig.subfigures(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0]
     if measured:
         axes = parts[0].subplots(1, len(measured), squeeze=False)[0]
