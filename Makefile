@@ -15,7 +15,9 @@ $(VENV)/.ready: setup.cfg setup.py
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	touch $@
 
+# (build/ is setuptools' staging copy: a module moved or removed in the checkout would stay in it, and in the wheel)
 install: $(VENV)/.ready
+	rm -rf build
 	$(PY) -m pip install -q --no-build-isolation '.[dev]'
 	@echo "gpumr is installed in $(VENV): run '. $(VENV)/bin/activate' to have the gpumr command on PATH"
 
@@ -52,6 +54,7 @@ $(FLINK_VENV)/.ready: setup.cfg setup.py
 	touch $@
 
 flink-env: $(FLINK_VENV)/.ready
+	rm -rf build
 	$(FLINK_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation .
 
 # -W: a warning (a broken link, a command missing from the reference) fails the build; --keep-going lists them all.

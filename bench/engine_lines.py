@@ -1,9 +1,10 @@
 """Lines of code per engine module: what each engine holds of its own, now and at an earlier revision.
 
-An engine should hold only what differs between engines (its options, how
-it submits and ends tasks); what they share lives in the launcher
-(``gpumr/launch/``), the task runtime (``gpumr/tasks/``) and the engines'
-shared modules (``base``, ``mapreduce``, ``processes``). A code line is a
+An engine (a package ``gpumr/engines/NAME/``) should hold only what differs
+between engines (its options, how it submits and ends tasks); what they
+share lives in the launcher (``gpumr/launch/``), the task runtime
+(``gpumr/tasks/``) and the engines' shared modules, the files directly in
+``gpumr/engines/`` (``base``, ``mapreduce``, ``processes``, ``start``, ``jvm``). A code line is a
 line with a token of code on it: blank lines, comments and docstrings do not
 count (they are the reader's, not the engine's).
 
@@ -20,13 +21,22 @@ import tokenize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINES = os.path.join("gpumr", "engines")
-#: The engines' shared modules (not an engine's own).
-SHARED = ("__init__.py", "base.py", "mapreduce.py", "processes.py", "bundle.py", "jvm.py")
+
+
+def shared(name):
+    """Whether the module file ``name`` (a path in the engines' folder) is shared: directly in the folder."""
+    return "/" not in name
 
 
 def family(name):
-    """The engine a module file belongs to: ``radical_pilot.py`` and ``radical.py`` are ``radical``'s."""
-    return name[:-3].split("_")[0]
+    """The engine a module file belongs to: ``radical/pilot.py`` is ``radical``'s; a shared one its own name's.
+
+    Examples
+    --------
+    >>> family("radical/pilot.py"), family("jvm.py")
+    ('radical', 'jvm')
+    """
+    return name.split("/")[0].removesuffix(".py")
 
 
 def code_lines(source):
@@ -56,9 +66,10 @@ def modules(rev=None):
     """``{module file name: source}`` of the engines' folder, in the work tree or at git revision ``rev``."""
     if rev is None:
         folder = os.path.join(REPO, ENGINES)
-        return {n: open(os.path.join(folder, n), encoding="utf-8").read()
-                for n in sorted(os.listdir(folder)) if n.endswith(".py")}
-    names = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:{ENGINES}"], cwd=REPO, check=True,
+        names = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder)
+                       for f in files if f.endswith(".py"))
+        return {n: open(os.path.join(folder, n), encoding="utf-8").read() for n in names}
+    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", f"{rev}:{ENGINES}"], cwd=REPO, check=True,
                            capture_output=True, text=True).stdout.split()
     return {n: subprocess.run(["git", "show", f"{rev}:{ENGINES}/{n}"], cwd=REPO, check=True, capture_output=True,
                               text=True).stdout for n in names if n.endswith(".py")}
@@ -71,17 +82,17 @@ def main(argv=None):
     sources = modules()
     now = {n: code_lines(s) for n, s in sources.items()}
     before = {n: code_lines(s) for n, s in modules(a.base).items()} if a.base else {}
-    print(f"{'module':<17} {'kind':<7} {'lines':>6} {'code lines':>10}" + (f" {'at ' + a.base:>12}" if a.base else ""))
+    print(f"{'module':<20} {'kind':<7} {'lines':>6} {'code lines':>10}" + (f" {'at ' + a.base:>12}" if a.base else ""))
     for name in sorted(set(now) | set(before)):
-        kind = "shared" if name in SHARED else "engine"
+        kind = "shared" if shared(name) else "engine"
         lines = len(sources[name].splitlines()) if name in sources else "-"
-        row = f"{name:<17} {kind:<7} {lines:>6} {now.get(name, '-'):>10}"
+        row = f"{name:<20} {kind:<7} {lines:>6} {now.get(name, '-'):>10}"
         print(row + (f" {before.get(name, '-'):>12}" if a.base else ""))
-    largest = max((v, n) for n, v in now.items() if n not in SHARED)
+    largest = max((v, n) for n, v in now.items() if not shared(n))
     print(f"largest engine module: {largest[1]} with {largest[0]} code lines")
     totals = {}
     for name, n in now.items():
-        if name not in SHARED:
+        if not shared(name):
             totals[family(name)] = totals.get(family(name), 0) + n
     print("code lines per engine, its modules together: "
           + ", ".join(f"{e} {n}" for e, n in sorted(totals.items(), key=lambda t: t[1])))

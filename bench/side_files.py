@@ -24,7 +24,7 @@ import time
 
 from _common import table
 
-from gpumr.engines import dask_ship
+from gpumr.engines.dask import sidefiles as dask_ship
 from gpumr.launch.ship import SideFile
 
 

@@ -2,7 +2,7 @@
 
 Each entry point runs inside :func:`guard` (``gpumr``, ``python -m
 gpumr.jobs.X`` and the tasks mrjob starts with it, ``python -m
-gpumr.engines.spark``, ``gpumr scheduler serve``):
+gpumr.cli.spark_submit``, ``gpumr scheduler serve``):
 
 - any exception ends in ONE line on stderr, ``gpumr: error: ...``, passed
   through :func:`gpumr.errors.redact` (a URI's user-info never shows),

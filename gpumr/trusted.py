@@ -1,7 +1,8 @@
 """Trusted paths: the one rule for every folder gpumr reads code or state from, or keeps state in.
 
-Lease and socket folders, the kernel cache (host libraries and fatbins) and
-progress folders all pass here before gpumr trusts them (the EMR bootstrap
+Lease and socket folders, the kernel cache (host libraries and fatbins),
+progress folders and the code gpumr runs (a user's workload module,
+:func:`read_code`) all pass here before gpumr trusts them (the EMR bootstrap
 restates the same rule in shell for its run folder and virtual environment,
 see ``conf/bootstrap-gpu-node.sh``). The rule:
 
@@ -114,7 +115,7 @@ def _judge_folder(st, shown, what, shared):
                             f"(it must be 0700; remove it or chmod 700 it)")
         if not mode & stat.S_ISVTX:
             raise Untrusted(f"{shown}: refusing it for {what}: mode {mode:04o} lets others write in it without "
-                            f"the sticky bit, so they could replace what gpumr keeps there (chmod +t it, "
+                            f"the sticky bit, so they could replace the files gpumr uses there (chmod +t it, "
                             f"e.g. 1770 or 3770 for a group)")
     return st
 
@@ -159,10 +160,11 @@ def open_folder(path, what, *, shared=False):
     return fd
 
 
-def read_at(dir_fd, name, limit, *, what="a file"):
+def read_at(dir_fd, name, limit, *, what="a file", shown=None):
     """The bytes (at most ``limit``) of regular file ``name`` in the folder open as ``dir_fd`` (:func:`open_folder`),
-    opened under the rule (no link, non-blocking, ``fstat``-checked, yours or root's)."""
-    fd = open_regular(name, dir_fd=dir_fd, what=what)
+    opened under the rule (no link, non-blocking, ``fstat``-checked, yours or root's); ``shown``: its name in
+    messages (default ``name``)."""
+    fd = open_regular(name, dir_fd=dir_fd, what=what, shown=shown)
     try:
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(limit)
@@ -199,7 +201,7 @@ def ensure_folder(path, what, *, shared=False):
     return path
 
 
-def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False, dir_fd=None):
+def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False, dir_fd=None, shown=None):
     """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked).
 
     Parameters
@@ -213,6 +215,8 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owne
         yours or root's.
     dir_fd : int, optional
         ``path`` is a name in this open folder (:func:`open_folder`).
+    shown : str, optional
+        The file's name in messages (default ``path``).
 
     Raises
     ------
@@ -221,7 +225,7 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owne
     OSError
         As ``os.open`` (a missing file without ``O_CREAT`` included).
     """
-    shown = printable(path)
+    shown = printable(path if shown is None else shown)
     try:
         fd = os.open(path, flags | OPEN_FLAGS, mode, dir_fd=dir_fd)
     except OSError as exc:
@@ -251,6 +255,54 @@ def read_regular(path, limit, *, what="a file"):
             return f.read(limit)
     finally:
         os.close(fd)
+
+
+def read_code(path, limit, *, what="code to run"):
+    """The source (at most ``limit`` bytes) of the file of code ``path`` that gpumr is to run, read under the rule.
+
+    Code is trusted as a file in a shared folder is: its folder is a real
+    folder (not a link), yours or root's, and not writable by others unless
+    it has the sticky bit (as ``/tmp`` has, where nobody may replace a file
+    of yours); the file is a regular file, not a link, yours or root's. The
+    folder is opened once and the file read relative to it, so that what
+    was judged is what runs.
+
+    Raises
+    ------
+    Untrusted
+        Naming the file or its folder and the reason, a file over ``limit``
+        bytes included.
+    FileNotFoundError
+        For a missing file.
+
+    Examples
+    --------
+    >>> folder = private_temp_dir("gpumr-example-")
+    >>> with open(os.path.join(folder, "mine.py"), "w") as f:
+    ...     _ = f.write("X = 1\\n")
+    >>> read_code(os.path.join(folder, "mine.py"), 1 << 20)
+    b'X = 1\\n'
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    shown = printable(folder)
+    try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):
+            raise Untrusted(f"{shown}: refusing it for {what}: it is a symlink (name the folder it points to)")
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise FileNotFoundError(exc.errno, exc.strerror, path) from None
+        raise Untrusted(f"{shown}: cannot use it for {what} ({exc.strerror})") from None
+    try:
+        _judge_folder(os.fstat(fd), shown, what, shared=True)
+        data = read_at(fd, name, limit + 1, what=what, shown=path)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise Untrusted(f"{printable(path)}: refusing {what} of over {limit} bytes")
+    return data
 
 
 def private_temp_dir(prefix="gpumr-"):

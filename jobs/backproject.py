@@ -5,7 +5,7 @@ Run ``python -m gpumr.jobs.backproject -r local --projections proj.seq --slab 16
 ``gpumr ct assemble out/ -o volume.npy``. The workload: :class:`gpumr.ct.workload.Backproject`.
 """
 
-from gpumr.engines.mrjob_job import MRWorkload
+from gpumr.engines.mrjob.job import MRWorkload
 
 
 class MRBackproject(MRWorkload):

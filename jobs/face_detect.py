@@ -6,7 +6,7 @@ one line per record, ``"key"<TAB>{"faces": [[x, y, w, h], ...], "device": "cpu"|
 "height": H}`` or ``{"error": "..."}``, sorted by key. The workload: :class:`gpumr.faces.workload.Faces`.
 """
 
-from gpumr.engines.mrjob_job import MRWorkload
+from gpumr.engines.mrjob.job import MRWorkload
 
 
 class MRFaceDetect(MRWorkload):

@@ -57,13 +57,13 @@ def one_error_line(proc, *words):
     (["-m", "gpumr.jobs.backproject", "plan", "--output-dir", "o"], ["backproject makes its own records"]),
     (["-m", "gpumr.jobs.face_detect", "missing.seq", "--output-dir", "o"], ["missing.seq"]),
     (["-m", "gpumr", "spark", "faces", "x.seq"], ["-o OUT is required"]),
-    (["-m", "gpumr.engines.spark"], ["give the workload first"]),
-    (["-m", "gpumr.engines.mrjob_task"], ["the task script mrjob's runners start"]),
-    (["-m", "gpumr.engines.mrjob_task", "--step-num=0", "--mapper", "--no-such"], ["--no-such", "mrjob_task.py"]),
-    (["-m", "gpumr.engines.mrjob_task", "--step-num=0", "--combiner"], ["--mapper --reducer is required"]),
+    (["-m", "gpumr.cli.spark_submit"], ["give the workload first"]),
+    (["-m", "gpumr.engines.mrjob.task"], ["the task script mrjob's runners start"]),
+    (["-m", "gpumr.engines.mrjob.task", "--step-num=0", "--mapper", "--no-such"], ["--no-such", "gpumr.engines.mrjob.task"]),
+    (["-m", "gpumr.engines.mrjob.task", "--step-num=0", "--combiner"], ["--mapper --reducer is required"]),
     (["-m", "gpumr", "run", "faces", "x.seq", "-o", "o", "--engine", "inline", "--dry-run", "--no-such"],
      ["--no-such"]),
-    (["-m", "gpumr.engines.spark", "faces", "x.seq"], ["-o OUT is required"]),
+    (["-m", "gpumr.cli.spark_submit", "faces", "x.seq"], ["-o OUT is required"]),
 ])
 def test_every_error_is_one_line_and_exit_status_1(tmp_path, argv, words):
     """Usage errors were argparse's exit status 2 (gpumr sample -n 0, gpumr ls --max-record-size 2GiB, the

@@ -385,7 +385,7 @@ def spied(_real=forkserver.ensure_running):
     pid = forkserver._forkserver._forkserver_pid
     if not seen:
         seen.append((pid, numpy, cmdline(pid)))
-forkserver.ensure_running = spied  # (as gpumr.engines.processes.fork_server calls it)
+forkserver.ensure_running = spied  # (as gpumr.engines.dask.cluster.fork_server calls it)
 try:
     launch(sys.argv[1:])
 except GpumrError as exc:
@@ -460,12 +460,12 @@ class Settings(Workload):
 
 def test_an_embedded_clusters_workers_run_without_the_dashboards_sampling(packed, tmp_path):
     """The embedded cluster's workers do not sample their threads' stacks for a dashboard nobody is shown
-    (:data:`gpumr.engines.dask.EMBEDDED_CONFIG`): with Dask's defaults, two busy workers on 2 cores ran a pure-Python
+    (:data:`gpumr.engines.dask.cluster.EMBEDDED_CONFIG`): with Dask's defaults, two busy workers on 2 cores ran a pure-Python
     task 5-7% slower."""
     import subprocess
     import sys
 
-    from gpumr.engines.dask import EMBEDDED_CONFIG
+    from gpumr.engines.dask.cluster import EMBEDDED_CONFIG
     (tmp_path / "settings.py").write_text(SETTINGS)
     proc = subprocess.run([sys.executable, "-m", "gpumr", "run", "settings.py:Settings", packed, "-o",
                            str(tmp_path / "out"), "--engine", "dask", "--workers", "1", "-q"], cwd=tmp_path,

@@ -96,7 +96,7 @@ def test_hadoop_splits_input_path_gives_identical_output(hadoop, packed, tmp_pat
     for i, chunk in enumerate((lines[:3], lines[3:])):
         (text_dir / f"split-{i}.txt").write_text("\n".join(chunk) + "\n")
     # The task script's mapper over those lines (what Hadoop runs with --hadoop-splits), under mrjob's inline runner.
-    from gpumr.engines.mrjob_job import MRWorkload
+    from gpumr.engines.mrjob.job import MRWorkload
     from gpumr.launch.job import job_folder
     from gpumr.launch.plan import make_plan
     with job_folder() as folder:

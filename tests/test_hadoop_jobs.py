@@ -190,7 +190,7 @@ def test_whole_files_through_the_manifest_on_a_bare_python_from_the_bundle(broke
     on this one and only the bundle's checks are skipped (said in the test's
     output).
     """
-    from gpumr.engines.bundle import ARCHIVE, NAME
+    from gpumr.engines.mrjob.bundle import ARCHIVE, NAME
     from gpumr.jobs.face_detect import MRFaceDetect
     inputs, offsets = broken_inputs
     version = _bare_python()

@@ -117,7 +117,7 @@ def test_side_files_reach_a_running_cluster_in_chunks_and_stay_on_the_workers_no
 
     from distributed import Client
 
-    from gpumr.engines import dask_ship
+    from gpumr.engines.dask import sidefiles as dask_ship
     seq, direct = ct_phantom(tmp_path, 12, 16)
     assert os.path.getsize(seq) > 4 * 1024
     monkeypatch.setattr(dask_ship, "CHUNK", 1024)  # (the launcher cuts the chunks: here, in this process)
@@ -155,7 +155,7 @@ def test_a_worker_that_joins_later_fetches_a_side_file_from_one_that_holds_it(sc
 
     from distributed import Client
 
-    from gpumr.engines import dask_ship
+    from gpumr.engines.dask import sidefiles as dask_ship
     from gpumr.errors import GpumrError
     data = os.urandom(3 * dask_ship.CHUNK + 123)
     name = f"{hashlib.sha256(data).hexdigest()[:24]}-later.bin"
@@ -375,7 +375,7 @@ def test_a_ctrl_c_as_the_job_folder_is_made_leaves_nothing_in_tmpdir(tmp_path, m
 
 # ---- class 7: not one line -------------------------------------------------------------------------------
 def test_the_task_script_and_dry_runs_are_one_line_or_a_plan(tmp_path, packed):
-    proc = subprocess.run([sys.executable, "-m", "gpumr.engines.mrjob_task", "--gpumr-spec", "x"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "gpumr.engines.mrjob.task", "--gpumr-spec", "x"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert "the task script mrjob's runners start" in one_line(proc)
     for engine in ("inline", "dask"):
@@ -477,7 +477,7 @@ def test_a_local_job_on_simulated_gpus_leaves_nothing_in_any_temp_folder(tmp_pat
     assert proc.returncode == 0 and " 12 on GPU" in proc.stderr, proc.stderr[-3000:]
     assert os.listdir(tmp) == []
     user = getpass.getuser()
-    made = [n for n in os.listdir("/tmp") if n.startswith(f"wrapper.lock.mrjob_task.{user}.")
+    made = [n for n in os.listdir("/tmp") if n.startswith(f"wrapper.lock.task.{user}.")
             and os.stat(os.path.join("/tmp", n)).st_mtime >= started - 1]
     assert made == []
 

@@ -112,30 +112,79 @@ def engine_lines():
     return module
 
 
+ENGINES = os.path.join(ROOT, "gpumr", "engines")
+
+
 def engine_of(module):
-    """The engine module family ``module`` belongs to (``gpumr.engines.radical_pilot``: ``radical``), or None
-    (a shared module of the engines, or not an engine module at all)."""
-    from gpumr.engines import MODULES
+    """The engine package ``module`` belongs to (``gpumr.engines.radical.pilot``: ``radical``), or None (a shared
+    module of the engines, or not an engine module at all)."""
     prefix = "gpumr.engines."
     if not module.startswith(prefix):
         return None
-    family = engine_lines().family(module[len(prefix):].split(".")[0] + ".py")
-    return family if family in MODULES.values() else None
+    first = module[len(prefix):].split(".")[0]
+    return first if os.path.isfile(os.path.join(ENGINES, first, "__init__.py")) else None
+
+
+def shared_modules():
+    """The engines' shared modules: the files directly in ``gpumr/engines/`` (its ``__init__`` aside)."""
+    return sorted(f"gpumr.engines.{f[:-3]}" for f in os.listdir(ENGINES) if f.endswith(".py") and f != "__init__.py")
 
 
 def test_an_engine_imports_no_other_engine():
-    """Engines share only the engines' shared modules (base, mapreduce, processes, jvm, bundle): an engine that
-    took something from another (Flink took Spark's Py4J handling) would change with it."""
+    """Engines share only the engines' shared modules: an engine that took something from another (Flink took
+    Spark's Py4J handling) would change with it."""
+    from gpumr.engines import PACKAGES
     found = [(m, p) for m, p in modules() if engine_of(m)]
-    assert {engine_of(m) for m, _ in found} >= {"mrjob", "spark", "dask", "radical", "flink"}
+    assert {engine_of(m) for m, _ in found} == set(PACKAGES.values())
     broken = [f"{os.path.relpath(path, ROOT)}:{line}: {module} imports {target}"
               for module, path in found for line, target in imports(module, path)
               if engine_of(target) not in (None, engine_of(module))]
     assert not broken, "\n".join(broken)
 
 
+def test_a_shared_module_of_the_engines_serves_two_engines_at_least():
+    """A module directly under ``gpumr/engines/`` is imported by two engine packages at least (directly, or through
+    another shared module): what serves one engine lives in that engine's package."""
+    shared = shared_modules()
+    uses = {m: set() for m in shared}  # shared module -> the shared modules it imports
+    users = {m: set() for m in shared}  # shared module -> the engines importing it directly
+    for module, path in modules():
+        for _, target in imports(module, path):
+            hit = next((m for m in shared if target == m or target.startswith(m + ".")), None)
+            if hit is None:
+                continue
+            if engine_of(module):
+                users[hit].add(engine_of(module))
+            elif module in uses:
+                uses[module].add(hit)
+    for module, path in modules():  # (the launcher hands engines the job's Start: a parameter, or job.start)
+        if engine_of(module) and _given_start(path):
+            users["gpumr.engines.start"].add(engine_of(module))
+    changed = True
+    while changed:  # (an engine importing a shared module uses what that module imports)
+        changed = False
+        for m, below in uses.items():
+            for b in below:
+                if not users[m] <= users[b]:
+                    users[b] |= users[m]
+                    changed = True
+    lonely = {m: sorted(u) for m, u in users.items() if len(u) < 2}
+    assert len(shared) >= 5 and not lonely, lonely
+
+
+def _given_start(path):
+    """Whether the code in ``path`` uses the :class:`gpumr.engines.start.Start` the launcher hands an engine: a
+    parameter named ``start``, or ``job.start``."""
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.arg) and node.arg == "start":
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "start" and getattr(node.value, "id", None) == "job":
+            return True
+    return False
+
+
 @pytest.mark.parametrize("module, engine", [
-    ("gpumr.engines.radical_pilot", "radical"), ("gpumr.engines.mrjob_job.MRWorkload", "mrjob"),
+    ("gpumr.engines.radical.pilot", "radical"), ("gpumr.engines.mrjob.job.MRWorkload", "mrjob"),
     ("gpumr.engines.jvm", None), ("gpumr.engines.mapreduce", None), ("gpumr.launch.job", None)])
 def test_engine_of(module, engine):
     assert engine_of(module) == engine
@@ -162,5 +211,5 @@ def test_no_engine_module_holds_more_than_200_lines_of_code():
     """An engine holds only what differs between engines (issue 35's goal: at most 200 lines of code a module,
     counted as ``bench/engine_lines.py`` counts them: no blank line, comment or docstring)."""
     lines = engine_lines()
-    counts = {name: lines.code_lines(source) for name, source in lines.modules().items() if name not in lines.SHARED}
+    counts = {name: lines.code_lines(source) for name, source in lines.modules().items() if not lines.shared(name)}
     assert len(counts) >= 6 and max(counts.values()) <= 200, counts

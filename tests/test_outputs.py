@@ -199,7 +199,7 @@ def test_reading_a_proof_sets_aside_its_size_not_the_cap(tmp_path):
 
 
 def test_build_kernels_and_bundle_refuse_a_users_file_before_any_work(tmp_path, capsys, monkeypatch):
-    from gpumr.engines.bundle import ARCHIVE
+    from gpumr.engines.mrjob.bundle import ARCHIVE
     monkeypatch.chdir(tmp_path)
     from gpumr.gpu import kernels
     (tmp_path / "k").mkdir()
@@ -289,7 +289,7 @@ def planted_tree(tmp_path):
 
 
 def declared_names():
-    from gpumr.engines.bundle import declared_files
+    from gpumr.engines.mrjob.bundle import declared_files
     names = {n for n, _ in declared_files(CHECKOUT)}
     assert names == {n for n, _ in declared_files()}  # the installed package holds just what setup.py installs
     assert {"gpumr/jobs/face_detect.py", "gpumr/cuda/haar.cu", "gpumr/conf/mrjob.local.conf",
@@ -298,7 +298,7 @@ def declared_names():
 
 
 def test_the_bundle_copies_only_declared_files_never_hidden_ones_or_links(tmp_path):
-    from gpumr.engines.bundle import copy_declared, write_archive
+    from gpumr.engines.mrjob.bundle import copy_declared, write_archive
     tree = planted_tree(tmp_path)
     site = tmp_path / "site"
     copy_declared(str(site), root=str(tree))
@@ -317,7 +317,7 @@ def test_a_real_bundle_from_a_planted_source_tree(tmp_path):
     An earlier archive that gpumr made is in the way and is replaced (the rule); a real build fetches wheels
     (from pip's cache here).
     """
-    from gpumr.engines.bundle import ARCHIVE
+    from gpumr.engines.mrjob.bundle import ARCHIVE
     tree = planted_tree(tmp_path)
     write_file(str(tmp_path / "out" / ARCHIVE), b"an earlier gpumr bundle", "gpumr bundle")
     env = dict(os.environ, PYTHONPATH=str(tree))

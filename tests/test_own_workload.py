@@ -67,7 +67,7 @@ def forget_user_modules():
     yield
     from gpumr import workloads
     for name in set(sys.modules) - before:
-        if name in ("sharp", "bright", "flaky", "escape", "tagger"):
+        if name.startswith(workloads.MODULE_PREFIX):
             del sys.modules[name]
     workloads._LOADED.clear()
 
@@ -286,3 +286,92 @@ def test_the_gpu_example_runs_on_simulated_gpus(skimage_photos, tmp_path, monkey
     assert all(v.pop("device") == "gpu:0" and v.pop("simulated") is True for v in gpu.values())
     assert all(v.pop("device") == "cpu" for v in cpu.values())
     assert gpu == cpu and any(0 < v["bright"] < v["pixels"] for v in cpu.values())
+
+
+def dist_info(site, name, entry_points, modules=()):
+    """A distribution installed by hand into ``site``: its ``.dist-info`` folder as pip writes it (METADATA,
+    entry_points.txt as given) and its modules ``[(file name, text)]``."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    for file, text in modules:
+        (site / file).write_text(text)
+
+
+COUNTER = '''
+from gpumr import Workload
+
+class Counter(Workload):
+    name = "counter"
+    summary = "bytes of each record"
+    decode = "raw"
+
+    def cpu(self, key, data, o):
+        return {"bytes": len(data)}
+'''
+
+
+def test_a_distribution_with_broken_entry_points_is_passed_over_with_one_warning(tmp_path):
+    """Another package's malformed entry_points.txt (a line with no ``=``) breaks neither ``gpumr run --help`` nor
+    ``gpumr run NAME``: it is named in one warning; an installed workload beside it is found and runs."""
+    import seqfile
+    site = tmp_path / "site"
+    dist_info(site, "broken-thing", "[console_scripts]\nbroken-thing\n")
+    dist_info(site, "gpumr-counter", "[gpumr.workloads]\ncounter = counter_mod:Counter\n",
+              [("counter_mod.py", COUNTER)])
+    with seqfile.Writer(str(tmp_path / "in.seq")) as w:
+        for i in range(3):
+            w.append(f"r{i}", b"x" * i)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    warning = re.compile(r"gpumr: warning: passing over the installed distribution broken-thing \(" +
+                         re.escape(str(site)) + r"/broken_thing-1\.0\.dist-info\): its entry points cannot be read "
+                         r"\(\w+Error: .+\)\n")
+    listed = gpumr(["run", "--help"], tmp_path, env)
+    assert listed.returncode == 0 and re.search(r"^  counter +installed: counter_mod:Counter$", listed.stdout, re.M), \
+        (listed.stdout, listed.stderr)
+    assert warning.fullmatch(listed.stderr), listed.stderr
+    proc = gpumr(["run", "counter", "in.seq", "-o", "out"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    assert warning.match(proc.stderr) and proc.stderr.count("broken-thing") == 1, proc.stderr
+    assert results(tmp_path / "out") == {f"r{i}": {"bytes": i, "device": "cpu"} for i in range(3)}
+    proc = gpumr(["run", "nothing"], tmp_path, env)
+    assert proc.returncode != 0 and warning.match(proc.stderr), proc.stderr
+    assert proc.stderr.splitlines()[1:] == ["gpumr: error: no workload 'nothing': choose one of faces, backproject, "
+                                            "blobs, watershed, counter, or give your own as MODULE:CLASS (see gpumr run "
+                                            "--help)"]
+
+
+NAMER = '''
+from gpumr import Workload
+
+class Namer(Workload):
+    name = "namer"
+    decode = "raw"
+
+    def cpu(self, key, data, o):
+        return {{"r0": {{"error": 0.25, "device": "camera-3", "size": len(data)}}, "r1": {{"lost": [1, 2]}},
+                "r2": {{"simulated": False, "size": 2}}}}.get(key, {{"size": len(data), "errors": 0}})
+'''
+
+
+@pytest.mark.parametrize("engine", ["inline", "local"])
+def test_a_result_naming_a_key_of_the_output_format_is_that_records_error_line(tmp_path, engine):
+    """``{"error": 0.25, "device": "camera-3"}`` (a residual, a camera) is never written as a good record with its
+    device overwritten, which every reader's ``"error" in value`` would count as failed: it is the record's error
+    line, saying which keys to rename, and counted as bad."""
+    import seqfile
+    work = write(tmp_path, "namer.py", NAMER.format())
+    with seqfile.Writer(str(tmp_path / "in.seq")) as w:
+        for i in range(5):
+            w.append(f"r{i}", b"x" * i)
+    proc = gpumr(["run", "namer:Namer", "in.seq", "-o", "out", "--engine", engine], work)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("gpumr: 5 records: 2 on CPU, 0 on GPU, 3 bad"), proc.stderr
+    kept = "which the output format keeps for itself (error, device, lost, simulated)"
+    assert results(tmp_path / "out") == {
+        "r0": {"error": f"the result has keys 'error' and 'device', {kept}: rename them in the workload"},
+        "r1": {"error": f"the result has key 'lost', {kept}: rename it in the workload"},
+        "r2": {"error": f"the result has key 'simulated', {kept}: rename it in the workload"},
+        "r3": {"size": 3, "errors": 0, "device": "cpu"},
+        "r4": {"size": 4, "errors": 0, "device": "cpu"}}

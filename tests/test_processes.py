@@ -122,7 +122,7 @@ def _alive(pid):
 
 def test_on_threads_runs_every_call_once_at_most_n_at_a_time(tmp_path):
     import threading
-    from gpumr.engines.processes import on_threads
+    from gpumr.engines.mrjob.runner import on_threads
     lock, now, most, done = threading.Lock(), [0], [0], []
 
     def call(i):
@@ -140,7 +140,7 @@ def test_on_threads_runs_every_call_once_at_most_n_at_a_time(tmp_path):
 def test_a_failed_call_starts_no_more_and_ends_the_processes_in_the_folder(tmp_path):
     """mrjob's local runner: a task that failed terminated the Pool's workers, and the other tasks' processes
     (the workers' children) ran on to their end, orphaned."""
-    from gpumr.engines.processes import on_threads
+    from gpumr.engines.mrjob.runner import on_threads
     started = []
 
     def waits():
@@ -162,7 +162,7 @@ def test_an_interrupt_while_calls_run_ends_the_processes_in_the_folder(tmp_path)
     """A signal's exception (here SIGUSR1's, as Ctrl-C's KeyboardInterrupt) raised while the calls run: it is
     raised at once, with the calls' processes ended."""
     import threading
-    from gpumr.engines.processes import on_threads
+    from gpumr.engines.mrjob.runner import on_threads
 
     class Stopped(Exception):
         pass
@@ -228,7 +228,7 @@ def test_a_child_forked_in_stderr_to_writes_to_the_file_after_the_block_too(tmp_
 
 PRIVATE = textwrap.dedent("""
     import multiprocessing, os, sys
-    from gpumr.engines.processes import end_fork_server, fork_server
+    from gpumr.engines.dask.cluster import end_fork_server, fork_server
     from gpumr.trusted import private_temp_dir
 
     def make(q):

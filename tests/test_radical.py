@@ -41,7 +41,8 @@ SPLIT = "256KiB"
 @pytest.fixture(scope="module")
 def tmgr(tmp_path_factory, emulated_kernels):
     """One RP session and pilot (two cores, two GPUs: four simulated ones, of which RP hands out two)."""
-    from gpumr.engines.radical_pilot import pilot_session
+    from gpumr.engines.radical.pilot import pilot_session
+    from gpumr.engines.start import Start
     os.environ["GPUMR_SIMULATE_GPUS"] = "4"  # (the pilot's agent and its tasks inherit it; this process drops it)
     os.environ["-*-command-variables-*-"] = "X=1"  # (what `make X=1` exports, which RP's agent cannot source)
     # The pilot lives for the module, ended by the fixture: its runtime only needs to outlast the module's tests
@@ -49,7 +50,7 @@ def tmgr(tmp_path_factory, emulated_kernels):
     o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=2, pilot_runtime=240,
                            pilot_sandbox=None, pilot=[])
     try:
-        with pilot_session(o, str(tmp_path_factory.mktemp("rp"))) as manager:
+        with pilot_session(o, Start.make(str(tmp_path_factory.mktemp("rp")))) as manager:
             os.environ.pop("GPUMR_SIMULATE_GPUS")
             yield manager
     finally:
@@ -119,7 +120,7 @@ def test_gpus_rp_assigned_take_every_record(tmgr, packed, tmp_path, monkeypatch)
 
 
 def _task_pids():
-    """Processes of running RP tasks of gpumr (``python -m gpumr.engines.radical call.pickle ...``)."""
+    """Processes of running RP tasks of gpumr (``python -P -m gpumr.engines.radical.task call.pickle ...``)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -127,7 +128,7 @@ def _task_pids():
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"gpumr.engines.radical" in argv and b"call.pickle" in argv:
+        if b"gpumr.engines.radical.task" in argv and b"call.pickle" in argv:
             pids.append(int(pid))
     return pids
 

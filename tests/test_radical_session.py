@@ -45,7 +45,8 @@ def forked_children():
 
 
 def test_a_session_whose_proxy_worker_is_late_starts_on_the_next_try(tmp_path, capfd):
-    from gpumr.engines.radical_pilot import SESSION_TRIES, pilot_session
+    from gpumr.engines.radical.pilot import SESSION_TRIES, pilot_session
+    from gpumr.engines.start import Start
     from gpumr.errors import GpumrError
     before, stopped, done = forked_children(), [], threading.Event()
 
@@ -69,7 +70,7 @@ def test_a_session_whose_proxy_worker_is_late_starts_on_the_next_try(tmp_path, c
                            pilot_sandbox=None, pilot=[])
     try:
         with pytest.raises(GpumrError, match="--resource nowhere.none: RADICAL-Pilot refused the pilot"):
-            with pilot_session(o, str(tmp_path)):
+            with pilot_session(o, Start.make(str(tmp_path))):
                 pass
         # (still stopped, so deaf to SIGTERM: a worker that missed RP's SIGTERM would wait for ever)
         assert not os.path.exists(f"/proc/{stopped[0]}"), "the failed try's worker outlived the session"
@@ -85,11 +86,11 @@ def test_a_session_whose_proxy_worker_is_late_starts_on_the_next_try(tmp_path, c
     assert stopped
     assert f"RADICAL-Pilot's session did not start (worker startup failed): trying again (2 of {SESSION_TRIES})" in err
     assert "Traceback" not in err and "Error" not in err.replace("gpumr", ""), err[-2000:]
-    assert sorted(os.listdir(tmp_path)) == ["radical"]  # (the caller's folder: the job's own goes with the job)
+    assert sorted(os.listdir(tmp_path)) == ["logs", "radical"]  # (the caller's folder: the job's own goes with the job)
 
 
 def test_the_reason_rp_gives_is_one_line():
-    from gpumr.engines.radical_pilot import SESSION_TRIES, session_failed
+    from gpumr.engines.radical.pilot import SESSION_TRIES, session_failed
     from gpumr.errors import GpumrError
     exc = RuntimeError("ERROR: command failed: worker startup failed; Traceback (most recent call last):; File "
                        "\"proxy.py\", line 220, in _register; cfg = q.get(timeout=10); _queue.Empty")

@@ -82,9 +82,9 @@ def test_a_local_job_leaves_pyspark_unimported_and_importable(packed, reference,
 TASK_IMPORTS = """
 import atexit, json, os, sys
 def _said():
-    if sys.argv and os.path.basename(sys.argv[0]) == "mrjob_task.py":
+    if sys.argv and os.path.basename(sys.argv[0]) == "task.py":
         names = sorted(m for m in sys.modules if m.split(".")[0] in ("mrjob", "distutils", "setuptools"))
-        with open(os.path.join(os.environ["TASK_IMPORTS_DIR"], f"{os.getpid()}.json"), "w") as f:
+        with open(os.path.join(os.environ["GPUMR_TEST_TASK_IMPORTS"], f"{os.getpid()}.json"), "w") as f:
             json.dump(names, f)
 atexit.register(_said)
 """
@@ -101,7 +101,7 @@ def test_a_local_jobs_tasks_import_no_mrjob_and_write_what_mrjobs_job_wrote(pack
     out = tmp_path / "local"
     proc = subprocess.run([sys.executable, "-m", "gpumr", "run", "faces", packed, "-o", str(out), "--engine", "local",
                            "--device", "cpu", "--no-conf"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(hook), TASK_IMPORTS_DIR=str(said)))
+                          env=dict(os.environ, PYTHONPATH=str(hook), GPUMR_TEST_TASK_IMPORTS=str(said)))
     check_same(reference, out, proc)
     tasks = [json.loads(p.read_text()) for p in said.iterdir()]
     assert len(tasks) == 2 and all(names == [] for names in tasks), tasks  # (two map tasks: local's default)

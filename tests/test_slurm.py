@@ -45,7 +45,7 @@ PAGE = os.path.join(HERE, os.pardir, "docs", "how-to", "slurm.rst")
 CANNOT = 77
 #: What the page's commands name that is the reader's own: their shared folder and the address the script printed.
 SITE_FOLDER = "/lustre/project"
-SITE_ADDRESS = "tcp://10.1.2.3:8786"
+SITE_ADDRESS = "tls://10.1.2.3:8786"
 #: Runs the page's ``slurm_cluster.py`` as written, with ``SLURMCluster``'s site values and ``scale``'s jobs replaced
 #: by the page's values for one machine (argv: those values as JSON, the number of jobs).
 SHIM = """
@@ -90,16 +90,26 @@ def page():
     with open(PAGE, encoding="utf-8") as f:
         text = f.read()
     (script,) = code_blocks(text, "python")
-    (commands,) = [b for b in code_blocks(text, "bash") if "gpumr run" in b]  # (the other: installing gpumr)
+    (commands,) = [b for b in code_blocks(text, "bash") if "gpumr run" in b]  # (the others: gpumr, TLS)
     m = re.search(r"change the\s+site's values to ``(.+?)``\s+and\s+``scale\(jobs=(\d+)\)``", text, re.S)
     assert m, "the page gives no values for one machine"
     call = ast.parse(f"f({' '.join(m.group(1).split())})", mode="eval").body
     return script, commands, {k.arg: ast.literal_eval(k.value) for k in call.keywords}, int(m.group(2))
 
 
-def env_with_gpumr():
-    """This environment with this interpreter's ``gpumr`` and ``python`` first on ``PATH``."""
-    return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+def tls_blocks():
+    """The page's shell blocks that make the TLS certificate and tell Dask's clients of it."""
+    with open(PAGE, encoding="utf-8") as f:
+        blocks = code_blocks(f.read(), "bash")
+    (make,) = [b for b in blocks if "openssl" in b]
+    (tell,) = [b for b in blocks if "DASK_DISTRIBUTED__COMM__TLS" in b]
+    return make, tell
+
+
+def env_with_gpumr(home=None):
+    """This environment with this interpreter's ``gpumr`` and ``python`` first on ``PATH`` (and ``home`` as HOME)."""
+    return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            **({"HOME": str(home)} if home else {})}
 
 
 def squeue(job_ids):
@@ -122,7 +132,8 @@ def test_page_gives_the_recipe_and_its_values_for_one_machine():
     assert len(calls) == 1 and "from dask_jobqueue import SLURMCluster" in script
     given = {k.arg for k in calls[0].keywords}
     # Every value given for one machine replaces one the recipe sets; the rest (the GPU resource) runs as written.
-    assert set(values) <= given and given - set(values) == {"worker_extra_args", "walltime"}
+    assert set(values) <= given and given - set(values) == {"worker_extra_args", "walltime", "protocol", "security",
+                                                           "scheduler_options"}
     assert jobs >= 2 and "cluster.scale(jobs=" in script and "print(cluster.scheduler_address" in script
     for workload in ("faces", "backproject"):
         assert re.search(rf"gpumr run {workload} .*--engine dask --scheduler {SITE_ADDRESS}$",
@@ -167,30 +178,43 @@ def slurm():
 
 @pytest.fixture(scope="module")
 def cluster(slurm, tmp_path_factory):
-    """The page's cluster script, running in a folder of its own: its address, its SLURM jobs, a client of it."""
+    """The page's cluster script, running in a folder of its own: its address, its SLURM jobs, a client of it.
+
+    The page's TLS certificate is made as the page says, in a home folder of the test's own (``home``)."""
     from distributed import Client
+    from distributed.security import Security
     script, _, values, jobs = page()
     site = tmp_path_factory.mktemp("site")
+    home = tmp_path_factory.mktemp("home")
+    make, tell = tls_blocks()
+    r = subprocess.run(["bash", "-e", "-c", make], cwd=home, env=env_with_gpumr(home), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tls = home / "dask-tls"
+    assert oct(tls.stat().st_mode & 0o777) == "0o700" and (tls / "key.pem").stat().st_mode & 0o077 == 0
     (site / "slurm_cluster.py").write_text(script)
     log = open(site / "slurm_cluster.log", "w")
     proc = subprocess.Popen([sys.executable, "-c", SHIM, json.dumps(values), str(jobs)], cwd=site,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env_with_gpumr())
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                            env=env_with_gpumr(home))
     printed = []
     reader = threading.Thread(target=lambda: printed.append(proc.stdout.readline()), daemon=True)
     reader.start()
     reader.join(120)
     client = None
     try:
-        assert printed and re.fullmatch(r"tcp://127\.0\.0\.1:\d+\n", printed[0]), \
+        assert printed and re.fullmatch(r"tls://127\.0\.0\.1:\d+\n", printed[0]), \
             f"the cluster script printed {printed}; its log:\n{(site / 'slurm_cluster.log').read_text()[-3000:]}"
         address = printed[0].strip()
-        client = Client(address, timeout=30)
+        cert, key = str(tls / "cert.pem"), str(tls / "key.pem")
+        client = Client(address, timeout=30, security=Security(tls_ca_file=str(tls / "ca.pem"), tls_client_cert=cert,
+                                                               tls_client_key=key, require_encryption=True))
         client.wait_for_workers(jobs, timeout=300)
         # Each worker is a SLURM batch job of the script's, running; the scheduler has no other worker.
         job_of = client.run(lambda: os.environ.get("SLURM_JOB_ID"))
         assert len(job_of) == jobs and all(job_of.values()), job_of
         assert set(squeue(list(job_of.values())).values()) == {"RUNNING"}
-        yield SimpleNamespace(address=address, client=client, job_of=job_of, site=site)
+        yield SimpleNamespace(address=address, client=client, job_of=job_of, site=site, home=home, tell=tell)
     finally:
         if client is not None:
             client.close()
@@ -217,8 +241,9 @@ def test_the_pages_commands_give_inline_output(cluster, sample_frames, tmp_path)
     pack([sample_frames], os.path.join(site, "frames.seq"), shards=2, progress=False)
     ct_phantom(cluster.site, 32, 24, name="proj")
     _, commands, _, _ = page()
-    r = subprocess.run(["bash", "-e", "-c", commands.replace(SITE_FOLDER, site).replace(SITE_ADDRESS, cluster.address)],
-                       cwd=tmp_path, env=env_with_gpumr(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(["bash", "-e", "-c", cluster.tell + commands.replace(SITE_FOLDER, site).replace(SITE_ADDRESS,
+                                                                                                    cluster.address)],
+                       cwd=tmp_path, env=env_with_gpumr(cluster.home), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-5000:]}"
     # (the summaries: a job slow enough also prints progress lines, "gpumr: faces: 0% of the input, ...")
     summaries = [line for line in r.stderr.splitlines() if line.startswith("gpumr: ") and " records: " in line]
@@ -254,9 +279,11 @@ def test_a_workers_job_cancelled_mid_run_every_record_once(cluster, sample_frame
     fast = ["--min-size", "60"]  # the same options on both sides: the smallest scales' cost spared
     assert main(["run", "faces", seq, "-o", str(tmp_path / "inline"), "--engine", "inline", "--device", "cpu", *fast]) == 0
     want = lines_of(str(tmp_path / "inline"))
+    tls = {k: os.path.expanduser(v.replace("~", str(cluster.home))) for k, v in
+           re.findall(r"export (\w+)=(\S+)", cluster.tell)}
     proc = subprocess.Popen(["gpumr", "run", "faces", seq, "-o", str(tmp_path / "out"), "--engine", "dask",
                              "--scheduler", cluster.address, "--split-size", "64KiB", *fast],
-                            cwd=tmp_path, env=env_with_gpumr(), stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env={**env_with_gpumr(cluster.home), **tls}, stderr=subprocess.PIPE, text=True)
     victim = None
     deadline = time.monotonic() + 300
     while victim is None and time.monotonic() < deadline and proc.poll() is None:

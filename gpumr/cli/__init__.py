@@ -71,9 +71,18 @@ def main(argv=None):
     """
     if argv is None:
         end_without_collecting()
+        safe_import_path()
     argv = list(sys.argv[1:] if argv is None else argv)
     # (--debug is read before parsing, so that an error in parsing shows its traceback too.)
     return guard(_run, argv, debug=debug_wanted(argv))
+
+
+def safe_import_path():
+    """Run as a program, gpumr imports nothing from the current folder (``python -m gpumr`` puts it first on
+    ``sys.path``): a ``yaml.py`` there would stand in for a library, in this process and in every framework process
+    that takes its import path (:func:`gpumr.engines.start.safe_sys_path`)."""
+    from ..engines.start import safe_sys_path
+    sys.path[:] = safe_sys_path()
 
 
 def run_command(argv):

@@ -19,7 +19,8 @@ def _general_help():
         lines.append(f"  {name:<14}{workloads.load(workloads.find(name)).summary}")
     for name, ref in installed.items():
         lines.append(f"  {name:<14}installed: {ref}")
-    lines += ["  MODULE:CLASS  your own (a gpumr.Workload subclass in MODULE.py here, or FILE.py:CLASS)", "",
+    lines += ["  MODULE:CLASS  your own gpumr.Workload subclass: an installed MODULE, else MODULE.py here; or name",
+              "                the file as FILE.py:CLASS (./MODULE.py:CLASS)", "",
               "engines: " + ", ".join(engines.NAMES)]
     return "\n".join(lines)
 
@@ -84,5 +85,6 @@ def job_main(workload):
     import sys
 
     from ..boundary import main
-    from . import run_command
+    from . import run_command, safe_import_path
+    safe_import_path()
     main(lambda: run_command(job_argv(workload, sys.argv[1:])))

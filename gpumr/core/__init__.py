@@ -8,9 +8,18 @@ batches, falling back to the CPU when the GPU fails, and the counters.
 The core imports nothing above :mod:`gpumr.io` (a test holds the rule).
 """
 
-from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, GROUP, ON_CPU, ON_GPU, summary
-from .processor import Processor
-from .workload import BadRecord, Option, Workload
+#: Where each public name lives; imported on first use (:func:`__getattr__`), so that a module taking one light
+#: name (an :class:`Option`) does not import the processor and numpy with it.
+_WHERE = {"Workload": "workload", "Option": "workload", "BadRecord": "workload", "Processor": "processor",
+          **{name: "counters" for name in ("GROUP", "ON_CPU", "ON_GPU", "FALLBACKS", "BAD", "CPU_MS", "GPU_MS",
+                                           "summary")}}
 
 __all__ = ["Workload", "Option", "BadRecord", "Processor", "GROUP", "ON_CPU", "ON_GPU", "FALLBACKS", "BAD", "CPU_MS",
            "GPU_MS", "summary"]
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -10,7 +10,7 @@ import time
 
 from ..sizes import human
 from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
-from .workload import BadRecord
+from .workload import RESERVED, BadRecord
 
 #: The most of an exception's message an error line keeps.
 REASON_CHARS = 300
@@ -25,9 +25,26 @@ def reason_of(exc):
 
 
 def plain_result(key, result, device):
-    """The output value of a result: a dict, with ``device`` added; BadRecord if the result is not a dict."""
+    """The output value of a result: a dict, with ``device`` added; BadRecord if the result is not a dict, or names
+    a key of the output format's own (:data:`gpumr.core.workload.RESERVED`).
+
+    Examples
+    --------
+    >>> plain_result("a.png", {"mean": 3.5}, "cpu")
+    {'mean': 3.5, 'device': 'cpu'}
+    >>> plain_result("a.png", {"error": 0.25, "device": "camera-3"}, "cpu")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpumr.core.workload.BadRecord: the result has keys 'error' and 'device', which the output format keeps ...
+    """
     if not isinstance(result, dict):
         raise BadRecord(f"the workload returned a {type(result).__name__}, not a dict")
+    taken = [k for k in result if k in RESERVED]
+    if taken:
+        many = len(taken) > 1
+        names = " and ".join([", ".join(map(repr, taken[:-1])), repr(taken[-1])] if many else [repr(taken[0])])
+        raise BadRecord(f"the result has {'keys' if many else 'key'} {names}, which the output format keeps for "
+                        f"itself ({', '.join(RESERVED)}): rename {'them' if many else 'it'} in the workload")
     return {**result, "device": device}
 
 

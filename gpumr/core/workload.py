@@ -26,6 +26,10 @@ from .. import limits
 #: What the engines give ``decode``: a colour image (BGR, uint8, ``[height, width, 3]``), a grey image
 #: (uint8, ``[height, width]``) or the record's bytes as they are.
 DECODES = ("color", "gray", "raw")
+#: The keys the output format itself writes into a value (``error`` on a record that failed, ``lost`` on a stretch
+#: of input that could not be read, ``device`` on every result, ``simulated`` on a simulated GPU's): a result that
+#: names one is that record's error line, so that a reader's ``"error" in value`` always means a failed record.
+RESERVED = ("error", "device", "lost", "simulated")
 #: Where a workload's records come from: SequenceFiles given as inputs, or the records its :meth:`Workload.plan` makes.
 INPUTS = ("seqfile", "plan")
 
@@ -98,6 +102,8 @@ class Workload:
     """A function over records that every engine runs, each record on a free GPU or the CPU.
 
     Subclasses set :attr:`name` and implement :meth:`cpu`; the rest is optional.
+    A result is a dict whose keys are the workload's own, but for the output
+    format's (:data:`RESERVED`), which gpumr writes itself.
     ``o``, in every method, holds the options' values by ``dest``
     (``o.ksize``), the shared ones too (``o.device``). Methods run in the
     tasks (one instance per task process), except :meth:`check` and
@@ -174,7 +180,12 @@ class Workload:
         return decode_image(value, self.decode, self.max_pixels)
 
     def cpu(self, key, image, o):
-        """The result for one record on the CPU: a dict of JSON values (numpy arrays are written as .npy files)."""
+        """The result for one record on the CPU: a dict of JSON values (numpy arrays are written as .npy files).
+
+        Its keys are the workload's own, but for the output format's
+        (:data:`RESERVED`: ``error``, ``device``, ``lost``, ``simulated``): a
+        result naming one of them is refused, as that record's error line.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no cpu()")
 
     def cpu_batch(self, records, o):

@@ -1,10 +1,12 @@
-"""What an engine is: its options, and how it submits a job's tasks, gathers what they return and ends them.
+"""What an engine is: a name, its declared options, where its tasks run, and how it runs a plan's tasks.
 
 The launcher (:mod:`gpumr.launch`) hands an engine a checked
 :class:`~gpumr.launch.plan.Plan` and a :class:`Job` (the stage to write
-into, the progress display, the job's private folder); the engine returns
-an :class:`Outcome` or raises, having ended every task it started. The run
-skeleton does the rest: publishing, the summary, the exit status.
+into, the progress display, the job's private folder, how its framework's
+processes start); the engine returns an :class:`Outcome` or raises, having
+ended every task it started. The run skeleton does the rest: publishing,
+the summary, the exit status. Engines that run a pool of Python tasks get
+their ``run`` from :class:`gpumr.engines.mapreduce.PoolEngine`.
 """
 
 from dataclasses import dataclass, field
@@ -47,6 +49,10 @@ class Job:
         A cluster handle the caller passed in (a SparkContext, a Dask client), used instead of making one.
     debug : bool
         ``--debug``: keep the framework's own log.
+    start : gpumr.engines.start.Start or None
+        How the job's framework processes start (folder, import path,
+        environment, logs, secrets): every process an engine starts goes
+        through it.
     """
 
     stage: str
@@ -54,10 +60,11 @@ class Job:
     progress: object
     session: object = None
     debug: bool = False
+    start: object = None
 
 
 class Engine:
-    """One ``--engine``: its options and how its tasks are submitted and ended.
+    """One ``--engine``: its declared options, where its tasks run, and how it runs them.
 
     Attributes
     ----------
@@ -65,65 +72,53 @@ class Engine:
         Its name in ``--engine``.
     help : str
         One line for ``--engine``'s help.
+    title : str
+        How ``--help`` heads its options (default ``engine NAME``).
+    options : tuple of gpumr.Option
+        Its own options, each with its limits (checked once per job, before anything starts).
+    reports_tasks : bool
+        Whether the launcher hears of each task as it finishes.
+    passthrough : object or None
+        For an engine that hands its framework's own options on as given
+        (mrjob's ``-c``, ``--jobconf``): ``split(argv, ours)`` and
+        ``check(extra)``. Any other engine refuses options gpumr does not know.
     """
 
     name = "engine"
     help = ""
-    #: Whether the launcher hears of each task as it finishes (:meth:`gpumr.tasks.progress.Display.done`).
+    title = None
+    options = ()
     reports_tasks = False
+    passthrough = None
 
     def __init__(self, name=None):
         self.name = name or self.name
-
-    def group_title(self):
-        """How ``--help`` heads this engine's options."""
-        return self.name
-
-    def add_options(self, group):
-        """Add this engine's own options to ``group`` (an argparse argument group)."""
+        self.title = self.title or self.name
 
     def check(self, o):
-        """Refuse this engine's own options out of their limits (one line; reads nothing)."""
-
-    def split_args(self, argv, ours):
-        """``(argv for gpumr's parser, argv for the engine's framework)``: the framework's own options and their
-        values taken out (none by default). ``ours``: the option strings gpumr's parser knows, which stay its."""
-        return list(argv), []
-
-    def check_extra(self, extra):
-        """Refuse options the one parser does not know (``extra``); an engine that passes them on checks them here."""
-        from ..boundary import UsageError
-        if extra:
-            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see gpumr run WORKLOAD --help)")
-
-    def start_early(self, argv, module, started):
-        """Begin, before the workload's class is loaded and the command line parsed, what :meth:`start` begins
-        first and what takes longest (a fork server's imports); nothing by default.
-
-        Called only where ``argv`` (``gpumr run``'s arguments) names this
-        engine exactly (``--engine NAME`` or ``--engine=NAME``) and the
-        tasks run where the launcher starts them; ``module`` is a built-in
-        workload's module (None for another). What this starts goes to
-        ``started``, as for :meth:`start`, which takes it over: a command
-        line refused later leaves nothing running.
-        """
-
-    def start(self, o, workload, folder, started, debug=False):
-        """Begin, while the launcher reads and checks the side files, what the job will need before its first task
-        (an embedded cluster's start); nothing by default.
-
-        What this starts is handed to ``started`` (a :class:`contextlib.ExitStack` the launcher closes once the job
-        has ended, or failed before running), so that a plan refused after this call leaves nothing running.
-        :meth:`run` takes over what this started. ``folder`` is the job's private folder; ``debug``: ``--debug``.
-        """
+        """Refuse what only several options together make wrong (one line; reads nothing): none by default."""
 
     def tasks_here(self, o):
         """Whether the tasks run on this machine (``--device gpu`` is then refused here without a GPU)."""
         return True
 
+    def start_early(self, argv, module, start, started):
+        """Begin, before the command line is parsed, what takes longest to start; nothing by default.
+
+        ``argv`` names this engine exactly; ``module`` is a built-in
+        workload's module (None for another). What begins goes to
+        ``started`` (an :class:`contextlib.ExitStack` the launcher closes),
+        so that a command line refused later leaves nothing running.
+        """
+
+    def start(self, o, workload, start, started):
+        """Begin, while the launcher checks the side files, what the job needs before its first task; nothing by
+        default. ``start`` is the job's :class:`gpumr.engines.start.Start`; what begins goes to ``started``."""
+
     def run(self, plan, job):
         """Run the plan's tasks; return an :class:`Outcome`. On any failure, end every task first, then raise."""
         raise NotImplementedError
 
-    def dry_run(self, plan, show):
-        """``--dry-run``: ``show(line)`` what this engine would run, beside the plan the launcher shows."""
+    def would_run(self, plan):
+        """``--dry-run``: lines saying what this engine would start, beside the plan the launcher shows."""
+        return []

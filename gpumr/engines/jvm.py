@@ -10,26 +10,18 @@ unless ``--debug``.
 
 import atexit
 import os
-import re
 import tempfile
 
 from ..boundary import silence
 from ..errors import redact
-
-#: The last line of a Python traceback inside a Java error's text: "module.Type: message".
-_PYTHON_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?([A-Za-z_][\w.]*(?::[^\n]*)?)\n")
-#: Errors whose message is meant for the user as it is (the CLI shows them without their type): gpumr's
-#: and seqfile's error classes, by name (a traceback names them with their module).
-_USER_ERRORS = frozenset({"GpumrError", "Unavailable", "KeyRefused", "SequenceFileError", "RecordError",
-                          "CodecError"})
-
+from .mapreduce import one_line
 
 def failure(exc, engine, what=None):
     """One line saying why ``engine``'s job failed (or ``what`` else did), from its Java error ``exc``.
 
-    The failing task's Python error where the Java error holds one (a gpumr
-    error's message as it is; another error as ``Type: message``), else the
-    first line of the Java error.
+    The failing task's Python error where the Java error holds one
+    (:func:`gpumr.engines.mapreduce.one_line`), else the first line of the
+    Java error.
 
     Parameters
     ----------
@@ -41,24 +33,13 @@ def failure(exc, engine, what=None):
 
     Examples
     --------
-    >>> text = ("An error occurred\\nTraceback (most recent call last):\\n  File \\"t.py\\", line 1\\n"
-    ...         "gpumr.errors.GpumrError: frames.seq: not a SequenceFile\\n\\tat org.apache...\\n")
-    >>> failure(RuntimeError(text), "flink")
-    'a task of the flink job failed: frames.seq: not a SequenceFile'
     >>> failure(RuntimeError("java.lang.OutOfMemoryError: heap\\n\\tat x"), "spark")
     'the Spark job failed: java.lang.OutOfMemoryError: heap (gpumr --debug shows the trace)'
     """
-    text = str(exc)
-    found = _PYTHON_ERROR.search(text)
-    if found:
-        kind, _, message = found.group(1).partition(":")
-        if kind.rsplit(".", 1)[-1] in _USER_ERRORS:
-            return f"a task of the {engine} job failed: {message.strip()}"
-        return f"a task of the {engine} job failed: {kind.rsplit('.', 1)[-1]}:{message}"
     java = getattr(exc, "java_exception", None)
-    first = (str(java) if java is not None else text).strip().splitlines()
+    first = (str(java) if java is not None else str(exc)).strip().splitlines()
     what = what or f"the {engine.capitalize()} job failed"
-    return f"{what}: {redact(first[0]) if first else type(exc).__name__} (gpumr --debug shows the trace)"
+    return one_line(exc, engine, f"{what}: {first[0] if first else type(exc).__name__} (gpumr --debug shows the trace)")
 
 
 def last_words(f):

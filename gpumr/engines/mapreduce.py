@@ -1,22 +1,65 @@
-"""The map and reduce phases every task-pool engine shares (Spark, Dask): what runs where, and what comes back.
+"""The map and reduce phases every task-pool engine shares (Spark, Dask, Flink, RADICAL-Pilot), its failure path and
+the one line a framework's error becomes.
 
-An engine gives ``execute(phase, function, calls)``: run ``function(*args)``
-for each of ``calls`` as its own task, and yield each task's return value
-as it finishes (any order); on a failure raise, having ended every task.
-Here: one map task per task of the plan (:func:`gpumr.tasks.runtime.map_task`,
-a sorted run when there are reducers), then ``--reducers`` reduce tasks
-merging the runs over ranges of keys cut at the runs' sampled keys
+A pool engine (:class:`PoolEngine`) gives only a :class:`Pool` for the
+job: ``execute(phase, function, calls)`` runs ``function(*args)`` for each
+of ``calls`` as its own task and yields each task's return value as it
+finishes (any order); ``end(exc)`` ends every task it started. Here: one map
+task per task of the plan (:func:`gpumr.tasks.runtime.map_task`, a sorted
+run when there are reducers), then ``--reducers`` reduce tasks merging the
+runs over ranges of keys cut at the runs' sampled keys
 (:func:`gpumr.tasks.runtime.reduce_task`). Each task writes a file of its
 own attempt into the stage and returns its name; only returned attempts are
 published, with their counters, so every record comes out exactly once.
 """
 
+import contextlib
+import re
+
 from ..boundary import logger
-from ..tasks import output
-from ..tasks.runtime import BAD_NAMED, map_task, reduce_task
-from .base import Outcome
+from ..errors import GpumrError, redact
+from .base import Engine, Outcome
 
 log = logger(__name__)
+#: The last line of a Python traceback inside a framework error's text (a Java error's): "module.Type: message".
+_PYTHON_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*?([A-Za-z_][\w.]*(?::[^\n]*)?)\n")
+#: Errors whose message is meant for the user as it is: gpumr's and seqfile's error classes, by name (a traceback
+#: names them with their module).
+_USER_ERRORS = frozenset({"GpumrError", "Unavailable", "KeyRefused", "SequenceFileError", "RecordError",
+                          "CodecError", "UsageError", "Untrusted"})
+
+
+def one_line(exc, engine, fallback=None):
+    """The one line a failed job of ``engine`` ends with, from the error ``exc`` its framework raised.
+
+    A gpumr error's message as it is; else the failing task's Python error
+    where the framework's text holds its traceback (a gpumr error's message,
+    another error as ``Type: message``); else ``fallback`` (the framework's
+    own first line) or ``Type: message``. Redacted, at most 300 characters
+    of a message.
+
+    Examples
+    --------
+    >>> text = ("An error occurred\\nTraceback (most recent call last):\\n  File \\"t.py\\", line 1\\n"
+    ...         "gpumr.errors.GpumrError: frames.seq: not a SequenceFile\\n\\tat org.apache...\\n")
+    >>> one_line(RuntimeError(text), "flink")
+    'a task of the flink job failed: frames.seq: not a SequenceFile'
+    >>> one_line(ValueError("bad value"), "dask")
+    'a task of the dask job failed: ValueError: bad value'
+    """
+    if isinstance(exc, GpumrError):
+        return str(exc)
+    text = str(exc)
+    found = _PYTHON_ERROR.search(text)
+    if found:
+        kind, _, message = found.group(1).partition(":")
+        kind = kind.rsplit(".", 1)[-1]
+        return redact(f"a task of the {engine} job failed: "
+                      + (message.strip() if kind in _USER_ERRORS else f"{kind}:{message}"))
+    if fallback:
+        return redact(fallback)
+    flat = " ".join(text.split())
+    return redact(f"a task of the {engine} job failed: {type(exc).__name__}{': ' + flat[:300] if flat else ''}")
 
 
 def add_up(counts):
@@ -51,6 +94,13 @@ def answer(phase, function, args, find=None, gpus=None):
         return {"error": describe(exc)}
 
 
+def answered(result):
+    """The value of an :func:`answer`; its error raised as the job's one line."""
+    if "error" in result:
+        raise GpumrError(result["error"])
+    return result["value"]
+
+
 def map_reduce(plan, job, execute):
     """Run the plan's map tasks, then its reduce tasks, through ``execute``; the :class:`Outcome`.
 
@@ -63,6 +113,8 @@ def map_reduce(plan, job, execute):
         ``"reduce"``, ``calls`` a list of argument tuples: yields each
         task's result as it finishes.
     """
+    from ..tasks import output  # (here: they import numpy, and an engine's package is loaded to start early)
+    from ..tasks.runtime import BAD_NAMED, map_task, reduce_task
     spec, sort = plan.spec, plan.o.reducers > 0
     maps = []
     for result in execute("map", map_task, [(spec, i, items, sort) for i, items in enumerate(plan.tasks)]):
@@ -82,3 +134,44 @@ def map_reduce(plan, job, execute):
         parts.update({f"part-{m['index']:05d}": (m["name"], m["size"], m["sha"]) for m in maps})
     bad = [b for m in maps for b in m["bad"]][:BAD_NAMED]
     return Outcome(parts, add_up(m["counts"] for m in maps), bad)
+
+
+class Pool:
+    """One job's tasks on a framework, as a :class:`PoolEngine`'s session gives them."""
+
+    def execute(self, phase, function, calls):
+        """Run ``function(*args)`` for each of ``calls`` as a task of its own; yield each one's result as it ends."""
+        raise NotImplementedError
+
+    def end(self, exc):
+        """End every task this pool started (the job failed with ``exc``, or was stopped); nothing by default."""
+
+    def failure(self, exc):
+        """The one line the job ends with for the framework's error ``exc`` (:func:`one_line`)."""
+        return one_line(exc, self.engine)
+
+    engine = "a pool"
+
+
+class PoolEngine(Engine):
+    """An engine that runs a plan as pools of Python tasks: map tasks, then reduce tasks (:func:`map_reduce`).
+
+    It gives :meth:`session`; the run, the failure path and the one line are here.
+    """
+
+    reports_tasks = True
+
+    def session(self, plan, job):
+        """A context manager giving the job's :class:`Pool`; on leaving it, the framework's part is closed."""
+        raise NotImplementedError
+
+    def run(self, plan, job):
+        with self.session(plan, job) as pool:
+            try:
+                return map_reduce(plan, job, pool.execute)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # (a framework gone meanwhile runs no task)
+                    pool.end(exc)
+                if isinstance(exc, Exception) and not isinstance(exc, GpumrError):
+                    raise GpumrError(pool.failure(exc)) from exc
+                raise

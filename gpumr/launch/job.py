@@ -25,6 +25,7 @@ from ..boundary import logger, quiet
 from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
 from ..engines.processes import AFTER_SIGNAL, end_processes_in
+from ..engines.start import Start
 from ..io.remote import locate
 from ..tasks.progress import Display
 
@@ -95,13 +96,13 @@ def launch(argv, session=None, debug=False, verbosity=None):
     """
     with job_folder() as folder, contextlib.ExitStack() as started:  # (what the engine started, closed first)
         if session is None:
-            start_early(argv, started)
+            start_early(argv, Start.make(folder, debug), started)
         from .plan import make_plan  # (imported after the early start: it imports numpy, 0.12 s here)
         plan = make_plan(argv, folder, verbosity, elsewhere=session is not None, started=started, debug=debug)
         return run(plan, session=session, debug=debug)
 
 
-def start_early(argv, started):
+def start_early(argv, start, started):
     """The engine ``argv`` names exactly (``--engine E``, ``--engine=E``) begins what it can before the launcher
     imports its plan (:meth:`gpumr.engines.base.Engine.start_early`); nothing where it names none, or one that is
     not known (the parser says so next).
@@ -116,7 +117,7 @@ def start_early(argv, started):
     --------
     >>> import contextlib
     >>> with contextlib.ExitStack() as started:
-    ...     start_early(["faces", "in.seq", "-o", "out", "--engine", "inline"], started)  # (nothing to begin)
+    ...     start_early(["faces", "in.seq", "-o", "out", "--engine", "inline"], None, started)  # (nothing to begin)
     """
     from .. import engines
     from ..workloads import BUILT_IN
@@ -131,7 +132,7 @@ def start_early(argv, started):
     if not argv or named not in engines.NAMES:
         return
     module = BUILT_IN[argv[0]].partition(":")[0] if argv[0] in BUILT_IN else None
-    engines.get(named).start_early(argv, module, started)
+    engines.get(named).start_early(argv, module, start, started)
 
 
 def run(plan, session=None, debug=False):
@@ -139,7 +140,8 @@ def run(plan, session=None, debug=False):
     if plan.o.dry_run:
         for text in plan.describe():
             print(f"gpumr run: {text}")
-        plan.engine.dry_run(plan, lambda text: print(f"gpumr run: {text}"))
+        for text in plan.engine.would_run(plan):
+            print(f"gpumr run: {text}")
         return None
     t0 = time.perf_counter()
     here = plan.engine.tasks_here(plan.o)
@@ -154,7 +156,7 @@ def run(plan, session=None, debug=False):
     try:
         plan.spec = dataclasses.replace(plan.spec, stage=str(stage), progress=progress_folder)
         with Display(progress_folder, plan.input_bytes, label=plan.ref.name, shown=shown) as progress:
-            outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug))
+            outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug, plan.start))
         locate(stage).child("_SUCCESS").write_bytes(b"")
         parts = dict(outcome.parts, _SUCCESS=("_SUCCESS", 0, hashlib.sha256(b"").hexdigest()))
         bad = outcome.bad if outcome.bad is not None else named_bad(stage, outcome.parts, outcome.counts)

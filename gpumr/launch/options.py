@@ -40,6 +40,16 @@ JOB = (
            type=max_record_size_arg, default=DEFAULT_MAX_RECORD_SIZE, metavar="SIZE"),
 )
 
+#: How the job's framework processes start (:mod:`gpumr.engines.start`); the launcher's alone, not the tasks'.
+PROCESSES = (
+    Option("--framework-logs", "keep the frameworks' own logs (Dask's, Spark's, Flink's, RADICAL-Pilot's, mrjob's) in "
+                               "DIR, made private (0700); they may name your files and settings (default: in the "
+                               "job's private folder, removed with it)", metavar="DIR"),
+    Option("--allow-open-ports", "run an engine whose framework opens ports any local user can connect to (Flink's "
+                                 "gateway, RADICAL-Pilot's queues) even where other people use this node",
+           action="store_true", default=False),
+)
+
 COMMON = DEVICE + JOB
 
 

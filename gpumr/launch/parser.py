@@ -11,7 +11,7 @@ import argparse
 
 from .. import engines
 from ..boundary import ArgumentParser as Parser
-from .options import DEVICE, JOB
+from .options import DEVICE, JOB, PROCESSES
 
 
 def _add(group, options):
@@ -45,17 +45,18 @@ def run_parser(cls, prog=None):
         _add(p.add_argument_group(f"{cls.name} options"), cls.options)
     _add(p.add_argument_group("device choice"), DEVICE)
     _add(p.add_argument_group("the job"), JOB)
+    _add(p.add_argument_group("the frameworks' processes"), PROCESSES)
     seen = set()
     p.engine_options = {}  # an engine's own option's dest -> the engines that take it
     for engine in engine_list:
         if type(engine) in seen:
             continue  # (one class serves several names: mrjob's runners)
         seen.add(type(engine))
-        group = p.add_argument_group(f"engine {engine.group_title()}")
-        engine.add_options(group)
         names = [e.name for e in engine_list if type(e) is type(engine)]
-        for action in group._group_actions:
-            p.engine_options[action.dest] = (action, names)
+        if engine.options:
+            _add(p.add_argument_group(f"engine {engine.title}"), engine.options)
+        for option in engine.options:
+            p.engine_options[option.dest] = (option, names)
     for flag, help in (("-q", "warnings and errors only"), ("-v", "debug lines too, each task's start and end"),
                        ("--debug", "show the traceback above an error's line")):
         p.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help,

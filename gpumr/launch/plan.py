@@ -10,11 +10,10 @@ plan is all an engine gets.
 """
 
 import argparse
-import functools
-import os
 from dataclasses import dataclass, field
 
 from ..boundary import UsageError, logger
+from ..engines.start import Start
 from ..errors import GpumrError
 from ..io.inputs import expand_sized, require_sequencefiles, splits
 from ..io.outputs import open_output
@@ -60,6 +59,8 @@ class Plan:
         Options for the engine's framework as given (mrjob's).
     folder : str
         The job's private folder on this machine.
+    start : gpumr.engines.start.Start
+        How the job's framework processes start.
     """
 
     ref: object
@@ -73,6 +74,7 @@ class Plan:
     spec: Spec
     extra: list = field(default_factory=list)
     folder: str = None
+    start: object = None
 
     @property
     def input_bytes(self):
@@ -134,13 +136,18 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     cls = load(ref)
     parser = run_parser(cls, prog=f"gpumr run {argv[0]}")
     engine = engines.get(parser.parse_known_args(argv[1:])[0].engine)
-    mine, extra = engine.split_args(argv[1:], {s for a in parser._actions for s in a.option_strings})
+    mine, extra = list(argv[1:]), []
+    if engine.passthrough is not None:  # the framework's own options, handed on as given
+        mine, extra = engine.passthrough.split(mine, {s for a in parser._actions for s in a.option_strings})
     o = parser.parse_args(mine)
-    for dest, (action, names) in parser.engine_options.items():  # another engine's option, given: refused
-        if engine.name not in names and getattr(o, dest) != action.default:
-            raise UsageError(f"{action.option_strings[0]}: an option of --engine {', '.join(names)}; --engine "
+    for dest, (option, names) in parser.engine_options.items():  # another engine's option, given: refused
+        if engine.name not in names and getattr(o, dest) != option.default:
+            raise UsageError(f"{option.name}: an option of --engine {', '.join(names)}; --engine "
                              f"{engine.name} does not take it")
-    engine.check_extra(extra)
+    if engine.passthrough is not None:
+        engine.passthrough.check(extra)
+    elif extra:
+        raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see gpumr run WORKLOAD --help)")
     workload = cls()
     inputs = list(getattr(o, "inputs", []))
     if cls.input == "seqfile" and not inputs:
@@ -149,6 +156,8 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         raise GpumrError(f"{ref.name} makes its own records: give no inputs ({' '.join(o.inputs)})")
     workload.resolve(o)
     check_limits(cls, o)  # reads no file: first
+    for option in engine.options:
+        setattr(o, option.dest, option.check(getattr(o, option.dest)))
     engine.check(o)
     if not o.output:
         raise GpumrError("-o OUT is required: the output folder or URI (--output-dir OUT for python -m gpumr.jobs.X)")
@@ -163,8 +172,9 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         loc = locate(value)
         if loc.is_uri:
             setattr(o, opt.dest, loc.local or fetch(loc, folder))
+    start = Start.make(folder, debug, logs=o.framework_logs, open_ports_ok=o.allow_open_ports)
     if started is not None and not elsewhere and not o.dry_run:
-        engine.start(o, workload, folder, started, debug)  # (its cluster starts while the side files are read)
+        engine.start(o, workload, start, started)  # (its cluster starts while the side files are read)
     here = {v: locate(v).local for v in [*(getattr(o, opt.dest) for opt, _ in values), ref.file] if v}
     with named_ahead(path for path in here.values() if path) as named:  # (content names made during the checks)
         workload.check(o)  # the files the options name, once per job
@@ -188,9 +198,4 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     options.update({opt.dest: names[opt.name] for opt, _ in values})
     spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
                 verbosity=verbosity_given or verbosity(o))
-    return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder)
-
-
-def find_here(plan):
-    """``find(name)`` for tasks that share this machine's filesystem: the shipped copies in the job's folder."""
-    return functools.partial(os.path.join, plan.folder)
+    return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder, start)

@@ -3,31 +3,31 @@
 Run::
 
     gpumr run faces frames.seq -o out/ --engine spark [--master local-cluster[2,1,1024]]
-    spark-submit --master yarn .../gpumr/engines/spark.py faces frames.seq -o hdfs:///out
+    spark-submit --master yarn .../gpumr/cli/spark_submit.py faces frames.seq -o hdfs:///out
 
 Each task is one Spark task (a partition of one call), reading its byte
 ranges through the one split reader and filesystem layer; side files go out
 with ``SparkContext.addFile`` under their content names. Where the workers
 declare GPUs (``spark.task.resource.gpu.amount``), a task uses only the GPUs
-Spark assigned it. Why tasks read splits themselves rather than through
-Hadoop's input format: :doc:`/how-to/spark`.
+Spark assigned it. A context gpumr starts takes only the job's own
+connections (``spark.authenticate`` with a secret made for the job, no web
+UI) and its JVM starts through the job's :class:`gpumr.engines.start.Start`.
+Why tasks read splits themselves rather than through Hadoop's input format:
+:doc:`/how-to/spark`.
 """
 
+import contextlib
 import os
 import sys
 import tempfile
 import time
 
-if __name__ == "__main__":  # spark-submit .../spark.py WORKLOAD ...: gpumr run WORKLOAD ... --engine spark
-    from gpumr.cli import run_command  # (the package's modules, which the executors import too)
-    sys.exit(run_command([*sys.argv[1:], "--engine", "spark"]))
-
-from ..boundary import describe, interrupt_with, logger  # noqa: E402
-from ..errors import GpumrError  # noqa: E402
-from .base import Engine  # noqa: E402
-from .jvm import failure, last_words, quiet_interrupt, quiet_log4j  # noqa: E402
-from .mapreduce import call, map_reduce  # noqa: E402
-from .processes import stderr_to, workers_here  # noqa: E402
+from ...boundary import describe, interrupt_with, logger
+from ...core.workload import Option
+from ...errors import GpumrError
+from ..jvm import failure, last_words, quiet_interrupt, quiet_log4j
+from ..mapreduce import Pool, PoolEngine, call
+from ..processes import stderr_to, workers_here
 
 log = logger(__name__)
 
@@ -53,17 +53,15 @@ def _call(phase, function, args):
 
 
 # -- in the driver ----------------------------------------------------------------------------------
-class SparkEngine(Engine):
+class SparkEngine(PoolEngine):
     """``--engine spark``."""
 
-    reports_tasks = True  # (map_reduce hears each task end)
     name = "spark"
     help = "a Spark application (--master; local[N] by default, spark-submit's when started by it)"
-
-    def add_options(self, group):
-        group.add_argument("--master", default=None, metavar="URL",
-                           help="engine spark: the master (default: spark-submit's, else local[N], N as many tasks as "
-                                "this machine's cores hold), e.g. local-cluster[2,1,1024], yarn")
+    options = (
+        Option("--master", "engine spark: the master (default: spark-submit's, else local[N], N as many tasks as "
+                           "this machine's cores hold), e.g. local-cluster[2,1,1024], yarn", metavar="URL"),
+    )
 
     def tasks_here(self, o):
         """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
@@ -78,32 +76,73 @@ class SparkEngine(Engine):
             return f"local[{workers_here(plan.o, plan.workload)}]"
         return plan.o.master
 
-    def run(self, plan, job):
+    def would_run(self, plan):
+        return [f"Spark: a context on master {self.master(plan) or 'of spark-submit'}, its ports authenticated by a "
+                "secret made for the job, no web UI"]
+
+    @contextlib.contextmanager
+    def session(self, plan, job):
+        _import_pyspark()
         from py4j.protocol import Py4JJavaError
         sc, own = job.session, job.session is None
-        if own:
-            sc = spark_context(self.master(plan), f"gpumr {plan.ref.name}", debug=job.debug, folder=job.folder)
-        group = f"gpumr-{plan.spec.job}"
         try:
-            for side in plan.side:
-                _add_file(sc, side.path)
-            sc.setJobGroup(group, f"gpumr {plan.ref.name}", interruptOnCancel=True)
-
-            def execute(phase, function, calls):
-                rdd = sc.parallelize(range(len(calls)), max(1, len(calls)))
-                yield from rdd.map(lambda i: _call(phase, function, calls[i])).collect()
+            if own:
+                sc = spark_context(self.master(plan), f"gpumr {plan.ref.name}", start=job.start)
             try:
-                return map_reduce(plan, job, execute)
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt):
-                    quiet_interrupt()  # the boundary's "gpumr: interrupted" is the one line
-                _end_tasks(sc, own, group)
-                raise
+                group = f"gpumr-{plan.spec.job}"
+                for side in plan.side:
+                    _add_file(sc, side.path)
+                sc.setJobGroup(group, f"gpumr {plan.ref.name}", interruptOnCancel=True)
+                yield SparkPool(sc, own, group)
+            finally:
+                if own:
+                    _stop(sc)
         except Py4JJavaError as exc:
             raise GpumrError(failure(exc, "spark")) from exc
-        finally:
-            if own:
-                _stop(sc)
+
+
+class SparkPool(Pool):
+    """A job's tasks as Spark jobs of one context, in one job group."""
+
+    engine = "spark"
+
+    def __init__(self, sc, own, group):
+        self.sc, self.own, self.group = sc, own, group
+
+    def execute(self, phase, function, calls):
+        rdd = self.sc.parallelize(range(len(calls)), max(1, len(calls)))
+        yield from rdd.map(lambda i: _call(phase, function, calls[i])).collect()
+
+    def end(self, exc):
+        """Stop every task of the job, so that none writes into the stage once it is removed: a context gpumr
+        started is stopped; in a caller's, the group's jobs are cancelled and their running tasks waited for (at
+        most :data:`END_TASKS_TIMEOUT` seconds)."""
+        if isinstance(exc, KeyboardInterrupt):
+            quiet_interrupt()  # the boundary's "gpumr: interrupted" is the one line
+        if self.own:
+            _stop(self.sc)
+            return
+        self.sc.cancelJobGroup(self.group)
+        tracker = self.sc.statusTracker()
+        deadline = time.monotonic() + END_TASKS_TIMEOUT
+        while time.monotonic() < deadline:
+            jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(self.group)]
+            stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+            if not any(stage and stage.numActiveTasks for stage in stages):
+                return
+            time.sleep(0.05)
+
+    def failure(self, exc):
+        return failure(exc, "spark")
+
+
+def _import_pyspark():
+    """pyspark, or one line naming the extra that installs it."""
+    try:
+        import py4j  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise GpumrError("--engine spark needs PySpark: pip install 'gpumr[spark]'") from None
 
 
 def _add_file(sc, path):
@@ -116,7 +155,7 @@ def _add_file(sc, path):
     """
     import shutil
 
-    from ..trusted import private_temp_dir
+    from ...trusted import private_temp_dir
     name = os.path.basename(path)
     added = _ADDED.setdefault(id(sc), set())
     if name not in added:
@@ -136,38 +175,13 @@ _ADDED = {}
 _SERVED = []
 
 
-def _end_tasks(sc, own, group):
-    """Stop every task of the job (group ``group``), so that none writes into the stage once it is removed.
-
-    A context gpumr started is stopped; in a caller's, the group's jobs are
-    cancelled and their running tasks waited for (at most
-    :data:`END_TASKS_TIMEOUT` seconds).
-    """
-    if own:
-        _stop(sc)
-        return
-    try:
-        sc.cancelJobGroup(group)
-        tracker = sc.statusTracker()
-        deadline = time.monotonic() + END_TASKS_TIMEOUT
-        while time.monotonic() < deadline:
-            jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
-            stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
-            if not any(stage and stage.numActiveTasks for stage in stages):
-                return
-            time.sleep(0.05)
-    except Exception:  # noqa: BLE001 (a context that died meanwhile runs no task; the job's own error is reported)
-        pass
-
-
 def _stop(sc):
     """Stop a context gpumr started.
 
     A job stopped by a signal stops it while its JVM, which heard the
     signal too, is ending or gone: pyspark's warning that it could not stop
-    the JVM cleanly, or Py4J's refused connection (which replaced the
-    signal's status by an error), say nothing more than the boundary's one
-    line (``gpumr: terminated``); they are a debug line.
+    the JVM cleanly, or Py4J's refused connection, say nothing more than the
+    boundary's one line (``gpumr: terminated``); they are a debug line.
     """
     import warnings
     signalled = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # (Ctrl-C, and SIGTERM: boundary.Terminated)
@@ -182,30 +196,37 @@ def _stop(sc):
             log.debug("Spark's context, stopped after the signal: %s", describe(exc))
 
 
-def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
+def spark_context(master=None, app_name="gpumr", start=None):
     """A SparkContext (the running one if any) whose Python workers run this interpreter.
 
-    Spark's own log is off unless ``debug`` (or ``spark.log.level`` is set):
-    gpumr reports a failure itself, in one line (:func:`gpumr.engines.jvm.failure`). Given a
-    job's ``folder``, the JVM this starts keeps its scratch files there
-    (``java.io.tmpdir``), so its command line names the folder: a job
-    stopped while the JVM starts ends it (:func:`gpumr.launch.job.job_folder`;
-    Ctrl-C in ``getOrCreate`` left the JVM running, for ever, SIGINT ignored).
+    Spark's own log is off unless ``--debug`` (or ``spark.log.level`` is
+    set): gpumr reports a failure itself, in one line
+    (:func:`gpumr.engines.jvm.failure`). Given the job's ``start``
+    (:class:`gpumr.engines.start.Start`), the JVM this starts works in the
+    job's folder with the allowed environment (so do the Python workers it
+    starts), keeps its scratch files there, takes only connections that
+    know a secret made for the job (``spark.authenticate``: the secret goes
+    to the JVM through Py4J, never on a command line) and runs no web UI.
 
     Raises
     ------
     GpumrError
         Spark did not start (a master URL it refuses, no Java): one line.
     """
+    _import_pyspark()
+    from py4j.protocol import Py4JJavaError
     from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    debug = start is not None and start.debug
     conf = SparkConf().setAppName(app_name)
     if not debug and not conf.contains("spark.log.level"):
         conf.set("spark.log.level", "OFF")
     if not conf.contains("spark.ui.showConsoleProgress"):
         conf.set("spark.ui.showConsoleProgress", "false")  # (gpumr's own progress is the summary line)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ and not conf.contains("spark.driver.extraJavaOptions"):
+    launched = "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None
+    if launched and not conf.contains("spark.driver.extraJavaOptions"):
         # The JVM pyspark starts here logs before spark.log.level applies: a log4j2 profile that logs nothing.
-        scratch = f" -Djava.io.tmpdir={folder}" if folder else ""
+        scratch = f" -Djava.io.tmpdir={start.folder}" if start is not None else ""
         conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={quiet_log4j()}{scratch}")
     if master:
         conf.setMaster(master)
@@ -214,13 +235,22 @@ def spark_context(master=None, app_name="gpumr", debug=False, folder=None):
     if not conf.contains("spark.pyspark.python"):
         # (PySpark takes the workers' interpreter from this variable when it starts the JVM itself.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from py4j.protocol import Py4JJavaError
+    if start is not None and launched:
+        conf.set("spark.ui.enabled", "false")
+        conf.set("spark.executorEnv.PYTHONSAFEPATH", "1")
     said = None
-    if not debug and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if not debug and launched:
         said = tempfile.TemporaryFile()  # the JVM this starts writes here, not on the user's terminal
     try:
+        gateway = None
         with stderr_to(said):
-            sc = SparkContext.getOrCreate(conf)
+            if start is not None and launched:
+                extra = {"SPARK_WORKER_DIR": os.path.join(start.folder, "spark-work"),
+                         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+                with start.inherited(extra=extra):  # (the JVM, and what it starts, inherit these)
+                    gateway = launch_gateway(conf)
+                conf.set("spark.authenticate", "true").set("spark.authenticate.secret", start.secret)
+            sc = SparkContext.getOrCreate(conf) if gateway is None else SparkContext(conf=conf, gateway=gateway)
         interrupt_with(quiet_interrupt)  # (pyspark's own SIGINT handler calls the JVM from the call interrupted)
         server = getattr(sc, "_accumulatorServer", None)
         if server is not None:  # (its socketserver prints a traceback when the JVM goes, e.g. on Ctrl-C)

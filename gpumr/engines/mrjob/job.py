@@ -1,12 +1,12 @@
 """The mrjob job of every gpumr job: what the launcher makes mrjob's runner from (:mod:`gpumr.engines.mrjob`).
 
 Its steps (a map task of the task runtime, the identity reducer), its
-options (:data:`gpumr.engines.mrjob_task.OPTIONS`) and its script: the
+options (:data:`gpumr.engines.mrjob.task.OPTIONS`) and its script: the
 runners that start processes (local, Hadoop, EMR) run
-:mod:`gpumr.engines.mrjob_task` for each task (:meth:`MRWorkload.mr_job_script`),
+:mod:`gpumr.engines.mrjob.task` for each task (:meth:`MRWorkload.mr_job_script`),
 which runs it without importing mrjob. The inline runner runs this job's
 own mapper in the launcher's process: a
-:class:`~gpumr.engines.mrjob_task.MapTask` as well, so a task is the same
+:class:`~gpumr.engines.mrjob.task.MapTask` as well, so a task is the same
 on every runner.
 """
 
@@ -18,8 +18,8 @@ from mrjob.job import MRJob
 from mrjob.protocol import RawProtocol, RawValueProtocol
 from mrjob.step import MRStep
 
-from . import mrjob_task
-from .mrjob_task import OPTIONS, TEXT_INPUT_FORMAT, MapTask
+from . import task as mrjob_task
+from .task import OPTIONS, TEXT_INPUT_FORMAT, MapTask
 
 
 def _pairs(lines):
@@ -37,7 +37,7 @@ class MRWorkload(MRJob):
 
     @classmethod
     def mr_job_script(cls):
-        """The script mrjob's runners start for each task: :mod:`gpumr.engines.mrjob_task` (not this module)."""
+        """The script mrjob's runners start for each task: :mod:`gpumr.engines.mrjob.task` (not this module)."""
         return inspect.getsourcefile(mrjob_task)
 
     def configure_args(self):

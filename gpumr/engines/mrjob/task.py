@@ -1,4 +1,4 @@
-"""The task script mrjob's runners start for every task of a gpumr job (``python mrjob_task.py --step-num=0 --mapper``).
+"""The task script mrjob's runners start for every task of a gpumr job (``python task.py --step-num=0 --mapper``).
 
 mrjob's local, Hadoop and EMR runners run a job's script once per task,
 with Hadoop Streaming's protocol: the task's input lines on stdin, its
@@ -23,7 +23,7 @@ side files are, for tasks on the launcher's machine). Each map task is a
 :class:`MapTask`: the one task runtime (:class:`gpumr.tasks.runtime.Task`)
 over its lines; the reducer is the identity. The job the launcher makes
 mrjob's runner from, and which the inline runner runs in the launcher's
-own process, is :class:`gpumr.engines.mrjob_job.MRWorkload`: its mapper is
+own process, is :class:`gpumr.engines.mrjob.job.MRWorkload`: its mapper is
 a :class:`MapTask` too.
 
 It is started by mrjob's runners only: run as a program without mrjob's
@@ -37,7 +37,7 @@ import os
 import sys
 
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]  # run as a script: this folder's modules (dask.py, spark.py) must not hide the packages
+    del sys.path[0]  # run as a script: this folder's modules (job.py, runner.py) must not hide other packages
 
 from gpumr.boundary import ArgumentParser, logger  # noqa: E402
 
@@ -46,7 +46,7 @@ TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives the script it runs as a task.
 TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
 #: The job's own options, each ``(switch, "file" or "passthru", argparse keywords)``, declared once. mrjob's job
-#: adds them (:meth:`gpumr.engines.mrjob_job.MRWorkload.configure_args`), ships the file and gives them to every
+#: adds them (:meth:`gpumr.engines.mrjob.job.MRWorkload.configure_args`), ships the file and gives them to every
 #: task, which reads them here (:func:`task_options`). They are ``--gpumr-spec`` (a file), ``--reducers``,
 #: ``--cat-reducer``, ``--hadoop-splits`` and ``--gpumr-side-dir``.
 #:
@@ -154,7 +154,7 @@ def task_options(argv):
     gpumr.boundary.UsageError
         For anything else (gpumr's one step has no combiner and no Spark part).
     """
-    p = ArgumentParser(prog="mrjob_task.py")
+    p = ArgumentParser(prog="gpumr.engines.mrjob.task")
     p.add_argument("--step-num", type=int, default=0, choices=[0])
     kind = p.add_mutually_exclusive_group(required=True)
     kind.add_argument("--mapper", action="store_true")

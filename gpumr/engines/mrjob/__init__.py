@@ -2,7 +2,7 @@
 
 The launcher's tasks become task files (gzipped, one item per line, so
 that each file is exactly one map task on every runner); mrjob runs
-:class:`gpumr.engines.mrjob_job.MRWorkload` over them with the job's spec
+:class:`gpumr.engines.mrjob.job.MRWorkload` over them with the job's spec
 shipped as a file and the side files through its upload (Hadoop's
 distributed cache), and writes the sorted parts into ``job/`` in the
 output's stage. mrjob's own options (``-c mrjob.conf``, ``--jobconf``,
@@ -20,14 +20,44 @@ import os
 import shutil
 import sys
 
-from ..boundary import UsageError, relay_task_lines, task_error
-from ..errors import GpumrError, redact, redact_settings
-from ..io.remote import locate
-from .base import Engine, Outcome
-from .processes import on_threads, workers_here
+from ...boundary import UsageError, relay_task_lines, task_error
+from ...core.workload import Option
+from ...errors import GpumrError, redact, redact_settings
+from ...io.remote import locate
+from ..base import Engine, Outcome
+from ..processes import workers_here
+from .runner import limit_sim_reducers, option_table, python_bin, run_on_threads, settings
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
+
+
+class Passthrough:
+    """mrjob's own options (``-c``, ``--jobconf K=V``, ``--hadoop-streaming-jar J`` ...) and their values, taken out
+    of gpumr's command line by mrjob's own table of them and handed to mrjob's runner as given."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def split(self, argv, ours):
+        """``(argv for gpumr's parser, argv for mrjob)``; an option neither knows stays gpumr's, to be refused."""
+        table = option_table(_job([]))
+        mine, theirs, args = [], [], list(argv)
+        while args:
+            a = args.pop(0)
+            name = a.partition("=")[0]
+            if name in ours or name not in table:
+                mine.append(a)
+                continue
+            theirs.append(a)
+            if "=" not in a and table[name] and args:
+                theirs.append(args.pop(0))
+        return mine, theirs
+
+    def check(self, extra):
+        """mrjob's own options, checked by mrjob's parser before anything is listed or read."""
+        if extra:
+            _job(["-r", self.engine.name, *extra])
 
 
 class MRJobEngine(Engine):
@@ -37,18 +67,17 @@ class MRJobEngine(Engine):
             "local": "mrjob's local runner: a process per task, on every core of this machine",
             "hadoop": "Hadoop Streaming through mrjob (hadoop on PATH)",
             "emr": "Amazon EMR through mrjob (-c conf/mrjob.emr.conf; output at s3://)"}
+    title = "inline, local, hadoop, emr (mrjob's runners; its own options pass through)"
+    options = (
+        Option("--hadoop-splits", "engines hadoop, emr: Hadoop's own SequenceFile input format reads and splits the "
+                                  "inputs (data locality), instead of gpumr's split reader",
+               action="store_true", default=False),
+    )
 
     def __init__(self, name):
         super().__init__(name)
         self.help = self.HELP[name]
-
-    def group_title(self):
-        return "inline, local, hadoop, emr (mrjob's runners; its own options pass through)"
-
-    def add_options(self, group):
-        group.add_argument("--hadoop-splits", action="store_true",
-                           help="engines hadoop, emr: Hadoop's own SequenceFile input format reads and splits the "
-                                "inputs (data locality), instead of gpumr's split reader")
+        self.passthrough = Passthrough(self)
 
     def check(self, o):
         if o.hadoop_splits and self.name not in ("hadoop", "emr"):
@@ -68,32 +97,6 @@ class MRJobEngine(Engine):
 
     def tasks_here(self, o):
         return self.name in HERE
-
-    def split_args(self, argv, ours):
-        """mrjob's own options (``-c``, ``--jobconf K=V``, ``--hadoop-streaming-jar J`` ...) and their values, taken
-        by mrjob's own table of them; an option neither knows stays gpumr's, to be refused by its parser."""
-        import argparse
-        from .mrjob_job import MRWorkload
-        flags = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
-                 argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
-        table = {s: a.nargs != 0 and not isinstance(a, flags)
-                 for a in MRWorkload(args=[]).arg_parser._actions for s in a.option_strings}
-        mine, theirs, args = [], [], list(argv)
-        while args:
-            a = args.pop(0)
-            name = a.partition("=")[0]
-            if name in ours or name not in table:
-                mine.append(a)
-                continue
-            theirs.append(a)
-            if "=" not in a and table[name] and args:
-                theirs.append(args.pop(0))
-        return mine, theirs
-
-    def check_extra(self, extra):
-        """mrjob's own options, checked by mrjob's parser before anything is listed or read."""
-        if extra:
-            self._job(["-r", self.name, *extra])
 
     # -- the job's files and arguments -----------------------------------------------------------
     def _task_files(self, plan, folder):
@@ -124,28 +127,15 @@ class MRJobEngine(Engine):
                  else [arg for side in plan.side for arg in ("--files", side.path)])
         return [*args, *plan.extra, "--output-dir", output_dir, *inputs]
 
-    def _job(self, args):
-        from .mrjob_job import MRWorkload
-        log = logging.getLogger("mrjob")
-        if log.level == logging.NOTSET:  # (mrjob's chatter, "No configs specified ...": its errors only)
-            log.setLevel(logging.ERROR)
-        try:
-            return MRWorkload(args=args)
-        except ValueError as exc:  # mrjob's way of refusing an option given as a list
-            raise UsageError(f"{redact(str(exc))} (see gpumr run WORKLOAD --help; other options go to mrjob's runner)") \
-                from None
-
-    def dry_run(self, plan, show):
+    def would_run(self, plan):
         self._check_here(plan.o)
-        runner = self._job(self._args(plan, str(plan.out.loc))).make_runner()
+        runner = _job(self._args(plan, str(plan.out.loc))).make_runner()
         try:
-            settings = {k: v for k, v in sorted(runner._opts.items()) if v not in (None, [], {}, ())}
-            show(f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob_task "
-                 f"--mapper ... with {len(plan.tasks)} task(s)")
-            python = getattr(runner, "_python_bin", None)  # (the inline runner runs in this Python)
-            show("mrjob's settings (secrets hidden): " + json.dumps(
-                {"runner": runner.alias, "python_bin": python() if python else [sys.executable],
-                 "options": redact_settings(settings)}, sort_keys=True, default=str))
+            return [f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob.task "
+                    f"--mapper ... with {len(plan.tasks)} task(s)",
+                    "mrjob's settings (secrets hidden): " + json.dumps(
+                        {"runner": runner.alias, "python_bin": python_bin(runner) or [sys.executable],
+                         "options": redact_settings(settings(runner))}, sort_keys=True, default=str)]
         finally:
             runner.cleanup()
 
@@ -153,24 +143,24 @@ class MRJobEngine(Engine):
     def run(self, plan, job):
         from mrjob.step import StepFailedException
 
-        from ..core.counters import total
-        from ..tasks.output import finished_arrays, staged_parts
+        from ...core.counters import total
+        from ...tasks.output import finished_arrays, staged_parts
         self._check_here(plan.o)
         stage = locate(job.stage)
         local_out = self.name in HERE and stage.local is None  # a URI output of a runner on this machine
         output_dir = (os.path.join(plan.folder, "job-out") if local_out
                       else str(stage.child("job")) if stage.local is None
                       else (stage.child("job").uri() if self.name == "hadoop" else stage.child("job").local))
-        mr = self._job(self._args(plan, output_dir))
+        mr = _job(self._args(plan, output_dir))
         said = []
         try:
             with _mrjob_said(said, job.debug), mr.make_runner() as runner:
                 if self.name in HERE and plan.o.reducers > 0:
-                    _limit_sim_reducers(runner, plan.o.reducers)
+                    limit_sim_reducers(runner, plan.o.reducers)
                 if self.name == "local":  # (its tasks' processes waited on from threads, not from a forked Pool)
-                    runner._run_multiple = lambda calls, num_processes=None: on_threads(
-                        calls, runner._opts["num_cores"] or os.cpu_count() or 1, os.path.join(plan.folder, "mrjob"))
-                runner.run()
+                    run_on_threads(runner, os.path.join(plan.folder, "mrjob"))
+                with _processes_started(self.name, job.start):
+                    runner.run()
                 counts = total(runner.counters())
         except StepFailedException as exc:
             why = task_error(said) or redact(str(exc).splitlines()[0])
@@ -187,7 +177,7 @@ class MRJobEngine(Engine):
                 raise GpumrError(f"--engine hadoop: {redact(str(exc)).splitlines()[0]}: mrjob keeps its scratch files "
                                  "in HDFS; without HDFS, give -c conf/mrjob.local.conf (or --hadoop-tmp-dir "
                                  "file:///tmp/gpumr-mrjob)") from None
-            from ..core.processor import reason_of
+            from ...core.processor import reason_of
             raise GpumrError(f"a task of the {self.name} job failed: {redact(reason_of(exc))}") from exc
         finally:
             if self.name in HERE:  # (mrjob keeps each task's stderr in a file of its scratch folder)
@@ -197,6 +187,28 @@ class MRJobEngine(Engine):
                 if name.startswith("part-"):
                     stage.child(f"job/{name}").upload(os.path.join(output_dir, name))
         return Outcome({**staged_parts(stage.child("job")), **finished_arrays(stage)}, counts)
+
+
+def _job(args):
+    """mrjob's job for ``args``; mrjob's refusal of an option, one line."""
+    from .job import MRWorkload
+    log = logging.getLogger("mrjob")
+    if log.level == logging.NOTSET:  # (mrjob's chatter, "No configs specified ...": its errors only)
+        log.setLevel(logging.ERROR)
+    try:
+        return MRWorkload(args=args)
+    except ValueError as exc:  # mrjob's way of refusing an option given as a list
+        raise UsageError(f"{redact(str(exc))} (see gpumr run WORKLOAD --help; other options go to mrjob's runner)") \
+            from None
+
+
+def _processes_started(name, start):
+    """The block in which mrjob's runner ``name`` starts its processes: the local, Hadoop and EMR runners' commands
+    (task processes, ``hadoop``) start with the job's allowed environment (:class:`gpumr.engines.start.Start`),
+    in the working folders mrjob makes in the job's folder; the inline runner starts none."""
+    if name == "inline" or start is None:
+        return contextlib.nullcontext()
+    return start.inherited(chdir=False)
 
 
 @contextlib.contextmanager
@@ -221,39 +233,6 @@ def _mrjob_said(lines, debug):
         log.removeHandler(handler)
         log.propagate = propagate
         log.setLevel(level)
-
-
-def _limit_sim_reducers(runner, n):
-    """Make an inline/local runner run at most ``n`` reduce tasks, as Hadoop would run exactly ``n``.
-
-    mrjob's simulated runners ignore ``mapreduce.job.reduces`` and cut the
-    sorted reducer input into about twice as many pieces as there are cores.
-    This replaces that cut, for this runner only, by one into at most ``n``
-    pieces of near-equal bytes that never part the records of one key.
-    """
-    def split_reducer_input(step_num):
-        path = runner._sorted_reducer_input_path(step_num)
-        budget = os.path.getsize(path) / n
-        files = runner._yield_split_fileobjs("reducer", step_num)
-        tasks, used, last_key, dest = 0, 0, None, None
-        with open(path, "rb") as src:
-            for line in src:
-                key = line.split(b"\t", 1)[0]
-                if dest is None or (used >= budget * tasks and key != last_key and tasks < n):
-                    if dest is not None:
-                        dest.close()
-                    dest = next(files)
-                    tasks += 1
-                dest.write(line)
-                used += len(line)
-                last_key = key
-        if dest is None:  # empty input: one empty task, as mrjob does
-            next(files).close()
-            return 1
-        dest.close()
-        return tasks
-
-    runner._split_reducer_input = split_reducer_input
 
 
 def engine(name):

@@ -19,9 +19,9 @@ import sys
 import tempfile
 import zipfile
 
-from ..errors import GpumrError, printable
-from ..io.inputs import READ_FLAGS
-from ..io.outputs import FileOutput
+from ...errors import GpumrError, printable
+from ...io.inputs import READ_FLAGS
+from ...io.outputs import FileOutput
 
 #: The archive's file name, and the folder Hadoop unpacks it to in each task.
 ARCHIVE = "gpumr-python.zip"

@@ -8,14 +8,14 @@ engine that submits tasks to it is :mod:`gpumr.engines.radical`.
 
 import contextlib
 import os
-import re
+import shutil
 import signal
 import sys
+import time
 
-from ..boundary import Terminated, logger
-from ..errors import GpumrError, redact
-from .processes import children_deaf, children_started, end_children, end_processes_in, environ, main_thread, \
-    stderr_to
+from ...boundary import Terminated, logger
+from ...errors import GpumrError, redact
+from ..processes import AFTER_SIGNAL, children_deaf, end_processes_in, main_thread, stderr_to
 
 log = logger(__name__)
 #: The resource RP's own configuration calls this machine.
@@ -27,37 +27,40 @@ SESSION_TRIES = 3
 
 
 @contextlib.contextmanager
-def pilot_session(o, folder, debug=False):
+def pilot_session(o, start):
     """A TaskManager with one pilot (``o``: the engine's options), its session closed and the pilot ended after.
 
-    Its client processes and the pilot's agent run this Python's
-    environment (RP's ``VIRTENV_MODE local`` takes the agent's from
-    ``VIRTUAL_ENV``), keep their files in ``folder`` (``HOME`` and
-    ``RADICAL_BASE`` and ``TMPDIR`` too, for RP's and PSI/J's state) and never hear a
-    terminal's Ctrl-C: the launcher ends them. A job makes one in its own
-    folder; scripts and tests running several jobs share one (``session=``
-    of :func:`gpumr.launch.job.launch`).
+    Its client processes and the pilot's agent start through the job's
+    :class:`gpumr.engines.start.Start` (``start``): in the job's folder, with
+    the allowed environment and no secrets (RP writes its processes'
+    environment into its sandboxes), and never hear a terminal's
+    Ctrl-C: the launcher ends them. RP's ``VIRTENV_MODE local`` takes the
+    agent's Python from ``VIRTUAL_ENV``. Their files (``HOME``,
+    ``RADICAL_BASE`` and ``TMPDIR`` too, for RP's and PSI/J's state) are in
+    the job's folder, or in ``--framework-logs`` where the user named one
+    (kept there). A job makes one; scripts and tests running several jobs
+    share one (``session=`` of :func:`gpumr.launch.job.launch`).
 
     Examples
     --------
     >>> import argparse, tempfile
+    >>> from gpumr.engines.start import Start
     >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
     ...                        pilot_sandbox=None, pilot=[])
     >>> with tempfile.TemporaryDirectory() as folder:                                   # doctest: +SKIP
-    ...     with pilot_session(o, folder) as tmgr:
+    ...     with pilot_session(o, Start.make(folder)) as tmgr:
     ...         launch(["faces", "frames.seq", "-o", "out", "--engine", "radical"], session=tmgr)
     """
     rp = import_rp()
-    folder = os.path.join(folder, "radical")
+    folder = os.path.join(start.logs if start.keep_logs else start.folder, "radical")
     os.makedirs(folder, mode=0o700, exist_ok=True)
+    sandbox = None
+    if o.pilot_sandbox and o.resource == LOCAL:  # (elsewhere the folder is on the resource's filesystem)
+        sandbox = _own_sandbox(o.pilot_sandbox)
     env = {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
            "RADICAL_REPORT": "FALSE", "RADICAL_BASE": folder, "HOME": folder, "TMPDIR": folder,
-           "RADICAL_LOG_LVL": "DEBUG" if debug else "ERROR"}
-    if sys.prefix != sys.base_prefix:
-        env["VIRTUAL_ENV"] = sys.prefix
-    # RP's agent sources a dump of this environment: a name a shell cannot take (make's "-*-command-variables-*-"
-    # under `make VAR=...`) fails the pilot; such variables are left out of what the session inherits.
-    env.update({k: None for k in os.environ if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)})
+           "RADICAL_LOG_LVL": "DEBUG" if start.debug else "ERROR",
+           "VIRTUAL_ENV": sys.prefix if sys.prefix != sys.base_prefix else None}
     import radical.utils.ids as ids
     ids._BASE = os.path.join(folder, ".radical", "utils")  # (read once, when imported: IDs' counters go there)
     session, forked = None, []  # (forked: the proxy's workers, one per try, that RP's proxy thread starts)
@@ -66,18 +69,19 @@ def pilot_session(o, folder, debug=False):
             # (a Ctrl-C held while the session starts is raised as its block ends: the session is closed then too;
             # a failed try's proxy worker prints its traceback, to the log)
             try:
-                with open(os.path.join(folder, "session.err"), "ab") as said, environ(env), children_deaf(), \
-                        stderr_to(None if debug else said), children_started(forked):
+                with open(os.path.join(folder, "session.err"), "ab") as said, \
+                        start.inherited(secrets=False, extra=env), children_deaf(), \
+                        stderr_to(None if start.debug else said), children_started(forked):
                     session = rp.Session(cfg={"base": folder, "client_sandbox": folder})
                 break
             except Exception as exc:  # noqa: BLE001 (RP's RuntimeError, a ZMQ or OS error: retried, then one line)
                 session_failed(exc, attempt)
-        with environ(env), children_deaf():
+        with start.inherited(secrets=False, extra=env), children_deaf():
             pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
-        try:
-            pilot = pmgr.submit_pilots(rp.PilotDescription(pilot_description(o, folder)))
-        except (ValueError, RuntimeError, KeyError) as exc:
-            raise GpumrError(f"--resource {o.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
+            try:
+                pilot = pmgr.submit_pilots(rp.PilotDescription(pilot_description(o, sandbox or start.folder)))
+            except (ValueError, RuntimeError, KeyError) as exc:
+                raise GpumrError(f"--resource {o.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
         tmgr.add_pilots(pilot)
         yield tmgr
     finally:
@@ -88,8 +92,23 @@ def pilot_session(o, folder, debug=False):
                 # kill the pilot; on this machine the pilot's processes are in the job's folder: ended below.
                 session.close(terminate=not (terminated and o.resource == LOCAL), download=False)
             # (after SIGTERM, 1 s: what is left is the agent's bootstrap, whose trap sleeps for an agent gone)
-            end_processes_in(folder, timeout=1 if terminated else 30, ask=terminated)
+            for place in (folder, sandbox):
+                if place is not None:
+                    end_processes_in(place, timeout=1 if terminated else 30, ask=terminated)
             end_children(forked)  # (a failed try's worker that missed RP's SIGTERM: stopped by nothing else)
+            if sandbox is not None and not start.keep_logs:
+                shutil.rmtree(sandbox, ignore_errors=True)
+
+
+def _own_sandbox(parent):
+    """A new private folder of the job's inside ``--pilot-sandbox`` (the pilot's files go there, removed with the
+    job): what else the folder holds is never touched."""
+    import tempfile
+
+    from ...trusted import ensure_folder
+    parent = os.path.abspath(parent)
+    ensure_folder(parent, "--pilot-sandbox")
+    return tempfile.mkdtemp(prefix="gpumr-pilot-", dir=parent)
 
 
 def session_failed(exc, attempt):
@@ -118,7 +137,7 @@ def first_words(exc):
 
 
 def pilot_description(o, folder):
-    """The pilot's description (``o``: the engine's options; ``folder``: the job's, its sandbox on this machine).
+    """The pilot's description (``o``: the engine's options; ``folder``: its sandbox on this machine).
 
     ``exit_on_error`` is off: with it, RP sends this process SIGTERM when
     the pilot fails, also while the session closes (on a loaded machine
@@ -134,7 +153,7 @@ def pilot_description(o, folder):
     >>> d["exit_on_error"], d["sandbox"], d["memory"]
     (False, '/tmp/job', 100)
     """
-    sandbox = o.pilot_sandbox or (folder if o.resource == LOCAL else None)
+    sandbox = folder if o.resource == LOCAL else o.pilot_sandbox
     return {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
             "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": False,
             **({"sandbox": sandbox} if sandbox else {}),
@@ -147,7 +166,7 @@ def import_rp():
     saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)] if main_thread() else []
     try:
         import tempfile
-        with tempfile.TemporaryDirectory() as base, environ({"RADICAL_BASE": base}):  # (its import makes a folder)
+        with tempfile.TemporaryDirectory() as base, _environ({"RADICAL_BASE": base}):  # (its import makes a folder)
             import radical.pilot as rp
             import radical.pilot.agent.executing.popen  # noqa: F401
     except ImportError:
@@ -164,3 +183,78 @@ def pilot_failure(pilot, resource):
     said = next((f": {lines[-1][:300]}" for lines in texts if lines), "")  # (the first of them that said anything)
     return (f"the RADICAL-Pilot pilot on {resource} ended ({pilot.state.lower()}) before the job's tasks{said} "
             "(its agent could not start or was stopped; --debug keeps RP's log)")
+
+
+@contextlib.contextmanager
+def _environ(changes):
+    """``os.environ`` updated by ``changes`` for the block (a value None: the variable unset), then as it was.
+
+    Examples
+    --------
+    >>> with _environ({"AN_EXAMPLE_VARIABLE": "1"}):
+    ...     os.environ["AN_EXAMPLE_VARIABLE"]
+    '1'
+    >>> "AN_EXAMPLE_VARIABLE" in os.environ
+    False
+    """
+    saved = {k: os.environ.get(k) for k in changes}
+    for k, v in changes.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def children_started(into):
+    """Add to the list ``into`` the multiprocessing children this process starts in the block (a framework's
+    helpers forked from one of its threads), for :func:`end_children`.
+
+    Examples
+    --------
+    >>> import multiprocessing, time
+    >>> started = []
+    >>> with children_started(started):
+    ...     child = multiprocessing.Process(target=time.sleep, args=(60,))
+    ...     child.start()
+    >>> started == [child]
+    True
+    >>> end_children(started, timeout=1)
+    >>> child.is_alive()
+    False
+    """
+    import multiprocessing
+    before = set(multiprocessing.active_children())
+    try:
+        yield into
+    finally:
+        into.extend(p for p in multiprocessing.active_children() if p not in before)
+
+
+def end_children(children, timeout=AFTER_SIGNAL):
+    """End the multiprocessing ``children`` still alive: SIGTERM, SIGKILL after ``timeout`` seconds; each reaped.
+
+    For a framework's helper that its framework lost track of: RP's proxy
+    worker, SIGTERMed by RP when its session's start timed out, can miss that
+    signal (one that lands while the child is still being forked is dropped)
+    and then waits for ever for a stop that never comes. Its command line and
+    folder are its parent's, so :func:`end_processes_in` cannot tell it is
+    the job's.
+    """
+    alive = [p for p in children if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + timeout
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(timeout)

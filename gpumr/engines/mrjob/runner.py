@@ -1,0 +1,130 @@
+"""Every touch of mrjob's private API, in one place: what gpumr reads of a runner's settings and what it changes in
+mrjob's simulated runners.
+
+mrjob 0.7.4 is unmaintained, so its private names do not move; should they,
+this module is the one to change. What it does:
+
+- reads mrjob's own option table, to hand mrjob's options on as given
+  (:func:`option_table`), and a runner's resolved settings and Python
+  (:func:`settings`, :func:`python_bin`) for ``--dry-run``;
+- runs the local runner's task processes on threads of the launcher
+  (:func:`run_on_threads`, in place of a forked ``multiprocessing.Pool``);
+- makes the simulated runners run exactly the reduce tasks asked for
+  (:func:`limit_sim_reducers`).
+"""
+
+import argparse
+import os
+import queue
+import threading
+
+from ..processes import AFTER_SIGNAL, end_processes_in
+
+
+def option_table(job):
+    """``{option string: takes a value}`` of every option mrjob's parser of ``job`` knows."""
+    flags = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
+             argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
+    return {s: a.nargs != 0 and not isinstance(a, flags) for a in job.arg_parser._actions for s in a.option_strings}
+
+
+def settings(runner):
+    """The runner's resolved settings that are set (secrets not hidden yet)."""
+    return {k: v for k, v in sorted(runner._opts.items()) if v not in (None, [], {}, ())}
+
+
+def python_bin(runner):
+    """The Python command the runner's tasks run (None for the inline runner, which runs them in this one)."""
+    python = getattr(runner, "_python_bin", None)
+    return python() if python else None
+
+
+def run_on_threads(runner, folder):
+    """Make the local runner wait on its tasks' processes from threads of this process (:func:`on_threads`)."""
+    runner._run_multiple = lambda calls, num_processes=None: on_threads(
+        calls, runner._opts["num_cores"] or os.cpu_count() or 1, folder)
+
+
+def on_threads(calls, n, folder):
+    """Run the no-argument ``calls``, each a task that waits on a process it starts working in ``folder``, at most
+    ``n`` at a time on daemon threads of this process; the first error, or an interrupt, starts no more of them,
+    ends the processes in ``folder`` (:func:`end_processes_in`) and is raised.
+
+    In place of a pool of forked processes (mrjob's local runner's
+    ``multiprocessing.Pool``): a thread that only waits on its task's
+    process costs nothing, and a stopped job has nothing to unwind but the
+    processes it started. ``Pool.terminate`` takes the task queue's lock,
+    which an idle worker holds while it waits for work, and joins workers
+    its own thread may have forked after the signal: a local job whose
+    process group got SIGTERM did not end within 120 s in one CI run.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> done = []
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     on_threads([lambda i=i: done.append(i) for i in range(5)], 2, folder)
+    >>> sorted(done)
+    [0, 1, 2, 3, 4]
+    """
+    calls, todo, ended = list(calls), queue.SimpleQueue(), queue.SimpleQueue()
+    for call in calls:
+        todo.put(call)
+    stop = threading.Event()
+
+    def work():
+        while not stop.is_set():
+            try:
+                call = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                call()
+                ended.put(None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+                stop.set()  # (before the next get: this thread starts no more either)
+                ended.put(exc)
+    try:
+        for i in range(max(1, min(n, len(calls)))):
+            threading.Thread(target=work, name=f"gpumr-task-{i}", daemon=True).start()
+        for _ in calls:
+            error = ended.get()  # (a signal is raised here)
+            if error is not None:
+                raise error
+    except BaseException:
+        stop.set()
+        end_processes_in(folder, timeout=AFTER_SIGNAL, ask=True)
+        raise
+
+
+def limit_sim_reducers(runner, n):
+    """Make an inline/local runner run at most ``n`` reduce tasks, as Hadoop would run exactly ``n``.
+
+    mrjob's simulated runners ignore ``mapreduce.job.reduces`` and cut the
+    sorted reducer input into about twice as many pieces as there are cores.
+    This replaces that cut, for this runner only, by one into at most ``n``
+    pieces of near-equal bytes that never part the records of one key.
+    """
+    def split_reducer_input(step_num):
+        path = runner._sorted_reducer_input_path(step_num)
+        budget = os.path.getsize(path) / n
+        files = runner._yield_split_fileobjs("reducer", step_num)
+        tasks, used, last_key, dest = 0, 0, None, None
+        with open(path, "rb") as src:
+            for line in src:
+                key = line.split(b"\t", 1)[0]
+                if dest is None or (used >= budget * tasks and key != last_key and tasks < n):
+                    if dest is not None:
+                        dest.close()
+                    dest = next(files)
+                    tasks += 1
+                dest.write(line)
+                used += len(line)
+                last_key = key
+        if dest is None:  # empty input: one empty task, as mrjob does
+            next(files).close()
+            return 1
+        dest.close()
+        return tasks
+
+    runner._split_reducer_input = split_reducer_input

@@ -1,0 +1,188 @@
+"""The RADICAL-Pilot engine: a job's tasks as RADICAL-Pilot tasks in a pilot, on this machine or an HPC resource.
+
+Run::
+
+    gpumr run faces frames.seq/ -o out/ --engine radical [--pilot-cores N]
+    gpumr run faces /scratch/frames.seq -o /scratch/out --engine radical --resource ornl.frontier \\
+        --pilot-cores 512 --pilot-gpus 64 --pilot project=ABC123 --pilot queue=batch
+
+One RP task per task of the plan, each ``python -m gpumr.engines.radical.task
+CALL RESULT``: RP stages the call (pickled by the launcher) into the task's
+sandbox and the result (JSON: the launcher never unpickles what a task
+wrote) back, so a task needs no filesystem shared with the launcher except
+the inputs and the output. A task that ends without a result (killed, its
+node lost) runs again, at most :data:`ATTEMPTS` times; its unfinished
+attempt is never published. A task's own error ends the job, in one line.
+The session's files (client, pilot and task sandboxes) stay in the job's
+folder on ``local.localhost`` and go with it; Ctrl-C cancels the tasks and
+the pilot, and so does SIGTERM, with shorter waits (a batch system's SIGKILL
+follows it). RP's message queues take anyone's connections (ZMQ, on every
+interface): on a node other people use, the job is refused unless the user
+accepts that (``--allow-open-ports``; :mod:`gpumr.engines.start`), and RP's
+processes get no secrets (it writes their environment into its sandboxes).
+:doc:`/how-to/radical`.
+"""
+
+import contextlib
+import json
+import os
+import pickle
+import time
+
+from ...boundary import Terminated, logger, write_stderr
+from ...core.workload import Option
+from ...errors import GpumrError
+from ..mapreduce import Pool, PoolEngine
+from ..processes import POLL, children_deaf
+from ..start import python_argv
+from .pilot import LOCAL, import_rp, pilot_failure, pilot_session
+
+log = logger(__name__)
+#: How many times a task that ended without a result (killed, its node lost) runs before the job fails.
+ATTEMPTS = 3
+#: Pilot description attributes ``--pilot KEY=VALUE`` may set (the others have options of their own).
+PILOT_KEYS = ("queue", "project", "access_schema", "job_name", "nodes", "memory")
+#: What of RADICAL-Pilot takes anyone's connections (said when a shared node refuses the job).
+OPEN_PORTS = "RADICAL-Pilot's message queues (ZMQ, on every interface)"
+#: The module each RP task runs.
+TASK_MODULE = "gpumr.engines.radical.task"
+
+
+class RadicalEngine(PoolEngine):
+    """``--engine radical``."""
+
+    name = "radical"
+    help = f"RADICAL-Pilot: a pilot on {LOCAL} (--resource: an HPC site's), one RP task per task"
+    options = (
+        Option("--resource", f"engine radical: the RP resource the pilot runs on (default {LOCAL}), e.g. "
+                             "ornl.frontier (radical-pilot-resources lists them)", default=LOCAL, metavar="NAME"),
+        Option("--pilot-cores", "engine radical: the pilot's cores (default: this machine's on local.localhost)",
+               type=int, metavar="N", least=1, most=10**7),
+        Option("--pilot-gpus", "engine radical: the pilot's GPUs (default 0); with --device gpu each task gets one",
+               type=int, default=0, metavar="N", least=0, most=10**6),
+        Option("--pilot-runtime", "engine radical: the pilot's wall time (default 60)", type=int, default=60,
+               metavar="MINUTES", least=1, most=10**6),
+        Option("--pilot-sandbox", "engine radical: where the pilot's sandbox goes (default: the job's own folder on "
+                                  "local.localhost, the resource's default elsewhere); on local.localhost a new "
+                                  "folder of the job's inside DIR, removed with the job", metavar="DIR"),
+        Option("--pilot", f"engine radical: another pilot description attribute ({', '.join(PILOT_KEYS)})",
+               action="append", default=[], metavar="KEY=VALUE"),
+        Option("--task-python", "engine radical: the Python the tasks run, with gpumr installed (default: this one on "
+                                "local.localhost, python3 elsewhere)", metavar="PATH"),
+    )
+
+    def check(self, o):
+        if o.resource.count(".") != 1 or not all(o.resource.split(".")):
+            raise GpumrError(f"--resource {o.resource}: not an RP resource name (SITE.NAME, e.g. {LOCAL})")
+        for item in o.pilot:
+            key, sep, value = item.partition("=")
+            if not sep or key not in PILOT_KEYS or not value:
+                raise GpumrError(f"--pilot {item}: give KEY=VALUE, KEY one of {', '.join(PILOT_KEYS)}")
+        if o.device == "gpu" and not o.pilot_gpus:
+            raise GpumrError("--device gpu with --engine radical needs --pilot-gpus N (the pilot's GPUs)")
+
+    def tasks_here(self, o):
+        return o.resource == LOCAL
+
+    def would_run(self, plan):
+        return [f"RADICAL-Pilot: a pilot on {plan.o.resource}, one RP task per task; its message queues take "
+                "anyone's connections, so a node other people use refuses it without --allow-open-ports"]
+
+    @contextlib.contextmanager
+    def session(self, plan, job):
+        job.start.require_private_ports(self.name, OPEN_PORTS)
+        rp = import_rp()
+        with contextlib.ExitStack() as stack:
+            tmgr = job.session if job.session is not None else stack.enter_context(
+                pilot_session(plan.o, job.start))
+            yield RadicalPool(rp, tmgr, plan, job)
+
+
+class RadicalPool(Pool):
+    """A job's tasks as RP tasks of one pilot: calls staged in, results (JSON) staged back."""
+
+    engine = "radical"
+
+    def __init__(self, rp, tmgr, plan, job):
+        self.rp, self.tmgr, self.plan = rp, tmgr, plan
+        self.here = plan.engine.tasks_here(plan.o)
+        self.pilot = tmgr.get_pilots()[0]
+        if not self.here:  # the side files into the pilot's sandbox, where the tasks find them
+            self.pilot.stage_in([{"source": f"file://localhost{s.path}", "target": f"pilot:///{s.name}",
+                                  "action": rp.TRANSFER} for s in plan.side])
+        self.calls = os.path.join(job.folder, "calls")
+        os.makedirs(self.calls, mode=0o700, exist_ok=True)
+        python = plan.o.task_python or (None if self.here else "python3")
+        self.argv = python_argv(TASK_MODULE) if python is None else [python, "-m", TASK_MODULE]
+        self.started = []
+
+    def submit(self, phase, function, todo):
+        """Submit ``[(i, args, attempt)]``; ``{i: (attempt, task, result path)}``."""
+        rp, plan, descriptions = self.rp, self.plan, []
+        for i, args, attempt in todo:
+            name = f"{phase}-{i:05d}-{attempt}"
+            with open(os.path.join(self.calls, f"{name}.pickle"), "wb") as f:
+                pickle.dump((phase, function, args, plan.folder if self.here else None), f)
+            gpus = 1 if phase == "map" and plan.o.device == "gpu" else 0
+            descriptions.append(rp.TaskDescription({
+                "name": f"gpumr-{plan.spec.job}-{name}", "executable": self.argv[0],
+                "arguments": [*self.argv[1:], "call.pickle", "result.json"],
+                "environment": _task_env(), "gpus_per_rank": gpus, "gpu_type": rp.CUDA if gpus else "",
+                "input_staging": [{"source": f"file://localhost{self.calls}/{name}.pickle",
+                                   "target": "task:///call.pickle", "action": rp.TRANSFER}],
+                "output_staging": [{"source": "task:///result.json", "action": rp.TRANSFER,
+                                    "target": f"file://localhost{self.calls}/{name}.json"}]}))
+        tasks = self.tmgr.submit_tasks(descriptions) if descriptions else []
+        self.started.extend(tasks)
+        return {i: (attempt, task, os.path.join(self.calls, f"{phase}-{i:05d}-{attempt}.json"))
+                for (i, _, attempt), task in zip(todo, tasks)}
+
+    def execute(self, phase, function, calls):
+        rp, pending = self.rp, self.submit(phase, function, [(i, args, 1) for i, args in enumerate(calls)])
+        while pending:
+            time.sleep(POLL)
+            if self.pilot.state in rp.FINAL:
+                raise GpumrError(pilot_failure(self.pilot, self.plan.o.resource))
+            for i, (attempt, task, path) in list(pending.items()):
+                if task.state not in rp.FINAL:
+                    continue
+                del pending[i]
+                if task.stderr and task.stderr.strip():
+                    write_stderr(task.stderr if task.stderr.endswith("\n") else task.stderr + "\n")
+                if task.state != rp.DONE or not os.path.exists(path):
+                    why = f"{task.state.lower()}, exit status {task.exit_code}"
+                    if attempt >= ATTEMPTS:
+                        raise GpumrError(f"a RADICAL-Pilot task ({phase} {i}) ended {attempt} times "
+                                         f"without a result (the last: {why})")
+                    log.warning("RADICAL-Pilot task %s %d ended without a result (%s): running it again",
+                                phase, i, why)
+                    pending.update(self.submit(phase, function, [(i, calls[i], attempt + 1)]))
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    result = json.load(f)
+                if "error" in result:
+                    raise GpumrError(result["error"])
+                yield result["value"]
+
+    def end(self, exc):
+        """Cancel every task the job started and wait until each is final, at most 60 seconds; after SIGTERM no
+        wait: sent to the process group (a terminal, SLURM's scancel), it has ended RP's own processes, which would
+        never say a task ended, and a batch system's SIGKILL follows soon. The session's close then ends whatever is
+        left (:func:`gpumr.engines.radical.pilot.pilot_session`)."""
+        rp, timeout = self.rp, 0 if isinstance(exc, Terminated) else 60
+        live = [t.uid for t in self.started if t.state not in rp.FINAL]
+        with children_deaf():
+            if live:
+                self.tmgr.cancel_tasks(live)
+                if timeout:
+                    self.tmgr.wait_tasks(live, timeout=timeout)
+
+
+def _task_env():
+    """The environment RP adds to each task's (the session's processes have theirs): the user's own home, the
+    import path without the current folder."""
+    return {"HOME": os.path.expanduser("~"), "PYTHONSAFEPATH": "1"}
+
+
+def engine(name):
+    return RadicalEngine(name)

@@ -1,0 +1,229 @@
+"""How every framework process of a job starts: its folder, import path, environment, logs and listeners.
+
+Engines borrow frameworks that start processes of their own (Dask's fork
+server and workers, Spark's and Flink's JVMs and Python workers,
+RADICAL-Pilot's session, pilot and tasks, mrjob's task processes). None of
+them starts at its framework's defaults; each starts through the job's one
+:class:`Start`, which decides, the same way for every engine:
+
+- **folder**: the job's private folder (mode 0700), never the user's
+  current folder;
+- **import path**: never the current folder (``PYTHONSAFEPATH=1`` and
+  ``-P`` where the interpreter has them; the private folder as working
+  folder where it has not);
+- **environment**: an allow-list of what tasks need (:func:`environment`);
+  secrets (credentials, tokens) reach only frameworks that keep them in
+  memory, never one that writes its environment to disk;
+- **logs**: the frameworks' own logs go to a folder of the job's (0700),
+  removed with it, unless the user names a place (``--framework-logs``);
+- **listeners**: every port the job opens takes only the job's own
+  connections (a per-job secret, or TLS), or, where a framework cannot
+  authenticate a port, the job is refused on a node other users share
+  (:func:`other_users`) unless the user accepts it (``--allow-open-ports``).
+
+Examples
+--------
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as folder:
+...     start = Start.make(folder)
+...     env = start.environment({"AWS_SECRET_ACCESS_KEY": "x", "LANG": "C.UTF-8", "MY_TOKEN": "t"}, secrets=False)
+...     sorted(k for k in env if not k.startswith(("PYTHON", "TMP")))
+['LANG']
+"""
+
+import contextlib
+import os
+import re
+import secrets as _secrets
+import sys
+from dataclasses import dataclass
+
+#: Variables every framework process gets, where they are set.
+ALLOWED = frozenset((
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "VIRTUAL_ENV", "CONDA_PREFIX",
+    "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "CLASSPATH",
+    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "KRB5CCNAME",
+    "CI",
+))
+#: Prefixes of variables every framework process gets: locales, gpumr's own, the GPU stack's, the numeric
+#: libraries' thread settings, the frameworks' own configuration, cloud regions and profiles (not keys).
+ALLOWED_PREFIXES = ("LC_", "GPUMR_", "CUDA_", "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_", "NUMBA_", "NUMEXPR_",
+                    "JAVA_", "HADOOP_", "YARN_", "SPARK_", "PYSPARK_", "DASK_", "FLINK_", "RADICAL_", "RP_",
+                    "MRJOB_", "ARROW_", "AWS_", "SLURM_", "PBS_")
+#: Names that hold a secret, whatever their prefix: handed on only where ``secrets`` is true.
+SECRET = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY(_|$)", re.I)
+#: The uid from which local accounts are people's (login.defs' ``UID_MIN``), and ``nobody``'s.
+UID_MIN, NOBODY = 1000, 65534
+
+
+def environment(base=None, secrets=True, extra=None, folder=None):
+    """The environment a framework process starts with: ``base`` (default ``os.environ``) cut to the allow-list.
+
+    Parameters
+    ----------
+    base : mapping, optional
+    secrets : bool
+        Whether credentials and tokens (:data:`SECRET`) are handed on.
+    extra : mapping, optional
+        Variables the engine adds (a value None: left out).
+    folder : str, optional
+        The job's private folder: ``TMPDIR`` there.
+
+    Examples
+    --------
+    >>> env = environment({"PATH": "/bin", "PYTHONPATH": ":/opt/lib:.", "OTHER": "1"})
+    >>> env["PATH"], env["PYTHONPATH"], env["PYTHONSAFEPATH"], "OTHER" in env
+    ('/bin', '/opt/lib', '1', False)
+    """
+    base = os.environ if base is None else base
+    env = {}
+    for name, value in base.items():
+        if name not in ALLOWED and not name.startswith(ALLOWED_PREFIXES):
+            continue
+        if not secrets and (SECRET.search(name) or (name.lower().endswith("_proxy") and "@" in value)):
+            continue
+        env[name] = value
+    if "PYTHONPATH" in env:  # (an empty or relative entry is the current folder, wherever the process works)
+        safe = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and os.path.isabs(p)]
+        env["PYTHONPATH"] = os.pathsep.join(safe)
+        if not safe:
+            del env["PYTHONPATH"]
+    env["PYTHONSAFEPATH"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    if folder is not None:
+        env["TMPDIR"] = folder
+    for name, value in (extra or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def python_argv(module):
+    """The command line that runs ``python -m module`` in this interpreter without the current folder on its path.
+
+    Examples
+    --------
+    >>> python_argv("gpumr.engines.radical.task")[-2:]
+    ['-m', 'gpumr.engines.radical.task']
+    """
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", module]
+    return [sys.executable, "-c", "import runpy, sys; del sys.path[0]; sys.argv[0] = 'm'; "
+                                  f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
+
+
+def safe_sys_path(path=None, cwd=None):
+    """``sys.path`` without the current folder (``''``, ``.``, a relative entry, or the folder itself).
+
+    Examples
+    --------
+    >>> safe_sys_path(["", "/usr/lib/python3", ".", "/home/me/work"], cwd="/home/me/work")
+    ['/usr/lib/python3']
+    """
+    path = sys.path if path is None else path
+    cwd = os.path.realpath(cwd or os.getcwd())
+    return [p for p in path if p and os.path.isabs(p) and os.path.realpath(p) != cwd]
+
+
+def other_users():
+    """The uids of people other than this process's user with processes on this node (root and system accounts aside).
+
+    A framework whose ports take anyone's connections is refused where this
+    is not empty (:meth:`Start.require_private_ports`).
+    """
+    me, found = os.getuid(), set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            uid = os.stat(f"/proc/{name}").st_uid
+            if uid >= UID_MIN and uid not in (me, NOBODY):
+                found.add(uid)
+    return found
+
+
+@dataclass(frozen=True)
+class Start:
+    """How one job's framework processes start (see the module's rules); made once per job by the launcher.
+
+    Attributes
+    ----------
+    folder : str
+        The job's private folder: every framework process works here.
+    logs : str
+        Where the frameworks' own logs go (0700).
+    keep_logs : bool
+        The user named ``logs`` (``--framework-logs``): kept after the job.
+    debug : bool
+        ``--debug``: the frameworks log more.
+    secret : str
+        A per-job random token for listeners that take one; never on a command line or on disk.
+    open_ports_ok : bool
+        ``--allow-open-ports``: the user accepts a framework's unauthenticated ports on a shared node.
+    """
+
+    folder: str
+    logs: str
+    keep_logs: bool = False
+    debug: bool = False
+    secret: str = ""
+    open_ports_ok: bool = False
+
+    @classmethod
+    def make(cls, folder, debug=False, logs=None, open_ports_ok=False):
+        """The job's :class:`Start`: logs in ``logs`` if given (made 0700 if new), else in ``folder/logs``."""
+        from ..trusted import ensure_folder
+        keep = logs is not None
+        logs = os.path.abspath(logs) if keep else os.path.join(folder, "logs")
+        ensure_folder(logs, "--framework-logs" if keep else "the job's log folder")
+        return cls(folder, logs, keep, debug, _secrets.token_urlsafe(32), open_ports_ok)
+
+    def environment(self, base=None, secrets=True, extra=None):
+        """:func:`environment` for this job's processes (``TMPDIR`` in its folder)."""
+        return environment(base, secrets, extra, self.folder)
+
+    def popen(self, secrets=True, extra=None):
+        """Keyword arguments of :class:`subprocess.Popen` for a process this job starts itself."""
+        return {"cwd": self.folder, "env": self.environment(secrets=secrets, extra=extra)}
+
+    @contextlib.contextmanager
+    def inherited(self, secrets=True, extra=None, chdir=True):
+        """For the block, this process's environment, ``sys.path`` and (``chdir``) working folder are the ones a
+        framework process must start with; then as they were.
+
+        For frameworks that start their processes from this one with no say
+        over how (multiprocessing's fork server, RADICAL-Pilot's session,
+        PyFlink's gateway): what they start in the block inherits them.
+        Only for blocks that run no other work of this process's.
+        """
+        saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), os.getcwd()
+        env = self.environment(secrets=secrets, extra=extra)
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            sys.path[:] = safe_sys_path(saved_path, saved_cwd)
+            if chdir:
+                os.chdir(self.folder)
+            yield env
+        finally:
+            if chdir:
+                os.chdir(saved_cwd)
+            sys.path[:] = saved_path
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+    def require_private_ports(self, engine, what):
+        """Refuse, in one line, a framework whose ports (``what``) take anyone's connections, on a node other people
+        use (:func:`other_users`), unless the user accepted it (``--allow-open-ports``)."""
+        if self.open_ports_ok:
+            return
+        others = other_users()
+        if others:
+            from ..errors import GpumrError
+            raise GpumrError(f"--engine {engine}: {what} take anyone's connections, so any of the {len(others)} other "
+                             f"user(s) with processes on this node could run code as you while the job runs; run it "
+                             f"where only you work, or accept that with --allow-open-ports")
+
+    def log_file(self, name):
+        """The path of a framework's log file ``name`` in :attr:`logs`."""
+        return os.path.join(self.logs, name)
