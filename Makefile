@@ -63,10 +63,11 @@ docs: install
 	@echo "the documentation is in docs/_build/html/index.html"
 
 # The wheel (pure Python: py3-none-any) and the sdist, built with this checkout's setuptools (no download).
-# setuptools' hundreds of lines go to build/dist.log; a failed build shows the log's end.
+# setuptools' hundreds of lines go to build/dist.log; a failed build shows the log's end. (build/ emptied
+# first, as by install: a module moved in the checkout would stay in setuptools' staging copy, and in the wheel)
 dist: $(VENV)/.ready
 	@$(PY) -m pip install -q build
-	@mkdir -p build
+	@rm -rf build && mkdir build
 	@$(PY) -m build --no-isolation --sdist --wheel --outdir dist . > build/dist.log 2>&1 \
 	  || { tail -n 30 build/dist.log; echo "make dist failed: its whole log is build/dist.log"; exit 1; }
 	@echo "built into dist/ (the build's log: build/dist.log):"
