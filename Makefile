@@ -38,7 +38,8 @@ demo: install
 
 # Two pytest workers (pytest-xdist), each test file's tests in one of them (--dist loadfile: a module's
 # cluster, pilot or server starts once): most tests wait on a framework's processes, so two overlap well
-# on two cores (CI's 2-core machine: 14-34 minutes by its processor, against 32 one at a time). PYTEST_ARGS="-n 0": one at a time.
+# on two cores (CI's 2-core machine: 14-34 minutes by its processor, against about 32 one test at a time).
+# PYTEST_ARGS="-n 0": one test at a time.
 test: install
 	cd tests && ../$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
@@ -62,9 +63,14 @@ docs: install
 	@echo "the documentation is in docs/_build/html/index.html"
 
 # The wheel (pure Python: py3-none-any) and the sdist, built with this checkout's setuptools (no download).
+# setuptools' hundreds of lines go to build/dist.log; a failed build shows the log's end. (build/ emptied
+# first, as by install: a module moved in the checkout would stay in setuptools' staging copy, and in the wheel)
 dist: $(VENV)/.ready
-	$(PY) -m pip install -q build
-	$(PY) -m build --no-isolation --sdist --wheel --outdir dist .
+	@$(PY) -m pip install -q build
+	@rm -rf build && mkdir build
+	@$(PY) -m build --no-isolation --sdist --wheel --outdir dist . > build/dist.log 2>&1 \
+	  || { tail -n 30 build/dist.log; echo "make dist failed: its whole log is build/dist.log"; exit 1; }
+	@echo "built into dist/ (the build's log: build/dist.log):"
 	@ls dist/gpumr-*
 
 bench: install

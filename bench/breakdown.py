@@ -19,7 +19,7 @@ DIR`` writes), a second row of panels draws the model's end to end on a
 seconds, the one that bounds the job in red, all PREDICTIONS.
 
 Usage: python bench/breakdown.py [--out bench-out/breakdown.png] [--voxels 128] [--angles 180] [--frames 400]
-[--model bench-out/end_to_end.json] (matplotlib: the ``bench`` extra)
+[--model bench-out/end_to_end.json] [--json bench/results/breakdown.json] (matplotlib: the ``bench`` extra)
 """
 
 import argparse
@@ -109,43 +109,71 @@ def faces(work, frames):
     return t, len(records)
 
 
-def draw(bars, out, model=None):
-    """The measured bars (one panel per workload) and, with ``model`` (the end-to-end phases of
-    ``bench/gpu_model.py``), a row of one panel per predicted job."""
+def draw(data, out):
+    """The picture of ``data`` (what :func:`as_data` returns, or ``--json`` wrote) as a PNG at ``out``, sized to
+    read at a documentation page's width: the measured jobs side by side (where ``data`` has them), then one panel
+    per predicted job."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = 2 if model else 1
-    cols = max(len(bars), len(model or {}))
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 5 * rows), squeeze=False)
-    for ax, (title, cases) in zip(axes[0], bars.items()):
-        labels = list(cases)
-        bottom = np.zeros(len(labels))
-        for comp, colour in zip(COMPONENTS, COLOURS):
-            vals = np.array([cases[lab].get(comp, 0.0) for lab in labels])
-            ax.bar(labels, vals, bottom=bottom, color=colour, label=comp)
-            bottom += vals
-        for x, total in enumerate(bottom):
-            ax.text(x, total, f"{total:.2f} s", ha="center", va="bottom")
-        ax.set_title(title)
-        ax.set_ylabel("seconds")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    axes[0][-1].legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    for ax in axes[0][len(bars):]:
-        ax.axis("off")
-    for ax, (title, (phases, note)) in zip(axes[1] if model else (), (model or {}).items()):
-        names = list(phases)
-        worst = max(phases, key=phases.get)
-        ax.barh(names, [phases[k] for k in names], color=["#d62728" if k == worst else "#1f77b4" for k in names])
-        ax.invert_yaxis()
-        ax.tick_params(axis="y", labelsize=7)
-        ax.set_xlabel("seconds (PREDICTION)")
-        ax.set_title(f"{title}\n{note}", fontsize=9)
-    fig.suptitle("Where the job's time goes. Top: measured here (the GPU bars' compute a PREDICTION); bottom: "
-                 "PREDICTION for a 16-core node with one H100 (no GPU ran), the bound in red", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    measured, model = data.get("measured") or {}, data.get("model") or {}
+    heights = ([3.3] if measured else []) + ([sum(0.34 * len(p["phases"]) + 1.0 for p in model.values())]
+                                             if model else [])
+    fig = plt.figure(figsize=(8.0, sum(heights) + 0.9), layout="constrained")
+    fig.get_layout_engine().set(hspace=0.06)
+    parts = fig.subfigures(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0]
+    if measured:
+        axes = parts[0].subplots(1, len(measured), squeeze=False)[0]
+        for ax, (title, cases) in zip(axes, measured.items()):
+            labels = list(cases)
+            bottom = np.zeros(len(labels))
+            for comp, colour in zip(COMPONENTS, COLOURS):
+                vals = np.array([cases[lab].get(comp, 0.0) for lab in labels])
+                ax.bar(labels, vals, bottom=bottom, color=colour, label=comp)
+                bottom += vals
+            for x, total in enumerate(bottom):
+                ax.text(x, total, f"{total:.2f} s", ha="center", va="bottom", fontsize=10)
+            ax.set_title(title, fontsize=11)
+            ax.set_ylabel("seconds", fontsize=10)
+            ax.tick_params(labelsize=9.5)
+            ax.margins(y=0.12)
+            ax.spines[["top", "right"]].set_visible(False)
+        handles, labels = axes[0].get_legend_handles_labels()
+        parts[0].legend(handles[::-1], labels[::-1], loc="outside right upper", fontsize=9, frameon=False)
+    if model:
+        axes = parts[-1].subplots(len(model), 1, squeeze=False,
+                                  height_ratios=[0.34 * len(p["phases"]) + 1.0 for p in model.values()])[:, 0]
+        for ax, (title, panel) in zip(axes, model.items()):
+            phases = panel["phases"]
+            names = list(phases)
+            worst = max(phases, key=phases.get)
+            ax.barh(names, [phases[k] for k in names],
+                    color=["#d62728" if k == worst else "#1f77b4" for k in names])
+            for y, k in enumerate(names):
+                ax.text(phases[k], y, f" {phases[k]:g}", va="center", fontsize=9)
+            ax.invert_yaxis()
+            ax.margins(x=0.08)
+            ax.tick_params(axis="y", labelsize=9.5)
+            ax.tick_params(axis="x", labelsize=9)
+            ax.set_xlabel("seconds (PREDICTION)", fontsize=10)
+            ax.set_title(f"{title}: {panel['note']}", fontsize=11)
+            ax.spines[["top", "right"]].set_visible(False)
+    lines = [f"Where the job's time goes ({data.get('date', '')})"]
+    if measured:
+        lines.append(f"Top: measured on {data.get('cores', '?')} cores, the GPU bars' compute a PREDICTION")
+    if model:
+        lines.append(f"{'Below: ' if measured else ''}PREDICTION for a 16-core node with one H100 (no GPU ran), "
+                     "the bound in red")
+    fig.suptitle("\n".join(lines), fontsize=11)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=72)
+    fig.savefig(out, dpi=110, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+
+
+def as_data(bars, model, cores):
+    """What the picture shows, as JSON can hold it (``--json``; the documentation draws it from that file)."""
+    return {"date": time.strftime("%Y-%m-%d"), "cores": cores, "measured": bars,
+            "model": {title: {"phases": phases, "note": note} for title, (phases, note) in (model or {}).items()}}
 
 
 def model_panels(path):
@@ -155,10 +183,10 @@ def model_panels(path):
     faces = data["faces"]
     fixed = faces.get("start-up", 0.0) + faces.get("publish", 0.0)
     busiest = max(v for k, v in faces.items() if k not in ("start-up", "publish"))
-    out = {"faces, 100,000 frames 640x480": (faces, f"phases side by side: {busiest + fixed:.1f} s, "
+    out = {"faces, 100,000 frames 640x480": (faces, f"phases side by side, {busiest + fixed:.1f} s, "
                                                      f"{100_000 / (busiest + fixed):,.0f} fps")}
     for job, phases in data["ct"].items():
-        out[f"CT {job}"] = (phases, f"phases one after another: {sum(phases.values()):.1f} s")
+        out[f"CT {job}"] = (phases, f"phases one after another, {sum(phases.values()):.1f} s")
     return out
 
 
@@ -172,6 +200,8 @@ def main():
     ap.add_argument("--gpu-gups", type=float, default=900.0, help="the model's kernel GUPS (H100, PREDICTION)")
     ap.add_argument("--gpu-fps", type=float, default=4700.0, help="the model's kernel fps (H100, PREDICTION)")
     ap.add_argument("--model", help="end_to_end.json of bench/gpu_model.py --out DIR: draw its predicted phases")
+    ap.add_argument("--json", help="write what the picture shows here too (bench/results/breakdown.json: the "
+                                   "documentation draws it at each build)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gpumr-breakdown-")
     try:
@@ -196,8 +226,13 @@ def main():
                                   for w, cases in bars.items() for d in cases]
     table("Where the time goes (CPU measured here; GPU columns: PREDICTION, compute from the model, no GPU ran)",
           header, rows)
-    draw(bars, args.out, model_panels(args.model) if args.model else None)
+    data = as_data(bars, model_panels(args.model) if args.model else None, cores)
+    draw(data, args.out)
     print(f"\npicture: {args.out}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+        print(f"data: {args.json}")
 
 
 if __name__ == "__main__":

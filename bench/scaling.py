@@ -1,8 +1,11 @@
-"""Seed 004's scaling study with its own algorithms: blobs and watershed, weak and strong, on every engine.
+"""A published scaling study repeated with its own algorithms: blobs and watershed, weak and strong, on every engine.
+
+The study: a published comparison of RADICAL-Pilot, Spark and Dask on image analysis (scikit-image's
+blob detection and watershed segmentation over many images), strong speedups on 8 nodes.
 
 For each engine of :data:`gpumr.engines.NAMES` (so that an engine registered
 later gets rows of its own), each workload (``blobs``: ``blob_log`` with
-seed 004's ``max_sigma=30, num_sigma=10, threshold=0.1``; ``watershed``) and
+that study's ``max_sigma=30, num_sigma=10, threshold=0.1``; ``watershed``) and
 each worker count N of ``--workers``, ``gpumr run WORKLOAD`` (``--device
 cpu``) runs through the one launcher over
 
@@ -31,7 +34,7 @@ EMR need a cluster and are skipped with the reason, unless ``--engine-args
 'ENGINE=ARGS'`` says how to run them (``{n}`` in ARGS is the worker count),
 as it may for any engine.
 
-Printed beside seed 004's figures (8 nodes, strong: RADICAL-Pilot 8.1x,
+Printed beside that study's figures (8 nodes, strong: RADICAL-Pilot 8.1x,
 Spark 7.1x, Dask 6.6x); ``--plot FILE.png`` draws the speedups (matplotlib).
 
 Usage: python bench/scaling.py [--workers 1 2] [--images 12] [--size 128] [--repeat 1]
@@ -49,9 +52,9 @@ import time
 
 from _common import table
 
-#: Seed 004's strong speedups on 8 nodes.
-SEED_004 = {"radical": 8.1, "spark": 7.1, "dask": 6.6}
-SEED_NODES = 8
+#: The published study's strong speedups on 8 nodes.
+PUBLISHED = {"radical": 8.1, "spark": 7.1, "dask": 6.6}
+PUBLISHED_NODES = 8
 #: ``gpumr run`` options that give an engine ``{n}`` workers on this machine.
 WORKERS = {"local": "--no-conf --num-cores {n}", "spark": "--master local-cluster[{n},1,1024]",
            "dask": "--workers {n}", "inline": "--no-conf", "radical": "--pilot-cores {n}",
@@ -61,7 +64,7 @@ ONE_WORKER = ("inline",)
 #: Why an engine is not run here (unless --engine-args says how).
 SKIP = {"hadoop": "needs a Hadoop cluster (give --engine-args 'hadoop=-c mrjob.conf ...' where there is one)",
         "emr": "needs AWS and an EMR cluster (give --engine-args 'emr=-c mrjob.conf --num-core-instances {n}')"}
-#: The workloads' options: seed 004's blob_log parameters.
+#: The workloads' options: the published study's blob_log parameters.
 OPTIONS = {"blobs": ["--max-sigma", "30", "--num-sigma", "10", "--threshold", "0.1"], "watershed": []}
 SOURCES = ("hubble_deep_field", "coffee", "immunohistochemistry", "astronaut", "chelsea", "rocket")
 
@@ -181,37 +184,39 @@ def study(a, work):
     for engine, _, why in plan:
         if why:
             print(f"skipped {engine}: {why}")
-    seed_rows = []
-    for engine in sorted(set(SEED_004) | {e for e, _, why in plan if not why and e not in ONE_WORKER}):
+    published_rows = []
+    for engine in sorted(set(PUBLISHED) | {e for e, _, why in plan if not why and e not in ONE_WORKER}):
         here = []
         for workload in a.workloads:
             got = dict(points.get((workload, "strong", engine), []))
             n = max(got) if got else None
             here.append(f"{got[n]:.2f}x at {n}" if got else "not run here")
-        seed = f"{SEED_004[engine]}x at {SEED_NODES}" if engine in SEED_004 else "-"
-        seed_rows.append([engine, seed, f"{SEED_004[engine] / SEED_NODES:.2f}" if engine in SEED_004 else "-",
-                          *here])
-    table(f"Strong speedup beside seed 004's (its {SEED_NODES} nodes; here at most {max(a.workers)} workers on "
-          f"{os.cpu_count()} cores: the most a run here can show is {min(max(a.workers), os.cpu_count())}x)",
-          ["engine", "seed 004", "seed efficiency", *[f"here: {w}" for w in a.workloads]], seed_rows)
+        published = f"{PUBLISHED[engine]}x at {PUBLISHED_NODES}" if engine in PUBLISHED else "-"
+        published_rows.append([engine, published, f"{PUBLISHED[engine] / PUBLISHED_NODES:.2f}"
+                               if engine in PUBLISHED else "-", *here])
+    table(f"Strong speedup beside the published study's (its {PUBLISHED_NODES} nodes; here at most "
+          f"{max(a.workers)} workers on {os.cpu_count()} cores: the most a run here can show is "
+          f"{min(max(a.workers), os.cpu_count())}x)",
+          ["engine", "published", "published efficiency", *[f"here: {w}" for w in a.workloads]], published_rows)
     return points
 
 
 def plot(points, a, path):
-    """Speedup against workers per engine and workload (strong, weak), the ideal, and seed 004's 8-node points."""
+    """Speedup against workers per engine and workload (strong, weak), the ideal, and the published study's 8-node
+    points."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(a.modes), figsize=(6 * len(a.modes), 4.5), squeeze=False)
-    top = max(max(a.workers), SEED_NODES)
+    top = max(max(a.workers), PUBLISHED_NODES)
     for ax, mode in zip(axes[0], a.modes):
         ax.plot([1, top], [1, top], "k:", label="ideal")
         for (workload, m, engine), pts in sorted(points.items()):
             if m == mode and len(pts) > 1:
                 ax.plot(*zip(*pts), "o-", label=f"{engine} {workload}")
         if mode == "strong":
-            for engine, s in SEED_004.items():
-                ax.plot([SEED_NODES], [s], "s", label=f"seed 004 {engine} ({s}x)")
+            for engine, s in PUBLISHED.items():
+                ax.plot([PUBLISHED_NODES], [s], "s", label=f"published {engine} ({s}x)")
         ax.set(title=f"{mode} scaling", xlabel="workers", ylabel="speedup" if mode == "strong" else "scaled speedup")
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -18,6 +18,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "gpumr_argparse",
+    "gpumr_names",  # the built-in workloads and the engines, named from the code's tables (|workloads|, |engines|)
     "gpumr_figures",  # the pictures, made by gpumr's commands at build time (docs/_ext/gpumr_figures.py)
 ]
 
@@ -34,7 +35,7 @@ autodoc_mock_imports = ["pycuda", "cupy", "pyspark"]
 
 # The command reference (docs/_ext/gpumr_argparse.py).
 gpumr_parser = "gpumr.cli:build_parser"
-gpumr_reference_page = "reference/cli"
+gpumr_reference_page = "reference/cli/index"
 
 exclude_patterns = ["_build", "_generated"]
 # Quotes and ellipses only: "--" in help texts and descriptions stays two hyphens, as users type it.

@@ -1,10 +1,11 @@
-"""gpumr: image processing on mrjob's runners, Hadoop, EMR, Spark and Dask that uses a node's GPU whenever it is free.
+"""gpumr: image processing over Hadoop SequenceFiles on eight engines, each record on a free GPU or the CPU.
 
 Packages, along one record's path (:doc:`/concepts/record-path`): ``io``
 (SequenceFiles in and out, the filesystem layer, the output transaction),
 ``core`` (the record flow, workload declarations), ``devices`` (which device
 a record runs on), ``gpu`` (launching CUDA kernels), the workloads ``faces``,
-``ct``, ``blobs`` and ``watershed``, ``engines`` (mrjob, Spark, Dask), ``cli``.
+``ct``, ``blobs`` and ``watershed``, ``engines`` (inline, local, hadoop, emr,
+spark, dask, radical, flink), ``cli``.
 """
 
 __version__ = "0.1.0"

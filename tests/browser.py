@@ -43,7 +43,7 @@ def _run(command, args, timeout):
 
 
 # Loads each page in an iframe (one at a time, at a desktop width) and collects what the styles draw:
-# the content of every ::before / ::after that says ERROR, and docutils' own error nodes.
+# the content of every ::before / ::after that says ERROR, and docutils' own error nodes; and the page's height.
 _HARNESS = """<!DOCTYPE html><html><body><pre id="gpumr-result"></pre><script>
 const pages = %s;
 const found = {};
@@ -68,8 +68,12 @@ function next() {
   frame.style.width = "1280px";
   frame.style.height = "900px";
   frame.onload = () => {
-    try { found[pages[i]] = check(frame.contentDocument, frame.contentWindow); }
-    catch (e) { found[pages[i]] = ["cannot inspect the page: " + e]; }
+    try {
+      const doc = frame.contentDocument;
+      found[pages[i]] = {errors: check(doc, frame.contentWindow),
+                         height: Math.max(doc.documentElement.scrollHeight, doc.body.scrollHeight)};
+    }
+    catch (e) { found[pages[i]] = {errors: ["cannot inspect the page: " + e], height: null}; }
     frame.remove();
     i++;
     next();
@@ -94,8 +98,11 @@ def pages_of(site):
     return sorted(out)
 
 
-def shown_errors(site, command, timeout=300):
-    """``{page: [error text shown]}`` for every page of the built site ``site``, as Chromium renders it.
+def inspect_pages(site, command, timeout=300):
+    """``{page: {"errors": [error text shown], "height": pixels}}`` for every page of the built site ``site``.
+
+    Each page as Chromium renders it in a 1280-pixel-wide window: the error
+    texts its styles draw (empty when none), and its whole height.
 
     Parameters
     ----------
@@ -103,11 +110,6 @@ def shown_errors(site, command, timeout=300):
         The folder ``sphinx-build -b html`` wrote.
     command : str
         The Chromium command (:func:`find`).
-
-    Returns
-    -------
-    dict
-        Every page, with the list of error texts it shows (empty when none).
     """
     pages = pages_of(site)
     harness = os.path.join(site, "_gpumr_check.html")
@@ -125,6 +127,12 @@ def shown_errors(site, command, timeout=300):
     import html
     text = html.unescape(r.stdout[start + len("RESULT"):].split("</pre>", 1)[0])
     return json.loads(text)
+
+
+def shown_errors(site, command, timeout=300):
+    """``{page: [error text shown]}`` for every page of the built site ``site``, as Chromium renders it
+    (:func:`inspect_pages`)."""
+    return {page: seen["errors"] for page, seen in inspect_pages(site, command, timeout).items()}
 
 
 def screenshot(url, png, command, width=1280, height=2000, timeout=120):

@@ -9,8 +9,6 @@ statuses) with the code they describe.
 
 import argparse
 import glob
-import importlib
-import inspect
 import os
 import re
 import subprocess
@@ -38,9 +36,12 @@ def leaf_commands(parser, path=()):
     return [leaf for name, sub in subs[0].choices.items() for leaf in leaf_commands(sub, path + (name,))]
 
 
+CLI = os.path.join(REF, "cli")
+
+
 def documented_commands():
-    """``{path: pending}`` for each ``.. gpumr-command:: PATH`` of the command reference."""
-    text = read(REF, "cli.rst")
+    """``{path: pending}`` for each ``.. gpumr-command:: PATH`` of the command reference (a page per command)."""
+    text = "\n".join(read(path) for path in sorted(glob.glob(os.path.join(CLI, "*.rst"))))
     out = {}
     for m in re.finditer(r"^\.\. gpumr-command:: (.+)\n((?:[ \t]+\S.*\n)*)", text, re.M):
         out[tuple(m.group(1).split())] = ":pending:" in m.group(2)
@@ -53,10 +54,25 @@ def test_command_reference_lists_every_subcommand():
     documented = documented_commands()
     assert leaves and documented
     missing = [" ".join(p) for p in leaves if not any(p[:len(d)] == d for d in documented)]
-    assert not missing, f"gpumr subcommands without reference in docs/reference/cli.rst: {missing}"
+    assert not missing, f"gpumr subcommands without reference in docs/reference/cli/: {missing}"
     tops = {p[:len(d)] for p in leaves for d in documented}
     stale = [" ".join(d) for d, pending in documented.items() if d not in tops and not pending]
-    assert not stale, f"docs/reference/cli.rst documents commands gpumr does not have: {stale}"
+    assert not stale, f"docs/reference/cli/ documents commands gpumr does not have: {stale}"
+
+
+def test_each_command_has_a_page_of_its_own():
+    """The command reference is a page per top-level command (``docs/reference/cli/NAME.rst``) and an index that
+    lists them all, not one page of every command."""
+    from gpumr.cli import build_parser
+    tops = sorted({path[0] for path in leaf_commands(build_parser())})
+    pages = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(CLI, "*.rst"))} - {"index"}
+    assert pages == set(tops), (sorted(pages), tops)
+    for name in tops:
+        assert re.search(rf"^\.\. gpumr-command:: {re.escape(name)}$", read(CLI, name + ".rst"), re.M), name
+    index = read(CLI, "index.rst")
+    listed = {n for m in re.finditer(r"^\.\. gpumr-commands:: (.+)$", index, re.M) for n in m.group(1).split()}
+    assert listed == set(tops), sorted(set(tops) ^ listed)
+    assert not os.path.exists(os.path.join(REF, "cli.rst"))
 
 
 
@@ -154,8 +170,9 @@ def test_no_contents_directive_under_furo():
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The documentation built with warnings as errors (as ``make docs``), its figures made by gpumr."""
+def built(tmp_path_factory):
+    """``(folder, what the build printed)``: the documentation built with warnings as errors (as ``make docs``),
+    its figures made by gpumr."""
     try:
         import sphinx  # noqa: F401
         import furo  # noqa: F401
@@ -163,27 +180,73 @@ def site(tmp_path_factory):
         missing("the docs build", f"{exc} (pip install '.[docs]')")
     tmp = tmp_path_factory.mktemp("docs")
     out = tmp / "html"
+    # A fresh matplotlib cache, as on a new machine: its first font scan logs a line (furo's accessible-pygments
+    # sets the root logger to INFO), which the build must not show.
+    env = dict(os.environ, MPLCONFIGDIR=str(tmp / "matplotlib"))
     r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
                         "-d", str(tmp / "doctrees"), DOCS, str(out)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    return out
+    return out, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def site(built):
+    """The built documentation's folder."""
+    return built[0]
 
 
 @pytest.mark.slow
-def test_docs_build_with_warnings_as_errors(site):
-    cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
+def test_docs_build_with_warnings_as_errors(built):
+    site, said = built
+    assert said == "", f"the build printed: {said}"
+    cli = "".join(p.read_text(encoding="utf-8") for p in sorted((site / "reference" / "cli").glob("*.html")))
     from gpumr.cli import build_parser
     for path in leaf_commands(build_parser()):
         assert f'id="cmd-{"-".join(path)}"' in cli, path
-    # gpumr run WORKLOAD's options, from the one parser, in the reference.
+    # gpumr run WORKLOAD's options, from the one parser: the shared ones in the run page, each workload's own on
+    # its page.
     from gpumr.launch.parser import run_parser
     from gpumr.workloads import BUILT_IN, find, load
+    run, every = ((site / "reference" / "cli" / f"{name}.html").read_text(encoding="utf-8") for name in ("run", "index"))
     for name in BUILT_IN:
-        assert f'id="run-{name}"' in cli
+        page = (site / "workloads" / f"{name}.html").read_text(encoding="utf-8")
+        assert f'id="run-{name}"' in page
         for action in run_parser(load(find(name)))._actions:
-            for option in action.option_strings:
-                assert option in cli, (name, option)
+            for option in set(action.option_strings) - {"-h", "--help"}:
+                assert f'<span class="pre">{option}</span>' in page + run + every, (name, option)
+
+
+def usage_blocks(html):
+    """The usage blocks (``gpumr ...`` at the start of a text code block) of a built page, as lines."""
+    from bs4 import BeautifulSoup
+    soup = BeautifulSoup(html, "html.parser")
+    return [pre.get_text().rstrip("\n").split("\n") for pre in soup.select("div.highlight-text pre")
+            if pre.get_text().startswith("gpumr ")]
+
+
+@pytest.mark.slow
+def test_usage_lines_fit_and_align(site):
+    """Every usage block of the command reference fits its box and each of its lines after the first starts under
+    the first argument (argparse's own wrapping indents under ``usage: PROG``, which the block does not show)."""
+    seen, wrong = 0, []
+    for page in sorted((site / "reference" / "cli").glob("*.html")) + sorted((site / "workloads").glob("*.html")):
+        for lines in usage_blocks(page.read_text(encoding="utf-8")):
+            seen += 1
+            prog = []
+            for word in lines[0].split():
+                if not re.fullmatch(r"[a-z][a-z-]*", word):
+                    break
+                prog.append(word)
+            prog = " ".join(prog)
+            for line in lines:
+                if len(line) > MAX_COMMAND and " " in line.strip():
+                    wrong.append(f"{page.name}: {len(line)} characters: {line}")
+            for line in lines[1:]:
+                if not line.startswith(" " * (len(prog) + 1)) or line[len(prog) + 1] == " ":
+                    wrong.append(f"{page.name}: not under {prog!r}'s first argument: {line!r}")
+    assert seen >= 20, seen
+    assert not wrong, "\n".join(wrong)
 
 
 def furo_error_selectors(site):
@@ -210,18 +273,37 @@ def test_no_page_shows_furo_error_box(site):
     assert not shown, f"pages furo draws an error box on: {shown}"
 
 
-@pytest.mark.slow
-def test_no_page_shows_an_error_in_a_browser(site):
-    """Every page as headless Chromium renders it: no "ERROR" drawn by a stylesheet, no docutils error node."""
+@pytest.fixture(scope="module")
+def rendered(site):
+    """``{page: {"errors": [...], "height": px}}``: every page as headless Chromium renders it."""
     sys.path.insert(0, os.path.dirname(__file__))
     import browser
     command, why = browser.find()
     if command is None:
         missing("the rendered-page check (.ci/run installs Chromium)", why)
-    shown = browser.shown_errors(str(site), command)
-    assert "getting-started/index.html" in shown and "index.html" in shown, sorted(shown)
-    bad = {page: errors for page, errors in shown.items() if errors}
+    return browser.inspect_pages(str(site), command)
+
+
+@pytest.mark.slow
+def test_no_page_shows_an_error_in_a_browser(rendered):
+    """Every page as headless Chromium renders it: no "ERROR" drawn by a stylesheet, no docutils error node."""
+    assert "getting-started/index.html" in rendered and "index.html" in rendered, sorted(rendered)
+    bad = {page: seen["errors"] for page, seen in rendered.items() if seen["errors"]}
     assert not bad, f"pages that show an error in a browser: {bad}"
+
+
+#: The tallest page a reader should meet, in pixels at a 1280-pixel-wide window (about ten screens).
+MAX_PAGE_HEIGHT = 8000
+#: Pages that may be taller: the API reference (one page per package, every module's docstrings).
+TALL_PAGES = ("reference/api/",)
+
+
+@pytest.mark.slow
+def test_no_page_is_taller_than_ten_screens(rendered):
+    heights = {page: seen["height"] for page, seen in rendered.items()}
+    assert all(isinstance(h, int) and h > 500 for h in heights.values()), heights
+    tall = {page: h for page, h in heights.items() if h > MAX_PAGE_HEIGHT and not page.startswith(TALL_PAGES)}
+    assert not tall, f"pages taller than {MAX_PAGE_HEIGHT} px: {tall}"
 
 
 #: The widest command line a code box shows whole at furo's desktop width (checked in Chromium screenshots).
@@ -274,7 +356,8 @@ def test_every_figure_is_made_and_shown(site):
         for m in re.finditer(r"^\.\. gpumr-figure:: (\S+)\n((?:[ \t]+:.*\n)*)", read(path), re.M):
             if ":optional:" not in m.group(2):
                 named[m.group(1)] = os.path.splitext(os.path.relpath(path, DOCS))[0] + ".html"
-    assert {"contact_sheet", "ct_preview", "record_path", "architecture", "seqfile_layout", "scaling"} <= set(named)
+    assert {"contact_sheet", "ct_preview", "blobs", "watershed", "record_path", "architecture", "seqfile_layout",
+            "scaling", "breakdown"} <= set(named)
     for name, page in named.items():
         soup = BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
         images = [img["src"] for img in soup.select("figure img") if os.path.basename(img["src"]).startswith(name)]
@@ -284,3 +367,122 @@ def test_every_figure_is_made_and_shown(site):
         assert picture.stat().st_size > 10_000, (name, picture.stat().st_size)  # a picture, not an empty canvas
         # made at this build, from gpumr's commands and code (not a stale file)
         assert picture.stat().st_mtime >= (site / "index.html").stat().st_mtime - 900, name
+
+
+# -- one story: the same workloads and engines named everywhere -----------------------------------------------
+#: The built pages that name every built-in workload and every engine (each as a literal: ``flink``).
+STORY_PAGES = ("index.html", "concepts/index.html", "getting-started/index.html", "how-to/own-workload.html",
+               "how-to/index.html", "workloads/index.html", "reference/cli/index.html", "reference/cli/run.html")
+
+
+def story_names():
+    from gpumr import engines
+    from gpumr.workloads import BUILT_IN
+    return list(BUILT_IN), list(engines.NAMES)
+
+
+@pytest.mark.slow
+def test_every_story_page_names_every_workload_and_engine(site):
+    workloads, engines = story_names()
+    short = {}
+    for page in STORY_PAGES:
+        html = (site / page).read_text(encoding="utf-8")
+        gone = [n for n in workloads + engines if f'<span class="pre">{n}</span>' not in html]
+        if gone:
+            short[page] = gone
+    assert not short, f"pages that leave out workloads or engines: {short}"
+
+
+def test_the_readme_names_every_workload_and_engine():
+    workloads, engines = story_names()
+    readme = read(ROOT, "README.rst")
+    assert not [n for n in workloads + engines if f"``{n}``" not in readme]
+    assert "two workloads" not in readme.lower() and "Two workloads" not in readme
+
+
+def test_gpumr_help_names_every_workload_and_engine():
+    """``gpumr --help`` and ``gpumr run --help`` tell the same story as the documentation."""
+    workloads, engines = story_names()
+    for args in (["--help"], ["run", "--help"]):
+        r = subprocess.run([sys.executable, "-m", "gpumr", *args], capture_output=True, text=True, timeout=120,
+                           cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        text = " ".join(r.stdout.split())
+        gone = [n for n in workloads + engines if not re.search(rf"\b{n}\b", text)]
+        assert not gone, (args, gone, r.stdout)
+
+
+def test_no_page_says_two_workloads():
+    said = [os.path.relpath(p, ROOT) for p in rst_files() + [os.path.join(ROOT, "README.rst")]
+            if re.search(r"\b(both|two|either) workloads?\b", read(p), re.I)
+            and "changelog" not in os.path.basename(p)]  # (history: it says what was true then)
+    assert not said, said
+
+
+#: Where internal names of the studies gpumr's engines and workloads came from could leak to readers.
+def _reader_facing_files():
+    for top in ("docs", "gpumr", "bench", "seqfile", "jobs", "conf"):
+        for path in glob.glob(os.path.join(ROOT, top, "**", "*"), recursive=True):
+            if os.path.splitext(path)[1] in (".rst", ".py", ".sh", ".conf", ".json", ".txt") and \
+                    os.sep + "_build" + os.sep not in path and os.sep + "_generated" + os.sep not in path:
+                yield path
+    yield os.path.join(ROOT, "README.rst")
+
+
+def test_no_internal_study_names():
+    """"seed 004" and its like are names of the project's own notes: a reader is told what the study is."""
+    found = [f"{os.path.relpath(p, ROOT)}: {m.group(0)}" for p in _reader_facing_files()
+             for m in re.finditer(r"\bseed[ _-]?0\d\d\b", read(p), re.I)]
+    assert not found, found
+
+
+def test_the_architecture_figure_has_every_workload_and_engine():
+    """The figure's parts come from the code's tables: a box per built-in workload's package, every engine named
+    in the engines' box; and the parts' imports make no cycle (none drawn red, none to explain)."""
+    sys.path.insert(0, os.path.join(DOCS, "_ext"))
+    import gpumr_figures
+    from gpumr import engines
+    from gpumr.workloads import BUILT_IN
+    parts = gpumr_figures.parts()
+    for ref in BUILT_IN.values():
+        package = ".".join(ref.split(":")[0].split(".")[:2])
+        assert package in parts, package
+    assert all(n in parts["gpumr.engines"][1] for n in engines.NAMES), parts["gpumr.engines"]
+    edges = gpumr_figures.import_graph(parts)
+    assert "gpumr.cli" not in edges["gpumr.engines"]  # (Spark's __main__ block: the command line's layer)
+
+    def reaches(a, b, seen=()):
+        return b in edges[a] or any(reaches(c, b, seen + (a,)) for c in edges[a] if c not in seen)
+    assert not [p for p in parts if reaches(p, p)]
+
+
+# -- a page per workload ----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_each_workload_has_a_page_with_its_example_output_and_picture(site):
+    from bs4 import BeautifulSoup
+    workloads, _ = story_names()
+    for name in workloads:
+        soup = BeautifulSoup((site / "workloads" / f"{name}.html").read_text(encoding="utf-8"), "html.parser")
+        console = "\n".join(pre.get_text() for pre in soup.select("div.highlight-console pre"))
+        assert f"$ gpumr run {name} " in console, name
+        # what the commands printed: the job's summary line and its output's first line(s)
+        assert re.search(r"^gpumr: \d+ records?: ", console, re.M), (name, console)
+        assert re.search(r'^"[^"]+"\s+\{.*"device": "(cpu|gpu:\d+)"', console, re.M) or name == "blobs", console
+        images = [img["src"] for img in soup.select("figure img")]
+        assert images, name
+        picture = (site / "workloads" / images[0]).resolve()
+        assert picture.stat().st_size > 10_000, (name, picture)
+
+
+# -- results people read ---------------------------------------------------------------------------------------
+def test_benchmarks_is_a_short_results_page():
+    """Each result of docs/benchmarks.rst gives its baseline, its machine, when and how it was measured, and one
+    plot; the method and history are the lab notes' pages, linked from it."""
+    text = read(DOCS, "benchmarks.rst")
+    assert len(text.split()) < 2500, len(text.split())
+    sections = re.split(r"\n[^\n]+\n-{3,}\n", text)[1:]
+    assert len(sections) >= 6
+    for section in sections:
+        assert ":Baseline:" in section and ":Machine:" in section and ":Measured:" in section, section[:200]
+        assert len(re.findall(r"^\.\. gpumr-(plot|figure):: ", section, re.M)) == 1, section[:200]
+    assert "lab-notes/index" in text

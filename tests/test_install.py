@@ -157,3 +157,22 @@ def test_make_dist_builds_a_wheel_that_installs_into_a_fresh_environment(tmp_pat
         r = subprocess.run([str(env_dir / "bin" / "gpumr"), *args], cwd=out, capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0 and said in r.stdout, (args, r.stdout, r.stderr)
+
+
+@pytest.mark.slow
+def test_make_dist_says_what_it_built_in_a_few_lines(tmp_path):
+    """``make dist`` prints the files it built, not setuptools' hundreds of lines (those go to build/dist.log)."""
+    pytest.importorskip("build", reason="make dist needs the build package (the dev extra)")
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    src = tmp_path / "src"
+    checkout_copy(src)
+    venv_dir = sys.prefix  # this environment, as `make install` made it (its .ready taken as made: -o)
+    r = subprocess.run(["make", "--no-print-directory", "dist", f"VENV={venv_dir}", f"PYTHON={sys.executable}",
+                        "-o", os.path.join(venv_dir, ".ready")], cwd=src, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = (r.stdout + r.stderr).splitlines()
+    assert len(lines) <= 6, lines
+    assert any(WHEEL in line for line in lines), lines
+    assert (src / "dist" / WHEEL).is_file() and (src / "build" / "dist.log").stat().st_size > 1000

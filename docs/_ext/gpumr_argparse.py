@@ -12,7 +12,16 @@ Two directives, so that no option is ever copied by hand into the docs:
 ``.. gpumr-run:: WORKLOAD``
     ``gpumr run WORKLOAD``'s options, from the one parser the launcher
     parses with (:func:`gpumr.launch.parser.run_parser`), group by group:
-    the workload's own, device choice, the job, and each engine's.
+    the workload's own, device choice, the job, and each engine's
+    (``:only: own``: the workload's alone, for its page; ``:only: shared``:
+    the rest, which every workload has).
+
+``.. gpumr-commands:: NAME...``
+    A list of top-level commands, each linked to its reference, with the
+    line ``gpumr --help`` gives it (the command reference's index).
+
+Usage lines are wrapped here, between whole items, to the width a code
+block shows (argparse's own wrapping indents under ``usage:``).
 
 The build also warns about every ``gpumr`` subcommand that no
 ``gpumr-command`` directive covers, so ``sphinx-build -W`` fails until a new
@@ -108,8 +117,8 @@ def _option_lines(actions, parser):
 
 
 @contextlib.contextmanager
-def _columns(n=100):
-    """argparse wraps usage lines at ``$COLUMNS``: a fixed width gives the same page on every machine."""
+def _columns(n):
+    """argparse wraps usage lines at ``$COLUMNS``: set it for the length of the block."""
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = str(n)
     try:
@@ -121,28 +130,49 @@ def _columns(n=100):
             os.environ["COLUMNS"] = old
 
 
-def _wrap(line, width=90):
-    """A usage line written by hand (not wrapped by argparse) cut before ``[`` groups to ``width``."""
-    if len(line) <= width:
-        return [line]
-    indent = " " * (line.index(" ") + 1)
-    out, current = [], ""
-    for piece in re.split(r" (?=\[)", line):
-        if current and len(current) + 1 + len(piece) > width:
-            out.append(current)
-            current = indent + piece
+#: The widest usage line a code block shows whole at furo's desktop width (tests/test_docs.py: MAX_COMMAND).
+USAGE_WIDTH = 88
+
+
+def _items(text):
+    """``text`` cut at its spaces outside brackets: ``[--voxels N [N ...]]`` and ``(a | b)`` stay whole."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch in "[(") - (ch in "])")
+        if ch == " " and depth == 0:
+            if current:
+                items.append(current)
+            current = ""
         else:
-            current = f"{current} {piece}" if current else piece
-    return out + [current]
+            current += ch
+    return items + ([current] if current else [])
+
+
+def usage_lines(parser, width=USAGE_WIDTH):
+    """``parser``'s usage as lines of at most ``width`` characters (where an item allows), each line after the
+    first indented under the first argument, broken only between whole items.
+
+    argparse's own wrapping indents under ``usage: PROG``, which the block does not show; so the usage is
+    taken on one line and wrapped here.
+    """
+    with _columns(100000):
+        usage = parser.format_usage().strip()
+    # mrjob's usage text goes on with the job's description (shown above it): keep the usage itself.
+    usage = " ".join(re.sub(r"^usage:\s*", "", usage).split("\n\n")[0].split())
+    prog = parser.prog if usage.startswith(parser.prog + " ") else usage.split(" ")[0]
+    indent = " " * (len(prog) + 1)
+    lines, current = [], prog
+    for item in _items(usage[len(prog):]):
+        if len(current) + 1 + len(item) > width and current.strip() != prog and current.strip():
+            lines.append(current)
+            current = indent + item
+        else:
+            current = f"{current} {item}"
+    return lines + [current]
 
 
 def _usage_lines(parser):
-    with _columns():
-        usage = parser.format_usage().strip()
-    # mrjob's usage text goes on with the job's description (shown above it): keep the usage lines.
-    usage = re.sub(r"^usage:\s*", "", usage).split("\n\n")[0]
-    lines = [w for line in usage.splitlines() for w in _wrap(line)]
-    return [".. code-block:: text", ""] + ["   " + line for line in lines] + [""]
+    return [".. code-block:: text", ""] + ["   " + line for line in usage_lines(parser)] + [""]
 
 
 def subparsers(parser):
@@ -179,23 +209,30 @@ def _load(spec):
     return getattr(importlib.import_module(module), attr)
 
 
-def _group_lines(parser, level):
-    """One section per argument group of ``parser`` (the one parser of ``gpumr run``): its options."""
+def _own_group(parser, workload):
+    """The title of the group that holds ``workload``'s own options in ``gpumr run``'s parser."""
+    return f"{workload} options"
+
+
+def _group_lines(parser, level, keep=lambda title: True):
+    """One section per argument group of ``parser`` (the one parser of ``gpumr run``) that ``keep`` takes."""
     lines = []
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
-        if not actions or group.title in ("options", "optional arguments", "positional arguments"):
+        if not actions or group.title in ("options", "optional arguments", "positional arguments") or \
+                not keep(group.title):
             continue
         title = group.title[:1].upper() + group.title[1:]
         lines += [title, _UNDERLINES[level] * len(title), ""] + _option_lines(actions, parser)
     return lines
 
 
-def _command_lines(app, parser, path, level):
-    """One section per command: title, description, usage, options; then its subcommands."""
+def _command_lines(app, parser, path, level, title=True):
+    """One section per command: title (unless the page gives it), description, usage, options; then its
+    subcommands."""
     name = "gpumr " + " ".join(path)
-    title = f"``{name}``"
-    lines = [f".. _cmd-{'-'.join(path)}:", "", title, _UNDERLINES[level] * len(title), ""]
+    heading = f"``{name}``"
+    lines = [f".. _cmd-{'-'.join(path)}:", "", heading, _UNDERLINES[level] * len(heading), ""] if title else []
     lines += _paragraphs(parser.description)
     subs = subparsers(parser)
     if subs:
@@ -214,11 +251,14 @@ def _command_lines(app, parser, path, level):
 
 
 class CommandDirective(SphinxDirective):
-    """``.. gpumr-command:: PATH``: a subcommand's reference from :func:`gpumr.cli.build_parser`."""
+    """``.. gpumr-command:: PATH``: a subcommand's reference from :func:`gpumr.cli.build_parser`.
+
+    ``:notitle:``: the page gives the title (and its label ``cmd-PATH``); the reference follows it.
+    """
 
     required_arguments = 1
     final_argument_whitespace = True
-    option_spec = {"pending": directives.unchanged}
+    option_spec = {"pending": directives.unchanged, "notitle": directives.flag}
 
     def run(self):
         path = tuple(self.arguments[0].split())
@@ -227,14 +267,14 @@ class CommandDirective(SphinxDirective):
         if parser is None:
             if "pending" in self.options:
                 title = f"``gpumr {' '.join(path)}``"
-                lines = [f".. _cmd-{'-'.join(path)}:", "", title, "~" * len(title), "",
+                lines = [f".. _cmd-{'-'.join(path)}:", "", title, _UNDERLINES[0] * len(title), "",
                          ".. note::", "", "   " + self.options["pending"], ""]
             else:
                 logger.warning("gpumr-command: gpumr has no subcommand %r", " ".join(path),
                                location=self.get_location())
                 return []
         else:
-            lines = _command_lines(self.env.app, parser, path, 0)
+            lines = _command_lines(self.env.app, parser, path, 0, "notitle" not in self.options)
         _store(self.env, "commands").add(path)
         return self._parse(lines)
 
@@ -245,15 +285,37 @@ class CommandDirective(SphinxDirective):
         return node.children
 
 
+def _choose(argument):
+    return directives.choice(argument, ("own", "shared"))
+
+
 class RunDirective(CommandDirective):
-    """``.. gpumr-run:: WORKLOAD``: ``gpumr run WORKLOAD``'s options, from the one parser the launcher parses with."""
+    """``.. gpumr-run:: WORKLOAD``: ``gpumr run WORKLOAD``'s options, from the one parser the launcher parses with.
+
+    ``:only: own`` shows the workload's own options alone, under its page's heading (labelled ``run-NAME``);
+    ``:only: shared`` every other group (the same for every workload: inputs and output, device choice, the
+    job, each engine's).
+    """
+
+    option_spec = {"only": _choose}
 
     def run(self):
         from gpumr.launch.parser import run_parser
         from gpumr.workloads import find, load
         name = self.arguments[0]
+        only = self.options.get("only")
         self.env.note_dependency(__file__)
         parser = run_parser(load(find(name)), prog=f"gpumr run {name}")
+        own = _own_group(parser, name)
+        if only == "own":  # (under the page's own heading)
+            lines = [f"The options of the ``{name}`` workload; every other option of ``gpumr run {name}`` "
+                     "(inputs and output, device choice, the job, each engine's) is in :ref:`run-options`.", "",
+                     f".. program:: gpumr run {name}", ""]
+            lines += _option_lines(next(g for g in parser._action_groups if g.title == own)._group_actions, parser)
+            return self._parse(lines)
+        if only == "shared":
+            lines = [f".. program:: gpumr run {name}", ""] + _group_lines(parser, 0, lambda t: t != own)
+            return self._parse(lines + _paragraphs(parser.epilog))
         title = f"``gpumr run {name}``"
         lines = [f".. _run-{name}:", "", title, "~" * len(title), ""]
         lines += _paragraphs(parser.description)
@@ -262,6 +324,27 @@ class RunDirective(CommandDirective):
         lines += _group_lines(parser, 1)
         lines += _paragraphs(parser.epilog)
         return self._parse(lines)
+
+
+class CommandsDirective(CommandDirective):
+    """``.. gpumr-commands:: NAME...``: a list of top-level commands, each linked to its reference with the
+    one-line help ``gpumr --help`` gives it."""
+
+    option_spec = {}
+
+    def run(self):
+        parser = _load(self.config.gpumr_parser)()
+        helps = {}
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                helps = {c.dest: c.help for c in a._choices_actions}
+        lines = []
+        for name in self.arguments[0].split():
+            if name not in helps:
+                logger.warning("gpumr-commands: gpumr has no command %r", name, location=self.get_location())
+                continue
+            lines.append(f"* :ref:`gpumr {name} <cmd-{name}>`: {_escape(' '.join(helps[name].split()))}")
+        return self._parse(lines + [""])
 
 
 def _store(env, kind):
@@ -293,6 +376,7 @@ def setup(app):
     app.add_config_value("gpumr_reference_page", "reference/cli", "env")
     app.add_directive("gpumr-command", CommandDirective)
     app.add_directive("gpumr-run", RunDirective)
+    app.add_directive("gpumr-commands", CommandsDirective)
     app.connect("env-purge-doc", _purge)
     app.connect("env-check-consistency", _check_coverage)
     return {"version": "1", "parallel_read_safe": False, "env_version": 1}

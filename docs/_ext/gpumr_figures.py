@@ -3,9 +3,10 @@
 Nothing here is a screenshot or a committed picture that could go stale:
 
 * ``contact_sheet`` (a JPEG: photographs): ``gpumr sample``, ``gpumr pack``, ``gpumr run faces``
-  and ``gpumr faces render``, as Getting started runs them;
+  and ``gpumr faces render``, as the faces page runs them;
 * ``ct_preview``: ``gpumr ct geometry``, ``ct phantom``, ``gpumr run
-  backproject`` and ``gpumr ct assemble --preview`` (the PNG that command writes);
+  backproject`` and ``gpumr ct assemble --preview`` (the PNG that command writes), as the backproject
+  page runs them;
 * ``seqfile_layout``: the byte layout of a SequenceFile that ``gpumr pack``
   wrote, read back with :class:`seqfile.Reader` (offsets from the file);
 * ``record_path``: a record's path through the layers, each box naming the
@@ -14,9 +15,13 @@ Nothing here is a screenshot or a committed picture that could go stale:
   source with :mod:`ast` (arrows to what is reachable anyway are left out);
 * ``scaling``: the engines' run times and scaling efficiency from
   ``bench/results/scaling.json``, which ``bench/scaling.py --json`` writes;
-* any ``bench/results/NAME.png`` a benchmark wrote (``breakdown``, from
-  ``bench/breakdown.py``) is shown by ``.. gpumr-figure:: NAME`` with
-  ``:optional:``, and left out while it does not exist.
+* ``breakdown``: where a job's time goes, from ``bench/results/breakdown.json``
+  (``bench/breakdown.py --json``), drawn by that script;
+* ``blobs``, ``watershed`` (and ``contact_sheet``, ``ct_preview`` above): each built-in workload's
+  example (:data:`EXAMPLES`), run as its page shows it, its output drawn; ``.. gpumr-example:: NAME``
+  shows the commands and what they printed;
+* ``.. gpumr-plot:: NAME``: a bar chart of the results written in the page's source (``docs/benchmarks.rst``),
+  drawn when the page is read;
 
 The figures go to ``docs/_generated/`` (not committed), each written whole
 under a temporary name and then renamed; a page shows one with
@@ -27,6 +32,7 @@ user runs them; one that fails fails the build, with its output.
 
 import ast
 import json
+import logging as pylogging
 import os
 import subprocess
 import sys
@@ -34,10 +40,13 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from docutils import nodes
 from docutils.parsers.rst import directives
+from docutils.statemachine import StringList
 from sphinx.directives.patches import Figure
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 
 log = logging.getLogger(__name__)
 
@@ -90,26 +99,136 @@ def save(fig, name):
     os.replace(tmp, os.path.join(OUT, name + ".png"))
 
 
-# -- figures made by gpumr's commands ----------------------------------------------------------------
+# -- each built-in workload's example, run as its page shows it ------------------------------------------
+#: Each built-in workload's example: the commands its page shows (run one by one, in a fresh folder, with the
+#: installed ``gpumr`` and ``python`` first on ``PATH``), and what the picture is made from.
+EXAMPLES = {
+    "faces": [
+        "gpumr sample -n 12 frames/",
+        "gpumr pack frames/ -o frames.seq --shards 2",
+        "gpumr run faces frames.seq -o faces/ --engine local",
+        "head -n 2 faces/part-00000",
+        "gpumr faces render faces/ --images frames.seq -d pictures/",
+    ],
+    "backproject": [
+        "gpumr ct geometry -o scan.json --voxels 64 --angles 96",
+        "gpumr ct phantom --geometry scan.json -o scan.seq",
+        "gpumr run backproject --projections scan.seq --slab 16 -o ct-out/ --engine local",
+        "head -n 2 ct-out/part-00000",
+        "gpumr ct assemble ct-out/ -o volume.npy --preview volume.png",
+    ],
+    "blobs": [
+        "mkdir -p sky",
+        "python -c \"from skimage import data, io; \\\n"
+        "io.imsave('sky/hubble.png', data.hubble_deep_field()[:320, :480])\"",
+        "gpumr pack sky/ -o sky.seq",
+        "gpumr run blobs sky.seq -o blobs/ --engine local",
+        "cut -c 1-80 blobs/part-00000",
+    ],
+    "watershed": [
+        "mkdir -p coins",
+        "python -c \"from skimage import data, io; io.imsave('coins/coins.png', data.coins()[95:])\"",
+        "gpumr pack coins/ -o coins.seq",
+        "gpumr run watershed coins.seq -o regions/ --engine local \\\n    --min-distance 30 --footprint 61",
+        "cat regions/part-00000",
+    ],
+}
+#: What the watershed example's command line gives :func:`gpumr.watershed.segment.segment` (its picture).
+WATERSHED_OPTIONS = {"min_distance": 30, "footprint": 61}
+
+
+def run_example(work, name):
+    """Run example ``name``'s commands in ``work/NAME``; ``[(command, its output)]``, or the build fails."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMR_")}
+    env["PYTHONPATH"] = ""  # the installed gpumr, as a user runs it (conf.py puts the checkout first for autodoc)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    transcript = []
+    for command in EXAMPLES[name]:
+        proc = subprocess.run(["bash", "-e", "-c", command], cwd=folder, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=600)
+        if proc.returncode:
+            raise ExtensionError(f"docs example {name}: `{command}` failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
+        transcript.append((command, proc.stdout))
+    publish_text("\n".join(json.dumps(step) for step in transcript) + "\n", f"example_{name}", ".jsonl")
+    return folder
+
+
+def publish_text(text, name, ext):
+    """Write ``text`` as ``_generated/NAME.EXT`` (renamed into place: never half written)."""
+    os.makedirs(OUT, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=ext, dir=OUT)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, os.path.join(OUT, name + ext))
+
+
+def _output_records(path):
+    """``[(key, value)]`` of a job's part file, as JSON."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.rstrip("\n").partition("\t")
+            out.append((json.loads(key), json.loads(value)))
+    return out
+
+
 def faces_figures(work):
-    """The contact sheet of Getting started's first job, and the byte layout of the file it packed."""
-    gpumr(work, "sample", "-n", "12", "frames/")
-    gpumr(work, "pack", "frames/", "-o", "frames.seq", "--shards", "2")
-    gpumr(work, "run", "faces", "frames.seq", "-o", "faces/", "--device", "cpu")
-    gpumr(work, "faces", "render", "faces/", "--images", "frames.seq", "-d", "pictures/")
-    publish(as_jpeg(os.path.join(work, "pictures", "contact_sheet.png")), "contact_sheet", ".jpg")
-    gpumr(work, "sample", "-n", "3", "three/")
-    gpumr(work, "pack", "three/", "-o", "three.seq")
-    seqfile_layout(os.path.join(work, "three.seq"))
+    """The faces example; its contact sheet, and the byte layout of a small file ``gpumr pack`` wrote."""
+    folder = run_example(work, "faces")
+    publish(as_jpeg(os.path.join(folder, "pictures", "contact_sheet.png")), "contact_sheet", ".jpg")
+    gpumr(folder, "sample", "-n", "3", "three/")
+    gpumr(folder, "pack", "three/", "-o", "three.seq")
+    seqfile_layout(os.path.join(folder, "three.seq"))
 
 
 def ct_figure(work):
-    """``gpumr ct assemble``'s preview of a reconstruction of the phantom (64^3 from 96 projections)."""
-    gpumr(work, "ct", "geometry", "-o", "scan.json", "--voxels", "64", "--angles", "96")
-    gpumr(work, "ct", "phantom", "--geometry", "scan.json", "-o", "scan.seq")
-    gpumr(work, "run", "backproject", "--projections", "scan.seq", "--slab", "16", "-o", "ct-out/", "--device", "cpu")
-    gpumr(work, "ct", "assemble", "ct-out/", "-o", "volume.npy", "--preview", "volume.png")
-    publish(os.path.join(work, "volume.png"), "ct_preview")
+    """The backprojection example; ``gpumr ct assemble``'s preview of its volume (64^3 from 96 projections)."""
+    folder = run_example(work, "backproject")
+    publish(os.path.join(folder, "volume.png"), "ct_preview")
+
+
+def blobs_figure(work):
+    """The blobs example; its blobs drawn as circles (radius sigma * sqrt(2), as ``blob_log`` means) on its image."""
+    import cv2
+    folder = run_example(work, "blobs")
+    image = cv2.imread(os.path.join(folder, "sky", "hubble.png"))
+    ((key, value),) = _output_records(os.path.join(folder, "blobs", "part-00000"))
+    scale = 1.5
+    image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
+    for row, col, sigma in value["blobs"]:
+        cv2.circle(image, (round(col * scale), round(row * scale)), max(3, round(sigma * 2 ** 0.5 * scale)),
+                   (0, 230, 255), 1, cv2.LINE_AA)
+    path = os.path.join(folder, "blobs.png")
+    cv2.imwrite(path, image)
+    publish(as_jpeg(path, quality=92), "blobs", ".jpg")
+
+
+def watershed_figure(work):
+    """The watershed example; its regions coloured over its image.
+
+    The job's output holds each region's area, not its pixels: the picture segments the same image again with
+    the same options (:func:`gpumr.watershed.segment.segment`) and is drawn only if its areas are the job's.
+    """
+    import cv2
+    import numpy as np
+    from skimage.color import label2rgb, rgb2gray
+
+    from gpumr.watershed.segment import areas, segment
+    folder = run_example(work, "watershed")
+    image = cv2.cvtColor(cv2.imread(os.path.join(folder, "coins", "coins.png")), cv2.COLOR_BGR2RGB)
+    ((key, value),) = _output_records(os.path.join(folder, "regions", "part-00000"))
+    labels = segment(rgb2gray(image), **WATERSHED_OPTIONS)
+    if areas(labels) != value["areas"]:
+        raise ExtensionError(f"docs figure watershed: segmenting {key} again gave other regions than the job's "
+                             f"({labels.max()} against {value['regions']}): the picture would not be its output")
+    coloured = (label2rgb(labels, rgb2gray(image), alpha=0.45, bg_label=0, bg_color=None) * 255).astype(np.uint8)
+    coloured = cv2.resize(coloured, None, fx=2, fy=2, interpolation=cv2.INTER_NEAREST)
+    path = os.path.join(folder, "watershed.png")
+    cv2.imwrite(path, cv2.cvtColor(coloured, cv2.COLOR_RGB2BGR))
+    publish(as_jpeg(path, quality=92), "watershed", ".jpg")
 
 
 def seqfile_layout(path):
@@ -238,7 +357,8 @@ def record_path():
     save(fig, "record_path")
 
 
-#: gpumr's parts as the architecture figure groups them: node -> (label, what it holds).
+#: gpumr's parts as the architecture figure groups them: node -> (label, what it holds). The built-in
+#: workloads' packages and the engines' names are added from the code's own tables (:func:`parts`).
 PARTS = {
     "seqfile": ("seqfile", "SequenceFile format"),
     "base": ("errors · sizes · limits", "shared, imports nothing"),
@@ -248,8 +368,6 @@ PARTS = {
     "gpumr.gpu": ("gpu", "CUDA launching"),
     "gpumr.devices": ("devices", "device choice, leases"),
     "gpumr.core": ("core", "record flow, counters"),
-    "gpumr.faces": ("faces", "face detection"),
-    "gpumr.ct": ("ct", "cone-beam CT"),
     "gpumr.workloads": ("workloads", "the workloads by name"),
     "gpumr.tasks": ("tasks", "the task runtime"),
     "gpumr.engines": ("engines", "submit and end tasks"),
@@ -260,8 +378,25 @@ PARTS = {
 _BASE = {"gpumr.errors", "gpumr.sizes", "gpumr.limits"}
 
 
-def _part_of(module):
-    """The architecture node of a dotted module name, or None (outside gpumr, or the package itself)."""
+def workload_parts():
+    """``{package: workload name}`` of the built-in workloads (``gpumr.ct`` -> ``backproject``)."""
+    from gpumr.workloads import BUILT_IN
+    return {".".join(ref.split(":")[0].split(".")[:2]): name for name, ref in BUILT_IN.items()}
+
+
+def parts():
+    """:data:`PARTS` with a box per built-in workload's package, and the engines' box naming every engine."""
+    from gpumr.engines import NAMES
+    out = dict(PARTS)
+    for package, name in workload_parts().items():
+        out[package] = (package.split(".")[1], f"workload {name}")
+    out["gpumr.engines"] = ("engines", " · ".join(NAMES))
+    return out
+
+
+def _part_of(module, known):
+    """The architecture node (one of ``known``) of a dotted module name, or None (outside gpumr, or the package
+    itself)."""
     parts = module.split(".")
     if parts[0] == "seqfile":
         return "seqfile"
@@ -270,12 +405,25 @@ def _part_of(module):
     if parts[1] == "jobs":
         return "jobs"
     node = "base" if "gpumr." + parts[1] in _BASE else "gpumr." + parts[1]
-    return node if node in PARTS else None
+    return node if node in known else None
 
 
-def import_graph():
-    """``{part: {parts it imports}}`` from the source's import statements (:data:`PARTS`' nodes)."""
-    edges = {p: set() for p in PARTS}
+def _main_block_nodes(tree):
+    """The ids of the nodes under a module's ``if __name__ == "__main__":`` (its program entry: a command line's
+    layer, which tests/test_layers.py exempts too)."""
+    exempt = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
+                getattr(node.test.left, "id", None) == "__name__":
+            exempt.update(id(sub) for sub in ast.walk(node))
+    return exempt
+
+
+def import_graph(known=None):
+    """``{part: {parts it imports}}`` from the source's import statements (:func:`parts`' nodes), a module's
+    ``__main__`` block left out."""
+    known = parts() if known is None else known
+    edges = {p: set() for p in known}
     for top, package in (("gpumr", "gpumr"), ("seqfile", "seqfile"), ("jobs", "gpumr.jobs")):
         for folder, _, files in os.walk(os.path.join(ROOT, top)):
             for name in files:
@@ -284,13 +432,16 @@ def import_graph():
                 path = os.path.join(folder, name)
                 rel = os.path.relpath(path, os.path.join(ROOT, top))[:-3].replace(os.sep, ".")
                 module = package if rel == "__init__" else f"{package}.{rel}".replace(".__init__", "")
-                src = _part_of(module)
+                src = _part_of(module, known)
                 if src is None:
                     continue
                 here = module.split(".") if name == "__init__.py" else module.split(".")[:-1]
                 with open(path, encoding="utf-8") as f:
                     tree = ast.parse(f.read())
+                exempt = _main_block_nodes(tree)
                 for node in ast.walk(tree):
+                    if id(node) in exempt:
+                        continue
                     if isinstance(node, ast.Import):
                         targets = [a.name for a in node.names]
                     elif isinstance(node, ast.ImportFrom):
@@ -300,7 +451,7 @@ def import_graph():
                     else:
                         continue
                     for t in targets:
-                        dst = _part_of(t)
+                        dst = _part_of(t, known)
                         if dst and dst != src:
                             edges[src].add(dst)
     return edges
@@ -320,51 +471,52 @@ def architecture():
     """gpumr's parts in layers, each above what it imports (longest import chain to the bottom)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-    edges = import_graph()
+    known = parts()
+    edges = import_graph(known)
     level = {}
 
     def depth(p, trail=()):
-        if p in trail:  # an import cycle between parts: drawn in one row, the arrow red
-            return 0
+        if p in trail:  # tests/test_layers.py holds the layers' order: a cycle is a layering to fix, not to draw
+            raise ExtensionError(f"docs figure architecture: the parts import each other in a cycle: "
+                                 f"{' -> '.join(trail[trail.index(p):] + (p,))}")
         if p not in level:
             level[p] = 1 + max((depth(q, trail + (p,)) for q in edges[p]), default=-1)
         return level[p]
-    for p in PARTS:
+    for p in known:
         depth(p)
     rows = {}
-    for p in PARTS:
+    for p in known:
         rows.setdefault(level[p], []).append(p)
     reduced = [(u, v) for u in edges for v in edges[u] if v not in _reachable(edges, u, (u, v))]
-    step, h, width = 0.72, 0.5, 8.0
-    fig, ax = plt.subplots(figsize=(7.5, step * (max(rows) + 1) + 0.5))
+    step, h, left, span = 0.78, 0.56, 0.45, 7.3
+    fig, ax = plt.subplots(figsize=(8.0, step * (max(rows) + 1) + 0.6))
     pos = {}  # part -> (x, y, w)
-    for lv, parts in rows.items():
-        parts.sort(key=lambda p: list(PARTS).index(p))
-        w = (5.2 - 0.3 * (len(parts) - 1)) / len(parts)
-        for i, p in enumerate(parts):
-            pos[p] = ((width - 5.2) / 2 + i * (w + 0.3), lv * step, w)
+    for lv, row in rows.items():
+        row.sort(key=lambda p: list(known).index(p))
+        w = (span - 0.25 * (len(row) - 1)) / len(row)
+        for i, p in enumerate(row):
+            pos[p] = (left + i * (w + 0.25), lv * step, w)
     for u, v in reduced:
         (x0, y0, w0), (x1, y1, w1) = pos[u], pos[v]
-        cycle = level[u] <= level[v]
-        colour = "#c0392b" if cycle else "#8a96a8"
         if level[u] - level[v] == 1:  # the next row: straight down
             a, b, style = (x0 + w0 / 2, y0), (x1 + w1 / 2, y1 + h), "arc3"
         else:  # over rows between: an arc in the left margin
             a, b, style = (x0, y0 + h / 2), (x1, y1 + h / 2), "arc3,rad=0.3"
-        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, color=colour, linewidth=0.9,
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, color="#8a96a8", linewidth=0.9,
                                      shrinkA=1, shrinkB=1, connectionstyle=style))
+    workloads = workload_parts()
     for p, (x, y, w) in pos.items():
-        label, what = PARTS[p]
+        label, what = known[p]
         ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.01,rounding_size=0.06",
-                                    facecolor="#fff7e0" if p in ("gpumr.faces", "gpumr.ct") else "#dbe8fb",
+                                    facecolor="#fff7e0" if p in workloads else "#dbe8fb",
                                     edgecolor="#2757dd", linewidth=1.0))
-        ax.text(x + w / 2, y + h * 0.68, label, ha="center", va="center", fontsize=9, weight="bold")
-        ax.text(x + w / 2, y + h * 0.28, what.replace("\n", " "), ha="center", va="center", fontsize=6.8)
-    ax.set_xlim(0.0, width - 0.2)
+        ax.text(x + w / 2, y + h * 0.68, label, ha="center", va="center", fontsize=10, weight="bold")
+        ax.text(x + w / 2, y + h * 0.27, what.replace("\n", " "), ha="center", va="center", fontsize=8)
+    ax.set_xlim(0.0, left + span + 0.05)
     ax.set_ylim(-0.1, max(rows) * step + h + 0.1)
     ax.axis("off")
-    ax.set_title("gpumr's parts, each above what it imports\n(arrows: imports read from the source; "
-                 "an arrow implied by others left out)", fontsize=9)
+    ax.set_title("gpumr's parts, each above what it imports; yellow: the built-in workloads\n(arrows: imports "
+                 "read from the source; an arrow implied by others left out)", fontsize=10)
     save(fig, "architecture")
 
 
@@ -378,7 +530,7 @@ def scaling():
     rows = results["engines"]
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     workers = sorted({int(r["workers"]) for r in rows})
-    fig, axes = plt.subplots(2, 1, figsize=(7.5, 6.6))
+    fig, axes = plt.subplots(2, 1, figsize=(6.8, 6.8))
     colours = ["#2757dd", "#e67e22"]
     for ax, what, title in ((axes[0], "faces strong s", "faces, same work for 1 and 2 workers"),
                             (axes[1], "ct strong s", "CT, same work for 1 and 2 workers")):
@@ -390,48 +542,57 @@ def scaling():
                     xs.append(i + (k - (len(workers) - 1) / 2) * 0.38)
                     ys.append(float(row[what]))
             bars = ax.bar(xs, ys, 0.36, color=colours[k % 2], label=f"{n} worker{'s' if n > 1 else ''}")
-            ax.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
-        ax.set_xticks(range(len(engines)), engines)
-        ax.set_ylabel("wall time, s\n(start-up included)", fontsize=9)
-        ax.set_title(title, fontsize=10)
+            ax.bar_label(bars, fmt="%.1f", fontsize=10, padding=2)
+        ax.set_xticks(range(len(engines)), engines, fontsize=11)
+        ax.set_ylabel("wall time, s\n(start-up included)", fontsize=10.5)
+        ax.set_title(title, fontsize=11.5)
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(frameon=False, fontsize=9)
+        ax.legend(frameon=False, fontsize=10.5)
+        ax.tick_params(axis="y", labelsize=10)
         ax.margins(y=0.12)
     load = results.get("load average", [None])[0]
     fig.suptitle(f"gpumr run --device cpu on each engine, {results['date']},\n{results.get('cores')} cores"
-                 + (f", load average {load}" if load is not None else "") + " (bench/scaling.py)", fontsize=10)
+                 + (f", load average {load}" if load is not None else "") + " (bench/scaling.py)", fontsize=11.5)
     fig.tight_layout()
     save(fig, "scaling")
 
 
-def bench_pictures():
-    """Copy every PNG a benchmark left in ``bench/results/`` (e.g. ``breakdown.png``) into ``_generated``."""
-    if not os.path.isdir(BENCH_RESULTS):
-        return
-    for name in os.listdir(BENCH_RESULTS):
-        if name.endswith(".png"):
-            fd, tmp = tempfile.mkstemp(suffix=".png", dir=OUT)
-            with os.fdopen(fd, "wb") as f, open(os.path.join(BENCH_RESULTS, name), "rb") as src:
-                f.write(src.read())
-            publish(tmp, name[:-4])
+def breakdown():
+    """Where a job's time goes, from ``bench/results/breakdown.json`` (``bench/breakdown.py --json``), drawn by
+    that script's own :func:`draw`."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpumr_bench_breakdown", os.path.join(ROOT, "bench", "breakdown.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.join(ROOT, "bench"))  # (its helpers: bench/_common.py)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(os.path.join(ROOT, "bench"))
+    with open(os.path.join(BENCH_RESULTS, "breakdown.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    fd, tmp = tempfile.mkstemp(prefix=".breakdown.", suffix=".png", dir=OUT)
+    os.close(fd)
+    module.draw(data, tmp)
+    publish(tmp, "breakdown")
 
 
 def make_all(app):
-    """Make every figure (the builder's start): two command chains in parallel, then the drawings."""
+    """Make every figure (the builder's start): the workloads' examples two at a time, and the drawings."""
     import matplotlib
     matplotlib.use("Agg")
+    # furo's accessible-pygments sets the root logger to INFO: matplotlib's first font scan would say so, and warn
+    # that it builds its font cache (on a fresh machine: not a problem of the docs)
+    pylogging.getLogger("matplotlib").setLevel(pylogging.WARNING)
+    pylogging.getLogger("matplotlib.font_manager").setLevel(pylogging.ERROR)
     os.makedirs(OUT, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpumr-docs-figures-") as work:
-        os.makedirs(os.path.join(work, "faces"))
-        os.makedirs(os.path.join(work, "ct"))
         with ThreadPoolExecutor(2) as pool:
-            jobs = [pool.submit(faces_figures, os.path.join(work, "faces")),
-                    pool.submit(ct_figure, os.path.join(work, "ct"))]
+            jobs = [pool.submit(f, work) for f in (faces_figures, ct_figure, blobs_figure, watershed_figure)]
             record_path()
             architecture()
             scaling()
-            bench_pictures()
+            breakdown()
             for job in jobs:
                 job.result()
     log.info(f"gpumr figures made in {time.perf_counter() - t0:.1f} s")
@@ -454,7 +615,118 @@ class GpumrFigure(Figure):
         return super().run()
 
 
+def parse_bars(lines):
+    """``[(label, low, high, baseline, text)]`` of a ``gpumr-plot``'s lines ``LABEL = VALUE`` or ``LABEL =
+    LOW-HIGH`` (``baseline: LABEL = ...`` marks the baseline's bar; ``text`` is the value as written)."""
+    bars = []
+    for line in lines:
+        if not line.strip():
+            continue
+        label, eq, value = line.rpartition("=")
+        if not eq:
+            raise ValueError(f"not 'LABEL = VALUE': {line!r}")
+        label, baseline = label.strip(), label.strip().startswith("baseline:")
+        label = label.split(":", 1)[1].strip() if baseline else label
+        low, _, high = value.strip().replace(",", "").partition("-")
+        bars.append((label, float(low), float(high or low), baseline, value.strip()))
+    return bars
+
+
+def draw_bars(name, bars, unit, log=False, goal=None, mark=None):
+    """One horizontal bar per result, its value (as written) at its end; the baseline's bar grey; a range's upper
+    part lighter; ``goal`` a dashed red line, ``mark`` (value, label) a dashed grey one. Sized to show whole at
+    the page's width."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.6, 0.44 * len(bars) + 1.0))
+    ys = list(range(len(bars)))[::-1]
+    top = max(high for _, _, high, _, _ in bars)
+    for y, (label, low, high, baseline, text) in zip(ys, bars):
+        colour = "#8c8c8c" if baseline else "#2757dd"
+        ax.barh(y, low, 0.62, color=colour)
+        if high > low:
+            ax.barh(y, high - low, 0.62, left=low, color=colour, alpha=0.4)
+        ax.text(high * (1.06 if log else 1) + (0 if log else top * 0.01), y, text, va="center", fontsize=11.5,
+                bbox=dict(facecolor="white", edgecolor="none", pad=1), zorder=3)
+    ax.set_yticks(ys, [label + (" (baseline)" if baseline else "") for label, _, _, baseline, _ in bars],
+                  fontsize=11.5)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(min(low for _, low, _, _, _ in bars) * 0.5, top * 4)
+    else:
+        ax.set_xlim(0, top * 1.2)
+    # (the goal's label left of its line, the mark's right of its: a goal is often just under the mark)
+    lines = ([(goal, f"goal {goal:g} ", "#c0392b", "right")] if goal is not None else []) + \
+        ([(mark[0], f" {mark[1]}", "#555555", "left")] if mark else [])
+    for value, label, colour, side in lines:
+        ax.axvline(value, color=colour, linestyle="--", linewidth=1.2)
+        ax.text(value, len(bars) - 0.45, label, color=colour, fontsize=11, va="bottom", ha=side)
+    ax.set_xlabel(unit, fontsize=11.5)
+    ax.tick_params(axis="x", labelsize=10.5)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_ylim(-0.6, len(bars) - 0.2 + (0.55 if lines else 0))
+    os.makedirs(OUT, exist_ok=True)
+    save(fig, f"plot_{name}")
+
+
+def _mark(argument):
+    value, _, label = directives.unchanged_required(argument).partition(" ")
+    return float(value), label.strip() or value
+
+
+class GpumrPlot(SphinxDirective):
+    """``.. gpumr-plot:: NAME``: a bar chart of the results in its content (``LABEL = VALUE``, ``LABEL =
+    LOW-HIGH``, ``baseline: LABEL = VALUE``), drawn when the page is read; ``:unit:`` the axis, ``:log:`` a log
+    scale, ``:goal:`` a dashed red line, ``:mark: VALUE LABEL`` a dashed grey one. The figures stay in the page's
+    source, beside the text that says what they are."""
+
+    required_arguments = 1
+    has_content = True
+    option_spec = {"unit": directives.unchanged_required, "log": directives.flag, "goal": float, "mark": _mark}
+
+    def run(self):
+        import matplotlib
+        matplotlib.use("Agg")
+        name = self.arguments[0]
+        try:
+            bars = parse_bars(self.content)
+        except ValueError as exc:
+            raise self.error(f"gpumr-plot {name}: {exc}")
+        draw_bars(name, bars, self.options.get("unit", ""), "log" in self.options, self.options.get("goal"),
+                  self.options.get("mark"))
+        alt = "; ".join(f"{label}{' (baseline)' if b else ''}: {text}" for label, _, _, b, text in bars)
+        lines = [f".. image:: /_generated/plot_{name}.png", f"   :alt: {self.options.get('unit', '')}: {alt}",
+                 "   :width: 100%", ""]
+        node = nodes.container()
+        self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), self.content_offset, node)
+        return node.children
+
+
+class GpumrExample(SphinxDirective):
+    """``.. gpumr-example:: NAME``: example NAME's commands (:data:`EXAMPLES`) and what each printed, as this
+    build ran them, in a console block."""
+
+    required_arguments = 1
+
+    def run(self):
+        name = self.arguments[0]
+        path = os.path.join(OUT, f"example_{name}.jsonl")
+        if name not in EXAMPLES or not os.path.isfile(path):
+            raise self.error(f"no example {name!r} was run (docs/_ext/gpumr_figures.py, EXAMPLES)")
+        self.env.note_dependency(path)
+        self.env.note_dependency(__file__)
+        lines = [".. code-block:: console", ""]
+        with open(path, encoding="utf-8") as f:
+            for command, output in (json.loads(line) for line in f):
+                lines += ["   " + ("$ " if i == 0 else "  ") + part for i, part in enumerate(command.split("\n"))]
+                lines += ["   " + line for line in output.rstrip("\n").split("\n") if output.strip()]
+        node = nodes.container()
+        self.state.nested_parse(StringList(lines + [""], source=self.get_source_info()[0]), self.content_offset, node)
+        return node.children
+
+
 def setup(app):
     app.connect("builder-inited", make_all)
     app.add_directive("gpumr-figure", GpumrFigure)
+    app.add_directive("gpumr-example", GpumrExample)
+    app.add_directive("gpumr-plot", GpumrPlot)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

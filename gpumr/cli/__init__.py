@@ -23,12 +23,27 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions as written (plain text, paragraphs kept)."""
 
 
+def _description():
+    """What ``gpumr --help`` says gpumr is: the workloads and engines named from their own tables."""
+    from .. import engines, workloads
+    return ("Image processing over Hadoop SequenceFiles, each record on a free GPU or the CPU.\n\n"
+            f"Workloads: {', '.join(workloads.NAMES)}, or your own (gpumr run --help).\n"
+            f"Engines: {', '.join(engines.NAMES)}.\n\n"
+            "An error's line ends with (see: gpumr help TOPIC) where there is more to say.")
+
+
+class _Top(Parser):
+    """The ``gpumr`` parser: its description (:func:`_description`) made only when help is shown, so that a
+    command's start does not import the workloads."""
+
+    def format_help(self):
+        self.description = _description()
+        return super().format_help()
+
+
 def build_parser():
     """The argument parser of the ``gpumr`` command."""
-    p = Parser(prog="gpumr", formatter_class=_Formatter,
-               description="Image processing on Hadoop Streaming (mrjob), Spark and Dask that uses "
-                           "a node's GPU whenever it is free. An error's line ends with (see: gpumr help "
-                           "TOPIC) where there is more to say.")
+    p = _Top(prog="gpumr", formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"gpumr {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -201,7 +201,7 @@ def run_job(job_class, inputs, output_dir, runner="local", extra=(), conf=None):
     inputs : list of str
     output_dir : str
     runner : str
-        An engine: inline, local, hadoop, emr (or spark, dask).
+        An engine: inline, local, hadoop, emr (or any other of :data:`gpumr.engines.NAMES`).
     extra : list of str
         More options of the job.
     conf : str, optional
