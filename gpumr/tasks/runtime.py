@@ -241,7 +241,7 @@ class Task:
         if device_for is None:
             say_once(f"{self.workload.name}: every record runs on the CPU ({why})", "debug")
         self._simulated = chooser.simulated
-        return Processor(self.workload, self.o, chooser, device_for, self._line, self.count,
+        return Processor(Said(self.workload), self.o, chooser, device_for, self._line, self.count,
                          lambda text: say_once(text, "warning"))
 
     def open(self):
@@ -307,6 +307,63 @@ class Task:
                 self.bad.append((key, value["error"]))
             yield output.line(key, value)
 
+
+
+class Said:
+    """The workload as a task's processor runs it: each record's decode and computation inside
+    :func:`gpumr.tasks.stderr.captured`, so what a library writes to fd 2 meanwhile is the record's.
+
+    A record refused (:class:`gpumr.core.badrecord.BadRecord`) gets it in its error
+    line (``not a decodable image (PNG input buffer is incomplete)``); any
+    other record, a debug line naming it. Everything else is the workload's own.
+    """
+
+    def __init__(self, workload):
+        self.workload = workload
+
+    def __getattr__(self, name):
+        return getattr(self.workload, name)
+
+    def load(self, key, value, o):
+        return self._run([key], lambda: self.workload.load(key, value, o))
+
+    def cpu_batch(self, records, o):
+        return self._run([k for k, _ in records], lambda: list(self.workload.cpu_batch(records, o)))
+
+    def gpu_batch(self, records, o, device):
+        return self._run([k for k, _ in records], lambda: list(self.workload.gpu_batch(records, o, device)))
+
+    def finish(self, key, result, o):
+        from ..core.workload import Workload
+        if type(self.workload).finish is Workload.finish:  # (the contract's own: the result as it is)
+            return result
+        return self._run([key], lambda: self.workload.finish(key, result, o))
+
+    @staticmethod
+    def _run(keys, call):
+        from ..core.badrecord import BadRecord
+        from .stderr import captured
+        text = []
+        try:
+            with captured() as text:
+                result = call()
+        except BadRecord as exc:
+            if text and text[0] and len(keys) == 1:
+                raise BadRecord(f"{exc} ({text[0]})") from None
+            _said(keys, text)
+            raise
+        except BaseException:
+            _said(keys, text)
+            raise
+        _said(keys, text)
+        return result
+
+
+def _said(keys, text):
+    """A debug line naming the records ``keys`` with what was written to fd 2 while they ran, if anything was."""
+    if text and text[0]:
+        shown = ", ".join(map(repr, keys[:3])) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        log.debug("record%s %s: written to stderr while it ran: %s", "s" if len(keys) > 1 else "", shown, text[0])
 
 
 def map_task(spec, index, items, sort, find=here, gpus=None):
