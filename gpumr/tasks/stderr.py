@@ -110,7 +110,7 @@ _OPENCV = re.compile(r"^\[\s*\w+:\d+@[\d.]+\]\s+(?:global\s+)?\S+:\d+\s+\S+\s+")
 
 def said(data):
     """What a block captured (bytes), as one line: each non-empty line stripped, OpenCV's log prefixes dropped,
-    joined by ``; ``; "" for nothing.
+    joined by semicolons; "" for nothing.
 
     Examples
     --------
