@@ -140,7 +140,7 @@ def test_bad_slab_records_are_error_lines(phantom_files):
     """A record that is not a slab of the volume is its error line (the workload's load refuses it)."""
     from gpumr.ct import geometry
     from gpumr.ct.workload import parse_slab
-    from gpumr.core.workload import BadRecord
+    from gpumr.core.badrecord import BadRecord
     g = geometry.load(str(phantom_files / "proj.geometry.json"))
     assert parse_slab("0 6", g) == (0, 6)
     for line in ("nonsense", "30 40", "6 6"):
