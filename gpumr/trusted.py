@@ -6,7 +6,9 @@ progress folders and the code gpumr runs (a user's workload module,
 restates the same rule in shell for its run folder and virtual environment,
 see ``conf/bootstrap-gpu-node.sh``). The rule:
 
-* a folder is a real folder, not a symbolic link, owned by you or by root;
+* a folder is a real folder, not a symbolic link, owned by you or by root
+  (a folder shipped to tasks may be named by one link of yours or root's
+  at its own name, followed once: :func:`open_folder`);
 * it is not writable by group or others, unless it is a documented shared
   folder (``shared=True``: one an administrator or the user named, such as
   ``$GPUMR_LEASE_DIR`` or ``$GPUMR_KERNEL_CACHE``): then it must have the
@@ -123,41 +125,105 @@ def _judge_folder(st, shown, what, shared):
 def open_folder(path, what, *, shared=False):
     """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened.
 
-    A link is followed once, to the folder it names (Hadoop's distributed
-    cache shows a shipped folder as a link in a task's working folder); a
-    link to a link is refused. The folder itself is opened without following
-    anything more (``O_NOFOLLOW``) and the rule (owner, mode) is applied to
-    the open descriptor (``fstat``), so that files opened relative to it
-    (:func:`read_at`) come from the folder that was judged, whatever the
-    link names meanwhile.
+    The folder's own name may be one link of yours or root's (Hadoop's
+    distributed cache shows a shipped folder as a link in a task's working
+    folder): it is followed once, and no other link on the way, neither in
+    ``path`` nor in the path that link holds. Every name is opened in turn
+    relative to the folder before it, without following a link
+    (``O_NOFOLLOW``), and the link is judged and read from its own
+    descriptor, so what is judged is what was opened. The rule (owner, mode)
+    is applied to the folder's open descriptor (``fstat``), so that files
+    opened relative to it (:func:`read_at`) come from the folder that was
+    judged, whatever the link names meanwhile.
 
     Returns
     -------
-    int
-        The folder's descriptor (the caller closes it).
+    (int, str)
+        The folder's descriptor (the caller closes it) and its path as opened (no link in it).
 
     Raises
     ------
     Untrusted
-        A chain of links, not a folder, another user's, writable by others.
+        A link of another user, a second link, not a folder, another user's, writable by others.
+
+    Examples
+    --------
+    >>> folder = private_temp_dir("gpumr-example-")
+    >>> os.symlink(folder, folder + ".link")
+    >>> fd, opened = open_folder(folder + ".link", "an example")
+    >>> opened == folder
+    True
+    >>> os.close(fd); os.unlink(folder + ".link")
     """
-    shown = printable(path)
-    target = path
+    shown = printable(os.path.abspath(path))
     try:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            target = os.path.join(os.path.dirname(os.path.abspath(path)), os.readlink(path))
-            if stat.S_ISLNK(os.lstat(target).st_mode):
-                raise Untrusted(f"{shown}: refusing it for {what}: a link to a link (one link is followed, not a "
-                                "chain)")
-        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd, opened = _walk([n for n in os.path.abspath(path).split("/") if n], shown, what)
     except OSError as exc:
         raise Untrusted(f"{shown}: cannot use it for {what} ({exc.strerror})") from None
     try:
-        _judge_folder(os.fstat(fd), printable(target), what, shared)  # (the folder it names: its name in messages)
+        _judge_folder(os.fstat(fd), printable(opened), what, shared)  # (the folder it names: its name in messages)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, opened
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _walk(names, shown, what):
+    """``(descriptor, path)`` of the folder at ``/`` + ``names``, each name opened relative to the one before it: the
+    last of ``names`` may be a link of yours or root's, followed once; any other link is refused."""
+    from collections import deque
+    todo = deque((name, i == len(names) - 1) for i, name in enumerate(names))  # (name, the folder's own name?)
+    fd, where, followed = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), [], False
+    try:
+        while todo:
+            name, own_name = todo.popleft()
+            if name in ("", "."):
+                continue
+            try:
+                step = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                target = _link(fd, name, where, own_name and not followed, shown, what)
+                if target is None:  # (not a folder, not a link)
+                    raise
+                followed = True
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, where = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), []
+                todo.extendleft(reversed([(n, False) for n in target.split("/") if n]))
+                continue
+            os.close(fd)
+            fd = step
+            where = where[:-1] if name == ".." else [*where, name]
+        return fd, "/" + "/".join(where)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _link(fd, name, where, may_follow, shown, what):
+    """The target of the link ``name`` in open folder ``fd`` (at ``where``) where it may be followed, else
+    :class:`Untrusted`; None if ``name`` is no link. Read from the link's own descriptor: what was judged."""
+    link = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    try:
+        st = os.fstat(link)
+        if not stat.S_ISLNK(st.st_mode):
+            return None
+        at = "/" + "/".join([*where, name])
+        said = f"{shown}: refusing it for {what}: " + ("" if printable(at) == shown else f"{printable(at)}: ")
+        if st.st_uid not in _owners():
+            raise Untrusted(f"{said}a link of uid {st.st_uid}, not yours (uid {os.geteuid()}) or root's; someone "
+                            "else chose where it points")
+        if not may_follow:
+            raise Untrusted(f"{said}a link on the way (one link is followed: the folder's own name, not a chain; "
+                            "give a path without links)")
+        return os.readlink("", dir_fd=link)
+    finally:
+        os.close(link)
 
 
 def read_at(dir_fd, name, limit, *, what="a file", shown=None):

@@ -1,6 +1,7 @@
 """The backprojection job: slabs leave as binary float32, the assembled volume equals a direct reconstruction;
 assemble's errors."""
 
+import io
 import json
 import os
 
@@ -130,7 +131,7 @@ def test_assemble_names_missing_and_duplicate_slices(phantom_files, tmp_path):
     # A slab file that does not hold what its line says is refused by name, and nothing is written.
     bad = tmp_path / "out" / "arrays" / "z00006.slab.npy"
     np.save(bad, np.zeros((5, 32, 32), np.float32))
-    with pytest.raises(GpumrError, match="z00006.slab.npy: holds a float32 array of shape \\(5, 32, 32\\)"):
+    with pytest.raises(GpumrError, match="z00006.slab.npy: 20608 bytes, not the size the output's proof lists"):
         assemble(read_job_output(folders), folders, str(tmp_path / "v.npy"))
     assert not (tmp_path / "v.npy").exists()
 
@@ -139,9 +140,56 @@ def test_bad_slab_records_are_error_lines(phantom_files):
     """A record that is not a slab of the volume is its error line (the workload's load refuses it)."""
     from gpumr.ct import geometry
     from gpumr.ct.workload import parse_slab
-    from gpumr.core.workload import BadRecord
+    from gpumr.core.badrecord import BadRecord
     g = geometry.load(str(phantom_files / "proj.geometry.json"))
     assert parse_slab("0 6", g) == (0, 6)
     for line in ("nonsense", "30 40", "6 6"):
         with pytest.raises(BadRecord):
             parse_slab(line, g)
+
+
+def _assemble(out, volume, cwd):
+    """``gpumr ct assemble OUT -o VOLUME`` in a process of its own: (status, stderr)."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "gpumr", "ct", "assemble", str(out), "-o", str(volume)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stderr
+
+
+def test_assemble_checks_each_slab_against_the_proof(phantom_files, tmp_path):
+    """Issue 64, class 8: a slab that is not what the job wrote is refused in one line naming it, and nothing is
+    written. Before: a corrupt slab was numpy's ValueError called "a bug" (relaying numpy's advice to use
+    ``allow_pickle=True``), and a slab copied in from another job of the same shape was assembled."""
+    out, other = tmp_path / "out", tmp_path / "other"
+    _run_job(phantom_files, out, "inline")
+    _run_job(phantom_files, other, "inline", ["--filter", "hann"])  # the same shapes, other values
+    slab = out / "arrays" / "z00006.slab.npy"
+    good = slab.read_bytes()
+    as_f8 = io.BytesIO()  # the same bytes, its header saying float64 (half as many slices)
+    np.lib.format.write_array_header_1_0(as_f8, {"descr": "<f8", "fortran_order": False, "shape": (3, 32, 32)})
+    f8 = as_f8.getvalue() + good[len(as_f8.getvalue()):]
+    # A header too long to read safely, of the slab's size (numpy's refusal advises allow_pickle=True).
+    huge = b"\x93NUMPY\x01\x00" + (len(good) - 10).to_bytes(2, "little") + b"{" + b" " * (len(good) - 12) + b"\n"
+    cases = [(b"garbage" + good[7:], "does not begin as a .npy file does"),
+             (huge, "not the .npy header of a float32 slab"),
+             (f8, "holds a float64 array of shape (3, 32, 32), not the slab 6-12 of 32x32"),
+             (good[:-4], "not the size the output's proof lists"),
+             ((other / "arrays" / "z00006.slab.npy").read_bytes(), "not the slab its job wrote")]
+    for data, message in cases:
+        slab.write_bytes(data)
+        status, err = _assemble(out, tmp_path / "v.npy", tmp_path)
+        lines = err.strip().splitlines()
+        assert status == 1 and len(lines) == 1, err
+        assert lines[0].startswith(f"gpumr: error: {slab}: ") and message in lines[0], lines[0]
+        assert "bug" not in err and "allow_pickle" not in err and "Traceback" not in err
+        assert not (tmp_path / "v.npy").exists() and not (tmp_path / "v.png").exists()
+    slab.write_bytes(good)
+    assert _assemble(out, tmp_path / "v.npy", tmp_path) == (0, "")
+    # An output without its proof (copied without it) cannot be checked: refused, naming what is missing.
+    os.rename(tmp_path / ".out.gpumr", tmp_path / "away.gpumr")
+    status, err = _assemble(out, tmp_path / "w.npy", tmp_path)
+    assert status == 1 and err.strip() == (f"gpumr: error: {out}: no proof beside it ({tmp_path / '.out.gpumr'}), so "
+                                           "its slabs cannot be checked: assemble the output with the proof the job "
+                                           "wrote beside it"), err
+    assert not (tmp_path / "w.npy").exists()

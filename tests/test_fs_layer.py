@@ -109,20 +109,26 @@ def test_an_object_that_shrinks_under_the_reader_is_a_lost_stretch_naming_it(s3,
 
 
 def test_ct_assemble_reads_a_job_output_at_a_uri(s3, tmp_path):
+    import hashlib
     import io
+
+    from gpumr.io.outputs import Proof
     vol = np.arange(4 * 3 * 5, dtype=np.float32).reshape(4, 3, 5)
-    lines = []
+    lines, listed = [], {}
     for z0, z1 in ((0, 1), (1, 4)):
         name = f"arrays/z{z0:05d}.slab.npy"
         buf = io.BytesIO()
         np.save(buf, vol[z0:z1])
         s3.put(f"fslayer/ct/out/{name}", buf.getvalue())
+        listed[name] = [len(buf.getvalue()), hashlib.sha256(buf.getvalue()).hexdigest()]
         value = {"z": [z0, z1], "nz": 4, "slab": {"array": name, "shape": [z1 - z0, 3, 5], "dtype": "<f4"},
                  "device": "cpu"}
         lines.append(f"{json.dumps(f'z{z0:05d}')}\t{json.dumps(value)}")
     s3.put("fslayer/ct/out/part-00000", lines[1].encode() + b"\n")  # (in any order, any part)
     s3.put("fslayer/ct/out/part-00001", lines[0].encode() + b"\n")
     s3.put("fslayer/ct/out/_SUCCESS", b"")
+    Proof(str(tmp_path / ".out.gpumr"), "gpumr run", [listed]).save()  # (the proof the job writes beside it)
+    s3.put("fslayer/ct/.out.gpumr", (tmp_path / ".out.gpumr").read_bytes())
     code, out, err = gpumr("ct", "assemble", f"s3://{BUCKET}/fslayer/ct/out", "-o", tmp_path / "v.npy")
     assert code == 0, err
     assert (np.load(tmp_path / "v.npy") == vol).all()

@@ -24,7 +24,9 @@ def test_build_kernels_command(tmp_path, capsys, monkeypatch):
     built = sorted(n for n in os.listdir(tmp_path) if not n.startswith("."))  # (.NAME.gpumr: gpumr's proof)
     assert len(built) == len(kernels.KERNELS) and all(b.endswith(".fatbin") for b in built)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, str(tmp_path))
-    assert kernels.fatbin("haar").startswith(str(tmp_path))  # found, not rebuilt
+    haar = tmp_path / f"haar-{kernels._digest('haar')}.fatbin"
+    assert kernels.locate("haar") == (str(haar), "$GPUMR_KERNEL_DIR")  # found, not rebuilt
+    assert open(kernels.fatbin("haar"), "rb").read() == haar.read_bytes() == kernels.image("haar")
 
 
 def _real_gpu():

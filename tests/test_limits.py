@@ -400,9 +400,13 @@ def test_a_slab_over_its_limit_is_refused(ct):
 def test_assemble_checks_each_slab_line_before_reading_its_array(tmp_path):
     """A line declaring a volume over the limits, or naming a file outside arrays/, is refused before any byte of a
     slab is read; a slab whose file holds less than its line says is refused by name."""
+    from gpumr.io.outputs import Proof, digest, proof_path
     out = tmp_path / "out"
     (out / "arrays").mkdir(parents=True)
     np.save(out / "arrays" / "z00000.slab.npy", np.zeros((2, 8, 8), np.float32)[:1])
+    # (its proof, as the job writes one: the slab is what gpumr wrote, its line is not)
+    slab = "arrays/z00000.slab.npy"
+    Proof(proof_path(str(out)), "gpumr run", [{slab: digest(str(out / slab))}]).save()
 
     def line(**value):
         slab = {"array": "arrays/z00000.slab.npy", "shape": [2, 8, 8], "dtype": "<f4"}

@@ -234,7 +234,7 @@ def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it
         os.symlink(folder, os.path.join(shared_tmp, f"link-{owner}"))
     os.chown(os.path.join(shared_tmp, "theirs"), planter, planter)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-mine"))
-    assert kernels.locate("haar") == (os.path.join(shared_tmp, "link-mine", name), "$GPUMR_KERNEL_DIR")
+    assert kernels.locate("haar") == (os.path.join(shared_tmp, "mine", name), "$GPUMR_KERNEL_DIR")  # (not the link)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-theirs"))
     with pytest.warns(UserWarning, match=f"{shared_tmp}/theirs: refusing it for kernels to load: it belongs to uid"):
         assert kernels.locate("haar") == (None, "nowhere")
@@ -270,5 +270,79 @@ def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(
     chain = os.path.join(shared_tmp, "chain")
     os.symlink(link, chain)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, chain)
-    with pytest.warns(UserWarning, match="a link to a link"):
+    with pytest.warns(UserWarning, match=f"{link}: a link on the way"):
         assert kernels.locate("haar") == (None, "nowhere")
+
+
+def _fatbins(shared_tmp, planter, name):
+    """``mine`` and ``theirs`` folders in ``shared_tmp``, each holding a fatbin named ``name`` (theirs: the second
+    user's folder and file); a sticky folder ``shared`` (1777, as /tmp) where anyone may make a link."""
+    for owner, data in (("mine", b"my fatbin"), ("theirs", b"their fatbin")):
+        folder = os.path.join(shared_tmp, owner)
+        os.mkdir(folder, 0o755)
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    theirs = os.path.join(shared_tmp, "theirs")
+    os.chown(theirs, planter, planter)
+    os.chown(os.path.join(theirs, name), planter, planter)
+    shared = os.path.join(shared_tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    return os.path.join(shared_tmp, "mine"), theirs, shared
+
+
+def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_through_it(shared_tmp, monkeypatch,
+                                                                                         planter):
+    """Issue 64, class 9. Before: a link of another user in a sticky shared folder was followed (it chose which folder
+    the kernels came from); ``locate()`` and ``fatbin()`` gave a path through the link, which, repointed after the
+    check, served another user's fatbin; a link whose target ends ``l2/.`` or passes through another link was
+    followed (two links, where the docs say one)."""
+    from gpumr.gpu import kernels
+    name = f"haar-{kernels._digest('haar')}.fatbin"
+    if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
+        pytest.skip("a fatbin ships beside the sources here")
+    monkeypatch.setenv(kernels.CACHE_ENV, os.path.join(shared_tmp, "cache"))
+    mine, theirs, shared = _fatbins(shared_tmp, planter, name)
+
+    def use(path):
+        monkeypatch.setattr(kernels, "_FOLDERS", {})
+        monkeypatch.setattr("gpumr.trusted._WARNED", set())
+        monkeypatch.setenv(kernels.KERNEL_DIR_ENV, path)
+
+    # A link of another user, in the sticky folder, to a folder of mine: refused, and said once.
+    theirs_link = os.path.join(shared, "kernels-theirs")
+    subprocess.run(["ln", "-s", mine, theirs_link], user=planter, group=planter, check=True)
+    assert os.lstat(theirs_link).st_uid == planter
+    use(theirs_link)
+    with pytest.warns(UserWarning, match=f"{theirs_link}: refusing it for kernels to load: a link of uid {planter}, "
+                                         "not yours"):
+        assert kernels.locate("haar") == (None, "nowhere")
+
+    # A link of mine: followed once; what locate() and fatbin() give is not through it, and still the folder that was
+    # judged once the link is repointed at another user's folder.
+    link = os.path.join(shared, "kernels")
+    os.symlink(mine, link)
+    use(link)
+    path, place = kernels.locate("haar")
+    assert (path, place) == (os.path.join(mine, name), "$GPUMR_KERNEL_DIR")
+    loadable = kernels.fatbin("haar")
+    assert not loadable.startswith(link) and open(loadable, "rb").read() == b"my fatbin"
+    os.unlink(link)
+    os.symlink(theirs, link)  # repointed after the check
+    assert open(kernels.fatbin("haar"), "rb").read() == b"my fatbin"
+    assert kernels.image("haar") == b"my fatbin" and kernels.locate("haar")[0] == os.path.join(mine, name)
+
+    # Two links, however written: refused, one warning, nothing read.
+    os.symlink(mine, os.path.join(shared, "l2"))
+    os.mkdir(os.path.join(mine, "sub"), 0o755)
+    os.symlink(os.path.join(mine, "sub"), os.path.join(shared_tmp, "mine-sub"))
+    for target, why in (("l2/.", "l2: a link on the way"), ("l2/", "l2: a link on the way"),
+                        ("l2", "l2: a link on the way"), (os.path.join(shared_tmp, "mine-sub", ".."),
+                                                          "mine-sub: a link on the way")):
+        chain = os.path.join(shared, "chain")
+        if os.path.lexists(chain):
+            os.unlink(chain)
+        os.symlink(target, chain)
+        use(chain)
+        with pytest.warns(UserWarning, match=f"{chain}: refusing it for kernels to load: .*{why}"):
+            assert kernels.locate("haar") == (None, "nowhere")

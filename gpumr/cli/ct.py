@@ -207,7 +207,11 @@ def register(sub):
     a.add_argument("-o", "--output", required=True, metavar="NPY", help="the volume (.npy)")
     a.add_argument("--preview", metavar="PNG", help="also a PNG of the three central slices")
 
-    a = command(cs, "assemble", "the job's slabs -> one volume .npy (+ TIFF) and a PNG preview", cmd_assemble)
+    a = command(cs, "assemble", "the job's slabs -> one volume .npy (+ TIFF) and a PNG preview", cmd_assemble,
+                description="Join the job's slabs into one volume .npy (+ TIFF) and a PNG preview. Each slab is "
+                            "checked against the\nproof the job wrote beside its output (size and SHA-256), its "
+                            "header against its line (shape,\nfloat32): a slab that is not the one its job wrote "
+                            "is refused by name, and nothing is written.")
     a.add_argument("outputs", nargs="+", metavar="OUTPUT", help="job output files or folders")
     a.add_argument("-o", "--output", required=True, metavar="NPY", help="the volume (.npy)")
     a.add_argument("--tiff", metavar="TIF", help="also write a float32 TIFF stack here")

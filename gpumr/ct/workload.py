@@ -19,6 +19,7 @@ from . import geometry as geom
 from .backproject import backproject
 from .bands import FilteredRows
 from .projections import read_set
+from .slices import slab_key
 
 
 def check_slab(geometry, slices, name="--slab"):
@@ -56,11 +57,6 @@ def parse_slab(text, geometry):
 def plan(nz, slab):
     """Slab lines covering ``nz`` slices, ``slab`` at a time."""
     return [f"{z} {min(z + slab, nz)}" for z in range(0, nz, slab)]
-
-
-def slab_key(z0):
-    """The output key of the slab starting at slice ``z0``: zero-padded, so that sorting keys sorts slabs."""
-    return f"z{z0:05d}"
 
 
 class Backproject(Workload):

@@ -386,7 +386,7 @@ def _places(name):
 
 
 def locate(name):
-    """The fatbin of kernel ``name`` that :func:`fatbin` would use now, without compiling.
+    """The fatbin of kernel ``name`` that :func:`image` would load now, without compiling: where it is, for people.
 
     Returns
     -------
@@ -394,11 +394,14 @@ def locate(name):
         Its absolute path (None when no place holds one) and where it was
         found: ``$GPUMR_KERNEL_DIR`` (e.g. a folder shipped through Hadoop's
         distributed cache), ``beside the sources`` or ``the per-user cache``.
+        A folder named through a link is given by the path it was opened at
+        (:func:`gpumr.trusted.open_folder`), never through the link; load it
+        with :func:`image` (or by :func:`fatbin`'s path), not by this one.
     """
     file = f"{stem(name)}-{_digest(name)}.fatbin"
     for place, folder in _places(name):
         if folder and _usable(name, os.path.join(folder, file), place):
-            return os.path.join(folder, file), place
+            return os.path.join(_opened(folder, place) if place != "the per-user cache" else folder, file), place
     return None, "nowhere"
 
 
@@ -448,18 +451,25 @@ def describe(names=KERNELS):
 
 #: The largest fatbin read (OpenCV-sized kernels' fatbins for every architecture are well under this).
 MAX_FATBIN_BYTES = 256 << 20
-_FOLDERS = {}  # a shipped kernel folder -> its descriptor, opened once per process (gpumr.trusted.open_folder)
+_FOLDERS = {}  # a kernel folder -> (its descriptor, the path it was opened at), opened once per process
 
 
 def _folder_fd(folder, place):
-    """The descriptor of a folder fatbins are loaded from: a shipped one (``$GPUMR_KERNEL_DIR``) judged by the
-    trusted-paths rule; the installed sources' as it is (gpumr's own install)."""
+    """The descriptor of a folder fatbins are loaded from: a shipped one (``$GPUMR_KERNEL_DIR``) opened and judged
+    by the trusted-paths rule (:func:`gpumr.trusted.open_folder`); the installed sources' as it is (gpumr's own
+    install)."""
     if folder not in _FOLDERS:
         if place == f"${KERNEL_DIR_ENV}":
             _FOLDERS[folder] = trusted.open_folder(folder, "kernels to load", shared=True)
         else:
-            _FOLDERS[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    return _FOLDERS[folder]
+            _FOLDERS[folder] = (os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), folder)
+    return _FOLDERS[folder][0]
+
+
+def _opened(folder, place):
+    """The path the kernel folder ``folder`` was opened at (no link in it)."""
+    _folder_fd(folder, place)
+    return _FOLDERS[folder][1]
 
 
 def image(name, arch=None):
@@ -487,9 +497,24 @@ def image(name, arch=None):
 
 
 def fatbin(name, arch=None):
-    """Path of a fatbin for kernel ``name``, compiling for ``arch`` (e.g. "90") if none exists."""
-    path, _ = locate(name)
+    """A path this process may load the fatbin of kernel ``name`` by, compiling for ``arch`` (e.g. "90") if none exists.
+
+    A shipped fatbin (``$GPUMR_KERNEL_DIR``) or one beside the sources is
+    named relative to its folder's descriptor, opened and judged once
+    (``/proc/self/fd/N/FILE``): whatever a link to the folder names later,
+    the path reaches the folder that was judged. A cached one is named in
+    the cache, a trusted folder. :func:`image` gives the bytes instead.
+
+    Examples
+    --------
+    >>> fatbin("haar").endswith(".fatbin")  # doctest: +SKIP
+    True
+    """
+    file = f"{stem(name)}-{_digest(name)}.fatbin"
+    path, place = locate(name)
+    if path and place != "the per-user cache":
+        folder = dict(_places(name))[place]
+        return f"/proc/self/fd/{_folder_fd(folder, place)}/{file}"
     if path:
         return path
-    return cached(f"{stem(name)}-{_digest(name)}.fatbin", _made_by(name),
-                  lambda path: compile_fatbin(name, path, (arch,) if arch else ARCHS))
+    return cached(file, _made_by(name), lambda path: compile_fatbin(name, path, (arch,) if arch else ARCHS))

@@ -6,8 +6,9 @@ is a different name, the same content the same bytes. Every cache in the
 tasks is keyed by these names (:class:`gpumr.tasks.runtime.Spec`), so a
 worker that built a workload for one job's projections never serves it to
 another's. The launcher checks the file (the workload's ``check``), then keeps its
-shipped copy in the job's own folder (a hard link where it can, else a
-copy) and names it by the hash of what it read.
+shipped copy in the job's own folder (a hard link to a file of yours where it
+can, else a copy) and names it by the hash of what it read; tasks use a copy
+only when its content is what its name holds (:func:`gpumr.tasks.runtime.built`).
 """
 
 import contextlib
@@ -123,9 +124,10 @@ def fetch(loc, folder):
 def ship(option, value, folder, named=None):
     """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``.
 
-    A URI is fetched first (through the filesystem layer); a local file is
-    hard-linked (copied where it cannot be: another filesystem, another
-    owner's file). ``named``: its content name's future (:func:`named_ahead`), else it is computed here.
+    A URI is fetched first (through the filesystem layer); a local file of
+    yours is hard-linked, any other copied (another user's file stays theirs
+    to change: the copy holds what was read; and where no link can be made,
+    another filesystem). ``named``: its content name's future (:func:`named_ahead`), else it is computed here.
 
     Raises
     ------
@@ -146,6 +148,8 @@ def ship(option, value, folder, named=None):
     path = os.path.join(folder, name)
     if not os.path.exists(path):
         try:
+            if os.stat(source).st_uid != os.geteuid():
+                raise PermissionError  # (copied: see above)
             os.link(source, path)
         except OSError:
             shutil.copyfile(source, path)

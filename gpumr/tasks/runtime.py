@@ -13,6 +13,7 @@ reach it on every engine. Engines call :func:`map_task` and
 """
 
 import argparse
+import hashlib
 import json
 import os
 import secrets
@@ -90,8 +91,23 @@ def say_once(text, level="info"):
         getattr(log, level)("%s", text)
 
 
+#: Side files whose content this process checked: ``(path, device, inode, size, mtime, ctime)`` of each, as read.
+_CHECKED = set()
+_HASH_CHUNK = 4 << 20
+
+
+def _signature(st, path):
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _verified(name, find, size):
-    """This node's path of shipped file ``name``, its size checked (a copy cut short is never used)."""
+    """This node's path of shipped file ``name``, its size and content checked: ``size`` bytes whose SHA-256 its
+    content name holds (:func:`gpumr.launch.ship.content_name`); a copy cut short, changed or swapped is never used.
+
+    The content is read once per process per file (:data:`_CHECKED`, keyed by
+    what ``stat`` says of it, so a file changed since is read again), through
+    the link a framework may show it as (Hadoop's distributed cache).
+    """
     path = find(name)
     got = os.path.getsize(path) if os.path.isfile(path) else None
     deadline = time.monotonic() + 30
@@ -101,7 +117,27 @@ def _verified(name, find, size):
     if got != size:
         raise GpumrError(f"the shipped file {name} is {'missing' if got is None else f'{got} bytes'} on this node, "
                          f"not the {size} bytes the launcher shipped")
+    if _signature(os.stat(path), path) in _CHECKED:
+        return path
+    from ..io.remote import locate
+    h, buffer = hashlib.sha256(), memoryview(bytearray(_HASH_CHUNK))
+    with locate(path).open_input() as f:  # (a regular file, never waited on)
+        before = os.fstat(f.fileno())
+        for n in iter(lambda: f.readinto(buffer), 0):
+            h.update(buffer[:n])
+        after = os.fstat(f.fileno())
+    if _signature(before, path) != _signature(after, path) or not h.hexdigest().startswith(name.partition("-")[0]):
+        raise GpumrError(f"the shipped file {name} on this node is not what the launcher shipped (its SHA-256 is not "
+                         "the one its name holds): changed since it was shipped")
+    _CHECKED.add(_signature(after, path))
     return path
+
+
+def _unchanged(paths):
+    """Raise unless every checked side file in ``paths`` is as it was when checked (a workload read it meanwhile)."""
+    for name, path in paths.items():
+        if _signature(os.stat(path), path) not in _CHECKED:
+            raise GpumrError(f"the shipped file {name} changed on this node while the task read it")
 
 
 def built(spec, find=here):
@@ -125,6 +161,7 @@ def built(spec, find=here):
             setattr(o, opt.dest, paths[value])
     workload = cls()
     workload.setup(o)
+    _unchanged(paths)  # (what setup read is what was checked)
     while len(_BUILT) >= KEEP_BUILT:
         _BUILT.pop(next(iter(_BUILT)))
     _BUILT[key] = (o, workload)
@@ -204,7 +241,7 @@ class Task:
         if device_for is None:
             say_once(f"{self.workload.name}: every record runs on the CPU ({why})", "debug")
         self._simulated = chooser.simulated
-        return Processor(self.workload, self.o, chooser, device_for, self._line, self.count,
+        return Processor(Said(self.workload), self.o, chooser, device_for, self._line, self.count,
                          lambda text: say_once(text, "warning"))
 
     def open(self):
@@ -270,6 +307,63 @@ class Task:
                 self.bad.append((key, value["error"]))
             yield output.line(key, value)
 
+
+
+class Said:
+    """The workload as a task's processor runs it: each record's decode and computation inside
+    :func:`gpumr.tasks.stderr.captured`, so what a library writes to fd 2 meanwhile is the record's.
+
+    A record refused (:class:`gpumr.core.badrecord.BadRecord`) gets it in its error
+    line (``not a decodable image (PNG input buffer is incomplete)``); any
+    other record, a debug line naming it. Everything else is the workload's own.
+    """
+
+    def __init__(self, workload):
+        self.workload = workload
+
+    def __getattr__(self, name):
+        return getattr(self.workload, name)
+
+    def load(self, key, value, o):
+        return self._run([key], lambda: self.workload.load(key, value, o))
+
+    def cpu_batch(self, records, o):
+        return self._run([k for k, _ in records], lambda: list(self.workload.cpu_batch(records, o)))
+
+    def gpu_batch(self, records, o, device):
+        return self._run([k for k, _ in records], lambda: list(self.workload.gpu_batch(records, o, device)))
+
+    def finish(self, key, result, o):
+        from ..core.workload import Workload
+        if type(self.workload).finish is Workload.finish:  # (the contract's own: the result as it is)
+            return result
+        return self._run([key], lambda: self.workload.finish(key, result, o))
+
+    @staticmethod
+    def _run(keys, call):
+        from ..core.badrecord import BadRecord
+        from .stderr import captured
+        text = []
+        try:
+            with captured() as text:
+                result = call()
+        except BadRecord as exc:
+            if text and text[0] and len(keys) == 1:
+                raise BadRecord(f"{exc} ({text[0]})") from None
+            _said(keys, text)
+            raise
+        except BaseException:
+            _said(keys, text)
+            raise
+        _said(keys, text)
+        return result
+
+
+def _said(keys, text):
+    """A debug line naming the records ``keys`` with what was written to fd 2 while they ran, if anything was."""
+    if text and text[0]:
+        shown = ", ".join(map(repr, keys[:3])) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        log.debug("record%s %s: written to stderr while it ran: %s", "s" if len(keys) > 1 else "", shown, text[0])
 
 
 def map_task(spec, index, items, sort, find=here, gpus=None):

@@ -1,0 +1,102 @@
+"""Side files are checked by content where tasks read them (issue 64, class 8): the launcher names each by its
+SHA-256 when it ships it, and a task uses a copy only when its bytes are the ones its name holds.
+
+Real jobs (inline: the launcher's own process; local: task processes of
+their own) of a small workload of the test's, whose ``plan`` (in the
+launcher, after the side file was shipped) changes the file in place, as
+its owner could while the job runs; and a real second user's file.
+"""
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+CHANGES = """
+from gpumr import Option, Workload
+
+class Changes(Workload):
+    name = "changes"
+    summary = "the side file's text, in each record"
+    input = "plan"
+    decode = "raw"
+    options = (Option("--data", "a side file", metavar="FILE", side_file=True),)
+
+    def plan(self, o):
+        with open(o.data, "r+b") as f:  # (its owner changes it in place, the same size, once it was shipped)
+            f.write(b"CHANGED")
+        return [("r0", "0"), ("r1", "1")]
+
+    def setup(self, o):
+        with open(o.data, "rb") as f:
+            self.text = f.read().decode()
+
+    def cpu(self, key, value, o):
+        return {"text": self.text}
+"""
+PLANTER = "gpumr-side-owner"
+
+
+def gpumr(args, cwd):
+    return subprocess.run([sys.executable, "-m", "gpumr", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def job(tmp_path, engine):
+    """Run the workload over ``tmp_path/data.txt`` on ``engine``: (status, stderr lines, output values)."""
+    (tmp_path / "changes.py").write_text(CHANGES)
+    proc = gpumr(["run", "changes.py:Changes", "--data", "data.txt", "-o", "out", "--engine", engine, "-q"], tmp_path)
+    values = []
+    if (tmp_path / "out").is_dir():
+        for name in sorted(os.listdir(tmp_path / "out")):
+            if name.startswith("part-"):
+                values += [json.loads(line.split("\t")[1]) for line in (tmp_path / "out" / name).read_text().splitlines()]
+    return proc.returncode, proc.stderr.strip().splitlines(), values
+
+
+@pytest.mark.parametrize("engine", ["inline", "local"])
+def test_a_side_file_changed_after_it_was_shipped_is_refused_by_the_tasks(tmp_path, engine):
+    """The shipped copy of a file of yours is a hard link to it (no copy of a CT job's projections): changed in place
+    after it was shipped, the tasks read other bytes than the launcher checked and named. Before: the job ran on them
+    (the tasks checked the size alone); now each task refuses it in one line and nothing is published."""
+    (tmp_path / "data.txt").write_text("the data, as checked")
+    status, err, values = job(tmp_path, engine)
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith("gpumr: error: ") and "-data.txt on this node is not what the launcher shipped" in err[0]
+    assert "changed since it was shipped" in err[0]
+    assert not (tmp_path / "out").exists() and values == []
+
+
+@pytest.fixture(scope="module")
+def other_user():
+    """A real second user (uid), made with useradd for these tests and removed after them."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("needs root to make a second user")
+    made = False
+    try:
+        pwd.getpwnam(PLANTER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PLANTER],
+                       check=True, capture_output=True)
+        made = True
+    yield pwd.getpwnam(PLANTER).pw_uid
+    if made:
+        subprocess.run(["userdel", PLANTER], capture_output=True)
+
+
+def test_another_users_side_file_is_copied_not_linked(tmp_path, other_user):
+    """A side file of another user (a colleague's projections) was hard-linked into the job's folder like one of
+    yours: its owner could change what the tasks read at any time. It is copied now (the bytes the launcher named),
+    so the job runs on what was checked, whatever its owner does meanwhile."""
+    os.chmod(tmp_path, 0o755)
+    data = tmp_path / "data.txt"
+    data.write_text("the data, as checked")
+    os.chown(data, other_user, other_user)
+    status, err, values = job(tmp_path, "inline")
+    assert status == 0 and err == [], err
+    assert [v["text"] for v in values] == ["the data, as checked"] * 2
+    assert data.read_text() == "CHANGEDa, as checked"  # (its owner's change, on their file alone)
