@@ -20,6 +20,7 @@ extensions = [
     "gpumr_argparse",
     "gpumr_names",  # the built-in workloads and the engines, named from the code's tables (|workloads|, |engines|)
     "gpumr_figures",  # the pictures, made by gpumr's commands at build time (docs/_ext/gpumr_figures.py)
+    "gpumr_api",  # the API reference: a page per module, from the package tree (docs/_ext/gpumr_api.py)
 ]
 
 # numpydoc-style docstrings (Parameters / Returns / Raises) through napoleon.
