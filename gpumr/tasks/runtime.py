@@ -78,6 +78,34 @@ def here(name):
     return name
 
 
+class SideFiles:
+    """How a task finds the side files its engine put on its node: ``find(name)`` is ``name`` in the first of
+    ``folders`` that holds it (the first folder where none does, so that the error names where it should be).
+
+    The one finder of every engine: the job's folder (tasks on the launcher's
+    machine), Spark's files folder, the pilot's sandbox, mrjob's cache, the
+    folders Flink puts on the import path.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+    ...     _ = open(os.path.join(b, "x"), "w").close()
+    ...     SideFiles(a, b)("x") == os.path.join(b, "x")
+    True
+    """
+
+    def __init__(self, *folders):
+        self.folders = tuple(f for f in folders if f)
+
+    def __call__(self, name):
+        for folder in self.folders:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                return path
+        return os.path.join(self.folders[0] if self.folders else "", name)
+
+
 #: Workloads a process keeps built at once (a worker serving several jobs): the least recently used goes first.
 KEEP_BUILT = 2
 _BUILT = {}

@@ -17,8 +17,6 @@ cluster is stopped) before the stage is dropped.
 """
 
 import contextlib
-import functools
-import os
 import time
 
 from ...boundary import logger, silence
@@ -118,7 +116,8 @@ class DaskEngine(PoolEngine):
     @contextlib.contextmanager
     def session(self, plan, job):
         with self._client(plan, job) as (client, embedded_):
-            find = functools.partial(os.path.join, plan.folder)
+            from ...tasks.runtime import SideFiles
+            find = SideFiles(plan.folder)
             if not embedded_ and not client.scheduler_info().get("workers"):
                 log.warning("the Dask scheduler has no workers yet: the job waits for them (batch jobs still "
                             "queued?); Ctrl-C stops it")

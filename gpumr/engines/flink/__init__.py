@@ -27,7 +27,6 @@ Flink's own log goes to the job's log folder. :doc:`/how-to/flink`.
 """
 
 import contextlib
-import functools
 import os
 import sys
 
@@ -55,8 +54,9 @@ class _Call:
         main = sys.modules.get("__main__")
         if main is not None and not hasattr(main, "print"):  # Beam's worker module, which numba's globals miss
             sys.modules["__main__"] = _plain_main()
+        from ...tasks.runtime import SideFiles
         return answer(self.phase, self.function, self.calls[i],
-                      find=functools.partial(os.path.join, self.folder) if self.folder else _shipped)
+                      find=SideFiles(self.folder) if self.folder else SideFiles(*sys.path))  # (add_python_file's)
 
 
 def _plain_main():
@@ -65,15 +65,6 @@ def _plain_main():
     module = types.ModuleType("__main__")
     module.__dict__.update(vars(builtins))
     return module
-
-
-def _shipped(name):
-    """A side file Flink shipped with the job (``add_python_file``: a folder on the worker's ``sys.path``)."""
-    for folder in sys.path:
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return path
-    return name
 
 
 def _jobmanager(value):

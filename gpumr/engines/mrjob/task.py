@@ -31,7 +31,6 @@ task switches it says so and exits (the job's checks are the launcher's:
 ``gpumr run``).
 """
 
-import functools
 import json
 import os
 import sys
@@ -108,13 +107,13 @@ class MapTask:
 
     def __init__(self, options, count):
         from gpumr.core.counters import GROUP
-        from gpumr.tasks.runtime import Spec, Task
+        from gpumr.tasks.runtime import SideFiles, Spec, Task
         with open(options.gpumr_spec, encoding="utf-8") as f:
             spec = Spec.from_json(f.read())
         # the side files: in the launcher's folder (inline, local), else shipped into the task's working folder
         folder = options.gpumr_side_dir or os.path.dirname(os.path.abspath(options.gpumr_spec))
         self.hadoop_splits = options.hadoop_splits
-        self.task = Task(spec, find=functools.partial(os.path.join, folder), count=lambda name, n: count(GROUP, name, n))
+        self.task = Task(spec, find=SideFiles(folder), count=lambda name, n: count(GROUP, name, n))
         self.task.open()
         log.debug("task %s started", self.task.attempt)
 

@@ -5,7 +5,6 @@ job's private folder) and writes its value, or its error's one line, as
 JSON, which RP stages back: the launcher never unpickles what a task wrote.
 """
 
-import functools
 import json
 import os
 import pickle
@@ -28,7 +27,8 @@ def task_main(call, result):
     install()
     with open(call, "rb") as f:
         phase, function, args, folder = pickle.load(f)
-    find = functools.partial(os.path.join, folder or os.environ.get("RP_PILOT_SANDBOX", ""))
+    from ...tasks.runtime import SideFiles
+    find = SideFiles(folder or os.environ.get("RP_PILOT_SANDBOX", ""))
     out = answer(phase, function, args, find=find, gpus=_assigned_gpus())
     with open(result + ".part", "w", encoding="utf-8") as f:
         json.dump(out, f)

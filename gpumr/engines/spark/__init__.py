@@ -49,7 +49,10 @@ def _task_gpus():
 def _call(phase, function, args):
     """One task: a map task given Spark's shipped files and its assigned GPUs."""
     from pyspark import SparkFiles
-    return call(phase, function, args, find=SparkFiles.get, gpus=_task_gpus() if phase == "map" else None)
+
+    from ...tasks.runtime import SideFiles
+    return call(phase, function, args, find=SideFiles(SparkFiles.getRootDirectory()),
+                gpus=_task_gpus() if phase == "map" else None)
 
 
 # -- in the driver ----------------------------------------------------------------------------------
