@@ -11,6 +11,7 @@ import argparse
 
 from .. import engines
 from ..boundary import ArgumentParser as Parser
+from ..boundary import show_defaults
 from .options import DEVICE, JOB, PROCESSES
 
 
@@ -61,4 +62,5 @@ def run_parser(cls, prog=None):
                        ("--debug", "show the traceback above an error's line")):
         p.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help,
                        dest={"-q": "quiet", "-v": "verbose"}.get(flag, "debug"))
+    show_defaults(p)
     return p
