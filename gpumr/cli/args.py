@@ -56,7 +56,8 @@ def _add_common(parser, top):
                             help="warnings and errors only (no information or progress lines)")
     if "-v" not in have and "--verbose" not in have:
         parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                            help="debug lines too")
+                            help="debug lines too (a job's: each task's start and end; progress lines where stderr "
+                                 "is not a terminal)")
     if "--debug" not in have:
         parser.add_argument("--debug", action="store_true", default=default,
                             help="show the traceback above an error's line")

@@ -203,6 +203,10 @@ class MRJobEngine(Engine):
         except StepFailedException as exc:
             why = task_error(said) or redact(str(exc).splitlines()[0])
             raise GpumrError(f"a task of the {self.name} job failed: {why}") from exc
+        except OSError as exc:
+            if self.name != "hadoop":
+                raise
+            raise framework_error(self.name, exc) from None
         except GpumrError:
             raise
         except Exception as exc:  # noqa: BLE001 (mrjob's own errors; a task's, raised here by the inline runner)
