@@ -41,7 +41,7 @@ demo: install
 # on two cores (CI's 2-core machine: 14-34 minutes by its processor, against about 32 one test at a time).
 # PYTEST_ARGS="-n 0": one test at a time.
 test: install
-	cd tests && ../$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	cd tests && ../$(PY) -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # PyFlink (the flink extra) pins Apache Beam, whose cloudpickle 2.2 dask refuses, and older numpy and pyarrow: it
 # gets an environment of its own, with this checkout's gpumr; tests/test_flink.py runs its jobs there

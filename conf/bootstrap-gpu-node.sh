@@ -6,8 +6,9 @@
 #      where its links lead, site-packages) root's and writable by root alone (see check_tree): gpumr's
 #      trusted-paths rule (gpumr/trusted.py) restated in shell, since it runs before any gpumr is
 #      trusted; what it makes itself is made under umask 022;
-#   2. install gpumr from its sdist (the first argument; mrjob uploads it) into a virtual
-#      environment of the node's system Python (3.9+: EMR 7.x on Amazon Linux 2023);
+#   2. install gpumr from its wheel (the first argument; mrjob uploads it) and its requirements
+#      with pip (from PyPI: the node needs the internet, or GPUMR_PIP_OPTS naming a wheelhouse)
+#      into a virtual environment of the node's system Python (3.9+: EMR 7.x on Amazon Linux 2023);
 #   3. on a node with an NVIDIA driver (nvidia-smi), add CuPy (binary wheels, no CUDA toolkit
 #      needed) so that map tasks can launch gpumr's kernels;
 #   4. start the node-local GPU scheduler service, its socket reachable by the YARN task user's
@@ -18,8 +19,10 @@
 #      credentials, not by what a reply says). Run again, it stops the service it started before
 #      (the pid its pid file names, if that pid serves the socket) and starts the new install's.
 #
-# usage: bootstrap-gpu-node.sh gpumr-X.tar.gz
-#   python -m build --sdist   (or: python setup.py sdist)  -> dist/gpumr-X.tar.gz
+# usage: bootstrap-gpu-node.sh gpumr-X-py3-none-any.whl   (or an sdist, gpumr-X.tar.gz)
+#   gpumr run ... --engine emr builds the wheel of the gpumr it runs and names it here (gpumr's
+#   packaged mrjob.emr.conf); a copy written by `gpumr conf mrjob.emr.conf -o FILE --package WHEEL`
+#   names the wheel given.
 #
 # Everything it touches is under these (defaults for a node; the tests point them into a temp folder):
 #   GPUMR_ROOT      prefix of every path below                (default: none, i.e. /)
@@ -34,7 +37,7 @@
 set -euo pipefail
 umask 022  # what it makes (the environment, the unit, its stamp) is root's alone to change
 
-SDIST=${1:?usage: bootstrap-gpu-node.sh gpumr-X.tar.gz}
+PACKAGE=${1:?usage: bootstrap-gpu-node.sh gpumr-X-py3-none-any.whl}
 ROOT=${GPUMR_ROOT:-}
 VENV=${GPUMR_VENV:-$ROOT/opt/gpumr/venv}
 RUN_DIR=${GPUMR_RUN_DIR:-$ROOT/run/gpumr}
@@ -146,15 +149,15 @@ system_dir "$(dirname "$LOG")"
 [ -L "$LOG" ] && fail "$LOG: is a symlink; refusing to write the log through it"
 [ ! -e "$LOG" ] || [ -f "$LOG" ] || fail "$LOG: exists and is not a plain file; refusing to write the log there"
 
-# Run again with the same sdist (its SHA-256 recorded in the environment), nothing is reinstalled.
+# Run again with the same package (its SHA-256 recorded in the environment), nothing is reinstalled.
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-STAMP=$VENV/gpumr-sdist.sha256
-digest=$(sha256sum < "$SDIST")
+STAMP=$VENV/gpumr-package.sha256
+digest=$(sha256sum < "$PACKAGE")
 digest=${digest%% *}
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$digest" ] && "$GPUMR" --version >/dev/null 2>&1; then
-  say "$("$GPUMR" --version) from this sdist is already installed in $VENV"
+  say "$("$GPUMR" --version) from this package is already installed in $VENV"
 else
-  "$VENV/bin/python" -m pip install --quiet "${PIP_OPTS[@]}" "$SDIST"
+  "$VENV/bin/python" -m pip install --quiet "${PIP_OPTS[@]}" "$PACKAGE"
   echo "$digest" | write_file "$STAMP"
   say "installed $("$GPUMR" --version) in $VENV"
 fi

@@ -58,7 +58,7 @@ from seqfile import SequenceFileError
 from seqfile.atomic import discard_unfinished
 from seqfile.codecs import CodecError
 
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, hint, redact
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, did_you_mean, hint, redact
 
 #: Name of the logger every gpumr message goes through; modules log through children of it (:func:`logger`).
 ROOT = "gpumr"
@@ -92,7 +92,57 @@ class ArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message):
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        raise UsageError(f"{self.suggest(message)} (see {self.prog} --help)")
+
+    def suggest(self, message):
+        """argparse's ``message`` with "did you mean" for a misspelt option or choice it names.
+
+        Examples
+        --------
+        >>> p = ArgumentParser(prog="gpumr example")
+        >>> _ = p.add_argument("--engine", choices=["local", "spark"])
+        >>> p.suggest("unrecognized arguments: --engin spark")
+        'unrecognized arguments: --engin spark (did you mean --engine?)'
+        >>> p.suggest("argument --engine: invalid choice: 'sprak' (choose from 'local', 'spark')")
+        "argument --engine: invalid choice: 'sprak' (choose from 'local', 'spark') (did you mean spark?)"
+        """
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:
+            listed = choice.group(2)  # ('a', 'b'; Python 3.12.8 and later: a, b)
+            return message + did_you_mean(choice.group(1), re.findall(r"'([^']*)'", listed) or listed.split(", "))
+        if message.startswith("unrecognized arguments: "):
+            known = [s for s in self._option_string_actions if s.startswith("--")]
+            for word in message.split()[2:]:
+                if word.startswith("--"):
+                    hint = did_you_mean(word.partition("=")[0], known)
+                    if hint:
+                        return message + hint
+        return message
+
+
+def show_defaults(parser):
+    """Say each option's default in its help, where the help does not already (``--slab N: ... (default 16)``),
+    on ``parser`` and every subcommand under it; the docs' reference reads the same help.
+
+    Examples
+    --------
+    >>> p = ArgumentParser(prog="gpumr example")
+    >>> _ = p.add_argument("--ksize", type=int, default=3, help="the aperture")
+    >>> show_defaults(p)
+    >>> p._option_string_actions["--ksize"].help
+    'the aperture (default 3)'
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                show_defaults(sub)
+            continue
+        default = action.default
+        if (not isinstance(action.help, str) or action.help == argparse.SUPPRESS or "default" in action.help.lower()
+                or default in (None, False, argparse.SUPPRESS) or default == [] or not action.option_strings):
+            continue
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        action.help += f" (default {shown.replace('%', '%%')})"
 
 
 class Terminated(KeyboardInterrupt):

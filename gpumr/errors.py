@@ -1,5 +1,6 @@
 """Errors that the command line reports as one line, without a traceback."""
 
+import difflib
 import re
 
 
@@ -31,6 +32,20 @@ def printable(name):
         else:
             out.append(repr(ch)[1:-1] if ch not in "'\"" else ch)
     return "".join(out)
+
+
+def did_you_mean(word, known):
+    """`` (did you mean X?)`` naming the one of ``known`` closest to a misspelt ``word``, or "" (none close).
+
+    Examples
+    --------
+    >>> did_you_mean("--scale-factr", ["--scale-factor", "--min-size"])
+    ' (did you mean --scale-factor?)'
+    >>> did_you_mean("zzz", ["faces", "blobs"])
+    ''
+    """
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 #: The exit statuses of every gpumr entry point (the ``gpumr`` command, ``python -m gpumr.jobs.X``,
@@ -98,10 +113,10 @@ TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
     ("s3-unreachable", r"cannot reach s3://|AWS Error|NoCredentialsError|Unable to locate credentials"
                        r"|InvalidAccessKeyId|AccessDenied"),
     ("no-files", r"^no (input )?files in |holds folders, no files"),
-    ("pack-first", r"no SequenceFile among the inputs"),
+    ("pack-first", r"no SequenceFile among the inputs(?!.*a CT geometry)"),
     ("output-in-the-way", r"already exists|, not of gpumr |gpumr never writes over|not removing it"
                           r"|did not make"),
-    ("no-gpu", r"--device gpu: no GPU|no GPU became free|neither PyCUDA nor CuPy|nvcc not found"),
+    ("no-gpu", r"--device gpu: no GPU|no GPU became free|neither CuPy nor PyCUDA|nvcc not found"),
     ("geometry-required", r"--geometry is required"),
     ("emr-output-uri", r"EMR writes its output to a URI"),
     ("dask-scheduler", r"no Dask scheduler answered"),

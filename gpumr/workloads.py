@@ -31,7 +31,7 @@ from collections import namedtuple
 from . import trusted
 from .boundary import logger
 from .core.workload import check_class
-from .errors import GpumrError, printable
+from .errors import GpumrError, did_you_mean, printable
 
 #: The built-in workloads, in the order ``gpumr run --help`` lists them.
 BUILT_IN = {
@@ -133,8 +133,8 @@ def find(spec):
     elif ":" not in spec:
         offered = installed()
         if spec not in offered:
-            raise GpumrError(f"no workload {spec!r}: choose one of {', '.join(names())}, or give your own as "
-                             "MODULE:CLASS (see gpumr run --help)")
+            raise GpumrError(f"no workload {spec!r}{did_you_mean(spec, names())}: choose one of {', '.join(names())}, "
+                             "or give your own as MODULE:CLASS (see gpumr run --help)")
         ref = Ref(spec, offered[spec], None, f"{offered[spec]}, installed (entry point of {GROUP}): imported where the "
                                             "tasks run, not shipped")
     else:

@@ -38,7 +38,7 @@ def _cramjam(codec_class):
     except ImportError:
         raise CodecError(
             f"{codec_class.rsplit('.', 1)[-1]} needs the 'cramjam' package "
-            "(pip install cramjam; gpumr's 'codecs' extra)") from None
+            "(pip install 'gpumr[codecs]', or pip install cramjam)") from None
     return cramjam
 
 
@@ -51,7 +51,7 @@ def _zstd():
             from backports import zstd
         except ImportError:
             raise CodecError("ZStandardCodec needs the 'backports.zstd' package to read "
-                             "(pip install backports.zstd; gpumr's 'codecs' extra)") from None
+                             "(pip install 'gpumr[codecs]', or pip install backports.zstd)") from None
     return zstd
 
 

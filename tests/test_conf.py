@@ -31,7 +31,11 @@ def test_a_copy_names_the_bootstrap_and_the_package_absolutely(tmp_path, monkeyp
     assert main(["conf", "mrjob.emr.conf", "-o", "emr.conf", "--package", "gpumr-0.1.0-py3-none-any.whl"]) == 0
     text = (tmp_path / "emr.conf").read_text()
     assert f"sudo bash {INSTALLED}/bootstrap-gpu-node.sh# {tmp_path}/gpumr-0.1.0-py3-none-any.whl#" in text
-    assert " conf/bootstrap-gpu-node.sh#" not in text and "dist/gpumr-0.1.0.tar.gz#" not in text
+    assert " conf/bootstrap-gpu-node.sh#" not in text and "dist/gpumr-" not in text
+    # Its comments are right for someone who installed gpumr's wheel: no sdist to build, no checkout to stand in.
+    for checkout_only in ("setup.py", "sdist", "checkout", "conf/mrjob.emr.conf"):
+        assert checkout_only not in text, checkout_only
+    assert "gpumr conf mrjob.emr.conf -o emr.conf --package gpumr-VERSION-py3-none-any.whl" in text
     # Written under the output rule: its own copy is replaced, a file of the user's is not.
     assert main(["conf", "mrjob.emr.conf", "-o", "emr.conf", "--package", "gpumr-0.1.0-py3-none-any.whl"]) == 0
     (tmp_path / "mine.conf").write_text("my own\n")

@@ -2,12 +2,12 @@
 
 Its ``bash`` blocks run in page order in one fresh folder holding the
 reader's ``photos/`` (sample frames in two subfolders) and the wheel the
-page copies there: a stand-in file with the wheel's name, which the config
-names and the dry run never opens. ``$BUCKET`` (the page's first block) is
+page's copy of the config names: a stand-in file with the wheel's name,
+which the dry run never opens (without ``-c`` the job builds its own). ``$BUCKET`` (the page's first block) is
 a bucket of moto's S3 server (the ``s3`` fixture: every process gets its
 endpoint and fake credentials). Where the page runs the cluster (a
 ``console`` block), the test runs the same job with ``--engine inline``
-into the same bucket, and the page's last step draws its results from
+into the same bucket, and the page's last steps draw its results from
 there. The ``console`` run must be the dry run without ``--dry-run``.
 """
 
@@ -41,14 +41,15 @@ def console_commands(text):
 def test_the_page_has_every_step():
     text = page()
     script = "\n".join(bash_blocks(text))
-    for step in ("export BUCKET=", "gpumr conf mrjob.emr.conf -o emr.conf --package", "gpumr pack photos/ -o",
-                 "--engine emr -c emr.conf", "--dry-run", "gpumr faces render"):
+    for step in ("export BUCKET=", "gpumr pack photos/ -o", "--engine emr --cloud-tmp-dir", "--dry-run",
+                 "gpumr faces render", "gpumr conf mrjob.emr.conf -o emr.conf --package", "--engine emr -c emr.conf"):
         assert step in script, step
     shown = "\n".join(console_commands(text))
-    for step in ("aws configure", "aws s3 mb", "aws emr create-default-roles", "make dist", "aws s3 cp"):
+    for step in ("aws configure", "aws s3 mb", "aws emr create-default-roles", "aws s3 cp"):
         assert step in shown, step
-    # The run the page shows is the dry run, less --dry-run.
+    # The run the page shows is the (first) dry run, less --dry-run: gpumr's packaged config, no -c.
     dry = next(re.sub(r"\s+", " ", b.replace("\\\n", " ")) for b in bash_blocks(text) if "--dry-run" in b)
+    assert " -c " not in dry
     run = next(c for c in console_commands(text) if "--engine emr" in c)
     assert re.sub(r"\s+", " ", run).strip() == dry.replace(" --dry-run", "").strip()
 
@@ -80,17 +81,25 @@ def test_the_walkthrough_runs_as_written(s3, tmp_path):
     import gpumr.conf
     installed = os.path.dirname(gpumr.conf.__file__)
     assert f"sudo bash {installed}/bootstrap-gpu-node.sh# {tmp_path}/gpumr-0.1.0-py3-none-any.whl#" in conf
-    dry = next(out for block, out in said.items() if "--dry-run" in block)
-    lines = dry.splitlines()
-    assert lines[0].startswith("gpumr run: workload faces (built in): 4 task(s) over 4 input file(s)"), dry
-    assert lines[1].startswith(f"gpumr run: engine emr; output s3://{bucket}/") and \
-        any(ln.startswith("gpumr run: mrjob's emr runner would run: ") for ln in lines), dry
+    packaged, copied = [out for block, out in said.items() if "--dry-run" in block]
     prefix = "gpumr run: mrjob's settings (secrets hidden): "
-    settings = json.loads(next(ln for ln in lines if ln.startswith(prefix))[len(prefix):])["options"]
-    assert settings["bootstrap"] == [f"sudo bash {installed}/bootstrap-gpu-node.sh# "
-                                     f"{tmp_path}/gpumr-0.1.0-py3-none-any.whl#"]
-    assert settings["python_bin"] == ["/opt/gpumr/venv/bin/python"]
-    assert {g["InstanceType"] for g in settings["instance_groups"]} >= {"g4dn.2xlarge", "g5.2xlarge"}
+    for dry, wheel in ((packaged, r"/\S+/gpumr-job-\w+/gpumr-0\.1\.0-py3-none-any\.whl"),
+                       (copied, re.escape(f"{tmp_path}/gpumr-0.1.0-py3-none-any.whl"))):
+        lines = [ln for ln in dry.splitlines() if ln.startswith("gpumr run: ")]
+        assert lines[0].startswith("gpumr run: workload faces (built in): 4 task(s) over 4 input file(s)"), dry
+        assert lines[1].startswith(f"gpumr run: engine emr; output s3://{bucket}/") and \
+            any(ln.startswith("gpumr run: mrjob's emr runner would run: ") for ln in lines), dry
+        settings = json.loads(next(ln for ln in lines if ln.startswith(prefix))[len(prefix):])["options"]
+        (line,) = settings["bootstrap"]
+        assert re.fullmatch(rf"sudo bash {re.escape(installed)}/bootstrap-gpu-node\.sh# {wheel}#", line), line
+        assert settings["python_bin"] == ["/opt/gpumr/venv/bin/python"]
+        assert {g["InstanceType"] for g in settings["instance_groups"]} >= {"g4dn.2xlarge", "g5.2xlarge"}
+    assert "gpumr run: EMR config: emr.conf\n" in copied and "EMR config: gpumr's packaged mrjob.emr.conf" in packaged
+    # The page's sample of the dry run is what it prints (less the paths of this machine).
+    sample = re.search(r"\.\. code-block:: text\n\n((?:   .*\n)+)", page()).group(1)
+    for shown_line in sample.splitlines():
+        head = " ".join(shown_line.split()[:5])
+        assert any(ln.startswith(head) for ln in packaged.splitlines()), shown_line
     keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket).get("Contents", ())]
     assert not [k for k in keys if k.startswith("tmp/")], "the dry run wrote to the bucket"
     assert len([k for k in keys if k.startswith("photos/") and k.endswith(".seq")]) == 4, keys

@@ -297,9 +297,10 @@ def test_unpack_replaces_only_files_it_wrote_and_only_with_force(tmp_path, capsy
     code, out, err = run(capsys, "unpack", seq, "-d", dest, "--force")
     assert code == 1 and "refused 2" in out and "gpumr did not write it" in err and "as a folder" in err
     assert (dest / "mine.txt").read_bytes() == b"mine" and (dest / "folder").is_dir()
-    # what unpack wrote is recorded in DIR (the one file besides the records), so --force replaces it ...
-    assert sorted(os.listdir(tmp_path)) == ["dest", "in.seq"]
-    assert sorted(os.listdir(dest)) == [".gpumr", "folder", "mine.txt", "sub"]
+    # what unpack wrote is recorded beside DIR (the proof .dest.gpumr: nothing in DIR but the records), so --force
+    # replaces it ...
+    assert sorted(os.listdir(tmp_path)) == [".dest.gpumr", "dest", "in.seq"]
+    assert sorted(os.listdir(dest)) == ["folder", "mine.txt", "sub"]
     seq2 = write_seq(tmp_path / "in2.seq", [("sub/a.txt", b"A2"), ("sub/b.txt", b"b")])
     assert run(capsys, "unpack", seq2, "-d", dest, "-q", "--force")[0] == 0
     assert (dest / "sub" / "a.txt").read_bytes() == b"A2" and (dest / "sub" / "b.txt").read_bytes() == b"b"

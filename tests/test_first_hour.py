@@ -136,10 +136,10 @@ def test_local_run_shows_progress_while_it_runs(packed, tmp_path, monkeypatch, c
     other = temp / "gpumr-job-of-another-run"  # another gpumr run on this machine, still going
     (other / "progress").mkdir(mode=0o700, parents=True)
     (other / "progress" / "task-1-0").write_text("x")
-    assert main(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "local", "--no-conf",
-                 "--device", "cpu"]) == 0
+    assert main(["-v", "run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "local", "--no-conf",
+                 "--device", "cpu"]) == 0  # (-v: where stderr is no terminal, progress lines are debug lines)
     err = capfd.readouterr().err
-    shown = [ln for ln in err.splitlines() if ln.startswith("gpumr: faces: ")]
+    shown = [ln for ln in err.splitlines() if ln.startswith("gpumr: debug: faces: ") and "records so far" in ln]
     assert shown and all("records so far" in ln and "records/s" in ln for ln in shown)
     assert err.strip().splitlines()[-1].startswith("gpumr: 12 records: 12 on CPU")
     assert os.listdir(temp) == ["gpumr-job-of-another-run"]  # its own job folder is gone

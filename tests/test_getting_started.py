@@ -68,7 +68,7 @@ def test_getting_started_commands_run_as_written(tmp_path):
        "gpumr ct geometry -o fixture.json --angles 48 --detector 40 --pitch 1.2 --dso 128 --dsd 192 --voxels 32\n"
        "gpumr ct phantom --geometry fixture.json -o fixture.seq\n"
        "gpumr unpack fixture.seq -d scan/\n"
-       "rm -r fixture.json fixture.seq fixture.geometry.json scan/.gpumr")
+       "rm -r fixture.json fixture.seq fixture.geometry.json .scan.gpumr")
     for block in blocks:
         sh(block)
 

@@ -23,17 +23,17 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_emr_config_resolves_without_aws(monkeypatch):
     pytest.importorskip("boto3", reason="mrjob's EMR runner needs boto3 (pip install '.[dev]')")
     from mrjob.emr import EMRJobRunner
-    monkeypatch.chdir(CHECKOUT)  # the config names the bootstrap and the sdist from the checkout's root
+    monkeypatch.chdir(CHECKOUT)  # the packaged config's placeholders name the bootstrap and the wheel from here
     runner = EMRJobRunner(conf_paths=[os.path.join(CONF_DIR, "mrjob.emr.conf")], cloud_tmp_dir="s3://bucket/tmp/")
     o = runner._opts
     major = int(o["release_label"].split("-")[1].split(".")[0])
     assert major >= 7  # Amazon Linux 2023, Python 3.9: gpumr installs (emr-6.x has Python 3.7)
     types = [g["InstanceType"] for g in o["instance_groups"] if g["InstanceRole"] != "MASTER"]
     assert types and all(t.split(".")[0] in ("g4dn", "g5", "g6", "p3", "p4d") for t in types)
-    # The bootstrap line uploads the script and the sdist; tasks use the environment it makes.
+    # The bootstrap line uploads the script and the wheel; tasks use the environment it makes.
     (cmd,) = runner._bootstrap
     files = [part["path"] for part in cmd if isinstance(part, dict)]
-    assert files == ["conf/bootstrap-gpu-node.sh", "dist/gpumr-0.1.0.tar.gz"]
+    assert files == ["conf/bootstrap-gpu-node.sh", "dist/gpumr-0.1.0-py3-none-any.whl"]
     assert cmd[0].startswith("sudo ")
     assert runner._python_bin() == ["/opt/gpumr/venv/bin/python"] and o["bootstrap_mrjob"] is False
     script = open(BOOTSTRAP).read()
@@ -51,7 +51,7 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the bootstrap runs as 
 NOBODY = 65534
 
 
-def bootstrap(root, sdist="unused.tar.gz", venv=None, **env):
+def bootstrap(root, package="unused.whl", venv=None, **env):
     """Run the real bootstrap against the temporary root ``root``; the test's own group stands in for `hadoop`."""
     group = grp.getgrgid(os.getegid()).gr_name
     env = dict(os.environ, GPUMR_ROOT=str(root), GPUMR_GROUP=group, GPUMR_GPU="no", GPUMR_SERVICE="nohup",
@@ -59,7 +59,7 @@ def bootstrap(root, sdist="unused.tar.gz", venv=None, **env):
     if venv is not None:
         env["GPUMR_VENV"] = str(venv)
     env.pop("GPUMR_SCHEDULER_SOCKET", None)
-    return subprocess.run(["bash", BOOTSTRAP, str(sdist)], env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(["bash", BOOTSTRAP, str(package)], env=env, capture_output=True, text=True, timeout=900)
 
 
 def said(proc):
@@ -93,19 +93,17 @@ def stop(pid):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """One real bootstrap from a fresh sdist into a temporary root; its environment serves the later runs."""
+    """One real bootstrap, into a temporary root, of the wheel ``--engine emr`` builds of the gpumr that runs it (its
+    packaged config's); its environment serves the later runs."""
     if os.geteuid() != 0:
         pytest.skip("the bootstrap runs as root (EMR runs it with sudo): it makes root-owned folders")
-    if not os.path.exists(os.path.join(CHECKOUT, "setup.py")):
-        pytest.skip("needs the source checkout (to make the sdist)")
+    from gpumr.engines.mrjob.bundle import build_wheel
     tmp = tmp_path_factory.mktemp("bootstrap")
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp / "dist")], cwd=CHECKOUT,
-                   check=True, capture_output=True)
-    (sdist,) = (tmp / "dist").iterdir()
+    wheel = build_wheel(str(tmp))
     root = tmp / "root"
-    proc = bootstrap(root, sdist)
+    proc = bootstrap(root, wheel)
     pids = [serving_pid(proc)] if serving_pid(proc) else []
-    yield dict(proc=proc, root=root, sdist=sdist, venv=root / "opt/gpumr/venv", pids=pids)
+    yield dict(proc=proc, root=root, package=wheel, venv=root / "opt/gpumr/venv", pids=pids)
     for pid in pids:
         stop(pid)
 
@@ -114,7 +112,7 @@ def installed(tmp_path_factory):
 def rerun(installed, tmp_path):
     """Run the bootstrap again, with the installed environment, against a root of this test's own."""
     def run(root=tmp_path / "root", **env):
-        proc = bootstrap(root, installed["sdist"], installed["venv"], **env)
+        proc = bootstrap(root, installed["package"], installed["venv"], **env)
         if serving_pid(proc):
             installed["pids"].append(serving_pid(proc))
         return proc
@@ -123,7 +121,7 @@ def rerun(installed, tmp_path):
 
 @pytest.mark.slow
 def test_bootstrap_installs_gpumr_and_starts_the_scheduler(installed):
-    """Against a temporary root: sdist into a new environment, the service up, its socket group-only."""
+    """Against a temporary root: the wheel into a new environment, the service up, its socket group-only."""
     proc, root, venv = installed["proc"], installed["root"], installed["venv"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     pid = serving_pid(proc)
@@ -240,7 +238,7 @@ def test_bootstrap_run_again_replaces_its_own_service_and_recovers_from_a_crash(
     assert again.returncode == 0, again.stderr[-2000:]
     second = serving_pid(again)
     assert f"stopped the earlier scheduler (pid {first})" in again.stderr
-    assert "gpumr 0.1.0 from this sdist is already installed" in again.stderr  # same sdist: no reinstall
+    assert "gpumr 0.1.0 from this package is already installed" in again.stderr  # same wheel: no reinstall
     assert second != first and not _running(first)
     assert int(pid_file.read_text()) == second and answers(venv, sock, second)  # never the dead one
     # A crash leaves the socket file and a pid file naming the dead: a fresh service, not "serving" off those.
@@ -297,3 +295,145 @@ def _running(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# ---- --engine emr without a config: gpumr's packaged one, its whole plan shown (issue 66, finding 1) ----------
+def _emr_dry_run(s3, packed, name, *extra):
+    """``gpumr run faces --engine emr --dry-run`` over ``packed`` uploaded to the S3 server: (exit status, lines)."""
+    from s3server import BUCKET
+
+    from gpumr.cli import main
+    for f in sorted(os.listdir(packed)):
+        s3.put(f"{name}/frames/{f}", open(os.path.join(packed, f), "rb").read())
+    rc = main(["run", "faces", f"s3://{BUCKET}/{name}/frames/", "-o", f"s3://{BUCKET}/{name}/out/", "--engine", "emr",
+               "--dry-run", "--cloud-tmp-dir", f"s3://{BUCKET}/{name}/tmp/", *extra])
+    return rc
+
+
+def _settings(out):
+    import json
+    prefix = "gpumr run: mrjob's settings (secrets hidden): "
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith(prefix))[len(prefix):])["options"]
+
+
+@pytest.fixture
+def no_mrjob_conf(tmp_path, monkeypatch):
+    """A HOME without ~/.mrjob.conf and no $MRJOB_CONF: mrjob finds no config of the user's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("MRJOB_CONF", raising=False)
+    return home
+
+
+def test_emr_without_a_config_plans_the_packaged_cluster_field_by_field(s3, packed, no_mrjob_conf, capsys):
+    """Without -c the job plans gpumr's packaged EMR config: each of its fields is in the plan the dry run shows,
+    the bootstrap installs a wheel of this gpumr, and ``image_version`` no longer contradicts the release."""
+    pytest.importorskip("boto3", reason="mrjob's EMR runner needs boto3 (pip install '.[dev]')")
+    import re
+
+    import yaml
+    from s3server import BUCKET
+
+    import gpumr
+    want = yaml.safe_load(open(os.path.join(CONF_DIR, "mrjob.emr.conf")))["runners"]["emr"]
+    assert _emr_dry_run(s3, packed, "emrplan") == 0
+    out = capsys.readouterr().out
+    o = _settings(out)
+    for field in ("region", "release_label", "instance_groups", "bootstrap_mrjob", "iam_instance_profile",
+                  "iam_service_role"):
+        assert o[field] == want[field], field
+    assert o["python_bin"] == [want["python_bin"]] and set(o["cmdenv"]) == set(want["cmdenv"])
+    assert int(o["release_label"].split("-")[1].split(".")[0]) >= 7 and "image_version" not in o
+    (line,) = o["bootstrap"]
+    wheel = f"gpumr-{gpumr.__version__}-py3-none-any.whl"
+    assert re.fullmatch(rf"sudo bash {re.escape(CONF_DIR)}/bootstrap-gpu-node\.sh# /\S+/gpumr-job-\w+/{wheel}#", line)
+    # The same, said for a person: what would start, from where, at what cost in instances.
+    said = [ln[len("gpumr run: "):] for ln in out.splitlines() if ln.startswith("gpumr run: EMR ")]
+    nodes = ", ".join(f"{g['InstanceRole']} {g['InstanceCount']} x {g['InstanceType']}"
+                      + (" (spot)" if g.get("Market") == "SPOT" else "") for g in want["instance_groups"])
+    tmp = f"s3://{BUCKET}/emrplan/tmp/"
+    frames = sorted(os.listdir(packed))
+    assert said == [
+        f"EMR cluster: release {want['release_label']} in region {want['region']}, started for this job and ended "
+        "after it",
+        f"EMR nodes: {nodes}",
+        f"EMR bootstrap, as root on every node: sudo bash bootstrap-gpu-node.sh {wheel}",
+        f"EMR uploads to {tmp}: bootstrap-gpu-node.sh (from {CONF_DIR}), {wheel} (a wheel of this gpumr "
+        f"{gpumr.__version__}, built for the job), the job's spec, task files and side files",
+        f"EMR tasks read s3://{BUCKET}/emrplan/frames/{frames[0]} and {len(frames) - 1} more "
+        f"({sum(os.path.getsize(os.path.join(packed, f)) for f in frames)} bytes) from S3; output "
+        f"s3://{BUCKET}/emrplan/out",
+        f"EMR tasks run {want['python_bin']}; the cluster's logs (a failed task's stderr among them) go to {tmp}logs/",
+        f"EMR access: key pair none (no SSH to the nodes); subnet none named (the default VPC); roles "
+        f"{want['iam_instance_profile']} (the nodes') and {want['iam_service_role']} (EMR's)",
+        "EMR config: gpumr's packaged mrjob.emr.conf"]
+    assert not s3.keys("emrplan/tmp/")  # planned, nothing uploaded
+    # --device cpu: the same cluster with CPU core and task nodes.
+    assert _emr_dry_run(s3, packed, "emrcpu", "--device", "cpu") == 0
+    groups = _settings(capsys.readouterr().out)["instance_groups"]
+    assert [g["InstanceType"] for g in groups] == ["m5.xlarge", "m5.2xlarge", "m5.2xlarge"]
+    assert [g["InstanceCount"] for g in groups] == [g["InstanceCount"] for g in want["instance_groups"]]
+
+
+def test_emr_takes_the_users_own_mrjob_conf_over_the_packaged_one_and_never_none(s3, packed, no_mrjob_conf,
+                                                                                  capsys):
+    """A user's ~/.mrjob.conf (mrjob's own default) is read after gpumr's packaged config: its settings win, its
+    secrets stay hidden. ``--no-conf`` (mrjob's defaults: no bootstrap, Python 3.7) is refused in one line."""
+    pytest.importorskip("boto3", reason="mrjob's EMR runner needs boto3 (pip install '.[dev]')")
+    own = no_mrjob_conf / ".mrjob.conf"
+    own.write_text("runners:\n  emr:\n    ec2_key_pair: my-key\n    subnet: subnet-0abc\n"
+                   "    aws_secret_access_key: SECRETKEY123\n")
+    assert _emr_dry_run(s3, packed, "emrown") == 0
+    out = capsys.readouterr().out
+    assert "SECRETKEY123" not in out
+    assert "gpumr run: EMR access: key pair my-key; subnet subnet-0abc; roles EMR_EC2_DefaultRole" in out
+    assert f"gpumr run: EMR config: gpumr's packaged mrjob.emr.conf, then {own}\n" in out
+    assert _settings(out)["release_label"].startswith("emr-7")
+    assert _emr_dry_run(s3, packed, "emrnone", "--no-conf") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpumr: error: --no-conf: EMR's nodes need a config") and \
+        "gpumr conf mrjob.emr.conf -o emr.conf" in err
+
+
+def test_the_wheel_emr_installs_is_this_gpumr(tmp_path):
+    """The wheel ``--engine emr`` builds for the nodes installs (pip, no index) this gpumr's files, unchanged, and
+    its ``gpumr`` command."""
+    from gpumr.engines.mrjob.bundle import build_wheel, declared_files
+    wheel = build_wheel(str(tmp_path))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    wheel], check=True, capture_output=True, timeout=300)
+    for name, path in declared_files():
+        assert (target / name).read_bytes() == open(path, "rb").read(), name
+    assert (target / "bin" / "gpumr").is_file()
+    proc = subprocess.run([sys.executable, "-c", "import gpumr; print(gpumr.__file__, gpumr.__version__)"],
+                          env=dict(os.environ, PYTHONPATH=str(target)), capture_output=True, text=True, timeout=120)
+    import gpumr
+    assert proc.stdout.split() == [str(target / "gpumr" / "__init__.py"), gpumr.__version__]
+    (tmp_path / "again").mkdir()
+    assert open(build_wheel(str(tmp_path / "again")), "rb").read() == open(wheel, "rb").read()  # same gpumr, bytes
+
+
+def test_an_aws_refusal_is_its_own_line_not_a_failed_task(s3, packed, tmp_path, no_mrjob_conf, capfd):
+    """Against the S3 test server (moto, which answers IAM too, and refuses EMR's managed policies), a config that
+    names no roles makes mrjob create its own, which fails: that is AWS's refusal, named with the fix, not "a task
+    of the emr job failed"."""
+    pytest.importorskip("boto3", reason="mrjob's EMR runner needs boto3 (pip install '.[dev]')")
+    from s3server import BUCKET
+
+    from gpumr.cli import main
+    for f in sorted(os.listdir(packed)):
+        s3.put(f"emriam/frames/{f}", open(os.path.join(packed, f), "rb").read())
+    (tmp_path / "gpumr-0.1.0-py3-none-any.whl").write_bytes(b"stand-in")
+    conf = tmp_path / "emr.conf"
+    assert main(["conf", "mrjob.emr.conf", "-o", str(conf), "--package", str(tmp_path / "gpumr-0.1.0-py3-none-any.whl"),
+                 "-q"]) == 0
+    conf.write_text("".join(ln for ln in conf.read_text().splitlines(True) if "iam_" not in ln))
+    assert main(["run", "faces", f"s3://{BUCKET}/emriam/frames/", "-o", f"s3://{BUCKET}/emriam/out/", "--engine",
+                 "emr", "-c", str(conf), "--cloud-tmp-dir", f"s3://{BUCKET}/emriam/tmp/"]) == 1
+    err = capfd.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpumr: error: --engine emr: AWS refused "), err
+    assert "a task of" not in err and "aws emr create-default-roles" in err
+    assert not s3.keys("emriam/out")

@@ -123,16 +123,34 @@ def test_face_job_hadoop_splits_ships_cascade_and_kernels(frames_seq, sample_fra
                    and not p.startswith(str(kdir)) for p in found), found
 
 
-def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels):
-    """The tasks open the shipped projections; ``--device gpu`` on a simulated GPU: every slab through the kernel."""
+def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels, capfd):
+    """The tasks open the shipped projections; ``--device gpu`` on a simulated GPU: every slab through the kernel.
+
+    Hadoop's own report stays: gpumr's counters among Hadoop's, as mrjob shows them, at the job's end; with -v, the
+    job's and each task attempt's id as Hadoop gives them (issue 66, finding 10)."""
+    from gpumr.boundary import set_verbosity
     from gpumr.jobs.backproject import MRBackproject
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
     assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0
     assert main(["ct", "reconstruct", str(d / "proj.seq"), "-o", str(d / "direct.npy")]) == 0
-    job = cluster.run(MRBackproject, ["--slab", "6", "--projections", str(d / "proj.seq"), "--cpu-threads", "1",
-                                      "--cmdenv", "GPUMR_SIMULATE_GPUS=1", "--device", "gpu"], str(tmp_path), "ct")
+    capfd.readouterr()
+    set_verbosity(verbose=True)
+    try:
+        job = cluster.run(MRBackproject, ["--slab", "6", "--projections", str(d / "proj.seq"), "--cpu-threads", "1",
+                                          "--cmdenv", "GPUMR_SIMULATE_GPUS=1", "--device", "gpu"], str(tmp_path), "ct")
+    finally:
+        set_verbosity()
+    said = capfd.readouterr().err
     assert job.counters["records on GPU"] == 6 and set(job.counters) == {"records on GPU", "GPU milliseconds"}
+    report = re.search(r"^gpumr: Counters: (\d+)\n((?:\t.*\n)+)", said, re.M)
+    assert report, said[-3000:]
+    shown = report.group(2)
+    assert "\tgpumr\n\t\tGPU milliseconds=" in shown and "\t\trecords on GPU=6\n" in shown
+    assert "\tMap-Reduce Framework\n" in shown and int(report.group(1)) == shown.count("=")  # Hadoop's own too
+    job_ids = re.findall(r"^gpumr: debug: hadoop: .*\b(job_local\w+)$", said, re.M)
+    attempts = re.findall(r"^gpumr: debug: hadoop: .*\b(attempt_local\w+_m_\d+_\d+)$", said, re.M)
+    assert job_ids and attempts and all(a.startswith(job_ids[0].replace("job_", "attempt_")) for a in attempts), said
     assert all(v["device"] == "gpu:0" and v["simulated"] is True for v in parsed(job.output).values())
     # The tasks opened the shipped copies (by their content's names in the cache), not the files here.
     assert re.search(r"-files \S*[0-9a-f]{24}-proj\.seq", job.log) and \
@@ -249,3 +267,13 @@ def test_refusals_under_hadoop_come_before_it_or_as_one_task_line(frames_seq, tm
     assert len(lines) == 1 and lines[0].startswith("gpumr: error: a task of the hadoop job failed: --device gpu: no "
                                                    "GPU on this node ("), task.stderr[-3000:]
     assert not list((tmp_path / "out").glob("part-*"))
+    # The scratch folder mrjob made for the job (the packaged config's is file:///tmp/gpumr-mrjob) is not left
+    # behind, empty (issue 66, finding 9).
+    assert not (tmp_path / "tmp").exists()
+    # No scratch folder named, on a Hadoop without HDFS: the fix, not "is Hadoop's client installed?" (finding 8).
+    bare = [a for a in base if a not in ("-c", cluster.CONF, "--hadoop-tmp-dir", "file://" + str(tmp_path / "tmp"))]
+    proc = subprocess.run(bare, cwd=tmp_path / "cwd", capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith(
+        "gpumr: error: --engine hadoop: Could not mkdir hdfs:"), proc.stderr[-3000:]
+    assert "is Hadoop's client installed" not in lines[0] and '-c "$(gpumr conf mrjob.local.conf)"' in lines[0]

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .. import __version__
-from ..boundary import debug_wanted, end_without_collecting, guard, set_verbosity
+from ..boundary import debug_wanted, end_without_collecting, guard, set_verbosity, show_defaults
 from . import bundle, conf, ct, devices, faces, kernels, run, seqfiles, spark, troubleshooting
 from .args import Parser, add_common
 
@@ -50,6 +50,7 @@ def build_parser():
     for group in GROUPS:
         group.register(sub)
     add_common(p)
+    show_defaults(p)
     return p
 
 
@@ -58,9 +59,19 @@ def _run(argv):
     args, extra = parser.parse_known_args(argv)
     set_verbosity(quiet=args.quiet, verbose=args.verbose)
     if extra and not getattr(args, "pass_through", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _chosen(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     args.rest = extra  # a command that parses its own options (gpumr spark ...) gets them
     args.func(args)
+
+
+def _chosen(parser, args):
+    """The parser of the subcommand ``args`` ran (``gpumr ct plan``'s for ``ct plan``): its options, its errors."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else ()):
+            return parser
+        parser = subs[0].choices[name]
 
 
 def main(argv=None):

@@ -11,7 +11,7 @@ class Parser(ArgumentParser):
 
     def error(self, message):
         where = self.prog.partition(" ")[2]  # "gpumr ct plan" -> "ct plan"
-        raise UsageError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
+        raise UsageError(f"{where + ': ' if where else ''}{self.suggest(message)} (see {self.prog} --help)")
 
 
 def positive(text):
@@ -47,12 +47,17 @@ def add_common(parser):
 def _add_common(parser, top):
     default = False if top else argparse.SUPPRESS
     have = {s for a in parser._actions for s in a.option_strings}
+    if not top:  # a subcommand's own -q or -v: "not given" by default too, or it would undo `gpumr -q COMMAND`
+        for action in parser._actions:
+            if action.dest in ("quiet", "verbose", "debug") and action.option_strings:
+                action.default = argparse.SUPPRESS
     if "-q" not in have and "--quiet" not in have:
         parser.add_argument("-q", "--quiet", action="store_true", default=default,
                             help="warnings and errors only (no information or progress lines)")
     if "-v" not in have and "--verbose" not in have:
         parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                            help="debug lines too")
+                            help="debug lines too (a job's: each task's start and end; progress lines where stderr "
+                                 "is not a terminal)")
     if "--debug" not in have:
         parser.add_argument("--debug", action="store_true", default=default,
                             help="show the traceback above an error's line")

@@ -5,7 +5,7 @@ from .args import command
 
 
 def cmd_bundle(args):
-    from ..engines.bundle import build, mrjob_options
+    from ..engines.mrjob.bundle import build, mrjob_options
     path, what = build(args.output, args.python_version, kernel_dir=args.kernels, ct=not args.faces_only)
     report(f"wrote {path} ({what['bytes'] / 2**20:.1f} MiB) for Python {what['python']}: gpumr, "
            + ", ".join(what["requirements"]) + (f"; fatbins {', '.join(what['fatbins'])}" if what["fatbins"] else ""))

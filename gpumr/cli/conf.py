@@ -3,86 +3,22 @@
 The files of ``conf/`` are installed as the package ``gpumr.conf``. ``gpumr
 conf`` lists them; ``gpumr conf NAME`` prints the path of one, so that
 ``-c "$(gpumr conf mrjob.local.conf)"`` works from any folder; ``gpumr
-conf NAME -o FILE --package PKG`` writes a copy of a config whose bootstrap
-names the installed scripts and the given wheel or sdist by absolute path
-(the packaged EMR config names them from a checkout's root), for ``-c
-FILE`` from anywhere.
+conf NAME -o FILE --package WHEEL`` writes a copy of a config whose bootstrap
+names the installed scripts and the given wheel by absolute path, for ``-c
+FILE`` from any folder (:mod:`gpumr.engines.mrjob.configs`).
 """
-
-import os
-import re
 
 from .. import __version__
 from ..boundary import report
-from ..errors import GpumrError, printable
+from ..engines.mrjob.configs import folder, localised, packaged, path_of
+from ..errors import GpumrError
 
 #: What each packaged file is, for the listing.
 ABOUT = {
     "mrjob.local.conf": "one machine: mrjob's local runner, or a local Hadoop (--engine local | hadoop)",
-    "mrjob.emr.conf": "Amazon EMR with GPU nodes (--engine emr); write a copy with -o FILE --package PKG",
+    "mrjob.emr.conf": "Amazon EMR with GPU nodes (--engine emr uses it without -c); a copy to edit: -o FILE --package WHEEL",
     "bootstrap-gpu-node.sh": "the EMR bootstrap: installs gpumr on every node, starts the GPU scheduler",
 }
-# Paths the packaged configs give from a checkout's root: a file of conf/, and the package the bootstrap installs.
-_CONF_FILE = re.compile(r"(?<![\w/.-])conf/([\w.-]+)#")
-_PACKAGE = re.compile(r"(?<![\w/.-])dist/gpumr-[\w.+-]+?(?:\.tar\.gz|\.whl)#")
-
-
-def folder():
-    """The installed ``gpumr.conf`` folder."""
-    import gpumr.conf
-    return os.path.dirname(os.path.abspath(gpumr.conf.__file__))
-
-
-def packaged():
-    """The packaged files' names, sorted."""
-    return sorted(n for n in os.listdir(folder()) if not n.startswith(("_", ".")) and not n.endswith(".py"))
-
-
-def path_of(name):
-    """The absolute path of the packaged file ``name``, or a :class:`GpumrError` naming the files there are."""
-    if name not in packaged():
-        raise GpumrError(f"no packaged file {printable(name)!r}: choose one of {', '.join(packaged())}")
-    return os.path.join(folder(), name)
-
-
-def localised(text, package=None):
-    """``text`` of a packaged config with its checkout-relative paths made absolute.
-
-    Parameters
-    ----------
-    text : str
-        The config as packaged.
-    package : str, optional
-        The wheel or sdist the bootstrap installs (``make dist`` builds both);
-        required when the config names one.
-
-    Returns
-    -------
-    str
-        The config with ``conf/X#`` naming the installed file and the
-        package named by its absolute path.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> wheel = tempfile.NamedTemporaryFile(suffix=".whl")
-    >>> localised("- sudo bash conf/boot.sh# dist/gpumr-0.1.0.tar.gz#", wheel.name).split()[-1] == wheel.name + "#"
-    True
-    """
-    def one(path):
-        if re.search(r"[\s'\"]", path):
-            raise GpumrError(f"{printable(path)}: mrjob cannot name a file whose path holds a space or a quote "
-                             "in a bootstrap line; move it")
-        return path
-    text = _CONF_FILE.sub(lambda m: one(os.path.join(folder(), m.group(1))) + "#", text)
-    if _PACKAGE.search(text):
-        if not package:
-            raise GpumrError("--package is required: the wheel or sdist the bootstrap installs on every node "
-                             "(make dist writes both in dist/)")
-        if not os.path.isfile(package):
-            raise GpumrError(f"--package {printable(package)}: no such file (make dist builds it in dist/)")
-        text = _PACKAGE.sub(lambda m: one(os.path.abspath(package)) + "#", text)
-    return text
 
 
 def cmd_conf(args):
@@ -117,4 +53,5 @@ def register(sub):
                 cmd_conf)
     c.add_argument("name", nargs="?", metavar="NAME", help="a packaged file (none: list them); alone: print its path")
     c.add_argument("-o", "--output", metavar="FILE", help="write a copy whose bootstrap names files by absolute path")
-    c.add_argument("--package", metavar="PKG", help="the wheel or sdist the copy's bootstrap installs (make dist)")
+    c.add_argument("--package", metavar="WHEEL", help="the gpumr wheel the copy's bootstrap installs on every node "
+                                                     "(the one you installed gpumr from; make dist builds one)")

@@ -43,11 +43,12 @@ def _geometry_args(p, required=True):
                    help="volume centre shift in mm (default 0 0 0)")
 
 
-def _geometry_from(args):
+def _geometry_from(args, source):
+    """The geometry the options describe; a warning or an error names ``source``, the file it is written to."""
     from ..ct.geometry import build
     return build(args.voxels, args.voxel_size, args.angles, args.dso, args.dsd, args.detector, args.pitch,
                  args.off_detector, args.off_origin, math.radians(args.arc), math.radians(args.start),
-                 args.short_scan)
+                 args.short_scan, source=source)
 
 
 def _describe(g):
@@ -70,7 +71,7 @@ def _find_geometry(args):
 
 
 def cmd_geometry(args):
-    g = _geometry_from(args)
+    g = _geometry_from(args, args.output)
     g.save(args.output)
     report(f"wrote {args.output}: {_describe(g)}")
 
@@ -87,7 +88,7 @@ def cmd_phantom(args):
     from ..ct import geometry, phantom
     from ..ct.projections import write_set
     from ..ct.slices import save_volume
-    g = geometry.load(args.geometry) if args.geometry else _geometry_from(args)
+    g = geometry.load(args.geometry) if args.geometry else _geometry_from(args, geometry.beside(args.output))
     if args.noise_i0 is not None:
         limits.number("--noise-i0", args.noise_i0, above=0, most=limits.MAX_I0)
         limits.number("--mu-scale", args.mu_scale, above=0, most=limits.MAX_LENGTH_MM)

@@ -168,7 +168,7 @@ def register(sub):
                         "compresses each value, BLOCK many records together (the default when --codec is given)")
     s.add_argument("--codec", choices=sorted(SHORT_NAMES), default=None,
                    help="compression codec (default: 'default', zlib, when compressing); snappy, lz4 and zstd "
-                        "need cramjam (pip install cramjam; gpumr's codecs extra)")
+                        "need cramjam: pip install 'gpumr[codecs]'")
     s.add_argument("--force", action="store_true",
                    help="replace OUT if it is an earlier gpumr pack output (a SequenceFile whose header says gpumr "
                         "pack wrote it; with shards, a folder holding only such part-NNNNN.seq files), never "

@@ -98,7 +98,7 @@ def _angles(d, source):
     raise GpumrError(f"{source}: missing field angles (or nAngles)")
 
 
-def from_dict(d, source="geometry"):
+def from_dict(d, source="geometry", warn=True):
     """Build and check a :class:`Geometry`.
 
     Every field is checked, before anything is allocated from it, against
@@ -112,6 +112,9 @@ def from_dict(d, source="geometry"):
         The fields, as parsed from JSON (:doc:`/reference/geometry`).
     source : str, optional
         What to name in an error (the file).
+    warn : bool, optional
+        Warn when part of the volume lies outside the field of view; False
+        where the launcher checked the geometry and said so already (a task).
 
     Returns
     -------
@@ -152,7 +155,7 @@ def from_dict(d, source="geometry"):
     limits.at_most(f"{source}: {len(angles):,} angles of {n_det[0]}x{n_det[1]} pixels",
                    len(angles) * n_det[0] * n_det[1], MAX_PROJECTION_SAMPLES, "projection samples")
     g = Geometry(dso, dsd, n_det, d_det, n_vox, d_vox, angles, off_o, off_d, source)
-    _check_coverage(g)
+    _check_coverage(g, warn)
     return g
 
 
@@ -178,7 +181,7 @@ def _shadow(g):
     return s * mag, z * mag
 
 
-def _check_coverage(g):
+def _check_coverage(g, warn=True):
     """Refuse what cannot be reconstructed; warn once when part of the volume is not fully measured.
 
     Cone-beam scanners commonly leave the corners of a square volume outside
@@ -202,7 +205,7 @@ def _check_coverage(g):
         raise GpumrError(f"{where}: the detector ({cols * du:.1f} x {rows * dv:.1f} mm, offset {ou:g}, {ov:g} mm) "
                          f"misses the volume's shadow at every angle")
     inside = (u.min(1) >= u_lo - 1e-9) & (u.max(1) <= u_hi + 1e-9) & (v.min(1) >= v_lo - 1e-9) & (v.max(1) <= v_hi + 1e-9)
-    if not inside.all():
+    if warn and not inside.all():
         half = min(-u_lo, u_hi)
         fov = g.DSO * half / math.hypot(g.DSD, half) if half > 0 else 0.0
         warnings.warn(f"{where}: part of the volume lies outside the field of view at {np.count_nonzero(~inside)} "
@@ -227,13 +230,15 @@ def beside(projections):
     return os.path.splitext(projections)[0] + ".geometry.json"
 
 
-def load(path):
+def load(path, warn=True):
     """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`).
 
     Parameters
     ----------
     path : str
         The file (a regular file; no FIFO or device).
+    warn : bool, optional
+        Warn about a volume partly outside the field of view (:func:`from_dict`).
 
     Returns
     -------
@@ -263,7 +268,7 @@ def load(path):
         raise GpumrError(f"{path}: not JSON: {exc}") from None
     except RecursionError:
         raise GpumrError(f"{path}: not JSON a geometry can be: nested too deeply") from None
-    return from_dict(d, path)
+    return from_dict(d, path, warn)
 
 
 def _triple(v, n):
@@ -276,7 +281,8 @@ def _triple(v, n):
 
 
 def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=None, pitch=None,
-          off_detector=(0.0, 0.0), off_origin=(0.0, 0.0, 0.0), arc=2 * math.pi, start=0.0, short_scan=False):
+          off_detector=(0.0, 0.0), off_origin=(0.0, 0.0, 0.0), arc=2 * math.pi, start=0.0, short_scan=False,
+          source="geometry"):
     """A scanner's geometry from its parameters, with defaults that make a detector covering the volume.
 
     Parameters
@@ -294,6 +300,8 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
         Detector centre shift, mm. ``off_origin`` [z, y, x]: volume centre shift, mm.
     short_scan : bool
         Make ``arc`` the shortest that Parker's weights allow: pi plus twice the half fan angle.
+    source : str, optional
+        What a warning or an error names: the file the geometry is written to.
     """
     nz, ny, nx = (limits.number("--voxels", n, 1, MAX_VOXEL_SIDE, integer=True) for n in _triple(n_voxel, 3))
     dz, dy, dx = (float(limits.number("--voxel-size", d, above=0, most=MAX_LENGTH_MM)) for d in _triple(voxel, 3))
@@ -322,7 +330,7 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
     angles = start + np.arange(n_angles) * (arc / n_angles)
     return from_dict(dict(DSO=dso, DSD=dsd, nDetector=[rows, cols], dDetector=[pv, pu], nVoxel=[nz, ny, nx],
                           dVoxel=[dz, dy, dx], offOrigin=list(off_origin), offDetector=list(off_detector),
-                          angles=list(angles)))
+                          angles=list(angles)), source)
 
 
 def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=None):

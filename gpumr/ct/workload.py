@@ -106,7 +106,7 @@ class Backproject(Workload):
 
     def plan(self, o):
         """The slab records of the volume, ``o.slab`` slices each: ``(key, "z0 z1")``."""
-        g = geom.load(o.geometry)
+        g = geom.load(o.geometry, warn=False)  # (check said what there is to say)
         return [(slab_key(int(line.split()[0])), line) for line in plan(g.nVoxel[0], o.slab)]
 
     def task_threads(self, o):
@@ -118,7 +118,7 @@ class Backproject(Workload):
         if o.cpu_threads:
             from .backproject import set_threads
             set_threads(o.cpu_threads)
-        self.geometry = geom.load(o.geometry)
+        self.geometry = geom.load(o.geometry, warn=False)  # (the launcher's check said what there is to say)
         # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
         self.rows = FilteredRows.read([o.projections], self.geometry, o.i0, o.filter)
         self.padded = self.rows.padded

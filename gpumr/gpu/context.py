@@ -27,7 +27,7 @@ def driver():
             import pycuda.driver as cuda
             cuda.init()
         except ImportError:
-            _state["error"] = "PyCUDA is not installed (pip install pycuda: gpumr's gpu extra)"
+            _state["error"] = "PyCUDA is not installed: pip install 'gpumr[gpu]' (built against a CUDA toolkit)"
             raise RuntimeError(_state["error"]) from None
         except Exception as exc:
             _state["error"] = f"CUDA driver unavailable: {exc}"

@@ -261,4 +261,5 @@ def available(simulated=False):
     for mod in ("pycuda", "cupy"):
         if importlib.util.find_spec(mod) is not None:
             return True, mod
-    return False, "neither PyCUDA nor CuPy is installed (pip install cupy-cuda12x, or pycuda with a CUDA toolkit: gpumr's cupy and gpu extras)"
+    return False, ("neither CuPy nor PyCUDA is installed: pip install 'gpumr[cupy]' (or 'gpumr[gpu]': PyCUDA, built "
+                   "against a CUDA toolkit)")

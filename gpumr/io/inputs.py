@@ -134,11 +134,21 @@ def require_sequencefiles(files, given=None):
     """
     if any(looks_like_sequencefile(f) for f in files):
         return
-    shown_files = ", ".join(f"{shown(f)} ({describe_file(f)})" for f in files[:3]) + (" ..." if len(files) > 3 else "")
-    first = given or files[0]
-    folder = first if locate(first).local is not None and os.path.isdir(locate(first).local) else \
-        (os.path.dirname(first) or ".")
-    raise GpumrError(f"no SequenceFile among the inputs: {shown_files}; pack files first: {pack_command(folder)}")
+    kinds = [describe_file(f) for f in files]
+    shown_files = ", ".join(f"{shown(f)} ({k})" for f, k in zip(files[:3], kinds)) + (" ..." if len(files) > 3 else "")
+    if any(k == GEOMETRY for k in kinds):
+        fix = ("a CT geometry is read by gpumr run backproject --projections SEQ --geometry JSON (it makes its own "
+               "records: no inputs)")
+    elif any(k.endswith(" image") for k in kinds):
+        first = given or files[0]
+        local = locate(first).local
+        if local is not None and not os.path.isdir(local) and not os.path.dirname(first):  # (a file here: not all here)
+            fix = f"pack files first: gpumr pack {shown(first)} -o {os.path.splitext(shown(first))[0]}.seq"
+        else:
+            fix = f"pack files first: {pack_command(first if local is not None and os.path.isdir(local) else os.path.dirname(first))}"
+    else:
+        fix = "inputs are SequenceFiles of records: gpumr pack FOLDER -o FILE.seq makes one of a folder of files"
+    raise GpumrError(f"no SequenceFile among the inputs: {shown_files}; {fix}")
 
 
 def is_file(path):
@@ -174,4 +184,11 @@ def describe_file(path):
                         (b"MM\x00*", "a TIFF image"), (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip file")):
         if head.startswith(magic):
             return kind
+    if head.lstrip()[:1] in (b"{", b"["):
+        text = _head(path, 4096)
+        return GEOMETRY if shown(path).endswith(".geometry.json") or b'"DSO"' in bytes(text or b"") else "JSON text"
     return f"not a SequenceFile (starts with {head[:4]!r})"
+
+
+#: What :func:`describe_file` calls a CT geometry file.
+GEOMETRY = "a CT geometry (JSON)"

@@ -10,9 +10,10 @@ one name at a time relative to an open descriptor of the folder above
 inside DIR, planted before or during the run, is refused, not written
 through. Each file is written atomically (:class:`seqfile.atomic.AtomicFile`)
 under gpumr's ownership rule (:mod:`gpumr.io.outputs`): an existing file is
-replaced only when asked (``force``) and only if the proof in DIR
-(``DIR/.gpumr``, where the files written are recorded) vouches that gpumr
-wrote what it holds.
+replaced only when asked (``force``) and only if the proof beside DIR
+(``.DIR.gpumr``, where the files written are recorded, outside the folder so
+that packing the folder again packs only the files) vouches that gpumr wrote
+what it holds.
 """
 
 import errno
@@ -24,7 +25,7 @@ from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
 from .remote import kind
-from .outputs import FOLDER_PROOF, Proof, Rule, local_output, warn
+from .outputs import FOLDER_PROOF, Proof, Rule, is_proof, local_output, proof_path, warn
 
 #: The most folders a key may name before its file (deeper keys are refused).
 MAX_DEPTH = 255
@@ -52,9 +53,11 @@ class KeyFiles:
         for them), never anything else; without it an existing file is a
         refused key.
     record : bool
-        Record the files written in ``directory/.gpumr`` when closing
-        (False inside a folder output's stage, whose own proof lists
-        everything in it).
+        Record the files written in the proof beside ``directory``
+        (``.NAME.gpumr``) when closing (False inside a folder output's
+        stage, whose own proof lists everything in it). A proof that an
+        earlier gpumr kept inside the folder (``directory/.gpumr``) still
+        vouches, and moves beside it.
 
     """
 
@@ -66,10 +69,18 @@ class KeyFiles:
         self._written = {}
         self.directory = local_output(self.directory, "-d")
         os.makedirs(self.directory, exist_ok=True)
-        self._root = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+        self._root = os.open(self.directory, flags)
+        self._parent, self._legacy = None, None
+        beside = proof_path(os.path.abspath(self.directory))
+        self._proof_name = os.path.basename(beside)
         try:
-            self._proof = Proof.load(FOLDER_PROOF, self._root) if record else None
-            self._rule = Rule(printable(self.directory), "gpumr unpack", self._proof, False)
+            self._proof = None
+            if record:
+                self._parent = os.open(os.path.dirname(beside), flags)
+                self._proof = Proof.load(self._proof_name, self._parent)
+                self._legacy = Proof.load(FOLDER_PROOF, self._root)  # (where gpumr 0.1 kept it: inside)
+            self._rule = Rule(printable(self.directory), "gpumr unpack", self._proof or self._legacy, False)
         except BaseException:
             self.close()
             raise
@@ -79,23 +90,30 @@ class KeyFiles:
             self._name_max = 255
 
     def close(self):
-        """Record the files written in the proof in the folder (``DIR/.gpumr``); close the folder's descriptor."""
+        """Record the files written in the proof beside the folder (``.DIR.gpumr``); close the folders' descriptors."""
         if self._root is None:
             return
         try:
-            if self.record and self._written:
+            if self.record and (self._written or self._legacy is not None):
                 self._record()
         finally:
-            os.close(self._root)
-            self._root = None
+            for fd in (self._root, self._parent):
+                if fd is not None:
+                    os.close(fd)
+            self._root = self._parent = None
 
     def _record(self):
+        name = self._proof_name
         try:
-            proof = Proof.load(FOLDER_PROOF, self._root) or Proof(FOLDER_PROOF, "gpumr unpack", [{}], self._root)
+            proof = Proof.load(name, self._parent)
+            if proof is None:  # (an earlier gpumr's proof inside the folder: its listing moves beside it)
+                proof = Proof(name, "gpumr unpack", self._legacy.versions if self._legacy else [{}], self._parent)
             proof.record(self._written)
+            if self._legacy is not None and is_proof(FOLDER_PROOF, self._root):
+                os.unlink(FOLDER_PROOF, dir_fd=self._root)
         except (OSError, GpumrError) as exc:
             warn(f"could not record the files written in {printable(self.directory)} as gpumr's "
-                 f"({FOLDER_PROOF}: {getattr(exc, 'strerror', None) or exc}); --force will not replace them")
+                 f"({name}: {getattr(exc, 'strerror', None) or exc}); --force will not replace them")
 
     def __enter__(self):
         return self

@@ -11,6 +11,7 @@ import argparse
 
 from .. import engines
 from ..boundary import ArgumentParser as Parser
+from ..boundary import show_defaults
 from .options import DEVICE, JOB, PROCESSES
 
 
@@ -57,8 +58,9 @@ def run_parser(cls, prog=None):
             _add(p.add_argument_group(f"engine {engine.title}"), engine.options)
         for option in engine.options:
             p.engine_options[option.dest] = (option, names)
-    for flag, help in (("-q", "warnings and errors only"), ("-v", "debug lines too, each task's start and end"),
+    for flag, help in (("-q", "warnings and errors only"), ("-v", "debug lines too: each task's start and end; progress lines where stderr is not a terminal"),
                        ("--debug", "show the traceback above an error's line")):
         p.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help,
                        dest={"-q": "quiet", "-v": "verbose"}.get(flag, "debug"))
+    show_defaults(p)
     return p

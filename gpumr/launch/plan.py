@@ -147,7 +147,7 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     if engine.passthrough is not None:
         engine.passthrough.check(extra)
     elif extra:
-        raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see gpumr run WORKLOAD --help)")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     workload = cls()
     inputs = list(getattr(o, "inputs", []))
     if cls.input == "seqfile" and not inputs:

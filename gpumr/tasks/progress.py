@@ -5,10 +5,14 @@ task's counts (every engine hands them back), and, for tasks running on
 the launcher's machine, one small file of counts each task rewrites in a
 private folder the launcher made (:attr:`gpumr.tasks.runtime.Spec.progress`),
 both sides under :mod:`gpumr.trusted`. The launcher shows a bar on a
-terminal (tqdm: input bytes, records, bad, on GPU), or a line every
-:data:`LINE_EVERY` seconds otherwise (:doc:`/concepts/record-path`).
+terminal (tqdm: input bytes, records, bad, on GPU), cleared when the job
+ends however it ends; where stderr is not a terminal (a log, a pipe), a
+line every :data:`LINE_EVERY` seconds with ``-v`` only, so that a job that
+fails, after however long, says its one error line alone
+(:doc:`/concepts/record-path`).
 """
 
+import logging
 import os
 import sys
 import threading
@@ -133,12 +137,13 @@ class Display:
             return {name: max(files[name], self._finished[name]) for name in FIELDS}
 
     def __enter__(self):
-        from ..boundary import quiet
-        if quiet() or not self.shown:  # -q, or nothing to show: the engines' reports are still taken
-            self._thread = None
-            return self
+        from ..boundary import logger, quiet
         isatty = getattr(self.stream, "isatty", None)
-        if isatty is not None and isatty():
+        terminal = isatty is not None and isatty()
+        if quiet() or not self.shown or not (terminal or logger(__name__).isEnabledFor(logging.DEBUG)):
+            self._thread = None  # -q, nothing to show, or lines no one asked for: the engines' reports still count
+            return self
+        if terminal:
             from tqdm import tqdm
             self._bar = tqdm(total=self.total, unit="B", unit_scale=True, desc=self.label, file=self.stream,
                              leave=False, dynamic_ncols=True)
@@ -168,4 +173,4 @@ class Display:
                 share = f"{100 * t['input bytes'] / self.total:.0f}% of the input, " if self.total else ""
                 rate = records / max(time.monotonic() - self._t0, 1e-9)
                 from ..boundary import logger
-                logger(__name__).info("%s: %s%s, %.1f records/s", self.label, share, detail, rate)
+                logger(__name__).debug("%s: %s%s, %.1f records/s", self.label, share, detail, rate)

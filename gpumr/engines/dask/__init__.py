@@ -51,6 +51,9 @@ class DaskEngine(PoolEngine):
     )
 
     def check(self, o):
+        import importlib.util
+        if importlib.util.find_spec("distributed") is None:
+            raise GpumrError("--engine dask needs Dask's distributed scheduler: pip install 'gpumr[dask]'")
         address = o.scheduler
         if address is None:
             return

@@ -205,14 +205,13 @@ def fork_server(preload, start=None):
     import multiprocessing
     from multiprocessing import forkserver
     server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        return  # (kept as it is: this process's folder and environment are left alone, whatever other threads do)
     inherited = start.inherited() if start is not None else contextlib.nullcontext()
     with children_deaf(), inherited:  # (the server's mask, folder and environment are its children's)
-        running = getattr(server, "_forkserver_pid", None)
-        if running is None:
-            multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
         forkserver.ensure_running()
-        if running is None:
-            _fork_server = getattr(server, "_forkserver_pid", None)
+        _fork_server = getattr(server, "_forkserver_pid", None)
 
 
 _fork_server = None  # (the pid of the fork server that fork_server started, until end_fork_server ends it)

@@ -26,7 +26,9 @@ from ...errors import GpumrError, redact, redact_settings
 from ...io.remote import locate
 from ..base import Engine, Outcome
 from ..processes import workers_here
-from .runner import limit_sim_reducers, option_table, python_bin, run_on_threads, settings
+from .configs import emr_options, named_configs
+from .messages import Said, emr_lines, framework_error, mrjob_said
+from .runner import emr_plan, limit_sim_reducers, local_scratch, option_table, python_bin, run_on_threads, settings
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
@@ -66,7 +68,8 @@ class MRJobEngine(Engine):
     HELP = {"inline": "mrjob's inline runner: every task in this process (the default)",
             "local": "mrjob's local runner: a process per task, on every core of this machine",
             "hadoop": "Hadoop Streaming through mrjob (hadoop on PATH)",
-            "emr": "Amazon EMR through mrjob (-c conf/mrjob.emr.conf; output at s3://)"}
+            "emr": "Amazon EMR through mrjob: gpumr's packaged config (GPU nodes; --device cpu: CPU nodes) unless "
+                   "-c FILE; inputs and output at s3://; --dry-run shows the cluster"}
     title = "inline, local, hadoop, emr (mrjob's runners; its own options pass through)"
     options = (
         Option("--hadoop-splits", "engines hadoop, emr: Hadoop's own SequenceFile input format reads and splits the "
@@ -80,6 +83,9 @@ class MRJobEngine(Engine):
         self.passthrough = Passthrough(self)
 
     def check(self, o):
+        import importlib.util
+        if self.name == "emr" and importlib.util.find_spec("boto3") is None:  # (mrjob's EMR runner calls AWS with it)
+            raise GpumrError("--engine emr needs boto3: pip install 'gpumr[emr]'")
         if o.hadoop_splits and self.name not in ("hadoop", "emr"):
             raise GpumrError(f"--hadoop-splits: only for --engine hadoop or emr, not {self.name}")
 
@@ -111,7 +117,18 @@ class MRJobEngine(Engine):
                 out.writelines(json.dumps(item) + "\n" for items in plan.tasks[f::len(paths)] for item in items)
         return paths
 
-    def _args(self, plan, output_dir):
+    def _config(self, plan):
+        """``(mrjob's config options, the configs they name)``: the job's own (``-c``), else for EMR gpumr's
+        packaged config (:func:`gpumr.engines.mrjob.configs.emr_options`)."""
+        if self.name != "emr" or (named_configs(plan.extra) and "--no-conf" not in plan.extra):
+            return [], named_configs(plan.extra)
+        if "--no-conf" in plan.extra:
+            raise GpumrError("--no-conf: EMR's nodes need a config whose bootstrap installs gpumr: leave it out "
+                             "(gpumr's packaged config is used), or give -c FILE (gpumr conf mrjob.emr.conf -o emr.conf "
+                             "--package WHEEL writes one to edit)")
+        return emr_options(plan.folder, plan.o.device)
+
+    def _args(self, plan, output_dir, config=()):
         """mrjob's command line for the job, its spec and task files written into the job's folder first."""
         spec_path, inputs = os.path.join(plan.folder, "gpumr-spec.json"), self._task_files(plan, plan.folder + "/tasks")
         with open(spec_path, "w", encoding="utf-8") as f:
@@ -121,21 +138,28 @@ class MRJobEngine(Engine):
                 "--no-bootstrap-mrjob"]  # (tasks run a Python with gpumr, so mrjob: no zip of it, no lock in /tmp)
         args += ["--hadoop-splits"] if plan.o.hadoop_splits else []
         args += ["--cat-reducer"] if self.name != "inline" else []  # (the inline runner runs no commands)
+        args += ["--cleanup-on-failure", "ALL"] if self.name == "hadoop" else []  # (a failed job leaves no scratch)
         # Tasks on this machine read the side files where the launcher keeps them (mrjob copied each into its
         # cache: 125 MB, 0.04 s and as much disk); elsewhere they are shipped, named by content already.
         args += (["--gpumr-side-dir", plan.folder] if self.name in HERE
                  else [arg for side in plan.side for arg in ("--files", side.path)])
-        return [*args, *plan.extra, "--output-dir", output_dir, *inputs]
+        return [*args, *config, *plan.extra, "--output-dir", output_dir, *inputs]
 
     def would_run(self, plan):
         self._check_here(plan.o)
-        runner = _job(self._args(plan, str(plan.out.loc))).make_runner()
+        config, used = self._config(plan)
+        runner = _job(self._args(plan, str(plan.out.loc), config)).make_runner()
         try:
-            return [f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob.task "
-                    f"--mapper ... with {len(plan.tasks)} task(s)",
-                    "mrjob's settings (secrets hidden): " + json.dumps(
-                        {"runner": runner.alias, "python_bin": python_bin(runner) or [sys.executable],
-                         "options": redact_settings(settings(runner))}, sort_keys=True, default=str)]
+            shown = settings(runner)
+            if shown.get("release_label"):
+                shown.pop("image_version", None)  # (mrjob's default, which a release label overrides)
+            lines = [f"mrjob's {self.name} runner would run: {sys.executable} -m gpumr.engines.mrjob.task "
+                     f"--mapper ... with {len(plan.tasks)} task(s)"]
+            if self.name == "emr":
+                lines += emr_lines(emr_plan(runner), plan, used)
+            return lines + ["mrjob's settings (secrets hidden): " + json.dumps(
+                {"runner": runner.alias, "python_bin": python_bin(runner) or [sys.executable],
+                 "options": redact_settings(shown)}, sort_keys=True, default=str)]
         finally:
             runner.cleanup()
 
@@ -151,37 +175,47 @@ class MRJobEngine(Engine):
         output_dir = (os.path.join(plan.folder, "job-out") if local_out
                       else str(stage.child("job")) if stage.local is None
                       else (stage.child("job").uri() if self.name == "hadoop" else stage.child("job").local))
-        mr = _job(self._args(plan, output_dir))
-        said = []
+        mr = _job(self._args(plan, output_dir, self._config(plan)[0]))
+        said = Said()
         try:
-            with _mrjob_said(said, job.debug), mr.make_runner() as runner:
-                if self.name in HERE and plan.o.reducers > 0:
-                    limit_sim_reducers(runner, plan.o.reducers)
-                if self.name == "local":  # (its tasks' processes waited on from threads, not from a forked Pool)
-                    run_on_threads(runner, os.path.join(plan.folder, "mrjob"))
-                with _processes_started(self.name, job.start):
-                    runner.run()
-                counts = total(runner.counters())
+            with mrjob_said(said, job.debug, self.name):
+                runner = mr.make_runner()
+                scratch = local_scratch(runner) if self.name == "hadoop" else None
+                made = scratch is not None and not os.path.lexists(scratch)
+                try:
+                    if self.name in HERE and plan.o.reducers > 0:
+                        limit_sim_reducers(runner, plan.o.reducers)
+                    if self.name == "local":  # (its tasks' processes waited on from threads, not from a forked Pool)
+                        run_on_threads(runner, os.path.join(plan.folder, "mrjob"))
+                    with _processes_started(self.name, job.start):
+                        runner.run()
+                    counts = total(runner.counters())
+                finally:
+                    try:  # (mrjob keeps each task's stderr in a file of its scratch folder, which cleanup removes)
+                        if self.name in HERE:
+                            relay_task_lines(sorted(glob.glob(os.path.join(plan.folder, "mrjob", "**", "stderr"),
+                                                              recursive=True)))
+                    finally:
+                        runner.cleanup()
+                        if made:  # the scratch folder mrjob made for this job's own one, left empty: removed
+                            with contextlib.suppress(OSError):
+                                os.rmdir(scratch)
         except StepFailedException as exc:
             why = task_error(said) or redact(str(exc).splitlines()[0])
             raise GpumrError(f"a task of the {self.name} job failed: {why}") from exc
         except OSError as exc:
-            if self.name == "hadoop":
-                raise GpumrError(f"--engine hadoop: {exc.strerror or exc} running {exc.filename or 'hadoop'} "
-                                 "(is Hadoop's client installed and on PATH?)") from None
-            raise
+            if self.name != "hadoop":
+                raise
+            raise framework_error(self.name, exc) from None
         except GpumrError:
             raise
         except Exception as exc:  # noqa: BLE001 (mrjob's own errors; a task's, raised here by the inline runner)
-            if self.name == "hadoop" and "mkdir" in str(exc) and "hdfs" in str(exc):
-                raise GpumrError(f"--engine hadoop: {redact(str(exc)).splitlines()[0]}: mrjob keeps its scratch files "
-                                 "in HDFS; without HDFS, give -c conf/mrjob.local.conf (or --hadoop-tmp-dir "
-                                 "file:///tmp/gpumr-mrjob)") from None
-            from ...core.processor import reason_of
-            raise GpumrError(f"a task of the {self.name} job failed: {redact(reason_of(exc))}") from exc
-        finally:
-            if self.name in HERE:  # (mrjob keeps each task's stderr in a file of its scratch folder)
-                relay_task_lines(sorted(glob.glob(os.path.join(plan.folder, "mrjob", "**", "stderr"), recursive=True)))
+            raise framework_error(self.name, exc) from exc
+        # Hadoop's report of the job's counters (gpumr's among Hadoop's own), as mrjob shows it, where a Hadoop
+        # user looks for it; on the runners of this machine with -v
+        for report in said.counters:
+            logging.getLogger("gpumr.engines.mrjob").log(logging.DEBUG if self.name in HERE else logging.INFO,
+                                                         "%s", report)
         if local_out:  # the runner wrote here: into the stage, then published with the rest
             for name in os.listdir(output_dir):
                 if name.startswith("part-"):
@@ -209,30 +243,6 @@ def _processes_started(name, start):
     if name == "inline" or start is None:
         return contextlib.nullcontext()
     return start.inherited(chdir=False)
-
-
-@contextlib.contextmanager
-def _mrjob_said(lines, debug):
-    """What mrjob logs during the block, kept (``lines``) from the user's stderr unless ``debug``: a failed step's
-    "probable cause" holds the task's own one-line error, which the job's one line then says."""
-    class Keep(logging.Handler):
-        def emit(self, record):
-            text = record.getMessage()
-            # mrjob's warnings whole; of what it relays at INFO (a local Hadoop's task stderr), the tasks' errors
-            if record.levelno >= logging.WARNING or "gpumr: error: " in text:
-                lines.append(text)
-    log = logging.getLogger("mrjob")
-    handler, propagate, level = Keep(logging.INFO), log.propagate, log.level
-    log.addHandler(handler)
-    log.propagate = debug
-    if log.getEffectiveLevel() > logging.INFO:
-        log.setLevel(logging.INFO)  # (kept here, shown only with --debug)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        log.propagate = propagate
-        log.setLevel(level)
 
 
 def engine(name):

@@ -175,6 +175,70 @@ def write_archive(site, f):
                     z.write(full, os.path.relpath(full, site))
 
 
+#: The tag of gpumr's wheel: pure Python, any platform.
+WHEEL_TAG = "py3-none-any"
+
+
+def wheel_name():
+    """The file name of this gpumr's wheel (``gpumr-0.1.0-py3-none-any.whl``)."""
+    from ... import __version__
+    return f"gpumr-{__version__}-{WHEEL_TAG}.whl"
+
+
+def build_wheel(folder):
+    """Write a wheel of the gpumr that runs here into ``folder`` (private to the job); its path.
+
+    What the EMR bootstrap installs on every node when the job names none
+    (``--engine emr`` with gpumr's packaged config): gpumr's own files
+    (:func:`declared_files`) and its installed metadata (name, version,
+    requirements, the ``gpumr`` command), laid out as PEP 427 says, with
+    fixed dates: the same gpumr makes the same bytes.
+
+    Examples
+    --------
+    >>> import tempfile, zipfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     names = zipfile.ZipFile(build_wheel(d)).namelist()
+    >>> "gpumr/__init__.py" in names and names[-1].endswith(".dist-info/RECORD")
+    True
+    """
+    import base64
+    import hashlib
+    from ... import __version__
+    try:
+        dist = importlib.metadata.distribution("gpumr")
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    metadata = dist.read_text("METADATA") if dist is not None else None
+    if not metadata:
+        raise GpumrError("gpumr's metadata is not installed here, so no wheel of it can be made for the nodes: "
+                         "write a config naming yours with gpumr conf mrjob.emr.conf -o emr.conf --package WHEEL")
+    info = f"gpumr-{__version__}.dist-info"
+    members = []
+    for name, path in declared_files():
+        with open(os.open(path, READ_FLAGS), "rb") as f:
+            members.append((name, f.read()))
+    members += [(f"{info}/METADATA", metadata.encode("utf-8")),
+                (f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: gpumr {__version__}\nRoot-Is-Purelib: true\n"
+                                  f"Tag: {WHEEL_TAG}\n".encode()),
+                (f"{info}/entry_points.txt", (dist.read_text("entry_points.txt") or "").encode("utf-8"))]
+    record = []
+
+    def add(z, name, data):
+        member = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
+        member.compress_type, member.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+        z.writestr(member, data)
+    path = os.path.join(folder, wheel_name())
+    with zipfile.ZipFile(path, "x") as z:
+        for name, data in members:
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}")
+            add(z, name, data)
+        record.append(f"{info}/RECORD,,")
+        add(z, f"{info}/RECORD", "\n".join(record) + "\n")
+    return path
+
+
 def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None, ct=True):
     """Write ``out_dir/gpumr-python.zip`` for tasks on the nodes' Python, under gpumr's output rule.
 

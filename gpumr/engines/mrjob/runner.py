@@ -6,7 +6,9 @@ this module is the one to change. What it does:
 
 - reads mrjob's own option table, to hand mrjob's options on as given
   (:func:`option_table`), and a runner's resolved settings and Python
-  (:func:`settings`, :func:`python_bin`) for ``--dry-run``;
+  (:func:`settings`, :func:`python_bin`) and an EMR runner's cluster
+  (:func:`emr_plan`) for ``--dry-run``, and a Hadoop runner's scratch
+  folder (:func:`local_scratch`);
 - runs the local runner's task processes on threads of the launcher
   (:func:`run_on_threads`, in place of a forked ``multiprocessing.Pool``);
 - makes the simulated runners run exactly the reduce tasks asked for
@@ -31,6 +33,49 @@ def option_table(job):
 def settings(runner):
     """The runner's resolved settings that are set (secrets not hidden yet)."""
     return {k: v for k, v in sorted(runner._opts.items()) if v not in (None, [], {}, ())}
+
+
+def local_scratch(runner):
+    """The local folder of the Hadoop runner's scratch space (``hadoop_tmp_dir``) where it is one (``file://``), or
+    None (HDFS)."""
+    from urllib.parse import urlparse
+    uri = runner._opts.get("hadoop_tmp_dir") or ""
+    parsed = urlparse(uri)
+    return os.path.normpath(parsed.path) if parsed.scheme == "file" and parsed.path.startswith("/") else None
+
+
+def emr_plan(runner):
+    """What an EMR runner would start, read from its resolved settings without calling AWS.
+
+    Returns
+    -------
+    dict
+        ``release``, ``region``, ``cluster_id`` (a running cluster to use,
+        or None), ``groups`` (``[(role, count, type, market)]``; empty with
+        instance fleets), ``fleets``, ``bootstrap`` (each command as the
+        nodes run it), ``uploads`` (the local files the bootstrap names),
+        ``python``, ``tmp``, ``logs``, ``key_pair``, ``subnet``, ``zone``,
+        ``instance_profile``, ``service_role``.
+    """
+    o = runner._opts
+    bootstrap, uploads = [], []
+    for cmd in runner._bootstrap:
+        words = []
+        for part in cmd:
+            if isinstance(part, dict):
+                uploads.append(part["path"])
+                words.append(part.get("name") or os.path.basename(part["path"]))
+            else:
+                words.append(part)
+        bootstrap.append("".join(words).strip())
+    groups = [] if o["instance_fleets"] else [
+        (g["InstanceRole"], g["InstanceCount"], g["InstanceType"], g.get("Market", "ON_DEMAND"))
+        for g in runner._instance_groups()]
+    return dict(release=o["release_label"] or f"AMI {o['image_version']}", region=o["region"],
+                cluster_id=o["cluster_id"], groups=groups, fleets=o["instance_fleets"], bootstrap=bootstrap,
+                uploads=uploads, python=python_bin(runner), tmp=o["cloud_tmp_dir"], logs=o["cloud_log_dir"],
+                key_pair=o["ec2_key_pair"], subnet=o["subnet"], zone=o["zone"],
+                instance_profile=o["iam_instance_profile"], service_role=o["iam_service_role"])
 
 
 def python_bin(runner):

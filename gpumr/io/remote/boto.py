@@ -28,7 +28,8 @@ class Boto:
                 import boto3
             except ImportError:
                 raise GpumrError(f"{shown(loc)}: an S3 key with an empty path component ('//'), which pyarrow "
-                                 "cannot name; pip install boto3 to reach it, or give the object another key") from None
+                                 "cannot name; pip install 'gpumr[s3]' (boto3) to reach it, or give the object another "
+                                 "key") from None
             impl = _CLIENTS[key] = cls(boto3.client("s3"), loc.authority)
         return impl
 
