@@ -92,11 +92,14 @@ class HostSlabs:
 
     A buffer comes back here once the caller lets go of its slab (every view
     of it) and is reused for a later slab, so its pages are touched once, when
-    it is made; at most ``keep`` are kept.
+    it is made; at most ``keep`` are kept. ``out``: how many are lent now (a
+    caller holding more than ``keep`` gets copies instead, :meth:`SlabBackprojector.run`,
+    so that page-locked memory stays bounded).
     """
 
-    def __init__(self, lx, keep=HOST_SLABS):
-        self.lx, self.keep = lx, keep
+    def __init__(self, lx, keep=None):
+        self.lx, self.keep = lx, HOST_SLABS if keep is None else keep
+        self.out = 0
         self._free = []
         self._lock = threading.Lock()
 
@@ -106,14 +109,21 @@ class HostSlabs:
         with self._lock:
             fits = [i for i, b in enumerate(self._free) if b.size >= n]
             buf = self._free.pop(min(fits, key=lambda i: self._free[i].size)) if fits else None
+            self.out += 1
         if buf is None:
-            buf = self.lx.pinned(n, np.float32)
+            try:
+                buf = self.lx.pinned(n, np.float32)
+            except BaseException:
+                with self._lock:
+                    self.out -= 1
+                raise
         lent = _Lent(buf[:n].reshape(shape))
         weakref.finalize(lent, self._give_back, buf)
         return np.asarray(lent)
 
     def _give_back(self, buf):
         with self._lock:
+            self.out -= 1
             if len(self._free) < self.keep:
                 self._free.append(buf)
 
@@ -286,7 +296,8 @@ class SlabBackprojector:
     # -- slabs ----------------------------------------------------------------------------------------
     def run(self, slabs, gpu):
         """The slabs ``[(z0, z1), ...]`` backprojected on ``gpu``, in order: page-locked arrays lent to the caller
-        (:class:`HostSlabs`), each reused once the caller lets go of it.
+        (:class:`HostSlabs`), each reused once the caller lets go of it (copies, where the caller holds more
+        than the buffers kept).
 
         Pipelined through the caller's lane (:class:`Lane`): each slab's
         zeroing and launches go on its compute stream into one of two device
@@ -317,6 +328,8 @@ class SlabBackprojector:
                 out.append(host)
             for token in flight:
                 lx.wait(token)
+        if st["host"].out > st["host"].keep:  # the caller holds many: these as copies, their buffers back
+            out = [np.array(s) for s in out]
         with st["lanes_lock"]:
             st["lanes"].append(lane)
         return out
