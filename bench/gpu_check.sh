@@ -83,13 +83,12 @@ if [ -n "$LEASE" ]; then
   # -- the lease plan: two commands ------------------------------------------------------------
   mkdir -p "$SITE" "$OUT"
   if [ "$EMULATE" -eq 1 ]; then
-    # small sizes, a simulated GPU: the plan's commands run here; no GPU is measured
-    export GPUMR_SIMULATE_GPUS=1
+    # small sizes, a simulated GPU (each script's own --emulate): the plan's commands run here; no GPU is measured
     EM=--emulate CT=${LEASE_CT:-32} ANG=${LEASE_ANGLES:-16} CT_BIG=${LEASE_CT_BIG:-40} ANG_BIG=${LEASE_ANGLES_BIG:-12}
     LFRAMES=${LEASE_FRAMES:-8} MIB=16 FSIZE=160x120
     echo "gpu_check --lease $LEASE --emulate: a simulated GPU, small sizes; nothing of a GPU is measured"
   else
-    EM= CT=512 ANG=512 CT_BIG=1024 ANG_BIG=360 LFRAMES=${FRAMES_LEASE:-4000} MIB=256 FSIZE=640x480
+    EM='' CT=512 ANG=512 CT_BIG=1024 ANG_BIG=360 LFRAMES=${FRAMES_LEASE:-4000} MIB=256 FSIZE=640x480
   fi
   if [ "$DRY" -eq 0 ] && [ "$EMULATE" -eq 0 ] && compgen -G ".whl/*.whl" >/dev/null; then
     step 30 install-wheels "$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" \
