@@ -15,6 +15,18 @@
 #   9. the table: each figure beside the model's prediction, then where the time went.
 # Without a GPU it says so on one line and exits 1, having checked nothing. `--dry` runs the same
 # plan without a GPU: it says so, prints each step and its timeout, and the table's rows unmeasured.
+#
+# `--lease 1` and `--lease 2`: the plan for a lent GPU as two commands, each well inside one call's
+# 10 minutes and 480 s in all (the install aside):
+#   1. identity and a clock monitor (nvidia-smi, every 0.5 s, for the whole command), the kernels,
+#      micro-timings (bench/gpu_micro.py: context start, pinned and pageable copies, first touch),
+#      where the time goes at 512^3 and 1024^3 (bench/gpu_phases.py), the changes of issue 65 beside
+#      what they replaced (bench/gpu_variants.py), the host's own driving cost (bench/host_driving.py);
+#   2. the 1024^3 x 360 job with --device auto, then the faces' kernel path and a 4,000-frame job
+#      with --device auto.
+# Each step's output lands in $OUT/NAME.txt; the command ends with their tables. `--emulate` runs the
+# same plan here on a simulated GPU (the kernels on the host, small sizes: the plan's commands run;
+# nothing of a GPU is measured).
 set -uo pipefail
 case $0 in */*) cd "${0%/*}/.." || exit 1 ;; *) cd .. || exit 1 ;; esac  # the repository root (no dirname: PATH may be bare)
 PY=${PYTHON:-python3}
@@ -22,9 +34,27 @@ SITE=${GPUMR_SITE:-/tmp/gpumr-site}
 OUT=${OUT:-/tmp/gpumr-gpu-check}
 FRAMES=${FRAMES:-1000}  # (at 2,000 the faces jobs did not finish inside the H200 check's lease)
 DRY=0
-if [ "${1:-}" = "--dry" ]; then DRY=1; fi
+LEASE=
+EMULATE=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry) DRY=1 ;;
+    --lease) LEASE=${2:-}; shift ;;
+    --emulate) EMULATE=1 ;;
+    *) echo "gpu_check: unknown argument $1 (--dry, --lease 1|2, --emulate)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -n "$LEASE" ] && [ "$LEASE" != 1 ] && [ "$LEASE" != 2 ]; then
+  echo "gpu_check: --lease takes 1 or 2, not '$LEASE'" >&2
+  exit 2
+fi
+if [ "$EMULATE" -eq 1 ] && [ -z "$LEASE" ]; then
+  echo "gpu_check: --emulate goes with --lease 1 or 2" >&2
+  exit 2
+fi
 
-if [ "$DRY" -eq 0 ] && { ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; }; then
+if [ "$DRY" -eq 0 ] && [ "$EMULATE" -eq 0 ] && { ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; }; then
   echo "gpu_check: no NVIDIA GPU here (nvidia-smi is missing or sees no device): nothing was checked;" \
        "run bench/gpu_check.sh on a machine with a GPU (bench/gpu_model.py predicts without one)" >&2
   exit 1
@@ -48,6 +78,71 @@ step() {
   fi
   return "$rc"
 }
+
+if [ -n "$LEASE" ]; then
+  # -- the lease plan: two commands ------------------------------------------------------------
+  mkdir -p "$SITE" "$OUT"
+  if [ "$EMULATE" -eq 1 ]; then
+    # small sizes, a simulated GPU (each script's own --emulate): the plan's commands run here; no GPU is measured
+    EM=--emulate CT=${LEASE_CT:-32} ANG=${LEASE_ANGLES:-16} CT_BIG=${LEASE_CT_BIG:-40} ANG_BIG=${LEASE_ANGLES_BIG:-12}
+    LFRAMES=${LEASE_FRAMES:-8} MIB=16 FSIZE=160x120
+    echo "gpu_check --lease $LEASE --emulate: a simulated GPU, small sizes; nothing of a GPU is measured"
+  else
+    EM='' CT=512 ANG=512 CT_BIG=1024 ANG_BIG=360 LFRAMES=${FRAMES_LEASE:-4000} MIB=256 FSIZE=640x480
+  fi
+  if [ "$DRY" -eq 0 ] && [ "$EMULATE" -eq 0 ] && compgen -G ".whl/*.whl" >/dev/null; then
+    step 30 install-wheels "$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" \
+      .whl/*.whl || failures=$((failures + 1))
+  fi
+  if [ "$EMULATE" -eq 0 ]; then
+    step 40 install "$PY" -m pip install -q --upgrade --no-index --no-deps --no-build-isolation --no-compile \
+      --target "$SITE" . || failures=$((failures + 1))
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  monitor=
+  if [ "$LEASE" = 1 ]; then
+    if [ "$DRY" -eq 0 ] && [ "$EMULATE" -eq 0 ]; then
+      nvidia-smi -q >"$OUT/identity.txt" 2>&1
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+        --format=csv -lms 500 >"$OUT/clocks.csv" 2>&1 &
+      monitor=$!
+      if command -v nvcc >/dev/null 2>&1; then
+        arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+        step 40 kernels "$PY" -m gpumr build-kernels -o "$SITE/kernels" --arch "$arch" && \
+          export GPUMR_KERNEL_DIR="$SITE/kernels"
+      fi
+    fi
+    step 30 micro "$PY" bench/gpu_micro.py --mib "$MIB" $EM || failures=$((failures + 1))
+    step 40 phases512 "$PY" bench/gpu_phases.py --ct "$CT" --angles "$ANG" --slab 16 --frames 0 $EM \
+      || failures=$((failures + 1))
+    step 60 phases1024 "$PY" bench/gpu_phases.py --ct "$CT_BIG" --angles "$ANG_BIG" --slab 16 \
+      --frames "$([ "$EMULATE" -eq 1 ] && echo 16 || echo 256)" --batch 16 --size "$FSIZE" $EM || failures=$((failures + 1))
+    step 40 variants "$PY" bench/gpu_variants.py --ct "$CT" --angles "$ANG" $EM || failures=$((failures + 1))
+    step 40 host "$PY" bench/host_driving.py --quick --repeat 3 || failures=$((failures + 1))
+    names="micro phases512 phases1024 variants host"
+  else
+    step 130 ct1024 "$PY" bench/backproject_gpu.py --sizes "$CT_BIG" --angles "$ANG_BIG" --slab 16 --job $EM \
+      || failures=$((failures + 1))
+    step 110 faces "$PY" bench/face_gpu.py --frames "$LFRAMES" --batch 16 --devices auto $EM \
+      || failures=$((failures + 1))
+    names="ct1024 faces"
+  fi
+  if [ -n "$monitor" ]; then kill "$monitor" 2>/dev/null; fi
+  if [ "$DRY" -eq 1 ]; then
+    echo "gpu_check (dry): done; no GPU was used, nothing was measured"
+    exit 0
+  fi
+  for name in $names; do  # each step's tables, as far as it got
+    echo
+    echo "== $name"
+    sed -n '/^$/,$p' "$OUT/$name.txt" 2>/dev/null | grep -v '^$' | head -40
+  done
+  if [ "$failures" -ne 0 ]; then
+    echo "gpu_check: $failures step(s) failed (outputs in $OUT)" >&2
+    exit 1
+  fi
+  exit 0
+fi
 
 if [ "$DRY" -eq 1 ]; then
   echo "gpu_check (dry): no GPU is used and nothing is measured; the plan, each step under its own timeout:"

@@ -79,6 +79,9 @@ ROUND_TRIP_S = 20e-6
 STUMP_CHAIN_CYCLES = (245, 480)
 #: Per launch on the device (s): the gap a queued launch leaves between kernels.
 LAUNCH_S = 4e-6
+#: The host's own budget for driving the device (``bench/host_driving.py`` measures it): per part of 8 frames
+#: (s), and per slab as a share of the kernel's time at the rate an H200 measured (GUPS).
+HOST_PART_S, HOST_SLAB_SHARE, MEASURED_GUPS = 0.45e-3, 0.05, 928
 #: A frame's bytes (640x480 grey), and the instructions per pyramid pixel of a bilinear resize on the GPU.
 FRAME_BYTES = 640 * 480
 PYRAMID_INSTR_PER_PIXEL = 40
@@ -324,14 +327,18 @@ def trace_backprojection(n, n_angles, work, l1_sectors, zb):
     g = geometry.simple(n, n_angles, n_detector=n)
     rng = np.random.default_rng(0)
     proj = pad(rng.random((n_angles, n, n), dtype=np.float32))
-    lx = EmulatedLauncher(0, 1 << 40)
+    lx = EmulatedLauncher(0, 1 << 40, order="eager")
     mod = traced_module(lx, "backproject", work)
     mod.lib.gpumr_trace_config(l1_sectors)
     fn = mod.get_function("backproject_slab")
     zs, ys, xs = (lx.to_device(a.astype(np.float32)) for a in _axes(g))
     b = np.asarray(g.angles, np.float64)
     trig = np.stack([np.cos(b), np.sin(b)], axis=1).astype(np.float32)
-    lx.set_constant(mod, "c_trig", trig)
+    if "c_trig" in mod.constants:  # (a kernel before its angles' cosines went to global memory)
+        lx.set_constant(mod, "c_trig", trig)
+        lead = ()
+    else:
+        lead = (lx.to_device(trig),)
     dproj = lx.to_device(proj)
     k = _scalars(g)
     slab = max(2 * zb, 16)
@@ -339,13 +346,13 @@ def trace_backprojection(n, n_angles, work, l1_sectors, zb):
     for z0 in (n // 2 - slab // 2, 0):
         out = lx.zeros((slab, n, n), np.float32)
         grid = (-(-n // 32), -(-n // 8), -(-slab // zb))
-        fn(dproj, np.int32(n_angles), np.int32(k["nv"]), np.int32(k["nu"]), zs[z0:z0 + slab], ys, xs,
+        fn(dproj, *lead, np.int32(n_angles), np.int32(k["nv"]), np.int32(k["nu"]), zs[z0:z0 + slab], ys, xs,
            np.int32(slab), np.int32(n), np.int32(n), np.float32(k["dso"]), np.float32(k["dsd"]),
            np.float32(k["cu"]), np.float32(k["cv"]), np.float32(k["inv_du"]), np.float32(k["inv_dv"]),
-           *([np.int32(1)] if len(fn.params) == 18 else []), out,  # the angles uncut (a kernel before the cut: none)
+           *([np.int32(1)] if len(fn.params) - len(lead) == 18 else []), out,  # the angles uncut (none before the cut)
            grid=grid, block=(32, 8, 1))
         totals[:, :5] += take(mod)[:, :5]
-    s = summarise(totals, site_lines("backproject", r"__ldg\("))
+    s = summarise(totals, site_lines("backproject", r"__ldg\((?:proj|lower)"))
     return dict(sectors_per_request=s["sectors"] / max(s["requests"], 1), l1_hit=s["hits"] / max(s["sectors"], 1),
                 lanes_per_request=s["lanes"] / max(s["requests"], 1), requests=s["requests"])
 
@@ -382,7 +389,7 @@ def trace_faces(frames, work, l1_sectors, run_blocks):
             entry["threads"] += int(np.prod(grid)) * int(np.prod(block))
             entry["launches"] += 1
 
-    lx = Traced(0, 1 << 40)
+    lx = Traced(0, 1 << 40, order="eager")  # (each launch's trace taken as it returns)
     det = facegpu.FaceGPU(cascade_path())
     original = launchmod.launcher
     launchmod.launcher = lambda gpu, prefer=None: lx

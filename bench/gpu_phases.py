@@ -37,9 +37,12 @@ from _common import table
 
 #: The interface's calls a driver makes while it runs (:class:`gpumr.gpu.interface.Launcher`).
 TIMED = ("to_device", "zeros", "to_host", "empty", "zero_async", "view", "to_device_async", "pinned",
-         "to_host_async", "wait", "launch", "launch_on", "set_constant", "synchronize", "resident_blocks", "stream")
-#: The calls that only queue work on the device: synchronised after, when each call is timed alone.
-QUEUED = ("zero_async", "to_device_async", "to_host_async", "launch", "launch_on", "set_constant")
+         "to_host_async", "wait", "launch", "launch_on", "set_constant", "synchronize", "resident_blocks", "stream",
+         "record", "wait_event")
+#: The calls that only queue work on the device: synchronised after, when each call is timed alone. An upload
+#: from pageable memory (``to_device``) is one: it returns once its data is staged, and lands later.
+QUEUED = ("to_device", "zeros", "zero_async", "to_device_async", "to_host_async", "launch", "launch_on",
+          "set_constant", "record", "wait_event")
 
 
 class Phases:
@@ -173,8 +176,9 @@ def header(unit):
 
 def ct(gpu, n, angles, slab, where):
     """The slab path for an ``n``^3 volume from ``angles`` random filtered projections, slabs of ``slab``
-    slices, after a warm-up run (set-up, self-check, both slots made): the projections' upload and
-    ``SlabBackprojector.run`` of every slab, as ``bench/backproject_gpu.py`` times it."""
+    slices, after a warm-up run (set-up, self-check, both slots made): the projections' upload as the driver
+    makes it (chunks through page-locked staging, then a synchronisation) and ``SlabBackprojector.run`` of
+    every slab, as ``bench/backproject_gpu.py`` times it."""
     from gpumr.ct import geometry
     from gpumr.ct.backproject import pad
     from gpumr.ct.backproject_gpu import SlabBackprojector
@@ -187,10 +191,12 @@ def ct(gpu, n, angles, slab, where):
     passes = {}
     for name, alone in (("driven", False), ("alone", True)):
         with timing(st, {id(st["fn"]): "backproject_slab"}, alone) as p, \
-                p.host_part(bp, "_land", "receiving each slab into the call's result array"):
+                p.host_part(bp, "_upload", "filling the projections' page-locked staging (once per device)"), \
+                p.host_part(st["host"], "take", "taking each slab's page-locked buffer"):
             t0 = time.perf_counter()
             with p.lx.active():
-                st["proj"] = p.lx.to_device(bp.padded)  # the path includes the upload, once per task and device
+                st["proj"] = bp._upload(p.lx)  # the path includes the upload, once per task and device
+                p.lx.synchronize()
             got = bp.run(slabs, gpu)
             p.wall = time.perf_counter() - t0
         passes[name] = p

@@ -9,6 +9,9 @@
 // with projections padded by a one-pixel zero border, so that clamping the
 // coordinates to the padded range replaces every branch.
 //
+// The angles' cosines and sines are read from global memory by angle (the same
+// address for every thread), so that no launch waits for constants to be replaced.
+//
 // Each thread owns one (x, y) column and ZB consecutive slices: the division,
 // the column and the weight are computed once per angle and reused for the
 // ZB slices, whose sums stay in registers across the thread's angles.
@@ -30,12 +33,12 @@
 #ifndef ZB
 #define ZB 8
 #endif
+// Angles per launch (the driver cuts more into launches of this many).
 #define MAX_ANGLES 2048
-
-__constant__ float2 c_trig[MAX_ANGLES];  // (cos b, sin b) of this launch's angles
 
 extern "C" __global__ void __launch_bounds__(256, 6) backproject_slab(
     const float* __restrict__ proj,   // [n_angles, nv + 2, nu + 2], this launch's angles
+    const float2* __restrict__ trig,  // [n_angles] (cos b, sin b), this launch's angles
     int n_angles, int nv, int nu,
     const float* __restrict__ zs, const float* __restrict__ ys, const float* __restrict__ xs,
     int nz, int ny, int nx,
@@ -70,7 +73,8 @@ extern "C" __global__ void __launch_bounds__(256, 6) backproject_slab(
     const float* lower = proj + width;  // the row below: its own base, so each gather is one address
     int base = a0 * plane;               // this angle's first element (32-bit indexing)
     for (int a = a0; a < a1; ++a, base += plane) {
-        const float c = c_trig[a].x, s = c_trig[a].y;
+        const float2 cs = __ldg(trig + a);  // the same for every thread: one request per warp
+        const float c = cs.x, s = cs.y;
         const float inv = 1.0f / (dso - (x * c + y * s));
         const float mag = dsd * inv;
         const float col = fminf(fmaxf((y * c - x * s) * (mag * inv_du) + cu1, 0.0f), col_max);

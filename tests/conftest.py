@@ -22,8 +22,10 @@ os.environ["GPUMR_LEASE_DIR"] = os.path.join(_NODE_STATE, "leases")
 os.environ["GPUMR_SCHEDULER_SOCKET"] = os.path.join(_NODE_STATE, "scheduler.sock")
 os.environ.pop("GPUMR_SIMULATE_GPUS", None)
 # Kernel builds (fatbins, and the host builds that simulated GPUs run) go to a cache of this
-# session's own: each session compiles the emulated kernels once, and never uses a stale build.
-os.environ["GPUMR_KERNEL_CACHE"] = os.path.join(_NODE_STATE, "kernels")
+# session's own: each session compiles the emulated kernels once, and never uses a stale build
+# (a session started by another for the same sources, bench/gpu_mutations.py's, may share its cache:
+# $GPUMR_TESTS_KERNEL_CACHE).
+os.environ["GPUMR_KERNEL_CACHE"] = os.environ.get("GPUMR_TESTS_KERNEL_CACHE") or os.path.join(_NODE_STATE, "kernels")
 for _name in ("GPUMR_CUDA_SOURCES", "GPUMR_EMULATE_ASAN"):
     os.environ.pop(_name, None)
 

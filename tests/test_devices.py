@@ -143,3 +143,34 @@ def test_tests_do_not_use_the_machines_default_node_state():
     from gpumr.devices import paths
     assert paths.default_lease_dir() != paths.user_dir()
     assert os.path.dirname(paths.default_socket()) != paths.user_dir()
+
+
+
+def test_auto_waits_for_a_busy_gpu_only_while_it_would_still_beat_the_cpu(tmp_path):
+    """Two tasks (two choosers) and one simulated GPU slot. A task that measured a batch on the GPU (0.01 s) and
+    a record on the CPU (0.6 s) waits for the slot another task holds, which frees in 0.2 s: the GPU, once free,
+    finishes before the CPU would. Held longer than the CPU would take, the record takes the CPU (before: every
+    record finding the slot taken took the CPU at once)."""
+    import threading
+    import time
+    env = {"GPUMR_SIMULATE_GPUS": "1:1GiB"}
+    mine, other = (DeviceChooser("auto", slots=1, lease_dir=str(tmp_path / "leases"), scheduler=False, env=env)
+                   for _ in range(2))
+    with mine.choose() as first:  # a batch on the GPU
+        assert first.on_gpu
+        time.sleep(0.01)
+    held = other.choose()
+    assert held.on_gpu
+    assert mine.choose() is CPU  # nothing to weigh yet (the CPU unmeasured): the CPU at once
+    time.sleep(0.6)  # ... its record on the CPU
+    threading.Timer(0.2, held.release).start()
+    t0 = time.monotonic()
+    got = mine.choose()
+    assert got.on_gpu and time.monotonic() - t0 >= 0.15
+    got.release()
+    assert 0.5 < mine.rates.cpu and mine.rates.gpu < 0.5
+    held = other.choose()
+    assert held.on_gpu
+    t0 = time.monotonic()
+    assert mine.choose() is CPU and time.monotonic() - t0 >= 0.3  # waited about the CPU's time, in vain
+    held.release()

@@ -22,20 +22,23 @@ def _ct():
 
 
 def test_a_batch_of_slabs_reuses_its_buffers_and_waits_once_per_slab():
-    """After the first batch, a batch of 4 slabs makes no allocation (device or page-locked) and no stream:
-    per slab one zeroing, one launch, one copy back and one wait (the only host synchronisation)."""
+    """After the first batch, a batch of 4 slabs makes no allocation (device or page-locked) and no stream: per
+    slab one zeroing, one launch, one copy back straight into the page-locked buffer the slab is handed out in,
+    an event after it and the compute stream's wait for it (the slot is refilled only after the copy out of it),
+    and one host wait (the only host synchronisation)."""
     g, q = _ct()
     gpu = simulated_gpus("1")[0]
     lx = launch.launcher(gpu)
     bp = SlabBackprojector(pad(q), g)
     slabs = [(0, 8), (8, 16), (16, 24), (24, 32)]
-    bp.run(slabs, gpu)  # set-up, self-check, both slots made
+    bp.run(slabs, gpu)  # set-up, self-check, both slots made; the slabs let go of: their buffers are kept
     lx.calls.clear()
     got = bp.run(slabs, gpu)
-    assert dict(lx.calls) == {"zero_async": 4, "launch": 4, "to_host_async": 4, "wait": 4}
+    assert dict(lx.calls) == {"zero_async": 4, "launch": 4, "to_host_async": 4, "record": 4, "wait_event": 4,
+                              "wait": 4}
     assert lx.syncs == 4
-    # the slabs are views of one host array, each equal to the CPU's
-    assert all(s.base is got[0].base and s.base is not None for s in got)
+    # each slab is its own page-locked buffer, equal to the CPU's
+    assert len({s.__array_interface__["data"][0] for s in got}) == 4
     for (z0, z1), slab in zip(slabs, got):
         assert np.linalg.norm(slab - backproject(q, g, z0, z1)) / np.linalg.norm(slab) < 1e-5
 
@@ -48,22 +51,26 @@ def test_a_taller_slab_grows_the_slots_once():
     bp.run([(0, 4), (4, 8)], gpu)
     lx.calls.clear()
     bp.run([(0, 16), (16, 32), (32, 40)], gpu)
-    assert lx.calls["pinned"] == 2 and lx.calls["empty"] == 2  # both slots grown to 16 slices, once
+    assert lx.calls["empty"] == 2  # both slots grown to 16 slices, once
+    assert lx.calls["pinned"] == 3  # (the 4-slice buffers kept are too small for these slabs)
     lx.calls.clear()
     bp.run([(0, 16), (16, 32)], gpu)
     assert lx.calls["pinned"] == 0 and lx.calls["empty"] == 0
 
 
 def test_the_ct_self_check_is_small_and_its_cpu_side_runs_before_any_lease(monkeypatch):
-    """The CPU's side of the check is computed when the backprojector is made; once a GPU is given, the
-    CPU backprojector is not called again (the lease waits only for the device's side)."""
+    """The CPU's side of the check (a window of slices around the centre, a strip of the first slab) is computed
+    when the backprojector is made; once a GPU is given, the CPU backprojector is not called again (the lease
+    waits only for the device's side)."""
     import gpumr.ct.backproject as cpu
+    from gpumr.ct.backproject_gpu import STRIP_ROWS
     g, q = _ct()
     bp = SlabBackprojector(pad(q), g)
-    expected, magnitude = bp._devices._expected.result(timeout=120)  # (the window, and its terms' magnitude)
+    (window, window_mag), (strip, strip_mag) = bp._devices._expected.result(timeout=120)
     zb = 8
-    assert magnitude >= np.linalg.norm(expected) > 0
-    assert expected.shape == (min(2 * zb + 3, g.nVoxel[0]), *(min(w, n) for w, n in zip(CHECK_WINDOW, g.nVoxel[1:])))
+    assert window_mag >= np.linalg.norm(window) > 0 and strip_mag >= np.linalg.norm(strip) > 0
+    assert window.shape == (min(2 * zb + 3, g.nVoxel[0]), *(min(w, n) for w, n in zip(CHECK_WINDOW, g.nVoxel[1:])))
+    assert strip.shape == (16, STRIP_ROWS, g.nVoxel[2])
 
     def refuse(*a, **k):
         raise AssertionError("the CPU backprojector ran while the GPU was leased")

@@ -18,7 +18,7 @@ back to the CPU, counted).
 
 import numpy as np
 
-from ..gpu.trust import DeviceStates
+from ..gpu.trust import DeviceStates, settled
 from .scalespace import log_cube, scale_factor, weights
 
 #: Threads per block of the passes (x, y) and of the cube's writes.
@@ -72,7 +72,7 @@ class LoGCube:
     def _setup(self, gpu):
         from ..gpu.launch import launcher
         lx = launcher(gpu, self.prefer)
-        with lx.active():
+        with lx.active(), settled(lx, gpu):
             mod = lx.module("blobs")
             return dict(lx=lx, correlate=lx.function(mod, "correlate_axis"), write=lx.function(mod, "log_scale"),
                         table=lx.to_device(self.table))
@@ -92,15 +92,15 @@ class LoGCube:
         RuntimeError
             If the device is not trusted (the reason given).
         """
-        return self._cube(self._devices.get(gpu), image)
+        return self._cube(self._devices.get(gpu), image, gpu)
 
-    def _cube(self, st, image):
+    def _cube(self, st, image, gpu=None):
         lx = st["lx"]
         h, w = image.shape
         i32 = np.int32
         grid = ((w + BLOCK[0] - 1) // BLOCK[0], (h + BLOCK[1] - 1) // BLOCK[1])
         pixels, n = h * w, len(self.scales)
-        with lx.active():
+        with lx.active(), settled(lx, gpu):
             img = lx.to_device(np.ascontiguousarray(image, np.float64))
             t, a, b = (lx.empty((h, w), np.float64) for _ in range(3))
             cube = lx.empty((h, w, n), np.float64)
@@ -111,5 +111,4 @@ class LoGCube:
                     lx.launch(st["correlate"], grid, BLOCK, src, dst, i32(h), i32(w), i32(axis), weights_, i32(r))
                 lx.launch(st["write"], ((pixels + SCALE_BLOCK - 1) // SCALE_BLOCK,), (SCALE_BLOCK, 1, 1), a, b, cube,
                           i32(pixels), i32(n), i32(k), np.float64(s2))
-            lx.synchronize()
-            return lx.to_host(cube)
+            return lx.to_host(cube)  # (a copy on the legacy stream, after its launches)

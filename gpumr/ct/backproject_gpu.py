@@ -1,60 +1,160 @@
 """The slab backprojector on a GPU (``cuda/backproject.cu``), same function as the CPU one.
 
-Projections are uploaded once per task and device and kept there across the
-task's slabs. A call takes a batch of slabs and pipelines them
-(:meth:`SlabBackprojector.run`): a slab's copy back into page-locked memory
-overlaps the next slab's kernels, through two device buffers and two
-page-locked host buffers made once per device and reused by every slab and
-call after (grown only for a taller slab), and the slabs land in one host
-array per call; each
-launch's angles are cut into the parts that fill the device's waves of
-blocks (:func:`split_for_waves`; ``bench/gpu_model.py`` predicts the
-gain). A slab whose output does not fit the free device memory is cut into
-smaller slabs (halving) rather than failing. Before a device is trusted,
-2 ZB + 3 slices around the volume's centre (every one of the ZB slices a
-kernel thread keeps), in a window of :data:`CHECK_WINDOW` voxels around
-the slices' centre, are compared with the CPU backprojector
-(:mod:`gpumr.gpu.trust`): the CPU's side is computed when the
-backprojector is made, before any GPU is leased, and the window keeps the
-check small at any volume size; a mismatch disables the GPU path (slabs
-then fall back to the CPU, counted).
+Set up once per device and process: the projections go up in chunks of
+angles through two page-locked staging buffers on a stream of their own
+(the host fills one while the other's copy runs), the axes and the angles'
+cosines and sines (read by the kernel from global memory, so that no launch
+waits for constants to be replaced) beside them, and the host waits for all
+of it once, before any stream's kernel may read it.
+
+A call takes a batch of slabs and pipelines them (:meth:`SlabBackprojector.run`)
+through a lane of the caller's own (:class:`Lane`: a stream for the kernels,
+one for the copies back, two device slots reused by every later call): each
+slab's kernels fill a slot, its copy back goes straight into a page-locked
+buffer that is handed to the caller as the slab (:class:`HostSlabs`: reused
+once the caller lets go of it, so no slab is copied on the host and no page
+is touched for the first time), and a slot is refilled only after the copy
+out of it (an event, no host wait). The host queues every slab of the call,
+then waits once per slab, for its copy. Each launch's angles are cut into the parts that fill the device's
+waves of blocks (:func:`split_for_waves`; ``bench/gpu_model.py`` predicts
+the gain). A slab whose output does not fit the free device memory is cut
+into smaller slabs (halving) rather than failing.
+
+Before a device is trusted (:mod:`gpumr.gpu.trust`), two cases are
+compared with the CPU backprojector, whose side is computed when the
+backprojector is made, before any GPU is leased: a window of
+:data:`CHECK_WINDOW` voxels of 2 ZB + 3 slices around the volume's centre
+(every one of the ZB slices a kernel thread keeps), and a strip of the
+first production slab (its first :data:`STRIP_ROWS` rows, every column, the
+volume's edge) launched as production launches it (the same cut of the
+angles, through a lane); one of the two takes the kernel's atomic path and
+the other its plain one. The bound (:func:`check_tolerance`) is a few times
+the rounding a correct device shows; a mismatch disables the GPU path
+(slabs then fall back to the CPU, counted). A failure while slabs are in
+flight is settled (:func:`gpumr.gpu.trust.settled`) before the lane's
+buffers are reused or the lease released.
 """
+
+import threading
+import weakref
 
 import numpy as np
 
 from ..gpu.kernels import defines
-from ..gpu.trust import DeviceStates
+from ..gpu.trust import DeviceStates, settled
 from .backproject import _axes, _scalars
 
 BLOCK = (32, 8, 1)
 #: The self-check's window of each slice, rows x columns around the centre (whole blocks of BLOCK).
 CHECK_WINDOW = (32, 64)
+#: Rows of the first production slab the self-check also computes (one row of blocks, every column).
+STRIP_ROWS = BLOCK[1]
+#: The projections go to the device in chunks of about this many bytes (two page-locked staging buffers).
+UPLOAD_CHUNK_BYTES = 64 << 20
+#: Slabs handed out per device whose page-locked buffers are kept for reuse once let go of.
+HOST_SLABS = 12
+#: The slab height the self-check's strip takes as production's (the CT workload's default ``--slab``).
+PRODUCTION_SLAB = 16
+#: The self-check's bound (:func:`check_tolerance`): a multiple of ``N * eps / sqrt(n_angles)``, and at least a
+#: number of float32 epsilons.
+ROUNDING_SCALE, ROUNDING_FLOOR = 1.5, 8
 
 
 def check_tolerance(geometry):
     """The self-check's bound on the device's difference from the CPU, relative to the terms' magnitude.
 
     Both backprojectors sum ``n_angles`` bilinear samples in float32, in
-    different orders: a detector coordinate near ``N`` pixels is exact to
-    about ``N * eps`` pixels, so each sample may differ by that fraction of
-    its neighbours' difference. Such rounding is bounded by the sum of the
-    terms' magnitudes, not by the sum itself, which filtered projections
-    cancel almost to nothing on noise (an H200 differed from the CPU by
-    2.2e-5 of the sum at 512 and 4.5e-5 at 1024 detector pixels on raw
-    noise; two correct CPU backprojectors differ 40-60 times more on
-    filtered noise than on raw): the
-    check divides the L2 difference by the L2 norm of the backprojection of
-    ``|q|`` and allows four times ``N * eps`` (at least 1e-5). An indexing or
-    bounds error differs by a fair fraction of the magnitude.
+    different orders and with different fused multiply-adds. A detector
+    coordinate near ``N`` pixels is exact to about ``N * eps`` pixels, so each
+    sample may differ by that fraction of its neighbours' difference; the
+    ``n_angles`` samples' roundings add up like a random walk while their
+    magnitudes add up, so the L2 difference divided by the L2 norm of the
+    backprojection of ``|q|`` (which filtered projections do not cancel) is
+    about ``c * N * eps / sqrt(n_angles)``, ``c`` under a half on the
+    emulated device and on the GPUs measured (``docs/benchmarks.rst``). The
+    bound is :data:`ROUNDING_SCALE` times ``N * eps / sqrt(n_angles)``, and at least
+    :data:`ROUNDING_FLOOR` epsilons (the sums' own rounding). An indexing,
+    bounds or ordering error in even a small part of the voxels checked
+    (a quarter of one slice off by a fraction of a percent) exceeds it.
 
     Examples
     --------
     >>> from gpumr.ct import geometry
     >>> float(check_tolerance(geometry.simple(1024, 360, n_detector=1024)))  # doctest: +ELLIPSIS
-    0.000488...
+    9.6...e-06
     """
     eps = float(np.finfo(np.float32).eps)
-    return max(1e-5, 4 * eps * max(geometry.nDetector))
+    return eps * max(ROUNDING_FLOOR, ROUNDING_SCALE * max(geometry.nDetector) / np.sqrt(geometry.n_angles))
+
+
+class HostSlabs:
+    """Page-locked host buffers that slabs are copied into and handed out as the slabs themselves.
+
+    A buffer comes back here once the caller lets go of its slab (every view
+    of it) and is reused for a later slab, so its pages are touched once, when
+    it is made; at most ``keep`` are kept. ``out``: how many are lent now (a
+    caller holding more than ``keep`` gets copies instead, :meth:`SlabBackprojector.run`,
+    so that page-locked memory stays bounded).
+    """
+
+    def __init__(self, lx, keep=None):
+        self.lx, self.keep = lx, HOST_SLABS if keep is None else keep
+        self.out = 0
+        self._free = []
+        self._lock = threading.Lock()
+
+    def take(self, shape):
+        """A float32 slab of ``shape`` in page-locked memory (its contents undefined until copied into)."""
+        n = int(np.prod(shape))
+        with self._lock:
+            fits = [i for i, b in enumerate(self._free) if b.size >= n]
+            buf = self._free.pop(min(fits, key=lambda i: self._free[i].size)) if fits else None
+            self.out += 1
+        if buf is None:
+            try:
+                buf = self.lx.pinned(n, np.float32)
+            except BaseException:
+                with self._lock:
+                    self.out -= 1
+                raise
+        lent = _Lent(buf[:n].reshape(shape))
+        weakref.finalize(lent, self._give_back, buf)
+        return np.asarray(lent)
+
+    def _give_back(self, buf):
+        with self._lock:
+            self.out -= 1
+            if len(self._free) < self.keep:
+                self._free.append(buf)
+
+
+class _Lent:
+    """A slab lent out of :class:`HostSlabs`: the base of the array the caller gets."""
+
+    def __init__(self, view):
+        self.view = view
+        self.__array_interface__ = view.__array_interface__
+
+
+class Lane:
+    """One caller's way to a device: a stream for the kernels, one for the copies back, and two device slots
+    (buffers of slab height), made once and reused; ``freed[i]``: the event after the last copy out of slot
+    ``i`` (None: none queued)."""
+
+    def __init__(self, lx):
+        self.compute, self.copy = lx.stream(), lx.stream()
+        self.slots, self.freed = [None, None], [None, None]
+
+    def slot(self, lx, i, height, plane):
+        """Slot ``i``'s device buffer as ``height`` slices of ``plane`` (rows, columns), made or grown (after the
+        last copy out of it landed) where it is smaller; the kernels wait for that copy before they refill it."""
+        have = self.slots[i]
+        if have is None or have.shape[0] < height:
+            lx.wait(self.freed[i])  # (the old buffer is given back only once nothing queued reads it)
+            self.slots[i], self.freed[i] = None, None
+            self.slots[i] = lx.empty((height,) + tuple(plane), np.float32)
+        lx.wait_event(self.compute, self.freed[i])
+        return self.slots[i][:height]
 
 
 class SlabBackprojector:
@@ -65,28 +165,60 @@ class SlabBackprojector:
     padded : ndarray [angle, rows + 2, cols + 2]
         Filtered projections with their zero border (:func:`gpumr.ct.backproject.pad`).
     geometry : gpumr.ct.geometry.Geometry
+    prefer : str, optional
+        ``"cupy"`` to try CuPy before PyCUDA.
+    slab : int, optional
+        The slab height production runs (the self-check's strip is launched as one of these is).
     """
 
-    def __init__(self, padded, geometry, prefer=None):
+    def __init__(self, padded, geometry, prefer=None, slab=PRODUCTION_SLAB):
         self.padded = np.ascontiguousarray(padded, np.float32)
         self.geometry = geometry
         self.prefer = prefer
+        self.slab = max(1, min(int(slab), geometry.nVoxel[0]))
         self._devices = DeviceStates("GPU backprojection", self._setup, self._self_check, self._check_case)
 
+    # -- set-up ------------------------------------------------------------------------------------
     def _setup(self, gpu):
         from ..gpu.launch import launcher
         lx = launcher(gpu, self.prefer)
-        constants = defines("backproject")  # slices per thread, angles per launch (constant memory)
-        with lx.active():
+        constants = defines("backproject")  # slices per thread, angles per launch
+        with lx.active(), settled(lx, gpu):
             mod = lx.module("backproject")
+            fn = lx.function(mod, "backproject_slab")
             zs, ys, xs = (a.astype(np.float32) for a in _axes(self.geometry))
             b = np.asarray(self.geometry.angles, np.float64)
             trig = np.stack([np.cos(b), np.sin(b)], axis=1).astype(np.float32)
-            return dict(lx=lx, mod=mod, fn=lx.function(mod, "backproject_slab"), proj=lx.to_device(self.padded),
-                        trig=trig, zs=lx.to_device(zs), ys=lx.to_device(ys), xs=lx.to_device(xs),
-                        zb=constants["ZB"], max_angles=constants["MAX_ANGLES"], streams=(lx.stream(), lx.stream()),
-                        slots=[None, None])
+            st = dict(lx=lx, mod=mod, fn=fn, zb=constants["ZB"], max_angles=constants["MAX_ANGLES"],
+                      wave=lx.resident_blocks(fn, BLOCK[0] * BLOCK[1] * BLOCK[2]), lanes=[],
+                      lanes_lock=threading.Lock(), host=HostSlabs(lx))
+            # (each upload held by the state as it is made: a failure keeps them until it is settled)
+            st["proj"] = self._upload(lx)
+            for name, host in (("trig", trig), ("zs", zs), ("ys", ys), ("xs", xs)):
+                st[name] = lx.to_device(host)
+            lx.synchronize()  # every upload landed: the lanes' streams are not ordered after the legacy stream's
+        return st
 
+    def _upload(self, lx):
+        """The projections on the device: chunks of angles through two page-locked staging buffers on a stream
+        of their own, the host filling one while the other's copy runs (waited for before it is refilled)."""
+        na = self.padded.shape[0]
+        plane = self.padded[0].nbytes
+        chunk = max(1, min(na, UPLOAD_CHUNK_BYTES // max(plane, 1)))
+        dev = lx.empty(self.padded.shape, np.float32)
+        stream = lx.stream()
+        staging = [lx.pinned((chunk,) + self.padded.shape[1:], np.float32) for _ in range(min(2, -(-na // chunk)))]
+        copied = [None] * len(staging)
+        for i, a0 in enumerate(range(0, na, chunk)):
+            a1, k = min(a0 + chunk, na), i % len(staging)
+            lx.wait(copied[k])  # this buffer's last copy has landed
+            buf = staging[k][:a1 - a0]
+            np.copyto(buf, self.padded[a0:a1])
+            lx.to_device_async(buf, dev[a0:a1], stream)
+            copied[k] = lx.record(stream)
+        return dev
+
+    # -- self-check --------------------------------------------------------------------------------
     def _check_window(self):
         """The self-check's slices ``(z0, z1)`` and window ``(y0, y1, x0, x1)`` (see :data:`CHECK_WINDOW`)."""
         nz, ny, nx = self.geometry.nVoxel
@@ -97,9 +229,15 @@ class SlabBackprojector:
         y0, x0 = (ny - h) // 2, (nx - w) // 2
         return (z0, z0 + n), (y0, y0 + h, x0, x0 + w)
 
+    def _check_strip(self):
+        """The strip's slices ``(0, slab)`` and window ``(0, STRIP_ROWS, 0, nx)``: the first production slab's
+        first rows, every column."""
+        _, ny, nx = self.geometry.nVoxel
+        return (0, self.slab), (0, min(STRIP_ROWS, ny), 0, nx)
+
     def _check_case(self):
-        """The CPU's side of the self-check: its window of slices, backprojected on the CPU, and the L2 norm
-        of the backprojection of the projections' magnitudes there (:func:`check_tolerance`).
+        """The CPU's side of the self-check: the window's and the strip's voxels backprojected on the CPU, each
+        with the L2 norm of the backprojection of the projections' magnitudes there (:func:`check_tolerance`).
 
         Computed once when the backprojector is made (:class:`gpumr.gpu.trust.DeviceStates` starts it
         then), so that no GPU lease waits for it.
@@ -107,27 +245,43 @@ class SlabBackprojector:
         from .backproject import backproject
         from .bands import row_band
         g = self.geometry
-        (z0, z1), window = self._check_window()
-        cpu = backproject(None, g, z0, z1, padded=self.padded, window=window)
-        r0, r1 = row_band(g, z0, z1)
-        magnitude = backproject(np.abs(self.padded[:, r0 + 1:r1 + 1, 1:-1]), g, z0, z1, row0=r0, window=window) \
-            if r1 > r0 else cpu
-        return cpu, max(float(np.linalg.norm(magnitude)), 1e-30)
+        cases = []
+        for (z0, z1), window in (self._check_window(), self._check_strip()):
+            cpu = backproject(None, g, z0, z1, padded=self.padded, window=window)
+            r0, r1 = row_band(g, z0, z1)
+            magnitude = backproject(np.abs(self.padded[:, r0 + 1:r1 + 1, 1:-1]), g, z0, z1, row0=r0,
+                                    window=window) if r1 > r0 else cpu
+            cases.append((cpu, max(float(np.linalg.norm(magnitude)), 1e-30)))
+        return cases
 
     def _self_check(self, st, case):
-        """The check's window of slices on the device against the CPU's: two whole ZB-slice blocks and 3 more.
-
-        Each thread of the kernel keeps ZB slices; the check covers every one
-        of a thread's slices, and a block that the volume's end cuts short.
-        """
-        cpu_slab, magnitude = case
+        """The window and the strip on the device against the CPU's (see the module's text): the strip through a
+        lane, its angles cut as production cuts a slab's; the window with the other of the kernel's paths
+        (atomic where the strip's is plain, plain where the strip's is atomic)."""
+        (window_cpu, window_mag), (strip_cpu, strip_mag) = case
+        lx = st["lx"]
         (z0, z1), (y0, y1, x0, x1) = self._check_window()
-        with st["lx"].active():
-            gpu_slab = self._slab(st, z0, z1, st["ys"][y0:y1], st["xs"][x0:x1])
-        err, bound = float(np.linalg.norm(gpu_slab - cpu_slab)) / magnitude, check_tolerance(self.geometry)
-        return True if err < bound else \
-            f"slices {z0}-{z1 - 1} differ from the CPU backprojector ({err:.2e} of the terms' magnitude, over " \
-            f"{bound:.1e})"
+        (s0, s1), (r0, r1, c0, c1) = self._check_strip()
+        _, ny, nx = self.geometry.nVoxel
+        strip_split = self._splits(st, s1 - s0, ny, nx)
+        with lx.active():
+            lane = Lane(lx)
+            out = lx.empty((s1 - s0, r1 - r0, c1 - c0), np.float32)
+            lx.zero_async(out, lane.compute)
+            self.launch(st, s0, s1, out, lane.compute, st["ys"][r0:r1], st["xs"][c0:c1], splits=strip_split)
+            strip = lx.pinned(out.shape, np.float32)
+            lx.wait(lx.to_host_async(out, strip, lane.copy, after=lane.compute))
+            other = [2 if s == 1 else 1 for s in strip_split]
+            window = self._slab(st, z0, z1, st["ys"][y0:y1], st["xs"][x0:x1], splits=other)
+        bound = check_tolerance(self.geometry)
+        for what, got, cpu, mag in ((f"slices {z0}-{z1 - 1}", window, window_cpu, window_mag),
+                                    (f"the first slab's rows {r0}-{r1 - 1} (slices {s0}-{s1 - 1})", strip, strip_cpu,
+                                     strip_mag)):
+            err = float(np.linalg.norm(got - cpu)) / mag
+            if not err < bound:  # (NaN fails too)
+                return f"{what} differ from the CPU backprojector ({err:.2e} of the terms' magnitude, over " \
+                       f"{bound:.1e})"
+        return True
 
     def state(self, gpu):
         """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use.
@@ -139,70 +293,58 @@ class SlabBackprojector:
         """
         return self._devices.get(gpu)
 
+    # -- slabs ----------------------------------------------------------------------------------------
     def run(self, slabs, gpu):
-        """The slabs ``[(z0, z1), ...]`` backprojected on ``gpu``, in order: views of one host array.
+        """The slabs ``[(z0, z1), ...]`` backprojected on ``gpu``, in order: page-locked arrays lent to the caller
+        (:class:`HostSlabs`), each reused once the caller lets go of it (copies, where the caller holds more
+        than the buffers kept).
 
-        Pipelined: each slab's launches go on one stream, its copy back into
-        page-locked host memory on another, after them; the next slab's
-        launches are queued before the host waits for that copy, so copies
-        (and the host's receiving of each slab) overlap the kernels. At most
-        two slabs are in flight, each in one of the device's two slots (a
-        device buffer and a page-locked host buffer, made once and reused by
-        every later slab and call); a slab that does not fit beside them runs
-        alone, cut in halves if need be (:meth:`_slab`).
+        Pipelined through the caller's lane (:class:`Lane`): each slab's
+        zeroing and launches go on its compute stream into one of two device
+        slots, its copy back on the copy stream after them; a slot is refilled
+        once the copy out of it is done (the compute stream waits for it, not
+        the host), so the host queues every slab before it waits for the first
+        one's copy. A slab that does not fit beside the slots runs alone, cut
+        in halves if need be (:meth:`_slab`). A failure is settled before the
+        lane is reused (:func:`gpumr.gpu.trust.settled`).
         """
         st = self.state(gpu)
         lx = st["lx"]
-        ny, nx = self.geometry.nVoxel[1], self.geometry.nVoxel[2]
-        heights = [z1 - z0 for z0, z1 in slabs]
-        result = np.empty((sum(heights), ny, nx), np.float32)
-        views = np.split(result, np.cumsum(heights)[:-1]) if slabs else []
-        with lx.active():
-            compute, copy = st["streams"]
-            flight = []
-            for i, ((z0, z1), view) in enumerate(zip(slabs, views)):
+        plane = (st["ys"].shape[0], st["xs"].shape[0])
+        lane = self._take_lane(st)
+        out, flight = [], []
+        with lx.active(), settled(lx, gpu):
+            for i, (z0, z1) in enumerate(slabs):
                 try:
-                    dev, host = self._slot(st, i % 2, z1 - z0)
+                    dev = lane.slot(lx, i % 2, z1 - z0, plane)
                 except lx.out_of_memory:
-                    self._land(lx, flight, len(flight))
-                    lx.synchronize()
-                    view[:] = self._slab(st, z0, z1)
+                    out.append(self._slab(st, z0, z1))
                     continue
-                lx.zero_async(dev, compute)
-                self.launch(st, z0, z1, dev, compute)
-                flight.append((host, view, lx.to_host_async(dev, host, copy, after=compute)))
-                self._land(lx, flight, len(flight) - 1)
-            self._land(lx, flight, len(flight))
-        return views
+                host = st["host"].take((z1 - z0,) + plane)
+                lx.zero_async(dev, lane.compute)
+                self.launch(st, z0, z1, dev, lane.compute)
+                flight.append(lx.to_host_async(dev, host, lane.copy, after=lane.compute))
+                lane.freed[i % 2] = lx.record(lane.copy)
+                out.append(host)
+            for token in flight:
+                lx.wait(token)
+        if st["host"].out > st["host"].keep:  # the caller holds many: these as copies, their buffers back
+            out = [np.array(s) for s in out]
+        with st["lanes_lock"]:
+            st["lanes"].append(lane)
+        return out
 
     @staticmethod
-    def _slot(st, i, height):
-        """Slot ``i``'s device buffer and page-locked host buffer, as ``height`` slices of the volume.
+    def _take_lane(st):
+        with st["lanes_lock"]:
+            if st["lanes"]:
+                return st["lanes"].pop()
+        with st["lx"].active():
+            return Lane(st["lx"])
 
-        Made on first use and kept (for every later slab and call); remade
-        only for a taller slab. A slot is reused only after its last copy
-        landed (:meth:`run` keeps at most two slabs in flight).
-        """
-        lx = st["lx"]
-        have = st["slots"][i]
-        if have is None or have[0].shape[0] < height:
-            st["slots"][i] = None  # the old buffers go before the new are made
-            shape = (height,) + tuple(st["ys"].shape) + tuple(st["xs"].shape)
-            have = st["slots"][i] = (lx.empty(shape, np.float32), lx.pinned(shape, np.float32))
-        dev, host = have
-        return dev[:height], host[:height]
-
-    @staticmethod
-    def _land(lx, flight, n):
-        """The first ``n`` slabs in flight received: their copies waited for, copied into their views."""
-        for _ in range(n):
-            host, view, token = flight.pop(0)
-            lx.wait(token)
-            view[:] = host
-
-    def _slab(self, st, z0, z1, ys=None, xs=None):
-        """Slab [z0, z1) alone (rows ``ys``, columns ``xs`` of each slice: device arrays, default all), cut in
-        halves where its output does not fit the device."""
+    def _slab(self, st, z0, z1, ys=None, xs=None, splits=None):
+        """Slab [z0, z1) alone on the legacy default stream (rows ``ys``, columns ``xs`` of each slice: device
+        arrays, default all), cut in halves where its output does not fit the device."""
         lx = st["lx"]
         ys = st["ys"] if ys is None else ys
         xs = st["xs"] if xs is None else xs
@@ -213,38 +355,42 @@ class SlabBackprojector:
             if nz == 1:
                 raise
             mid = (z0 + z1) // 2
-            return np.concatenate([self._slab(st, z0, mid, ys, xs), self._slab(st, mid, z1, ys, xs)])
-        self.launch(st, z0, z1, out, ys=ys, xs=xs)
-        lx.synchronize()
-        return lx.to_host(out)
+            return np.concatenate([self._slab(st, z0, mid, ys, xs, splits), self._slab(st, mid, z1, ys, xs, splits)])
+        self.launch(st, z0, z1, out, None, ys, xs, splits)
+        return lx.to_host(out)  # (a copy on the legacy stream: after its launches)
 
-    def launch(self, st, z0, z1, out, stream=None, ys=None, xs=None):
+    def _parts(self, st):
+        """The launches' angle ranges ``[(a0, a1), ...]``: at most ``MAX_ANGLES`` each, and few enough that the
+        kernel's 32-bit element indices reach them."""
+        na, plane = self.padded.shape[0], self.padded.shape[1] * self.padded.shape[2]
+        step = max(1, min(st["max_angles"], (2 ** 31 - 1) // plane - 1))
+        return [(a0, min(a0 + step, na)) for a0 in range(0, na, step)]
+
+    def _splits(self, st, nz, ny, nx):
+        """Each launch's cut of its angles for a slab of ``nz`` x ``ny`` x ``nx`` voxels (:func:`split_for_waves`)."""
+        blocks = -(-nx // BLOCK[0]) * -(-ny // BLOCK[1]) * -(-nz // st["zb"])
+        return [split_for_waves(blocks, st["wave"], a1 - a0) for a0, a1 in self._parts(st)]
+
+    def launch(self, st, z0, z1, out, stream=None, ys=None, xs=None, splits=None):
         """Queue the kernel launches for slab [z0, z1) into zeroed device array ``out`` on ``stream``.
 
-        Angles go in launches of at most ``MAX_ANGLES`` (constant memory), and
+        Angles go in launches of at most ``MAX_ANGLES`` (:meth:`_parts`), and
         each launch's angles in the parts that fill its waves best
-        (:func:`split_for_waves`). ``ys``, ``xs``: the voxel rows and columns
-        to compute (device arrays; default: all of them).
+        (:func:`split_for_waves`), or as ``splits`` says (one per launch).
+        ``ys``, ``xs``: the voxel rows and columns to compute (device arrays;
+        default: all of them).
         """
         lx, k = st["lx"], _scalars(self.geometry)
         ys = st["ys"] if ys is None else ys
         xs = st["xs"] if xs is None else xs
         nz, ny, nx = out.shape
-        na, plane = self.padded.shape[0], self.padded.shape[1] * self.padded.shape[2]
-        step = max(1, min(st["max_angles"], (2 ** 31 - 1) // plane - 1))  # the kernel's 32-bit element indices
         grid = ((nx + BLOCK[0] - 1) // BLOCK[0], (ny + BLOCK[1] - 1) // BLOCK[1], (nz + st["zb"] - 1) // st["zb"])
         f32, i32 = np.float32, np.int32
         zs = st["zs"][z0:z1]
-        wave = lx.resident_blocks(st["fn"], BLOCK[0] * BLOCK[1] * BLOCK[2])
-        for a0 in range(0, na, step):
-            a1 = min(a0 + step, na)
-            split = split_for_waves(grid[0] * grid[1] * grid[2], wave, a1 - a0)
-            if st.get("trig_at") != a0:  # constant memory holds another part's angles: replace them once idle
-                lx.synchronize()
-                lx.set_constant(st["mod"], "c_trig", st["trig"][a0:a1])
-                st["trig_at"] = a0
-            lx.launch_on(stream, st["fn"], grid[:2] + (grid[2] * split,), BLOCK, st["proj"][a0:a1], i32(a1 - a0),
-                         i32(k["nv"]), i32(k["nu"]), zs, ys, xs, i32(nz), i32(ny), i32(nx),
+        splits = self._splits(st, nz, ny, nx) if splits is None else splits
+        for (a0, a1), split in zip(self._parts(st), splits):
+            lx.launch_on(stream, st["fn"], grid[:2] + (grid[2] * split,), BLOCK, st["proj"][a0:a1], st["trig"][a0:a1],
+                         i32(a1 - a0), i32(k["nv"]), i32(k["nu"]), zs, ys, xs, i32(nz), i32(ny), i32(nx),
                          f32(k["dso"]), f32(k["dsd"]), f32(k["cu"]), f32(k["cv"]), f32(k["inv_du"]),
                          f32(k["inv_dv"]), i32(split), out)
 

@@ -1,12 +1,14 @@
-"""Per-record device choice: a GPU if one is free right now, otherwise the CPU.
+"""Per-record device choice: a GPU if one is free, or will be before the CPU would finish; otherwise the CPU.
 
 "Free" means a CUDA context this process can own (exclusive modes) or, in
 default mode, no foreign compute process, enough free memory and a
 node-local lease on one of the GPU's slots: from the scheduler service when
 it answers, else from lock files (a slot is never held twice). Modes:
-``auto`` (per record, never waits), ``cpu`` (never touches CUDA), ``gpu``
-(waits for a GPU; fails clearly without one). What "free" means, the
-service's timeouts and the fallback: :doc:`/concepts/devices`.
+``auto`` (per record: a free GPU; a busy one waited for only while it would
+still finish sooner than the CPU, by the rates measured, :class:`Rates`),
+``cpu`` (never touches CUDA), ``gpu`` (waits for a GPU; fails clearly
+without one). What "free" means, the service's timeouts and the fallback:
+:doc:`/concepts/devices`.
 """
 
 import os
@@ -24,6 +26,38 @@ PROBE_BACKOFF = 1.0
 SERVICE_BACKOFF = (5.0, 60.0)
 #: A blocking (``--device gpu``) request to the service waits at most this long per round.
 SERVICE_WAIT = 5.0
+#: In ``auto``, a record waits at most this long for a busy GPU (s), however slow the CPU is.
+MAX_WAIT = 60.0
+#: The weight of the newest measurement in a device's moving average (:class:`Rates`).
+RATE_WEIGHT = 0.3
+
+
+class Rates:
+    """How long work takes on each device, as measured by one chooser over its job: seconds per record on the
+    CPU, per batch on a GPU (moving averages, :data:`RATE_WEIGHT`).
+
+    Examples
+    --------
+    >>> r = Rates()
+    >>> r.add("cpu", 15.0); r.add("gpu", 0.03)
+    >>> round(r.wait(), 2)
+    14.97
+    """
+
+    def __init__(self):
+        self.cpu = self.gpu = None
+
+    def add(self, device, seconds):
+        """One more measurement of ``device`` (``"cpu"``: a record; ``"gpu"``: a batch)."""
+        old = getattr(self, device)
+        setattr(self, device, seconds if old is None else old + RATE_WEIGHT * (seconds - old))
+
+    def wait(self):
+        """How long a record may wait for a busy GPU: while the GPU, once free, would finish its batch (this record
+        in it) before the CPU would finish this record alone; 0 while either device is unmeasured."""
+        if self.cpu is None or self.gpu is None:
+            return 0.0
+        return max(0.0, min(MAX_WAIT, self.cpu - self.gpu))
 
 
 class Choice:
@@ -133,6 +167,9 @@ class DeviceChooser:
         self._log = log or (lambda line: None)
         self._rotate = 0
         self._probe_failed = {}  # uuid -> monotonic time of the last failed exclusive probe
+        self._said_lost = set()  # uuids of GPUs lost to a CUDA error that the log has named
+        self.rates = Rates()
+        self._cpu_since = None  # when the last record given the CPU was given it (timed at the next choice)
         self._absent = None  # reason there will never be a GPU (no driver, no GPU)
         self._only = None if only is None else frozenset(int(i) for i in only)
         self._largest = 0  # the most memory a GPU here has: no batch needing more is ever waited for
@@ -209,17 +246,59 @@ class DeviceChooser:
         ``memory``: the device memory its GPU work needs (bytes), unless the
         chooser was given one figure for all. Work that no GPU here could
         hold (:meth:`fits`) gets the CPU at once, in ``gpu`` mode too: no
-        wait would ever end.
+        wait would ever end; so does all work once every GPU here is lost
+        to a CUDA error in this process (:func:`gpumr.gpu.trust.untrusted`),
+        which is never leased again.
         """
-        if not self.fits(memory):
-            return CPU
+        now = time.monotonic()
+        if self._cpu_since is not None:  # the record given the CPU last is done: the task asks again
+            self.rates.add("cpu", now - self._cpu_since)
+            self._cpu_since = None
+        if not self.fits(memory) or self._all_lost():
+            return self._cpu()
         need = self._need(memory)
         if self.mode == "gpu":
             got = wait_for(lambda: self._try_gpu(need), self.wait_timeout)
             if got is None:
                 raise GpumrError(f"--device gpu: no GPU became free within {self.wait_timeout} s")
-            return got
-        return self._try_gpu(need) or CPU
+            return self._timed(got)
+        got = self._try_gpu(need)
+        wait = self.rates.wait()
+        if got is None and wait > 0:  # a busy GPU that would still finish before the CPU: wait for it that long
+            got = wait_for(lambda: self._try_gpu(need), wait)
+        return self._cpu() if got is None else self._timed(got)
+
+    def _cpu(self):
+        if self.has_gpus:
+            self._cpu_since = time.monotonic()
+        return CPU
+
+    def _timed(self, choice):
+        """``choice`` (a GPU's), its batch timed from now to its release (:attr:`rates`)."""
+        t0, release = time.monotonic(), choice._release
+
+        def done():
+            self.rates.add("gpu", time.monotonic() - t0)
+            if release is not None:
+                release()
+        choice._release = done
+        return choice
+
+    def _lost(self, gpu):
+        """Whether ``gpu`` was lost to a CUDA error in this process (said in the log once)."""
+        from ..gpu.trust import untrusted
+        why = untrusted(gpu)
+        if why and gpu.uuid not in self._said_lost:
+            self._said_lost.add(gpu.uuid)
+            self._log(f"gpumr: gpu:{gpu.index} is not used again by this task: {why}")
+        return bool(why)
+
+    def _all_lost(self):
+        from ..gpu.trust import any_untrusted
+        if not any_untrusted():
+            return False
+        gpus = self.gpus()
+        return bool(gpus) and all(self._lost(g) for g in gpus)
 
     def _exclusive_probe(self, gpu):
         if self._probe is not None:
@@ -279,6 +358,8 @@ class DeviceChooser:
         n = len(gpus)
         self._rotate = (self._rotate + 1) % n
         for gpu in gpus[self._rotate:] + gpus[:self._rotate]:
+            if self._lost(gpu):
+                continue
             verdict = check(gpu, memory, self._leases.sibling_pids(gpu) if gpu.processes else ())
             if not verdict.free:
                 continue
@@ -304,7 +385,7 @@ class DeviceChooser:
             return None
         index, lease_id = got
         gpu = next((g for g in self.gpus() if g.index == index), None)
-        if gpu is None:
+        if gpu is None or self._lost(gpu):
             client.release(lease_id)
             return None
         if not gpu.simulated:

@@ -5,7 +5,9 @@ more elements than the kernels' ``int`` offsets reach), in parts of
 :data:`PART` frames. The host copies a part's grey frames, behind the
 part's tables (levels, resize taps, the kernels' row and column lists:
 made once per run of frame sizes, :meth:`FaceGPU.plan`), into page-locked
-memory and sends them in one copy; on the GPU every pyramid level of every
+memory and sends them in one copy (the frames alone where the device's
+slot holds that plan's tables already); the part's launches, views and
+copy back are made once per plan (:meth:`FaceGPU._program`); on the GPU every pyramid level of every
 frame is resized from its frame bit for bit as OpenCV's
 ``INTER_LINEAR_EXACT`` (what ``detectMultiScale`` uses: the ``pyramid``
 kernel, from per-level column and row taps, :func:`resize_taps`), then
@@ -42,7 +44,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..gpu.trust import DeviceStates
+from ..gpu.trust import DeviceStates, settled
 from .cascade import Cascade
 from .cpu import DEFAULTS
 from .reference import group, scales
@@ -248,15 +250,24 @@ def turns(frame_levels, limit):
     offset the kernels take then fits an ``int``); a frame over it alone,
     which the face workload's pyramid limit rules out, is a run of its own.
     """
+    return cut([integral_elements(lvs) for lvs in frame_levels], limit)
+
+
+def integral_elements(lvs):
+    """The integral-image elements of a frame's levels ``lvs`` (:func:`levels`)."""
+    return sum((sw + 1) * (sh + 1) for _, (sw, sh), *_ in lvs)
+
+
+def cut(counts, limit):
+    """:func:`turns` from each frame's integral-image elements ``counts``."""
     first, held = 0, 0
-    for i, lvs in enumerate(frame_levels):
-        n = sum((sw + 1) * (sh + 1) for _, (sw, sh), *_ in lvs)
+    for i, n in enumerate(counts):
         if held + n > limit and i > first:
             yield first, i
             first, held = i, 0
         held += n
-    if first < len(frame_levels):
-        yield first, len(frame_levels)
+    if first < len(counts):
+        yield first, len(counts)
 
 
 def per_level(counts):
@@ -380,13 +391,20 @@ class Lane:
         self.dev, self.held, self.stride = None, 0, 0
         self.up = [None] * SLOTS
         self.back = [lx.pinned(HEAD + RESULT_WINDOWS, np.int32) for _ in range(SLOTS)]
+        self.programs = {}  # (plan, slot, read-back windows) -> what queues such a part here (FaceGPU._program)
+        self.loaded = [None] * SLOTS  # the plan whose tables each device slot holds
 
     def fit(self, lx, slot_bytes, scratch_bytes, upload):
         """Make the buffers hold parts of up to these sizes (nothing of this lane may be in flight)."""
         need = SLOTS * slot_bytes + scratch_bytes
         if self.dev is None or self.held < need or self.held > need + MEMORY_MARGIN // 2:
+            self.programs.clear()
+            self.loaded = [None] * SLOTS
             self.dev = None  # the old buffer given back before the new one is made
             self.dev, self.held = lx.empty(need, np.uint8), need
+        if self.stride != slot_bytes:
+            self.programs.clear()
+            self.loaded = [None] * SLOTS
         self.stride = slot_bytes
         for i in range(SLOTS):
             if self.up[i] is None or len(self.up[i]) < upload:
@@ -423,6 +441,7 @@ class FaceGPU:
         self.cascade_file = cascade_file
         self._devices = DeviceStates("GPU face detection", self._setup, self._self_check, self._check_case)
         self._shapes = collections.OrderedDict()  # frame size -> its levels and resize taps (_shape_taps)
+        self._sizes = collections.OrderedDict()  # frame size -> its integral-image elements (_elements)
         self._plans = collections.OrderedDict()  # a part's frame shapes -> its Plan
         self._lock = threading.Lock()
 
@@ -444,6 +463,11 @@ class FaceGPU:
                 cache.popitem(last=False)
             cache[key] = hit
         return hit
+
+    def _elements(self, shape):
+        """The integral-image elements of a frame of ``shape`` (:func:`integral_elements`), once per size."""
+        shape = (int(shape[0]), int(shape[1]))
+        return self._kept(self._sizes, shape, lambda: integral_elements(self._shape_taps(shape)[0]))
 
     def _shape_taps(self, shape):
         """A frame size's levels and resize taps: ``(levels, taps int32 [n, 2], (column, row) tap offsets per
@@ -531,7 +555,7 @@ class FaceGPU:
         constant = bool(self.constant) and len(stages) <= layout_["CONST_STAGES"] and \
             len(nodes) <= layout_["CONST_NODES"]
         kind = "" if constant else "_global"
-        with lx.active():
+        with lx.active(), settled(lx, gpu):
             mod = lx.module("haar")
             fns = {n: lx.function(mod, n) for n in ("pyramid", "integral_rows", "integral_cols", "feature_offsets",
                                                      "first_survivors")}
@@ -544,6 +568,7 @@ class FaceGPU:
                       cascade=[np.int32(c.window[0]), np.int32(c.window[1]), lx.to_device(_at_least_one(stages)),
                                lx.to_device(_at_least_one(nodes))])
             self._constants(st)
+            lx.synchronize()  # the uploads and constants landed: the lanes' streams are not ordered after them
         return st
 
     @staticmethod
@@ -591,18 +616,21 @@ class FaceGPU:
         RuntimeError
             If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
         """
-        return self._found(self._devices.get(gpu), grays)
+        return self._found(self._devices.get(gpu), grays, gpu)
 
-    def _found(self, st, grays):
+    def _found(self, st, grays, gpu=None):
         """A :class:`Found` per frame; the frames sent in parts of at most :data:`PART`, in turns that keep the
         kernels' offsets within ``int`` (:func:`turns`).
 
         Each part is queued on the lane's stream (:meth:`_queue`) before the
         host waits for the one before it (:meth:`_collect`): the device runs
         a part while the host copies the next part's frames into page-locked
-        memory and collects the last one's windows.
+        memory and collects the last one's windows. A failure is settled
+        (:func:`gpumr.gpu.trust.settled`: nothing of the lane's is still
+        queued, a CUDA error distrusts ``gpu``) before it propagates, and the
+        lane is let go of.
         """
-        parts = [(a, min(a + PART, end)) for first, end in turns([self._levels(g.shape) for g in grays], MAX_ELEMENTS)
+        parts = [(a, min(a + PART, end)) for first, end in cut([self._elements(g.shape) for g in grays], MAX_ELEMENTS)
                  for a in range(first, end, PART)]
         if not parts:
             return []
@@ -610,7 +638,7 @@ class FaceGPU:
         lx = st["lx"]
         lane = self._take_lane(st)
         out, pending = [], collections.deque()
-        with lx.active():
+        with lx.active(), settled(lx, gpu):
             lane.fit(lx, max(p.layout.slot_bytes for p in plans), max(p.layout.scratch_bytes for p in plans),
                      max(p.layout.upload for p in plans))
             for i, ((a, b), plan) in enumerate(zip(parts, plans)):
@@ -620,7 +648,7 @@ class FaceGPU:
                     out.extend(self._collect(st, lane, *pending.popleft()))
             while pending:
                 out.extend(self._collect(st, lane, *pending.popleft()))
-        self._give_lane(st, lane)  # (not after a failure: work of it may still be queued)
+        self._give_lane(st, lane)  # (not after a failure: settled, the lane is let go of)
         return out
 
     @staticmethod
@@ -637,13 +665,14 @@ class FaceGPU:
             st["lanes"].append(lane)
 
     @staticmethod
-    def fill(buffer, plan, grays):
+    def fill(buffer, plan, grays, tables=True):
         """Write a part's upload into ``buffer`` (uint8, page-locked, at least ``plan.layout.upload`` bytes): its
-        tables, its frames, zeroed counters. Returns the upload (a view of ``buffer``): the host's only copy of
-        the frames on their way to the device."""
+        tables (unless ``tables`` is False: the device's slot holds them already), its frames, zeroed counters.
+        Returns the upload (a view of ``buffer``): the host's only copy of the frames on their way to the device."""
         lay = plan.layout
         up = buffer[:lay.upload]
-        up[:len(plan.tables)] = plan.tables
+        if tables:
+            up[:len(plan.tables)] = plan.tables
         at = lay.slot["frames"][0]
         for g in grays:
             up[at:at + g.size].reshape(g.shape)[...] = g
@@ -654,33 +683,53 @@ class FaceGPU:
     def _queue(self, st, lane, slot, plan, grays):
         """Queue one part on the lane's stream: its upload, every kernel, and the copy back of its counters and
         last list; returns what :meth:`_collect` waits for. No call here waits for the device."""
-        lx, f, s, lay = st["lx"], st["fns"], lane.stream, plan.layout
+        lx, s = st["lx"], lane.stream
+        upload, frames, launches, back = self._program(st, lane, slot, plan)
+        fresh = lane.loaded[slot] is not plan  # (else the slot holds this plan's tables: the frames go alone)
+        up = self.fill(lane.up[slot], plan, grays, tables=fresh)
+        lane.loaded[slot] = None
+        if fresh:
+            lx.to_device_async(up, upload, s)
+        else:
+            lx.to_device_async(up[plan.layout.slot["frames"][0]:], frames, s)
+        lane.loaded[slot] = plan
+        for fn, grid, args in launches:
+            lx.launch_on(s, fn, grid, (BLOCK, 1, 1), *args)
+        return lx.to_host_async(back, lane.back[slot][:back.shape[0]], s)
+
+    def _program(self, st, lane, slot, plan):
+        """What queues a part of ``plan`` in ``slot`` of ``lane``: ``(upload, frames, [(kernel, grid, args), ...],
+        back)``, the device views its upload fills (all of it, or from its frames on) and its copy back reads, and
+        its launches; made once per lane, plan and slot, and kept while the lane's buffers stay (:meth:`Lane.fit`)."""
+        key = (plan, slot, RESULT_WINDOWS)
+        got = lane.programs.get(key)
+        if got is not None:
+            return got
+        lx, f, lay = st["lx"], st["fns"], plan.layout
         i32 = np.int32
-        up = self.fill(lane.up[slot], plan, grays)
 
         def slot_(name, **kw):
             return lane.at(lx, lay, "slot", name, slot, **kw)
 
         def scratch(name):
             return lane.at(lx, lay, "scratch", name)
-        lx.to_device_async(up, lx.view(lane.dev, slot * lane.stride, lay.upload, np.uint8), s)
+        upload = lx.view(lane.dev, slot * lane.stride, lay.upload, np.uint8)
+        at = lay.slot["frames"][0]
+        frames = lx.view(lane.dev, slot * lane.stride + at, lay.upload - at, np.uint8)
         table = plan.table
         n_lv, n_pix, n_win, nf = len(table), plan.n_pix, plan.n_win, len(self.cascade.rects)
         levels, img, total, sq, codes = slot_("table"), scratch("img"), scratch("sum"), scratch("sq"), scratch("codes")
-        lx.launch_on(s, f["pyramid"], _grid(n_pix), (BLOCK, 1, 1), slot_("frames"), levels, slot_("sources"),
-                     i32(n_lv), i32(n_pix), slot_("taps"), img)
         n_rows, n_cols = len(plan.irows), len(plan.icols)
-        lx.launch_on(s, f["integral_rows"], _grid(n_rows), (BLOCK, 1, 1), img, levels, slot_("irows"), i32(n_rows),
-                     total, sq)
-        lx.launch_on(s, f["integral_cols"], _grid(n_cols), (BLOCK, 1, 1), levels, slot_("icols"), i32(n_cols), total,
-                     sq)
+        launches = [(f["pyramid"], _grid(n_pix), (slot_("frames"), levels, slot_("sources"), i32(n_lv), i32(n_pix),
+                                                 slot_("taps"), img)),
+                    (f["integral_rows"], _grid(n_rows), (img, levels, slot_("irows"), i32(n_rows), total, sq)),
+                    (f["integral_cols"], _grid(n_cols), (levels, slot_("icols"), i32(n_cols), total, sq))]
         feats, n_w = scratch("feats"), len(plan.widths)
         if nf:
-            lx.launch_on(s, f["feature_offsets"], _grid(n_w * nf), (BLOCK, 1, 1), st["rects"], st["weights"], i32(nf),
-                         slot_("widths"), i32(n_w), feats)
+            launches.append((f["feature_offsets"], _grid(n_w * nf), (st["rects"], st["weights"], i32(nf),
+                                                                      slot_("widths"), i32(n_w), feats)))
         casc = st["cascade"] + [feats, slot_("level_feats")]
-        lx.launch_on(s, f["first_stage"], _grid(n_win), (BLOCK, 1, 1), *casc, levels, i32(n_lv), i32(n_win), total, sq,
-                     codes)
+        launches.append((f["first_stage"], _grid(n_win), (*casc, levels, i32(n_lv), i32(n_win), total, sq, codes)))
         # lists[g] holds group g's input (lists[0]: the first stage's survivors), its length head[g]; the last
         # group writes the slot's last list, right after the counters
         n_groups = len(self.groups)
@@ -689,15 +738,18 @@ class FaceGPU:
             lists[g] = scratch("list_a" if (n_groups - 1 - g) % 2 == 0 else "list_b")
         head = [slot_("head", skip=g, count=1) for g in range(n_groups + 1)]
         n_grows = len(plan.grows)
-        lx.launch_on(s, f["first_survivors"], _grid(n_grows), (BLOCK, 1, 1), levels, slot_("grows"), i32(n_grows),
-                     codes, lists[0], head[0])
+        launches.append((f["first_survivors"], _grid(n_grows), (levels, slot_("grows"), i32(n_grows), codes, lists[0],
+                                                                head[0])))
         blocks = (min(st["run_blocks"], -(-n_win // BLOCK)), 1, 1)  # as many as the device holds at once
         for g, (first, last) in enumerate(self.groups):
-            lx.launch_on(s, f["run_stages"], blocks, (BLOCK, 1, 1), *casc, levels, i32(n_lv), total, sq, lists[g],
-                         head[g], i32(first), i32(last), lists[g + 1], head[g + 1])
+            launches.append((f["run_stages"], blocks, (*casc, levels, i32(n_lv), total, sq, lists[g], head[g],
+                                                       i32(first), i32(last), lists[g + 1], head[g + 1])))
         n_back = HEAD + min(RESULT_WINDOWS, lay.slot["last"][1])
         back = lx.view(lane.dev, slot * lane.stride + lay.slot["head"][0], n_back, np.int32)
-        return lx.to_host_async(back, lane.back[slot][:n_back], s)
+        if len(lane.programs) >= SHAPES_KEPT * SLOTS:
+            lane.programs.clear()
+        lane.programs[key] = got = (upload, frames, launches, back)
+        return got
 
     def _collect(self, st, lane, slot, plan, token):
         """Wait for a part's copy back; its windows (sorted), split by frame: a :class:`Found` per frame.

@@ -30,7 +30,12 @@ it; so is a host array) whose dtype matches the pointee where that is an
 arithmetic type, the grid and block limits, and the constant memory size.
 Device memory is host memory from ``malloc``, counted against the simulated
 device's size (``GPUMR_SIMULATE_GPUS=N:MEM``): beyond it an allocation raises
-:class:`DeviceOutOfMemory`. With ``GPUMR_EMULATE_ASAN=1`` the kernels are
+:class:`DeviceOutOfMemory`.
+
+Streams are asynchronous (:class:`EmulatedLauncher`): queued work runs late,
+in an order CUDA allows, so that a wait a driver leaves out gives a wrong
+result here, not only on a GPU; faults (a launch failure, a sticky error) are
+injected at chosen calls (:data:`FAULTS_ENV`). With ``GPUMR_EMULATE_ASAN=1`` the kernels are
 built with AddressSanitizer (the process must run with gcc's ``libasan``
 preloaded), whose redzones then guard every device allocation.
 """
@@ -39,7 +44,9 @@ import collections
 import ctypes
 import functools
 import hashlib
+import itertools
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -88,8 +95,70 @@ class DeviceOutOfMemory(MemoryError):
     """An allocation does not fit the simulated device's memory."""
 
 
-class LaunchError(RuntimeError):
-    """A launch a driver would refuse (grid or block beyond CUDA's limits)."""
+class DeviceError(RuntimeError):
+    """A CUDA error of a simulated device; ``sticky``: its context is lost, and every later call fails the same."""
+
+    def __init__(self, message, sticky=False):
+        super().__init__(message)
+        self.sticky = sticky
+
+
+class LaunchError(DeviceError):
+    """A launch a driver would refuse (grid or block beyond CUDA's limits), or a kernel that failed as it ran."""
+
+
+class EmulationError(RuntimeError):
+    """A rule of CUDA's the driver broke that a GPU would not report (device memory given back under queued work)."""
+
+
+#: How queued work is run: ``late`` (when the host waits for it, the latest first where nothing orders two
+#: operations), ``random[:SEED]`` (when waited for, in a random order CUDA allows), ``eager`` (at once, in order).
+ORDER_ENV = "GPUMR_EMULATE_ORDER"
+#: Faults to inject, ``KIND@CALL#N`` separated by commas: ``failure@launch#2`` makes the second launch
+#: raise a launch failure, ``sticky@to_host_async#3`` loses the context when the third copy back runs.
+FAULTS_ENV = "GPUMR_EMULATE_FAULTS"
+FAULT_KINDS = ("failure", "sticky")
+#: The byte fresh device and page-locked memory holds.
+POISON = 0xFF
+
+
+def parse_order(text):
+    """``(order, seed)`` of an :data:`ORDER_ENV` value (empty: ``late``).
+
+    Raises
+    ------
+    GpumrError
+        If it is none of ``late``, ``eager``, ``random[:SEED]``.
+    """
+    name, _, seed = (text or "late").partition(":")
+    if name in ("late", "eager") and not seed:
+        return name, 0
+    if name == "random" and (not seed or seed.isdigit()):
+        return name, int(seed or 0)
+    raise GpumrError(f"{ORDER_ENV}={text!r}: one of late, eager, random[:SEED]")
+
+
+def parse_faults(text):
+    """``{(call, n): kind}`` of an :data:`FAULTS_ENV` value.
+
+    Raises
+    ------
+    GpumrError
+        Naming the first entry that is not ``KIND@CALL#N``.
+
+    Examples
+    --------
+    >>> parse_faults("sticky@launch#3, failure@to_host_async#1")
+    {('launch', 3): 'sticky', ('to_host_async', 1): 'failure'}
+    """
+    out = {}
+    for item in filter(None, (p.strip() for p in (text or "").split(","))):
+        m = re.fullmatch(r"(\w+)@(\w+)#(\d+)", item)
+        if not m or m.group(1) not in FAULT_KINDS or int(m.group(3)) < 1:
+            raise GpumrError(f"{FAULTS_ENV}: {item!r} is not KIND@CALL#N (KIND one of {', '.join(FAULT_KINDS)}; "
+                             "e.g. sticky@launch#3)")
+        out[m.group(2), int(m.group(3))] = m.group(1)
+    return out
 
 
 def compiler():
@@ -229,23 +298,53 @@ _SCALARS = {"i1": (np.int8, ctypes.c_int8), "i2": (np.int16, ctypes.c_int16), "i
             "f4": (np.float32, ctypes.c_float), "f8": (np.float64, ctypes.c_double)}
 
 
+class _Block:
+    """Emulated device memory itself: freed once neither its :class:`Allocation` nor queued work refers to it.
+
+    ``users``: queued operations on a stream other than the legacy default stream that use it, by
+    their numbers (a stream-ordered pool hands memory out again in the legacy stream's order, not theirs).
+    """
+
+    __slots__ = ("ptr", "nbytes", "users", "__weakref__")
+
+    def __init__(self, nbytes):
+        self.ptr = _libc.malloc(max(nbytes, 1))
+        if not self.ptr:
+            raise MemoryError(nbytes)
+        self.nbytes, self.users = nbytes, {}
+        ctypes.memset(self.ptr, POISON, max(nbytes, 1))  # never written yet: NaN as float, -1 as integer
+        weakref.finalize(self, _libc.free, self.ptr)
+
+
 class Allocation:
-    """One block of emulated device memory; given back when nothing refers to it any more."""
+    """One allocation of emulated device memory; given back (to the simulated device's count) when nothing
+    refers to it any more. Given back while work queued on another stream still uses it: a violation
+    (:meth:`EmulatedLauncher.violations`), as a pool may hand it out again while that work runs."""
 
     def __init__(self, launcher, nbytes):
         self.nbytes = nbytes
         launcher._reserve(nbytes)
-        self.ptr = _libc.malloc(max(nbytes, 1))
-        if not self.ptr:
+        try:
+            self.block = _Block(nbytes)
+        except MemoryError:
             launcher._release(nbytes)
-            raise DeviceOutOfMemory(f"simulated GPU {launcher.ordinal}: the host has no {nbytes} bytes to give")
+            raise DeviceOutOfMemory(f"simulated GPU {launcher.ordinal}: the host has no {nbytes} bytes to give") \
+                from None
         self.launcher = launcher
-        weakref.finalize(self, Allocation._free, launcher, self.ptr, nbytes)
+        weakref.finalize(self, Allocation._gone, launcher, weakref.ref(self.block), nbytes)
+
+    @property
+    def ptr(self):
+        return self.block.ptr
 
     @staticmethod
-    def _free(launcher, ptr, nbytes):
-        _libc.free(ptr)
+    def _gone(launcher, block, nbytes):
         launcher._release(nbytes)
+        b = block()
+        if b is not None and b.users:
+            launcher._violation(f"{nbytes} bytes of device memory were given back while work queued on a stream "
+                                f"still used them ({', '.join(sorted(set(b.users.values())))}; a memory pool may "
+                                "hand them out again at once)")
 
 
 class DeviceArray:
@@ -273,6 +372,29 @@ class DeviceArray:
         return DeviceArray(self.allocation, self.offset + start * row, (stop - start,) + self.shape[1:], self.dtype)
 
 
+class Stream:
+    """A stream of a simulated device: its work runs in the order queued. The legacy default stream
+    (``legacy``) orders work around it on blocking streams (``blocking``); :meth:`EmulatedLauncher.stream`
+    makes non-blocking ones, as the real launchers do, which nothing orders but events."""
+
+    def __init__(self, launcher, blocking=False, legacy=False):
+        self.launcher, self.blocking, self.legacy = launcher, blocking or legacy, legacy
+        self.last = None  # the last operation queued on it
+
+
+class Op:
+    """One operation queued on a stream: run once every operation in ``deps`` has run."""
+
+    __slots__ = ("seq", "name", "stream", "deps", "run", "keep", "counted", "fault", "done")
+
+    def __init__(self, seq, name, stream, deps, run, keep, counted, fault):
+        self.seq, self.name, self.stream, self.deps, self.run = seq, name, stream, deps, run
+        self.keep, self.counted, self.fault, self.done = keep, counted, fault, False
+
+    def __repr__(self):
+        return f"<{self.name} #{self.seq}{' done' if self.done else ''}>"
+
+
 def _param(text):
     """``"pf4"`` -> (True, "f4"): whether the parameter is a pointer, and its (pointee's) kind and size."""
     return (True, text[1:]) if text.startswith("p") else (False, text)
@@ -284,7 +406,11 @@ def _describe(kind):
 
 
 class Kernel:
-    """One ``extern "C" __global__`` function, called as PyCUDA's: ``fn(*args, grid=..., block=...)``."""
+    """One ``extern "C" __global__`` function, called as PyCUDA's: ``fn(*args, grid=..., block=...)``.
+
+    Called directly, it runs at once, after the work queued on the legacy default stream before it (an
+    order CUDA allows); :meth:`EmulatedLauncher.launch` and :meth:`~EmulatedLauncher.launch_on` queue it.
+    """
 
     def __init__(self, module, name):
         self.module = module
@@ -298,6 +424,11 @@ class Kernel:
         self._run.restype = ctypes.c_int
 
     def __call__(self, *args, grid=(1, 1), block=None):
+        self.module.launcher._launch(self, args, grid, block, None, now=True)
+
+    def prepare(self, args, grid, block):
+        """The checked launch: ``(run, blocks)``, ``run()`` running the grid, ``blocks`` the device memory
+        it points to. Raises as a driver refuses a launch (argument types and count, grid and block)."""
         if block is None:
             raise ValueError("must specify block size")
         if len(args) != len(self.params):
@@ -305,10 +436,18 @@ class Kernel:
         values = [self._value(i, arg, param) for i, (arg, param) in enumerate(zip(args, self.params))]
         grid3, block3 = _dims(self.name, grid, block)
         argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        if self._run(argv, (ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3), self.module.launcher.threads):
-            why = self.module.lib.gpumr_launch_error
-            why.restype = ctypes.c_char_p
-            raise LaunchError(f"{self.name}: {why().decode(errors='replace')}")
+        grid_c, block_c = (ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(*block3)
+        blocks = tuple({id(a.allocation.block): a.allocation.block for a in args
+                        if isinstance(a, DeviceArray)}.values())
+
+        def run():
+            keep = values  # (the arguments live as long as the launch)
+            if self._run(argv, grid_c, block_c, self.module.launcher.threads):
+                why = self.module.lib.gpumr_launch_error
+                why.restype = ctypes.c_char_p
+                raise LaunchError(f"{self.name}: {why().decode(errors='replace')}")
+            return keep
+        return run, blocks
 
     def _value(self, i, arg, param):
         pointer, kind = param
@@ -418,7 +557,23 @@ class Module:
 
 
 class EmulatedLauncher(Launcher):
-    """The launcher of a simulated GPU: the kernels built for and run on the host.
+    """The launcher of a simulated GPU: the kernels built for and run on the host, its streams asynchronous.
+
+    Work is queued on streams and run late, in an order CUDA allows (:data:`ORDER_ENV`): by default
+    only when the host waits for it (:meth:`synchronize`, :meth:`wait`, a blocking copy back), and
+    then, of the work that must run, the latest queued first wherever no stream or event orders two
+    operations. So a wait the driver leaves out shows as a wrong result: the host reads a page-locked
+    buffer before its copy landed, a kernel reads an upload still queued on another stream or the
+    constants of before, a buffer is refilled while work queued before still reads it. The legacy
+    default stream (``None``) orders what it orders in CUDA: its work after the work queued before
+    on blocking streams, theirs after its; non-blocking streams (:meth:`stream`, as the real
+    launchers make them) only through events. An upload from pageable memory (:meth:`to_device`)
+    and :meth:`set_constant` copy the host's data before they return and land late. Fresh device and
+    page-locked memory holds ``0xff`` bytes (NaN, -1), not zeros.
+
+    Faults (:data:`FAULTS_ENV`, :meth:`inject`): a launch failure raises from the call chosen; a sticky
+    error is raised when the chosen call's work runs, and from every call after it, as a CUDA
+    context lost to an illegal address is.
 
     Parameters
     ----------
@@ -428,6 +583,10 @@ class EmulatedLauncher(Launcher):
         :class:`DeviceOutOfMemory`.
     sanitize : bool, optional
         Build with AddressSanitizer (default: ``$GPUMR_EMULATE_ASAN`` is ``1``).
+    order : str, optional
+        ``late``, ``random[:SEED]`` or ``eager`` (default: ``$GPUMR_EMULATE_ORDER``, else ``late``).
+    faults : str, optional
+        Faults to inject, as :data:`FAULTS_ENV` takes them (default: that variable's).
 
     Attributes
     ----------
@@ -437,6 +596,10 @@ class EmulatedLauncher(Launcher):
         The driver calls made through this launcher, by the interface's method name (``launch``,
         ``to_device``, ``pinned``, ``synchronize`` ...): what a driver would be asked to do, counted
         so that tests can hold a driver's calls per unit of work (see :attr:`syncs`).
+    violations : list of str
+        CUDA's rules the driver broke that a GPU would not report (memory given back under queued work).
+    sticky : DeviceError or None
+        The sticky error the device is lost to, once one happened.
     """
 
     #: The calls after which the host waits for the device: a synchronisation, waiting for a copy, a
@@ -447,18 +610,30 @@ class EmulatedLauncher(Launcher):
     name = "emulated"
     out_of_memory = DeviceOutOfMemory
 
-    def __init__(self, ordinal, memory, sanitize=None):
+    def __init__(self, ordinal, memory, sanitize=None, order=None, faults=None):
         self.ordinal = ordinal
         self.memory = int(memory)
         self.sanitize = os.environ.get(SANITIZE_ENV) == "1" if sanitize is None else sanitize
         if self.sanitize and not _asan_loaded():
             raise GpumrError(f"{SANITIZE_ENV}=1: the AddressSanitizer build needs gcc's libasan loaded first: run "
                              "with LD_PRELOAD=$(gcc -print-file-name=libasan.so)")
+        self.order, seed = parse_order(os.environ.get(ORDER_ENV, "") if order is None else order)
+        self._rng = random.Random(seed)
+        self.faults = parse_faults(os.environ.get(FAULTS_ENV, "") if faults is None else faults)
         self.threads = len(os.sched_getaffinity(0))
         self.used = self.peak = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (re-entered by an allocation's finalizer that a collection runs inside it)
         self.calls = collections.Counter()
+        self._queue = threading.RLock()  # the streams and their queued work
+        self._legacy = Stream(self, legacy=True)
+        self._blocking = weakref.WeakSet()
+        self._pending = {}  # seq -> Op queued, not yet run
+        self._seq = itertools.count()
+        self.sticky = None
+        self.violations = []
+        self._unreported = []
 
+    # -- bookkeeping -------------------------------------------------------------------------------
     @property
     def syncs(self):
         """Host synchronisations so far: the :attr:`calls` named in :data:`SYNCS`."""
@@ -467,6 +642,69 @@ class EmulatedLauncher(Launcher):
     def _count(self, name):
         with self._lock:
             self.calls[name] += 1
+
+    def _call(self, name, queued=False):
+        """Count call ``name``; raise the device's sticky error, or a fault injected at this call. Returns the
+        call's label where a sticky fault is to strike when its queued work runs, else None."""
+        self._check()
+        with self._lock:
+            self.calls[name] += 1
+            n = self.calls[name]
+        kind = self.faults.get((name, n))
+        if kind is None:
+            return None
+        where = f"{name} #{n} on simulated GPU {self.ordinal}"
+        if kind == "failure":
+            raise DeviceError(f"{where}: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure (injected)")
+        if not queued:
+            self._lose(where)
+        return where
+
+    def _check(self):
+        if self.sticky is not None:
+            raise type(self.sticky)(str(self.sticky), sticky=True)
+
+    def _lose(self, where, error=None):
+        """The device is lost to a sticky error (``error``, else an illegal address at ``where``): nothing queued
+        runs any more, and every later call raises it. Raises it."""
+        with self._queue:
+            if self.sticky is None:
+                self.sticky = error or DeviceError(f"{where}: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access "
+                                                   "was encountered (injected; the context is lost)", sticky=True)
+                self.sticky.sticky = True
+            for op in list(self._pending.values()):
+                self._retire(op)
+        self._check()
+
+    def inject(self, kind, call, n):
+        """Inject a fault: ``kind`` (``failure`` or ``sticky``) at the ``n``-th call ``call`` (a name of
+        :attr:`calls`) from now.
+
+        Examples
+        --------
+        >>> lx = EmulatedLauncher(0, 1 << 20)
+        >>> lx.inject("failure", "zeros", 2)
+        >>> _ = lx.zeros(4, np.float32)
+        >>> lx.zeros(4, np.float32)
+        Traceback (most recent call last):
+        ...
+        gpumr.gpu.emulate.DeviceError: zeros #2 on simulated GPU 0: CUDA_ERROR_LAUNCH_FAILED: ...
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"a fault is one of {', '.join(FAULT_KINDS)}, not {kind!r}")
+        self.faults[call, self.calls[call] + int(n)] = kind
+
+    def _violation(self, text):
+        self.violations.append(text)
+        self._unreported.append(text)
+
+    def _report(self):
+        if self._unreported:
+            text = self._unreported.pop(0)
+            raise EmulationError(f"simulated GPU {self.ordinal}: {text}")
+
+    def is_device_error(self, exc):
+        return isinstance(exc, DeviceError)
 
     def _reserve(self, nbytes):
         with self._lock:
@@ -485,8 +723,79 @@ class EmulatedLauncher(Launcher):
         with self._lock:
             self.peak = self.used
 
+    # -- queues --------------------------------------------------------------------------------------
+    def pending(self):
+        """How many operations are queued and not yet run."""
+        with self._queue:
+            return len(self._pending)
+
+    def _enqueue(self, stream, name, run, blocks=(), keep=(), after=(), fault=None):
+        """Queue ``run()`` on ``stream`` (None: the legacy default stream) after the operations ``after``;
+        ``blocks``: the device memory it uses, ``keep``: what must live until it runs. Returns its :class:`Op`."""
+        stream = self._legacy if stream is None else stream
+        if not isinstance(stream, Stream) or stream.launcher is not self:
+            raise TypeError(f"{name}: not a stream of simulated GPU {self.ordinal}: {stream!r}")
+        with self._queue:
+            deps = [stream.last, *after]
+            if stream.legacy:
+                deps += [s.last for s in self._blocking]
+            elif stream.blocking:
+                deps.append(self._legacy.last)
+            deps = [d for d in dict.fromkeys(deps) if d is not None and not d.done]
+            counted = () if stream.legacy else blocks
+            op = Op(next(self._seq), name, stream, deps, run, (*keep, *blocks), counted, fault)
+            for b in counted:
+                b.users[op.seq] = name
+            stream.last = op
+            self._pending[op.seq] = op
+        if self.order == "eager":
+            self._complete([op])
+        return op
+
+    def _complete(self, targets):
+        """Run the operations ``targets`` and what they wait for, in an order CUDA allows (see the class)."""
+        with self._queue:
+            needed, stack = {}, [t for t in targets if t is not None and not t.done]
+            while stack:
+                op = stack.pop()
+                if op.seq not in needed and not op.done:
+                    needed[op.seq] = op
+                    stack.extend(d for d in op.deps if not d.done)
+            while needed:
+                ready = sorted((op for op in needed.values() if all(d.done for d in op.deps)), key=lambda o: o.seq)
+                op = self._rng.choice(ready) if self.order == "random" else ready[-1]
+                del needed[op.seq]
+                self._execute(op)
+
+    def _execute(self, op):
+        if self.sticky is not None or op.fault:
+            self._retire(op)
+            self._lose(op.fault)
+        try:
+            op.run()
+        except DeviceError as exc:  # a kernel that failed as it ran: the context is lost, as on a GPU
+            self._retire(op)
+            self._lose(op.name, exc)
+        self._retire(op)
+
+    def _retire(self, op):
+        if op.done:
+            return
+        op.done = True
+        for b in op.counted:
+            b.users.pop(op.seq, None)
+        op.run = op.keep = op.counted = None
+        op.deps = ()
+        self._pending.pop(op.seq, None)
+
+    def _before_host(self):
+        """What a blocking call on the legacy default stream waits for: its work, and blocking streams'."""
+        with self._queue:
+            return [self._legacy.last] + [s.last for s in self._blocking]
+
+    # -- the interface ------------------------------------------------------------------------------
     def module(self, name):
-        self._count('module')
+        self._call('module')
         return Module(self, name, *build(name, self.sanitize))
 
     def _array(self, shape, dtype):
@@ -495,31 +804,50 @@ class EmulatedLauncher(Launcher):
         return DeviceArray(Allocation(self, nbytes), 0, shape, dtype)
 
     def to_device(self, host):
-        self._count('to_device')
-        data = np.ascontiguousarray(host)
+        fault = self._call('to_device', queued=True)
+        data = np.array(host, order="C", copy=True)  # staged before it returns; lands late
         dev = self._array(data.shape, data.dtype)
-        ctypes.memmove(dev.ptr, data.ctypes.data, data.nbytes)
+        self._enqueue(None, "to_device", functools.partial(ctypes.memmove, dev.ptr, data.ctypes.data, data.nbytes),
+                      (dev.allocation.block,), (data,), fault=fault)
         return dev
 
     def zeros(self, shape, dtype):
-        self._count('zeros')
+        fault = self._call('zeros', queued=True)
         dev = self._array(shape, dtype)
-        ctypes.memset(dev.ptr, 0, dev.nbytes)
+        self._enqueue(None, "zeros", functools.partial(ctypes.memset, dev.ptr, 0, dev.nbytes),
+                      (dev.allocation.block,), fault=fault)
         return dev
 
     def to_host(self, dev):
-        self._count('to_host')
+        self._call('to_host')
+        self._complete(self._before_host())
         out = np.empty(dev.shape, dev.dtype)
         ctypes.memmove(out.ctypes.data, dev.ptr, dev.nbytes)
+        self._report()
         return out
 
+    def set_constant(self, module, name, host):
+        ptr, size = module.get_global(name)
+        data = np.array(host, order="C", copy=True)  # staged before it returns; lands late
+        if data.nbytes > size:
+            raise ValueError(f"{name}: {data.nbytes} bytes do not fit its {size}")
+        fault = self._call('set_constant', queued=True)
+        self._enqueue(None, f"set_constant {name}", functools.partial(ctypes.memmove, ptr, data.ctypes.data,
+                                                                      data.nbytes), (), (data, module), fault=fault)
+
     def copy_to_symbol(self, ptr, data):
-        self._count('set_constant')
-        ctypes.memmove(ptr, data.ctypes.data, data.nbytes)
+        fault = self._call('set_constant', queued=True)
+        data = np.array(data, order="C", copy=True)
+        self._enqueue(None, "set_constant", functools.partial(ctypes.memmove, ptr, data.ctypes.data, data.nbytes),
+                      (), (data,), fault=fault)
 
     def synchronize(self):
-        """Nothing to wait for: an emulated launch returns when its grid has run."""
-        self._count('synchronize')
+        """Wait for every operation queued on the device."""
+        self._call('synchronize')
+        with self._queue:
+            targets = list(self._pending.values())
+        self._complete(targets)
+        self._report()
 
     #: The simulated device's waves: SMs, and blocks of up to 256 threads per SM (what drivers size launches by).
     SMS, BLOCKS_PER_SM = 4, 6
@@ -528,44 +856,81 @@ class EmulatedLauncher(Launcher):
         return self.SMS * self.BLOCKS_PER_SM * max(1, 256 // max(threads, 1))
 
     def empty(self, shape, dtype):
-        self._count('empty')
+        self._call('empty')
         return self._array(shape, dtype)
 
     def zero_async(self, dev, stream):
-        self._count('zero_async')
-        ctypes.memset(dev.ptr, 0, dev.nbytes)
+        fault = self._call('zero_async', queued=True)
+        self._enqueue(stream, "zero_async", functools.partial(ctypes.memset, dev.ptr, 0, dev.nbytes),
+                      (dev.allocation.block,), fault=fault)
 
     def view(self, dev, offset, count, dtype):
         check_view(dev.nbytes, offset, count, dtype)
         return DeviceArray(dev.allocation, dev.offset + offset, (count,), dtype)
 
     def to_device_async(self, host, dev, stream):
-        self._count("to_device_async")
+        fault = self._call("to_device_async", queued=True)
         check_copy(host, dev)
-        ctypes.memmove(dev.ptr, host.ctypes.data, host.nbytes)
+        self._enqueue(stream, "to_device_async", functools.partial(ctypes.memmove, dev.ptr, host.ctypes.data,
+                                                                   host.nbytes),
+                      (dev.allocation.block,), (host,), fault=fault)
 
     def to_host_async(self, dev, host, stream, after=None):
-        self._count('to_host_async')
+        fault = self._call('to_host_async', queued=True)
         if host.nbytes != dev.nbytes:
             raise ValueError(f"copy of {dev.nbytes} bytes into a host array of {host.nbytes}")
-        ctypes.memmove(host.ctypes.data, dev.ptr, dev.nbytes)
-        return None
+        after = () if after is None else (after.last,)
+        return self._enqueue(stream, "to_host_async", functools.partial(ctypes.memmove, host.ctypes.data, dev.ptr,
+                                                                        dev.nbytes),
+                             (dev.allocation.block,), (host,), after=after, fault=fault)
+
+    def record(self, stream=None):
+        self._call("record")
+        with self._queue:
+            return (self._legacy if stream is None else stream).last
+
+    def wait_event(self, stream, event):
+        self._call("wait_event")
+        if event is not None:
+            self._enqueue(stream, "wait_event", _nothing, after=(event,))
 
     def wait(self, token):
-        self._count("wait")
+        self._call("wait")
+        if token is not None:
+            self._complete([token])
+        self._report()
 
     def pinned(self, shape, dtype):
-        self._count("pinned")
-        return np.empty(shape, dtype)
+        self._call("pinned")
+        out = np.empty(shape, dtype)
+        out.view(np.uint8).fill(POISON)  # (not zeros: a copy that has not landed shows)
+        return out
 
-    def stream(self):
-        self._count("stream")
-        return None
+    def stream(self, blocking=False):
+        self._call("stream")
+        s = Stream(self, blocking=blocking)
+        if blocking:
+            self._blocking.add(s)
+        return s
 
     def launch(self, fn, grid, block, *args):
-        self._count("launch")
-        fn(*args, grid=tuple(grid), block=tuple(block))
+        self._launch(fn, args, grid, block, None)
 
     def launch_on(self, stream, fn, grid, block, *args):
-        self._count("launch")
-        fn(*args, grid=tuple(grid), block=tuple(block))
+        self._launch(fn, args, grid, block, stream)
+
+    def _launch(self, fn, args, grid, block, stream, now=False):
+        """Queue kernel ``fn`` on ``stream`` (checked now, as a driver checks a launch); ``now``: run it at once,
+        after what the legacy default stream orders before it (a kernel called directly)."""
+        fault = None if now else self._call("launch", queued=True)
+        self._check()
+        if fn.module.launcher is not self:
+            raise TypeError(f"{fn.name}: a kernel of another device")
+        run, blocks = fn.prepare(args, grid, block)
+        op = self._enqueue(stream, f"launch {fn.name}", run, blocks, fault=fault)
+        if now:
+            self._complete([op])
+
+
+def _nothing():
+    return None

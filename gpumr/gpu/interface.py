@@ -95,7 +95,20 @@ class Launcher:
         raise NotImplementedError
 
     def wait(self, token):
-        """Wait for the copy :meth:`to_host_async` returned ``token`` for."""
+        """Wait for the copy :meth:`to_host_async` returned ``token`` for, or for an event :meth:`record` made."""
+
+    def record(self, stream=None):
+        """An event after the work queued so far on ``stream`` (None: the legacy default stream), for
+        :meth:`wait_event` and :meth:`wait`."""
+        return None
+
+    def wait_event(self, stream, event):
+        """Make the work queued on ``stream`` from now on wait for ``event`` (:meth:`record`; None: nothing)."""
+
+    def is_device_error(self, exc):
+        """Whether exception ``exc`` is a CUDA error of this device (not running out of memory): after one, the
+        device is not trusted again in this process (:func:`gpumr.gpu.trust.distrust`)."""
+        return False
 
     def launch(self, fn, grid, block, *args):
         """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call).

@@ -91,6 +91,18 @@ class PyCUDALauncher(Launcher):
         if token is not None:
             token.synchronize()
 
+    def record(self, stream=None):
+        event = self.cuda.Event()
+        event.record(stream)
+        return event
+
+    def wait_event(self, stream, event):
+        if event is not None:
+            stream.wait_for_event(event)
+
+    def is_device_error(self, exc):
+        return isinstance(exc, self.cuda.Error) and not isinstance(exc, self.cuda.MemoryError)
+
     def synchronize(self):
         self.cuda.Context.synchronize()
 
@@ -177,6 +189,20 @@ class CuPyLauncher(Launcher):
         if token is not None:
             token.synchronize()
 
+    def record(self, stream=None):
+        event = self.cp.cuda.Event()
+        event.record(stream if stream is not None else self.cp.cuda.Stream.null)
+        return event
+
+    def wait_event(self, stream, event):
+        if event is not None:
+            stream.wait_event(event)
+
+    def is_device_error(self, exc):
+        cuda = self.cp.cuda
+        return isinstance(exc, (cuda.runtime.CUDARuntimeError, cuda.driver.CUDADriverError)) and \
+            not isinstance(exc, cuda.memory.OutOfMemoryError)
+
     def set_constant(self, module, name, host):
         data = np.ascontiguousarray(host)
         ptr = module.get_global_var(name)  # the __constant__ symbol's device address (an int)
@@ -246,6 +272,12 @@ def launcher(gpu, prefer=None):
         except Exception as exc:  # ImportError, driver errors
             errors.append(f"{cls.name}: {exc}")
     raise RuntimeError("no CUDA launcher: " + "; ".join(errors))
+
+
+def use(gpu, lx):
+    """Make ``lx`` the launcher of ``gpu`` in this process (a simulated GPU driven by the null launcher,
+    :mod:`gpumr.gpu.null`, for the host's own driving cost)."""
+    _launchers[("emulated", gpu.index, gpu.memory_total) if gpu.simulated else (gpu.ordinal, None)] = lx
 
 
 def available(simulated=False):

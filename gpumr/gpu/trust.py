@@ -1,18 +1,100 @@
-"""A GPU implementation's per-device state, trusted only once its self-check has passed.
+"""A GPU implementation's per-device state, trusted only once its self-check has passed; devices lost to
+CUDA errors.
 
-Both GPU implementations (faces, CT) set a device up once per task (launcher,
-kernels, uploads) and then compare a built-in case with their CPU reference
-before any record runs there. A device whose set-up or self-check fails, or
-whose self-check raises, stays untrusted for the task, with the reason: every
-batch given to it then fails with that reason, and the core re-runs its
-records on the CPU (counted as GPU fallbacks).
+Each GPU implementation (faces, CT, blobs) sets a device up once per
+process (launcher, kernels, uploads) and then compares a built-in case with
+its CPU reference before any record runs there. A device whose set-up or
+self-check fails, or whose self-check raises, stays untrusted by that
+implementation, with the reason: every batch given to it then fails with
+that reason, and the core re-runs its records on the CPU (counted as GPU
+fallbacks).
+
+A failure while work is queued on a device is settled (:func:`settled`)
+before anything else happens: the host waits until nothing queued can still
+run, so that the driver's buffers may be reused and the lease released;
+and a CUDA error (a launch failure, a sticky error that loses the context)
+makes the device untrusted for the rest of the process, by every
+implementation and by device choice (:func:`untrusted`), which then gives
+its records the CPU without leasing it.
 
 The CPU's side of a self-check (its expected answer) is started when the
 implementation is made, in a thread of its own, before any GPU is leased:
 a lease then waits only for the device's side.
 """
 
+import contextlib
+import threading
 from concurrent.futures import ThreadPoolExecutor
+
+_untrusted = {}  # device_key(gpu) -> why
+_untrusted_lock = threading.Lock()
+
+
+def device_key(gpu):
+    """What tells one device from another in this process: a simulated GPU is also told by its memory size (a
+    launcher of its own, :func:`gpumr.gpu.launch.launcher`)."""
+    return (True, gpu.index, gpu.memory_total) if gpu.simulated else (False, gpu.index)
+
+
+def distrust(gpu, why):
+    """Mark ``gpu`` untrusted for the rest of this process (the first reason is kept)."""
+    with _untrusted_lock:
+        _untrusted.setdefault(device_key(gpu), why)
+
+
+def untrusted(gpu):
+    """Why ``gpu`` is untrusted in this process (:func:`distrust`), or None.
+
+    Examples
+    --------
+    >>> from gpumr.devices.nvml import simulated_gpus
+    >>> untrusted(simulated_gpus("1:3MiB")[0]) is None
+    True
+    """
+    return _untrusted.get(device_key(gpu))
+
+
+def any_untrusted():
+    """Whether any device is untrusted in this process."""
+    return bool(_untrusted)
+
+
+def settle(lx, gpu, exc):
+    """After a call on ``gpu`` raised ``exc``: wait until nothing queued on it can still run, and distrust it where
+    ``exc`` or that wait is a CUDA error (``gpu`` None: a device not yet trusted anyway). Returns whether it is
+    still trusted."""
+    why = f"a CUDA error: {type(exc).__name__}: {exc}" if lx.is_device_error(exc) else None
+    try:
+        lx.synchronize()
+    except Exception as late:  # noqa: BLE001 (whatever it is, the device's state is unknown)
+        why = why or f"waiting for its queued work failed: {type(late).__name__}: {late}"
+    if why and gpu is not None:
+        distrust(gpu, why)
+    return why is None
+
+
+@contextlib.contextmanager
+def settled(lx, gpu):
+    """Within it, a failure (any exception, an interrupt too) is settled (:func:`settle`) before it propagates.
+
+    Examples
+    --------
+    >>> from gpumr.gpu.interface import Launcher
+    >>> class Idle(Launcher):
+    ...     def synchronize(self):
+    ...         print("settled")
+    >>> try:
+    ...     with settled(Idle(), None):
+    ...         raise ValueError("a bad slab")
+    ... except ValueError:
+    ...     pass
+    settled
+    """
+    try:
+        yield
+    except BaseException as exc:
+        settle(lx, gpu, exc)
+        raise
 
 
 class DeviceStates:
@@ -44,28 +126,48 @@ class DeviceStates:
             pool.shutdown(wait=False)
         self._states = {}
         self._verdicts = {}
+        self._lock = threading.Lock()
+        self._device_locks = {}
 
     def get(self, gpu):
-        """The state of ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), set up and checked on first use.
+        """The state of ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), set up and checked on first use, once however
+        many threads ask at once.
 
         Raises
         ------
         RuntimeError
             If the device is not trusted, with the reason.
         """
-        key = (gpu.simulated, gpu.index)
+        key = device_key(gpu)
         if key not in self._verdicts:
-            try:
-                state = self._setup(gpu)
-            except Exception as exc:
-                state, verdict = None, f"setting it up failed: {type(exc).__name__}: {exc}"
-            else:
-                try:
-                    verdict = self._check(state) if self._expected is None else \
-                        self._check(state, self._expected.result())
-                except Exception as exc:
-                    verdict = f"its self-check raised {type(exc).__name__}: {exc}"
-            self._states[key], self._verdicts[key] = state, verdict
+            with self._lock:
+                device_lock = self._device_locks.setdefault(key, threading.Lock())
+            with device_lock:
+                if key not in self._verdicts:
+                    self._states[key], self._verdicts[key] = self._make(gpu)
+        why = untrusted(gpu)
+        if why:
+            raise RuntimeError(f"{self.what} disabled on gpu:{gpu.index}: {why}")
         if self._verdicts[key] is not True:
             raise RuntimeError(f"{self.what} disabled on gpu:{gpu.index}: {self._verdicts[key]}")
         return self._states[key]
+
+    def _make(self, gpu):
+        """``(state, verdict)`` of a device set up and self-checked now."""
+        try:
+            state = self._setup(gpu)
+        except Exception as exc:
+            return None, f"setting it up failed: {type(exc).__name__}: {exc}"
+        try:
+            with settled(state["lx"], gpu):
+                verdict = self._check(state) if self._expected is None else \
+                    self._check(state, self._expected.result())
+        except Exception as exc:
+            verdict = f"its self-check raised {type(exc).__name__}: {exc}"
+        return state, verdict
+
+    def trust(self, gpu, state):
+        """Take ``state`` as ``gpu``'s, trusted with no self-check: for a launcher that computes nothing (the null
+        launcher's figures of the host's own driving cost, ``bench/host_driving.py``)."""
+        key = device_key(gpu)
+        self._states[key], self._verdicts[key] = state, True
