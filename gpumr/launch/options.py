@@ -19,8 +19,9 @@ DEFAULT_SPLIT = 32 << 20
 
 #: Where records run.
 DEVICE = (
-    Option("--device", "auto: per record, a GPU if one is free now, else the CPU (default); cpu: never touch CUDA; "
-                       "gpu: wait for a GPU", choices=MODES, default="auto"),
+    Option("--device", "auto: per record, a GPU if one is free now or will be before the CPU would finish the "
+                       "record, else the CPU (default); cpu: never touch CUDA; gpu: wait for a GPU",
+           choices=MODES, default="auto"),
     Option("--gpu-slots", f"tasks that may share one GPU at once (default 1, at most {limits.MAX_GPU_SLOTS})",
            type=int, default=1, metavar="N", least=1, most=limits.MAX_GPU_SLOTS),
     Option("--gpu-memory", "device memory a GPU batch needs, e.g. 2GiB (default: the workload's figure for each batch)",
