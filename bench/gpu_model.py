@@ -664,8 +664,8 @@ def run(args, work):
           f"the order the kernels append them) -- L1 modelled, a {LABEL} for a GPU",
           ["loads", "sectors/request", "L1 hit (model)", "SIMT efficiency", "deepest lanes of the part's launches (stumps)"],
           rows)
-    table(f"Driver calls per part of frames, counted under the emulating launcher (the model's input; a lane's "
-          f"buffers, made once, left out)", ["call", "per part"],
+    table("Driver calls per part of frames, counted under the emulating launcher (the model's input; a lane's "
+          "buffers, made once, left out)", ["call", "per part"],
           [[k, v] for k, v in sorted(driving.items()) if k != "syncs"] + [["host synchronisations", driving["syncs"]]])
 
     bp_rows, face_rows, kernels_h100 = [], [], {}

@@ -77,6 +77,9 @@ def redact(text):
     return _USERINFO.sub(r"\g<scheme>***@", str(text))
 
 
+#: What the one line of an unexpected error (a bug) ends with.
+BUG_HINT = " (an unexpected error, a bug: rerun with --debug to see where it happened)"
+
 #: Words in a setting's name that mark its value a secret (AWS keys and tokens, passwords).
 SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key")
 

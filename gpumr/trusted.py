@@ -30,7 +30,6 @@ import os
 import shutil
 import stat
 import tempfile
-import warnings
 
 from .errors import GpumrError, printable
 
@@ -42,18 +41,11 @@ class Untrusted(GpumrError):
     """A path that the trusted-paths rule refuses; the message names it and says why."""
 
 
-class TrustWarning(UserWarning):
-    """A trusted-paths refusal that gpumr works around (a private temporary kernel cache, a slot skipped)."""
-
-
-_WARNED = set()
-
-
-def warn_once(text, stacklevel=2):
-    """``text`` as a :class:`TrustWarning`, once per process: a refusal is said once, however often it is met."""
-    if text not in _WARNED:
-        _WARNED.add(text)
-        warnings.warn(text, TrustWarning, stacklevel=stacklevel + 1)
+def warn_once(text):
+    """Say a trusted-paths refusal that gpumr works around (a private temporary kernel cache, a slot skipped) once
+    per process, however often it is met (:func:`gpumr.log.say_once`)."""
+    from .log import logger, say_once
+    say_once(logger(__name__), text)
 
 
 def _kind(mode):
@@ -409,6 +401,6 @@ def usable_folder(path, what, *, shared=False, instead=private_temp_dir):
         reason = str(exc) if isinstance(exc, Untrusted) else \
             f"{printable(path)}: cannot use it for {what} ({exc.strerror or exc})"
         private = instead()
-        warn_once(f"{reason}; using a private temporary folder instead ({private}, removed at exit)")
+        warn_once(f"{reason}; using a private temporary folder of each process instead, removed at its exit")
         return private
     return path

@@ -29,7 +29,7 @@ import sys
 from collections import namedtuple
 
 from . import trusted
-from .boundary import logger
+from .log import logger
 from .core.workload import check_class
 from .errors import GpumrError, did_you_mean, printable
 

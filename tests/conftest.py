@@ -1,6 +1,8 @@
 """Shared fixtures: Hadoop's own SequenceFile classes, sample frames, record sets, an S3 server, a Spark cluster."""
 
 import atexit
+import contextlib
+import logging
 import os
 import random
 import shutil
@@ -395,3 +397,41 @@ def skimage_gray(path):
     import cv2
     from skimage.color import rgb2gray
     return rgb2gray(cv2.imread(path, cv2.IMREAD_COLOR)[..., ::-1])
+
+
+class GpumrLines(logging.Handler):
+    """The messages gpumr's logger says while attached (:func:`said_lines`), each as its text; ``put`` also hands
+    each to a callable (a queue of another process's test)."""
+
+    def __init__(self, put=None):
+        super().__init__(logging.DEBUG)
+        self.lines, self.put = [], put
+
+    def emit(self, record):
+        text = record.getMessage()
+        self.lines.append(text)
+        if self.put is not None:
+            self.put(text)
+
+
+@contextlib.contextmanager
+def said_lines(put=None):
+    """What gpumr logs in the block, as a list of texts; what was said once before the block may be said again."""
+    import gpumr.log
+    handler, root = GpumrLines(put), logging.getLogger(gpumr.log.ROOT)
+    gpumr.log._SAID.clear()
+    gpumr.log.install()
+    root.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        root.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def warns(match):
+    """As ``pytest.warns`` for gpumr's own warnings (its logger's lines): one matching ``match`` is said in the block."""
+    import re
+    with said_lines() as lines:
+        yield lines
+    assert any(re.search(match, line) for line in lines), lines

@@ -18,7 +18,8 @@ import warnings
 
 import pytest
 
-from gpumr.boundary import describe, guard, one_line, set_verbosity
+from gpumr.boundary import describe, guard
+from gpumr.log import one_line, set_verbosity
 from gpumr.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, GpumrError
 
 SECRET = "wJalrXUtnFEMI/K7MDENG"
@@ -158,7 +159,8 @@ def test_guard_maps_every_ending_to_the_rule(capsys):
 
 FINALIZER_STOPPED = """
 import sys, time
-from gpumr.boundary import Terminated, guard
+from gpumr.boundary import guard
+from gpumr.signals import Terminated
 class Finalizer:
     def __del__(self):  # where a signal's handler ran: Python can only report what it raises here
         raise {exc}()
@@ -185,7 +187,8 @@ def test_an_interrupt_raised_inside_a_finalizer_still_stops_the_program(exc, sta
 
 IMPORT_SWALLOWS = """
 import os, signal, sys, time
-from gpumr.boundary import guard, interrupt_with
+from gpumr.boundary import guard
+from gpumr.signals import interrupt_with
 sys.path.insert(0, sys.argv[2])
 def work():
     if sys.argv[3] == "prepared":  # (the Spark and Flink engines' handlers)
@@ -251,7 +254,8 @@ def test_every_subcommand_takes_q_v_and_debug():
 
 def test_warnings_take_the_one_path_whatever_the_stream_takes(monkeypatch):
     """mrjob's inline runner gives a task a binary stderr: a warning there was a TypeError (class 8)."""
-    from gpumr.boundary import install, logger
+    from gpumr.boundary import install
+    from gpumr.log import logger
     install()
     for stream in (io.BytesIO(), io.StringIO()):
         monkeypatch.setattr(sys, "stderr", stream)
@@ -267,7 +271,7 @@ def test_warnings_take_the_one_path_whatever_the_stream_takes(monkeypatch):
 
 
 def test_q_hides_information_v_shows_debug(capsys):
-    from gpumr.boundary import logger
+    from gpumr.log import logger
     log = logger("gpumr.test")
     try:
         for quiet, verbose, shown in ((False, False, ["gpumr: said", "gpumr: warning: warned"]),
@@ -469,7 +473,8 @@ def test_a_signal_as_the_socket_file_appears_still_removes_it(tmp_path):
 
 INTERRUPT_WITH = """
 import os, signal, sys, time
-from gpumr.boundary import guard, interrupt_with
+from gpumr.boundary import guard
+from gpumr.signals import interrupt_with
 
 def job():
     interrupt_with(lambda: print("quieted", flush=True))  # (as the Spark and Flink engines silence Py4J)
@@ -491,6 +496,6 @@ def test_interrupt_with_prepares_before_either_signal_ends_the_program(tmp_path,
 
 def test_logging_the_root_is_left_to_the_program():
     """gpumr's messages do not reach the root logger (a program using gpumr keeps its own log)."""
-    from gpumr.boundary import logger
+    from gpumr.log import logger
     assert logger("gpumr.x").name == "gpumr.x" and not logging.getLogger("gpumr").propagate
 

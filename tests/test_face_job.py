@@ -230,9 +230,9 @@ def test_render_draws_white_boxes_and_a_contact_sheet(packed, tmp_path, capsys):
     assert (img[y + h // 2, x] >= 230).all()  # the box's left edge is white
 
 
-def test_demo_end_to_end(tmp_path):
+def test_demo_end_to_end(tmp_path, capsys):
     from gpumr.cli.demo import demo
-    lines = []
-    s = demo(str(tmp_path / "demo"), frames=8, shards=2, runner="inline", log=lines.append)
+    s = demo(str(tmp_path / "demo"), frames=8, shards=2, runner="inline")
+    lines = capsys.readouterr().out.splitlines()
     assert s["counters"]["records on CPU"] == 8 and os.path.exists(s["sheet"])
     assert lines[-1].startswith("demo: 8 frames,") and "frames/s" in lines[-1]

@@ -17,6 +17,7 @@ import threading
 import cv2
 import numpy as np
 import pytest
+from conftest import said_lines
 
 from gpumr.ct import geometry
 from gpumr.ct.backproject import backproject, pad
@@ -395,8 +396,7 @@ def test_r3_a_kernel_wrong_only_where_the_volume_s_edge_is_clamped_is_caught(fre
     d = geometry.simple(40, 60).to_dict()
     d.update(nVoxel=[37, 60, 70], offOrigin=[0.7, -1.3, 0.4], offDetector=[1.1, -0.6],
              dDetector=[1.2 * v for v in d["dDetector"]])
-    with pytest.warns(geometry.FieldOfViewWarning):
-        g = geometry.from_dict(d)
+    g = geometry.from_dict(d)  # (part of it outside the field of view: a warning line)
     q = np.random.default_rng(3).standard_normal((g.n_angles, *g.nDetector)).astype(np.float32)
     bp = SlabBackprojector(pad(q), g)
     with pytest.raises(RuntimeError, match=r"disabled on gpu:0: the first slab's rows 0-7 \(slices 0-15\) differ"):
@@ -569,14 +569,14 @@ def test_r5_a_device_asked_for_by_two_threads_at_once_is_set_up_once():
 def test_device_choice_never_leases_a_lost_gpu_and_gpu_mode_gives_the_cpu_when_all_are_lost(fresh, tmp_path):
     from gpumr.devices.chooser import DeviceChooser
     env = {"GPUMR_SIMULATE_GPUS": "2:1GiB"}
-    lines = []
     chooser = DeviceChooser("gpu", slots=1, lease_dir=str(tmp_path / "leases"), scheduler=False, env=env,
-                            wait_timeout=5, log=lines.append)
+                            wait_timeout=5)
     a, b = simulated_gpus("2:1GiB")
     trust.distrust(a, "a CUDA error: DeviceError: lost")
-    for _ in range(3):
-        with chooser.choose(1) as c:
-            assert c.device == "gpu:1"
-    assert lines == ["gpumr: gpu:0 is not used again by this task: a CUDA error: DeviceError: lost"]
+    with said_lines() as lines:
+        for _ in range(3):
+            with chooser.choose(1) as c:
+                assert c.device == "gpu:1"
+    assert lines == ["gpu:0 is not used again by this task: a CUDA error: DeviceError: lost"]
     trust.distrust(b, "a CUDA error: DeviceError: lost too")
     assert not chooser.choose(1).on_gpu  # (no wait for a GPU that will never be free)

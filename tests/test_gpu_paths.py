@@ -10,6 +10,7 @@ import os
 import cv2
 import numpy as np
 import pytest
+from conftest import said_lines
 
 from gpumr.ct import geometry
 from gpumr.ct.backproject import backproject, pad
@@ -229,10 +230,11 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
     want = {k: work.cpu(k, work.load(k, v, o), o)["faces"] for k, v in records}
     for spec, device in (("1:160MiB", "gpu:0"), ("1:40MiB", "cpu")):
         monkeypatch.setenv("GPUMR_SIMULATE_GPUS", spec)
-        counts, log = Counter(), []
+        counts = Counter()
         chooser = DeviceChooser("gpu", scheduler=False, lease_dir=str(tmp_path / "leases"))
-        out = list(Processor(work, o, chooser, device_for=Device, count=lambda name, n=1: counts.update({name: n}),
-                             log=log.append).process(records))
+        with said_lines() as log:
+            out = list(Processor(work, o, chooser, device_for=Device,
+                                 count=lambda name, n=1: counts.update({name: n})).process(records))
         assert sorted(k for k, _ in out) == sorted(want) and all(sorted(v["faces"]) == sorted(want[k]) for k, v in out)
         assert {v["device"] for _, v in out} == {device} and not counts[FALLBACKS]
         assert counts[ON_GPU if device != "cpu" else ON_CPU] == 16

@@ -128,7 +128,7 @@ def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels, capfd
 
     Hadoop's own report stays: gpumr's counters among Hadoop's, as mrjob shows them, at the job's end; with -v, the
     job's and each task attempt's id as Hadoop gives them (issue 66, finding 10)."""
-    from gpumr.boundary import set_verbosity
+    from gpumr.log import set_verbosity
     from gpumr.jobs.backproject import MRBackproject
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0

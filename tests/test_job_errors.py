@@ -98,7 +98,7 @@ def test_summary_counts_bad_records_and_lost_bytes(job_run):
     summary = [line for line in job_run["stderr"].splitlines() if line.startswith("gpumr: ") and " records: " in line]
     assert summary, job_run["stderr"][-2000:]
     nbytes = job_run["end"] - job_run["start"]
-    assert f"2 bad (" in summary[-1] and f"), 1 lost stretch of input ({nbytes} bytes unreadable)" in summary[-1], \
+    assert "2 bad (" in summary[-1] and f"), 1 lost stretch of input ({nbytes} bytes unreadable)" in summary[-1], \
         summary[-1]
     assert "framing.seq: bytes" in summary[-1] and "unreadable record at byte" in summary[-1]  # both named
     kept = 400 + 200 - len(job_run["lost_names"])

@@ -16,7 +16,6 @@ import os
 import resource
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest

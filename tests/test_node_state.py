@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 import pytest
+from conftest import warns
 
 from gpumr.devices import nvml, paths
 from gpumr.devices.leases import LockFileLeases
@@ -90,7 +91,7 @@ def test_planted_symlinked_lock_file_is_not_followed(tmp_path):
     gpu = nvml.simulated_gpus("1")[0]
     target = tmp_path / "victim"
     os.symlink(target, os.path.join(leases.directory, leases.slot_name(gpu, 0)))
-    with pytest.warns(UserWarning, match="refusing a lock file that is a symlink; that slot is treated as taken"):
+    with warns("refusing a lock file that is a symlink; that slot is treated as taken"):
         assert leases.try_acquire(gpu) is None
     assert not target.exists()  # nothing created through the link
 

@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from conftest import said_lines
 
 from gpumr.devices.chooser import DeviceChooser
 from gpumr.devices.client import SchedulerClient, SchedulerUnavailable
@@ -342,22 +343,22 @@ def test_stopped_service_sends_the_record_to_the_cpu_and_says_so_once(tmp_path, 
     started.append(proc)
     monkeypatch.setenv("GPUMR_SIMULATE_GPUS", "2:4GiB")
     monkeypatch.setenv("GPUMR_SCHEDULER_TIMEOUT", "1")
-    log = []
-    c = DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=path, log=log.append)
-    first = c.choose()
-    assert first.on_gpu and isinstance(first.lease, str)
-    first.release()
-    os.kill(proc.pid, signal.SIGSTOP)
-    t0 = time.monotonic()
-    assert not c.choose().on_gpu  # timed out: this record on the CPU
-    assert 0.9 < time.monotonic() - t0 < 5
-    assert len(log) == 1 and path in log[0] and "no answer within 1 s" in log[0] and "CPU" in log[0]
-    t0 = time.monotonic()
-    later = [c.choose() for _ in range(5)]  # backoff: lock files, the service is not asked
-    assert time.monotonic() - t0 < 0.5 and all(ch.on_gpu and not isinstance(ch.lease, str) for ch in later[:2])
-    for ch in later:
-        ch.release()
-    assert len(log) == 1
+    c = DeviceChooser("auto", lease_dir=str(tmp_path / "leases"), scheduler=path)
+    with said_lines() as log:
+        first = c.choose()
+        assert first.on_gpu and isinstance(first.lease, str)
+        first.release()
+        os.kill(proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        assert not c.choose().on_gpu  # timed out: this record on the CPU
+        assert 0.9 < time.monotonic() - t0 < 5
+        assert len(log) == 1 and path in log[0] and "no answer within 1 s" in log[0] and "CPU" in log[0]
+        t0 = time.monotonic()
+        later = [c.choose() for _ in range(5)]  # backoff: lock files, the service is not asked
+        assert time.monotonic() - t0 < 0.5 and all(ch.on_gpu and not isinstance(ch.lease, str) for ch in later[:2])
+        for ch in later:
+            ch.release()
+        assert len(log) == 1
     c.close()
 
 
@@ -431,7 +432,8 @@ def test_simulated_gpu_count_is_capped():
 def _task_through_a_restart(lease_dir, socket_path, events, go):
     """A task: a lease from the service, held while the test kills and restarts the service, then released."""
     os.environ["GPUMR_SIMULATE_GPUS"] = "1"
-    c = DeviceChooser("auto", lease_dir=lease_dir, scheduler=socket_path, log=lambda line: events.put(("log", line)))
+    said_lines(lambda line: events.put(("log", line))).__enter__()  # (for this process's life: it ends with the test)
+    c = DeviceChooser("auto", lease_dir=lease_dir, scheduler=socket_path)
     ch = c.choose()
     events.put(("first", ch.device, isinstance(ch.lease, str)))
     go.wait(60)

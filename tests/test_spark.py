@@ -264,7 +264,9 @@ def test_only_its_own_earlier_output_is_replaced_and_what_appeared_meanwhile_is_
 
 STOPPED_JVM = """
 import os, signal, sys
-from gpumr.boundary import Terminated, install, set_verbosity
+from gpumr.boundary import install
+from gpumr.log import set_verbosity
+from gpumr.signals import Terminated
 from gpumr.engines.spark import _stop, spark_context
 set_verbosity()
 sc = spark_context("local[1]", "gpumr test")

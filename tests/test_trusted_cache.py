@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 import pytest
+from conftest import warns
 
 ROOT = os.geteuid() == 0
 PLANTER = "gpumr-planter"
@@ -158,7 +159,7 @@ def test_truncated_cached_library_is_rebuilt_and_the_job_succeeds(frames_seq, tm
         f.write(b"\0" * 64)
     again, proc = _build(cache)
     assert again == path and open(path, "rb").read() == whole
-    said = [ln for ln in proc.stderr.splitlines() if "TrustWarning" in ln]
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpumr: warning: ")]
     assert len(said) == 1 and path in said[0] and "does not match its proof" in said[0], proc.stderr
 
 
@@ -175,7 +176,7 @@ def test_a_cache_folder_the_rule_refuses_is_one_warning_and_a_private_cache(shar
             os.chown(cache, planter, planter)
     path, proc = _build(cache)
     assert not path.startswith(cache) and not path.startswith(os.path.join(shared_tmp, "real"))
-    said = [ln for ln in proc.stderr.splitlines() if "TrustWarning" in ln]
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpumr: warning: ")]
     why = {"another user's": f"belongs to uid {planter}", "group-writable": "lets others write in it",
            "a symlink": "it is a symlink"}[how]
     assert len(said) == 1 and cache in said[0] and why in said[0], proc.stderr
@@ -192,7 +193,7 @@ def test_a_fatbin_in_the_cache_without_its_proof_is_not_used(tmp_path, monkeypat
     (tmp_path / "cache" / name).write_bytes(b"planted")
     if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
         pytest.skip("a fatbin ships beside the sources here")
-    with pytest.warns(UserWarning, match="has no proof beside it"):
+    with warns("has no proof beside it"):
         assert kernels.locate("haar") == (None, "nowhere")
     write_file(str(tmp_path / "cache" / name), b"genuine", kernels._made_by("haar"))
     assert kernels.locate("haar") == (str(tmp_path / "cache" / name), "the per-user cache")
@@ -236,7 +237,7 @@ def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-mine"))
     assert kernels.locate("haar") == (os.path.join(shared_tmp, "mine", name), "$GPUMR_KERNEL_DIR")  # (not the link)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-theirs"))
-    with pytest.warns(UserWarning, match=f"{shared_tmp}/theirs: refusing it for kernels to load: it belongs to uid"):
+    with warns(f"{shared_tmp}/theirs: refusing it for kernels to load: it belongs to uid"):
         assert kernels.locate("haar") == (None, "nowhere")
 
 
@@ -270,7 +271,7 @@ def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(
     chain = os.path.join(shared_tmp, "chain")
     os.symlink(link, chain)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, chain)
-    with pytest.warns(UserWarning, match=f"{link}: a link on the way"):
+    with warns(f"{link}: a link on the way"):
         assert kernels.locate("haar") == (None, "nowhere")
 
 
@@ -306,7 +307,7 @@ def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_t
 
     def use(path):
         monkeypatch.setattr(kernels, "_FOLDERS", {})
-        monkeypatch.setattr("gpumr.trusted._WARNED", set())
+        monkeypatch.setattr("gpumr.log._SAID", set())
         monkeypatch.setenv(kernels.KERNEL_DIR_ENV, path)
 
     # A link of another user, in the sticky folder, to a folder of mine: refused, and said once.
@@ -314,7 +315,7 @@ def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_t
     subprocess.run(["ln", "-s", mine, theirs_link], user=planter, group=planter, check=True)
     assert os.lstat(theirs_link).st_uid == planter
     use(theirs_link)
-    with pytest.warns(UserWarning, match=f"{theirs_link}: refusing it for kernels to load: a link of uid {planter}, "
+    with warns(f"{theirs_link}: refusing it for kernels to load: a link of uid {planter}, "
                                          "not yours"):
         assert kernels.locate("haar") == (None, "nowhere")
 
@@ -344,5 +345,5 @@ def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_t
             os.unlink(chain)
         os.symlink(target, chain)
         use(chain)
-        with pytest.warns(UserWarning, match=f"{chain}: refusing it for kernels to load: .*{why}"):
+        with warns(f"{chain}: refusing it for kernels to load: .*{why}"):
             assert kernels.locate("haar") == (None, "nowhere")

@@ -88,14 +88,14 @@ def store(request, s3, tmp_path):
     return Store(request.param, s3, tmp_path)
 
 
-def publish(store, contents, attempts=(), log=None):
+def publish(store, contents, attempts=()):
     """An output ``out`` of "gpumr test" made of ``contents`` ({name: bytes}), staged as task attempts would be.
 
     Each part is staged as ``NAME.attempt-N``; ``attempts`` are further
     staged files that must not be published (attempts that were not chosen).
     Returns what :meth:`UriOutput.commit` returned.
     """
-    out = UriOutput(store.uri("out"), "gpumr test", folder=True, **({"log": log} if log else {}))
+    out = UriOutput(store.uri("out"), "gpumr test", folder=True)
     stage = store.rel(out.begin())
     parts = {}
     for i, (name, data) in enumerate(sorted(contents.items())):
@@ -121,9 +121,9 @@ def test_one_attempt_per_part_is_published_with_its_proof(store):
         {"_SUCCESS": [0, sha(b"")], "part-00000": [2, sha(b"a\n")], "part-00001": [2, sha(b"b\n")]}]
 
 
-def test_its_own_output_is_replaced_and_what_appeared_meanwhile_is_kept_and_named(store):
+def test_its_own_output_is_replaced_and_what_appeared_meanwhile_is_kept_and_named(store, capsys):
     publish(store, {"part-00000": b"a\n", "part-00001": b"b\n", "part-00002": b"c\n", "_SUCCESS": b""})
-    out = UriOutput(store.uri("out"), "gpumr test", folder=True, log=(said := []).append)
+    out = UriOutput(store.uri("out"), "gpumr test", folder=True)
     stage = store.rel(out.begin())
     store.put(f"{stage}/p0", b"A\n")
     store.put(f"{stage}/p1", b"B\n")
@@ -139,6 +139,7 @@ def test_its_own_output_is_replaced_and_what_appeared_meanwhile_is_kept_and_name
     # The old output's own parts are gone (part-00002 and _SUCCESS too); the rest kept aside, named.
     assert got == {"out/part-00000": b"A\n", "out/part-00001": b"B\n",
                    f"{aside}/notes.txt": b"mine", f"{aside}/part-00001": b"edited"}
+    said = [ln[len("gpumr: warning: "):] for ln in capsys.readouterr().err.splitlines() if ln.startswith("gpumr: warning: ")]
     assert said == [f"{store.uri('out')}: the old output was set aside as {kept}, not removed: it holds files gpumr "
                     "did not make, or that changed since gpumr wrote them"]
 
@@ -165,16 +166,17 @@ def test_what_gpumr_did_not_make_is_refused_before_any_work(store):
     assert {k: v for k, v in outputs(store).items() if k not in ("one.seq", "out/.nested/x")} == before
 
 
-def test_a_link_swapped_in_for_the_old_output_is_set_aside_untouched(s3, tmp_path):
+def test_a_link_swapped_in_for_the_old_output_is_set_aside_untouched(s3, tmp_path, capsys):
     """file://: the old folder replaced by a symbolic link while gpumr worked; nothing is deleted through it."""
     store = Store("file", s3, tmp_path)
     publish(store, {"part-00000": b"a\n"})
-    out = UriOutput(store.uri("out"), "gpumr test", folder=True, log=(said := []).append)
+    out = UriOutput(store.uri("out"), "gpumr test", folder=True)
     store.put(f"{store.rel(out.begin())}/p0", b"A\n")
     os.rename(store.root / "out", tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", store.root / "out")
     kept = out.commit({"part-00000": ("p0", 2, sha(b"A\n"))})
     assert os.path.islink(store.root / store.rel(kept)) and (tmp_path / "elsewhere" / "part-00000").read_bytes() == b"a\n"
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gpumr: warning: ")]
     assert (store.root / "out" / "part-00000").read_bytes() == b"A\n" and said and kept in said[0]
 
 

@@ -11,7 +11,8 @@ import argparse
 import sys
 
 from .. import __version__
-from ..boundary import debug_wanted, end_without_collecting, guard, set_verbosity, show_defaults
+from ..boundary import debug_wanted, end_without_collecting, guard, show_defaults
+from ..log import set_verbosity
 from . import bundle, conf, ct, devices, faces, kernels, run, seqfiles, spark, troubleshooting
 from .args import Parser, add_common
 

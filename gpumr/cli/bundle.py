@@ -1,6 +1,6 @@
 """``gpumr bundle``: gpumr and what its tasks import, as one archive for a cluster with only Python."""
 
-from ..boundary import report
+from ..log import report
 from .args import command
 
 

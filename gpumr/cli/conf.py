@@ -9,7 +9,7 @@ FILE`` from any folder (:mod:`gpumr.engines.mrjob.configs`).
 """
 
 from .. import __version__
-from ..boundary import report
+from ..log import report
 from ..engines.mrjob.configs import folder, localised, packaged, path_of
 from ..errors import GpumrError
 

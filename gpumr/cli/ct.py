@@ -12,7 +12,7 @@ import threading
 import time
 
 from .. import limits
-from ..boundary import quiet, report
+from ..log import quiet, report
 from ..errors import GpumrError
 from .args import command, positive
 

@@ -1,6 +1,6 @@
 """``gpumr faces render`` and ``gpumr demo``."""
 
-from ..boundary import report
+from ..log import report
 from .args import command, positive
 
 
@@ -15,7 +15,7 @@ def cmd_render(args):
 
 def cmd_demo(args):
     from .demo import demo
-    demo(args.output, frames=args.frames, shards=args.shards, runner=args.runner, log=report)
+    demo(args.output, frames=args.frames, shards=args.shards, runner=args.runner)
 
 
 def register(sub):

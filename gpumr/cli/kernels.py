@@ -1,6 +1,6 @@
 """``gpumr build-kernels``: the CUDA kernels as fatbins for worker nodes without nvcc."""
 
-from ..boundary import report
+from ..log import report
 from .args import command
 
 

@@ -7,7 +7,8 @@ plans once; the engine only runs the tasks; every engine writes the same
 output and ends with the same one-line summary.
 """
 
-from ..boundary import UsageError, logger
+from ..boundary import UsageError
+from ..log import logger
 
 
 def _general_help():

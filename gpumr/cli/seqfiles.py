@@ -7,7 +7,7 @@ import tempfile
 
 from seqfile.codecs import SHORT_NAMES
 
-from ..boundary import logger, report
+from ..log import logger, report
 from ..errors import GpumrError, printable
 from ..io.records import open_reader
 from ..io.remote import locate

@@ -8,10 +8,13 @@ result, or an ``error`` naming the record -> the output value (the
 
 import time
 
+from ..log import logger, say_once
 from ..sizes import human
 from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .badrecord import BadRecord
 from .workload import RESERVED
+
+log = logger(__name__)
 
 #: The most of an exception's message an error line keeps.
 REASON_CHARS = 300
@@ -79,16 +82,17 @@ class Processor:
         record an error line.
     count : callable, optional
         ``count(name, amount)``: the counters.
-    log : callable, optional
-        ``log(line)``: the task's log.
+
+    What it has to say (a record too large for every GPU, a GPU failure
+    re-run on the CPU) goes to this module's logger, each line once per
+    process (:func:`gpumr.log.say_once`).
     """
 
-    def __init__(self, workload, o, chooser, device_for=None, to_value=plain_result, count=None, log=None):
+    def __init__(self, workload, o, chooser, device_for=None, to_value=plain_result, count=None):
         self.workload, self.o, self.chooser = workload, o, chooser
         self.device_for = device_for
         self.to_value = to_value
         self.count = count or (lambda name, n=1: None)
-        self.log = log or (lambda line: None)
         self._pending = []
         self._oversize = False  # a record too large for every GPU here was logged
 
@@ -130,7 +134,7 @@ class Processor:
                 memory = self._memory(n)
             if not self._oversize and not self.chooser.fits(memory):
                 self._oversize = True
-                self.log(f"{self.workload.name}: a record needs more device memory ({human(memory)}) than any GPU "
+                say_once(log, f"{self.workload.name}: a record needs more device memory ({human(memory)}) than any GPU "
                          "here has; such records run on the CPU")
             choice = self.chooser.choose(memory)
             if choice.on_gpu:
@@ -196,7 +200,7 @@ class Processor:
                 return
             key = batch[0][0]
             if not isinstance(exc, BadRecord):
-                self.log(f"record {key!r} failed on the CPU: {reason_of(exc)}")
+                say_once(log, f"record {key!r} failed on the CPU: {reason_of(exc)}")
             yield self.bad(key, reason_of(exc))
             return
         self.count(CPU_MS, int(round((time.perf_counter() - t0) * 1000)))
@@ -210,7 +214,8 @@ class Processor:
         except Exception as exc:  # noqa: BLE001 (launch failure, out of memory, lost context ...)
             choice.release()
             self.count(FALLBACKS, len(batch))
-            self.log(f"GPU failure on {choice.device} ({reason_of(exc)}); {len(batch)} record(s) re-run on the CPU")
+            say_once(log, f"GPU failure on {choice.device} ({reason_of(exc)}); {len(batch)} record(s) re-run on the "
+                          "CPU")
             for one in batch:
                 yield from self._cpu([one])
             return

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import stat
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +20,7 @@ from ..errors import GpumrError
 from ..io.outputs import write_file
 from ..limits import (MAX_ANGLE_RAD, MAX_ANGLES, MAX_DETECTOR_PIXELS, MAX_DETECTOR_SIDE, MAX_GEOMETRY_BYTES,
                       MAX_LENGTH_MM, MAX_PROJECTION_SAMPLES, MAX_VOXEL_SIDE, MAX_VOXELS)
+from ..log import logger, say_once
 
 _REQUIRED = ("DSO", "DSD", "nDetector", "dDetector", "nVoxel", "dVoxel")
 
@@ -128,10 +128,8 @@ def from_dict(d, source="geometry", warn=True):
         of its limits, ``DSD <= DSO``, a volume reaching the source, or a
         detector that misses the volume entirely.
 
-    Warns
-    -----
-    FieldOfViewWarning
-        When part of the volume lies outside the field of view.
+    A volume partly outside the field of view is a warning, said once
+    (normal cone-beam CT: its corners are not fully measured).
     """
     if not isinstance(d, dict):
         raise GpumrError(f"{source}: a geometry must be a JSON object")
@@ -157,10 +155,6 @@ def from_dict(d, source="geometry", warn=True):
     g = Geometry(dso, dsd, n_det, d_det, n_vox, d_vox, angles, off_o, off_d, source)
     _check_coverage(g, warn)
     return g
-
-
-class FieldOfViewWarning(UserWarning):
-    """Part of the volume lies outside the detector's field of view at some angles."""
 
 
 def _shadow(g):
@@ -208,10 +202,9 @@ def _check_coverage(g, warn=True):
     if warn and not inside.all():
         half = min(-u_lo, u_hi)
         fov = g.DSO * half / math.hypot(g.DSD, half) if half > 0 else 0.0
-        warnings.warn(f"{where}: part of the volume lies outside the field of view at {np.count_nonzero(~inside)} "
-                      f"of {g.n_angles} angles (the detector sees a cylinder of radius {fov:.1f} mm about the axis; "
-                      f"the volume reaches {radius:.1f} mm): voxels there are not fully measured",
-                      FieldOfViewWarning, stacklevel=3)
+        say_once(logger(__name__), f"{where}: part of the volume lies outside the field of view at "
+                 f"{np.count_nonzero(~inside)} of {g.n_angles} angles (the detector sees a cylinder of radius {fov:.1f} "
+                 f"mm about the axis; the volume reaches {radius:.1f} mm): voxels there are not fully measured")
 
 
 def beside(projections):

@@ -15,9 +15,12 @@ import os
 import time
 
 from ..errors import GpumrError
+from ..log import logger, say_once
 from . import nvml as _nvml
 from .free import Verdict, check
 from .leases import LockFileLeases, wait_for
+
+log = logger(__name__)
 
 MODES = ("auto", "cpu", "gpu")
 #: After a failed exclusive-mode context probe, leave that GPU alone this long (a probe is costly).
@@ -140,8 +143,6 @@ class DeviceChooser:
         Stand-ins for ``pynvml``, the CUDA context probe and the environment (tests).
     wait_timeout : float, optional
         In ``gpu`` mode, give up after this many seconds.
-    log : callable, optional
-        ``log(line)`` for the task's log (the scheduler service failing, once per outage).
     only : iterable of int, optional
         Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default.
         Such a task takes lock-file leases on them, never the service's: the service, which does
@@ -149,7 +150,7 @@ class DeviceChooser:
     """
 
     def __init__(self, mode="auto", memory=None, slots=1, lease_dir=None, scheduler=None,
-                 nvml=None, probe=None, env=None, wait_timeout=None, log=None, only=None):
+                 nvml=None, probe=None, env=None, wait_timeout=None, only=None):
         if mode not in MODES:
             raise GpumrError(f"device mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
@@ -164,7 +165,6 @@ class DeviceChooser:
         self._retry_at = 0.0  # monotonic time before which the service is not asked again
         self._backoff = SERVICE_BACKOFF[0]
         self._outage = False
-        self._log = log or (lambda line: None)
         self._rotate = 0
         self._probe_failed = {}  # uuid -> monotonic time of the last failed exclusive probe
         self._said_lost = set()  # uuids of GPUs lost to a CUDA error that the log has named
@@ -290,7 +290,7 @@ class DeviceChooser:
         why = untrusted(gpu)
         if why and gpu.uuid not in self._said_lost:
             self._said_lost.add(gpu.uuid)
-            self._log(f"gpumr: gpu:{gpu.index} is not used again by this task: {why}")
+            say_once(log, f"gpu:{gpu.index} is not used again by this task: {why}")
         return bool(why)
 
     def _all_lost(self):
@@ -332,7 +332,7 @@ class DeviceChooser:
             self._client.disconnect()  # its leases end; records under way keep their claims until released
             self._client = None
         if not self._outage:
-            self._log(f"gpumr: {exc}; this record runs on the CPU, and lock-file leases are used "
+            say_once(log, f"{exc}; this record runs on the CPU, and lock-file leases are used "
                       f"for {self._backoff:g} s (then longer) before the service is asked again")
         self._outage = True
         self._retry_at = time.monotonic() + self._backoff

@@ -20,7 +20,7 @@ from .paths import lease_dir
 
 def _skip(exc, then="that slot is treated as taken"):
     """Warn once per path that a lock or context file is refused (:class:`gpumr.trusted.Untrusted`)."""
-    warn_once(f"{exc}; {then}", stacklevel=3)
+    warn_once(f"{exc}; {then}")
 
 
 def check_slots(value, option="--gpu-slots"):

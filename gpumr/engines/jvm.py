@@ -12,7 +12,7 @@ import atexit
 import os
 import tempfile
 
-from ..boundary import silence
+from ..log import silence
 from ..errors import redact
 from .mapreduce import one_line
 

@@ -16,7 +16,7 @@ published, with their counters, so every record comes out exactly once.
 import contextlib
 import re
 
-from ..boundary import logger
+from ..log import logger
 from ..errors import GpumrError, redact
 from .base import Engine, Outcome
 

@@ -132,7 +132,7 @@ class Cascade:
         if len(self.rects) >= 1 << (31 - feature_bit):
             raise GpumrError(f"{len(self.rects)} features: the GPU path takes at most {(1 << (31 - feature_bit)) - 1}")
         tree = np.repeat(np.arange(len(starts)), sizes)  # each node's tree
-        root, first_leaf = starts[tree], self.trees[tree, 1].astype(np.int64)
+        first_leaf = self.trees[tree, 1].astype(np.int64)
         nodes = np.zeros((n_nodes, 4), np.int32)
         nodes[:, 0] = self.node_thresholds.view(np.int32)
         meta = (sizes[tree] << size_bit) | (self.nodes[:, 0].astype(np.int64) << feature_bit)

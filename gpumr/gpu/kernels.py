@@ -212,7 +212,7 @@ def _vouched(path, made_by):
            f"another build's proof ({proof.output}) lies beside it" if proof.output != made_by else
            "does not match its proof (truncated or changed)")
     trusted.warn_once(f"{printable(path)}: a cached kernel that {why}: moved aside as {printable(aside)} and "
-                      "built again", stacklevel=3)
+                      "built again")
     return False
 
 
@@ -243,8 +243,8 @@ def cached(file, made_by, make):
             return path
     except trusted.Untrusted as exc:
         path = os.path.join(_private(), file)
-        trusted.warn_once(f"{exc}; building it in a private temporary kernel cache instead ({path}, removed at "
-                          "exit)")
+        trusted.warn_once(f"{exc}; building it in a private temporary kernel cache of each process instead, removed "
+                          "at its exit")
         if _vouched(path, made_by):
             return path
     with one_builder(os.path.dirname(path)):
@@ -426,7 +426,7 @@ def _usable(name, path, place):
         return False
     except trusted.Untrusted as exc:
         if place != "the per-user cache":
-            trusted.warn_once(f"{exc}; not loaded", stacklevel=3)
+            trusted.warn_once(f"{exc}; not loaded")
         return False
 
 
@@ -491,7 +491,7 @@ def image(name, arch=None):
         except FileNotFoundError:
             continue
         except trusted.Untrusted as exc:
-            trusted.warn_once(f"{exc}; not loaded", stacklevel=2)
+            trusted.warn_once(f"{exc}; not loaded")
     path = fatbin(name, arch)
     return trusted.read_regular(path, MAX_FATBIN_BYTES, what="a kernel fatbin")
 

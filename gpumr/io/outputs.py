@@ -21,7 +21,7 @@ import stat
 from seqfile import SequenceFileError
 from seqfile.atomic import AtomicFile, aside_name, interrupts_held, swap_into_place, temp_dir_beside, temp_name
 
-from ..boundary import logger
+from ..log import logger
 from ..errors import GpumrError, printable
 from ..sizes import human
 from .proofs import Proof, is_proof
@@ -38,7 +38,7 @@ _CHUNK = 1 << 20
 
 
 def warn(message):
-    """Say ``message`` as a gpumr warning (an output kept, a proof not recorded): :mod:`gpumr.boundary`'s logger."""
+    """Say ``message`` as a gpumr warning (an output kept, a proof not recorded)."""
     logger(__name__).warning("%s", message)
 
 
@@ -410,12 +410,11 @@ class _Transaction:
 
     also = ()
 
-    def _setup(self, path, output, log=warn, proves_itself=False, also=()):
+    def _setup(self, path, output, proves_itself=False, also=()):
         self.also = tuple(also)
         self.loc = locate(path).stripped()
         self.shown = self.loc.shown
         self.output = output
-        self.log = log
         self.proves_itself = proves_itself
         self.kept = None
 
@@ -442,7 +441,7 @@ class _Transaction:
         finally:
             self.abort()
             if self.kept:
-                self.log(_kept_warning(self.shown, self.kept))
+                warn(_kept_warning(self.shown, self.kept))
         with interrupts_held():  # the proof trimmed whole: Ctrl-C comes after
             if proof is not None:
                 proof.save()  # now for the new output only
@@ -556,8 +555,6 @@ class FolderOutput(_Transaction):
     inputs, replace, option, pack_parts
         As :func:`check_output`. With ``pack_parts`` the parts prove
         themselves (their headers) and no proof file is written.
-    log : callable
-        Receives the warning when something of the old folder is kept.
 
     Attributes
     ----------
@@ -571,8 +568,8 @@ class FolderOutput(_Transaction):
 
     folder = True
 
-    def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, log=warn, also=()):
-        self._setup(local_output(path, option), output, log, proves_itself=pack_parts, also=also)
+    def __init__(self, path, output, *, inputs=(), replace=True, option="-o", pack_parts=False, also=()):
+        self._setup(local_output(path, option), output, proves_itself=pack_parts, also=also)
         self.path = self.loc.local
         self.pack_parts = pack_parts
         self.stage = self._holder = None
@@ -650,8 +647,6 @@ class UriOutput(_Transaction):
     proves_itself : bool
         The parts are SequenceFiles that ``gpumr pack`` wrote, whose headers
         are their proof (:data:`SEQFILE_MARK`): no proof object is written.
-    log : callable
-        Receives the warning when something of the old output is kept.
 
     Attributes
     ----------
@@ -666,9 +661,8 @@ class UriOutput(_Transaction):
     drops the stage. See the module's rule for how each filesystem publishes.
     """
 
-    def __init__(self, uri, output, *, folder, inputs=(), replace=True, option="-o", proves_itself=False, log=warn,
-                 also=()):
-        self._setup(uri, output, log, proves_itself, also)
+    def __init__(self, uri, output, *, folder, inputs=(), replace=True, option="-o", proves_itself=False, also=()):
+        self._setup(uri, output, proves_itself, also)
         self.uri = str(self.loc)
         self.name = self.loc.name
         self.folder = folder

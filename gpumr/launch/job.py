@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from seqfile.atomic import interrupts_held
 
-from ..boundary import logger, quiet
+from ..log import logger, quiet
 from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
 from ..engines.processes import AFTER_SIGNAL, end_processes_in
@@ -71,7 +71,7 @@ def job_folder():
         with interrupts_held():
             folder = tempfile.mkdtemp(prefix="gpumr-job-")
         yield folder
-    except KeyboardInterrupt:  # (Ctrl-C, and SIGTERM: boundary.Terminated)
+    except KeyboardInterrupt:  # (Ctrl-C, and SIGTERM: gpumr.signals.Terminated)
         if folder is not None:
             end_processes_in(folder, timeout=AFTER_SIGNAL, ask=True)
         raise

@@ -12,7 +12,8 @@ plan is all an engine gets.
 import argparse
 from dataclasses import dataclass, field
 
-from ..boundary import UsageError, logger
+from ..boundary import UsageError
+from ..log import logger
 from ..engines.start import Start
 from ..errors import GpumrError
 from ..io.inputs import expand_sized, require_sequencefiles, splits

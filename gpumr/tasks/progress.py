@@ -137,7 +137,7 @@ class Display:
             return {name: max(files[name], self._finished[name]) for name in FIELDS}
 
     def __enter__(self):
-        from ..boundary import logger, quiet
+        from ..log import logger, quiet
         isatty = getattr(self.stream, "isatty", None)
         terminal = isatty is not None and isatty()
         if quiet() or not self.shown or not (terminal or logger(__name__).isEnabledFor(logging.DEBUG)):
@@ -172,5 +172,5 @@ class Display:
                 last_line = time.monotonic()
                 share = f"{100 * t['input bytes'] / self.total:.0f}% of the input, " if self.total else ""
                 rate = records / max(time.monotonic() - self._t0, 1e-9)
-                from ..boundary import logger
+                from ..log import logger
                 logger(__name__).debug("%s: %s%s, %.1f records/s", self.label, share, detail, rate)

@@ -15,12 +15,14 @@ reach it on every engine. Engines call :func:`map_task` and
 import argparse
 import hashlib
 import json
+import logging
 import os
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
 
-from ..boundary import install, logger, set_verbosity
+from ..boundary import install
+from ..log import logger, say_once, set_verbosity
 from ..errors import GpumrError
 from . import output
 
@@ -109,14 +111,6 @@ class SideFiles:
 #: Workloads a process keeps built at once (a worker serving several jobs): the least recently used goes first.
 KEEP_BUILT = 2
 _BUILT = {}
-_SAID = set()
-
-
-def say_once(text, level="info"):
-    """Log ``text`` once per process (a process runs many tasks that would say the same)."""
-    if text not in _SAID:
-        _SAID.add(text)
-        getattr(log, level)("%s", text)
 
 
 #: Side files whose content this process checked: ``(path, device, inode, size, mtime, ctime)`` of each, as read.
@@ -261,24 +255,23 @@ class Task:
                 from ..gpu.kernels import describe as kernels
                 from .device import Device
                 device_for = Device
-                say_once(kernels())  # (where each kernel comes from: shipped, beside the sources, the cache)
+                say_once(log, kernels(), logging.INFO)  # (where each kernel comes from)
                 if chooser.simulated:
-                    say_once(f"{self.workload.name}: GPUs are simulated; their CUDA kernels run on the host")
+                    say_once(log, f"{self.workload.name}: GPUs are simulated; their CUDA kernels run on the host",
+                             logging.INFO)
         elif chooser.has_gpus:
             why = f"{self.workload.name} has no GPU path"
         if device_for is None:
-            say_once(f"{self.workload.name}: every record runs on the CPU ({why})", "debug")
+            say_once(log, f"{self.workload.name}: every record runs on the CPU ({why})", logging.DEBUG)
         self._simulated = chooser.simulated
-        return Processor(Said(self.workload), self.o, chooser, device_for, self._line, self.count,
-                         lambda text: say_once(text, "warning"))
+        return Processor(Said(self.workload), self.o, chooser, device_for, self._line, self.count)
 
     def open(self):
         """Start: device choice set up for this task (a connection to the scheduler service, leases)."""
         from ..devices.chooser import DeviceChooser, describe
         o = self.o
-        self._chooser = DeviceChooser(o.device, memory=o.gpu_memory, slots=o.gpu_slots, only=self.gpus,
-                                      log=lambda text: say_once(text, "warning"))
-        say_once(describe(self._chooser), "debug")
+        self._chooser = DeviceChooser(o.device, memory=o.gpu_memory, slots=o.gpu_slots, only=self.gpus)
+        say_once(log, describe(self._chooser), logging.DEBUG)
         self._processor = self._processor_for(self._chooser)
 
     def feed(self, item):

@@ -19,7 +19,7 @@ cluster is stopped) before the stage is dropped.
 import contextlib
 import time
 
-from ...boundary import logger, silence
+from ...log import logger, silence
 from ...core.workload import Option
 from ...errors import GpumrError, redact
 from ..mapreduce import Pool, PoolEngine
@@ -206,7 +206,7 @@ class DaskPool(Pool):
 
 
 def _quiet_logs(debug):
-    """Without ``--debug``, Dask's, Tornado's and asyncio's own logs stay silent (:func:`gpumr.boundary.silence`)."""
+    """Without ``--debug``, Dask's, Tornado's and asyncio's own logs stay silent (:func:`gpumr.log.silence`)."""
     if not debug:
         silence("asyncio", "distributed", "tornado", "bokeh")
 

@@ -207,6 +207,7 @@ def fork_server(preload, start=None):
     server = forkserver._forkserver
     if getattr(server, "_forkserver_pid", None) is not None:
         return  # (kept as it is: this process's folder and environment are left alone, whatever other threads do)
+    _short_socket_folder()
     inherited = start.inherited() if start is not None else contextlib.nullcontext()
     with children_deaf(), inherited:  # (the server's mask, folder and environment are its children's)
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
@@ -215,6 +216,24 @@ def fork_server(preload, start=None):
 
 
 _fork_server = None  # (the pid of the fork server that fork_server started, until end_fork_server ends it)
+
+#: The longest temporary folder whose private subfolder still holds the fork server's Unix socket (``sun_path``
+#: takes 107 bytes; the subfolder and the socket's name add 32).
+SOCKET_FOLDER_MAX = 70
+
+
+def _short_socket_folder():
+    """Where the temporary folder is too long to hold the fork server's socket (a deep ``TMPDIR``), make
+    multiprocessing's private folder (``pymp-*``, 0700, removed at exit) in ``/tmp`` instead, once per process."""
+    import tempfile
+    from multiprocessing import process, util
+    if process.current_process()._config.get("tempdir") or len(tempfile.gettempdir()) <= SOCKET_FOLDER_MAX:
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 def end_fork_server():

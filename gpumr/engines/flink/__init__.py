@@ -30,7 +30,7 @@ import contextlib
 import os
 import sys
 
-from ...boundary import interrupt_with
+from ...signals import interrupt_with
 from ...core.workload import Option
 from ...errors import GpumrError
 from ..jvm import failure, quiet_interrupt

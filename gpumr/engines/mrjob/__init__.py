@@ -20,7 +20,8 @@ import os
 import shutil
 import sys
 
-from ...boundary import UsageError, relay_task_lines, task_error
+from ...boundary import UsageError
+from ...log import relay_task_lines, task_error
 from ...core.workload import Option
 from ...errors import GpumrError, redact, redact_settings
 from ...io.remote import locate

@@ -38,7 +38,8 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]  # run as a script: this folder's modules (job.py, runner.py) must not hide other packages
 
-from gpumr.boundary import ArgumentParser, logger  # noqa: E402
+from gpumr.boundary import ArgumentParser
+from gpumr.log import logger  # noqa: E402
 
 #: Hadoop's input format that gives a SequenceFile's records as ``key<TAB>hex bytes`` lines.
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"

@@ -29,7 +29,8 @@ import os
 import pickle
 import time
 
-from ...boundary import Terminated, logger, write_stderr
+from ...log import logger, relay
+from ...signals import Terminated
 from ...core.workload import Option
 from ...errors import GpumrError
 from ..mapreduce import Pool, PoolEngine
@@ -148,7 +149,7 @@ class RadicalPool(Pool):
                     continue
                 del pending[i]
                 if task.stderr and task.stderr.strip():
-                    write_stderr(task.stderr if task.stderr.endswith("\n") else task.stderr + "\n")
+                    relay(task.stderr)
                 if task.state != rp.DONE or not os.path.exists(path):
                     why = f"{task.state.lower()}, exit status {task.exit_code}"
                     if attempt >= ATTEMPTS:

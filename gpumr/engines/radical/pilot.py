@@ -13,7 +13,8 @@ import signal
 import sys
 import time
 
-from ...boundary import Terminated, logger
+from ...log import logger
+from ...signals import Terminated
 from ...errors import GpumrError, redact
 from ..processes import AFTER_SIGNAL, children_deaf, end_processes_in, main_thread, stderr_to
 

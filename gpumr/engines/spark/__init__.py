@@ -22,7 +22,9 @@ import sys
 import tempfile
 import time
 
-from ...boundary import describe, interrupt_with, logger
+from ...boundary import describe
+from ...log import logger
+from ...signals import interrupt_with
 from ...core.workload import Option
 from ...errors import GpumrError
 from ..jvm import failure, last_words, quiet_interrupt, quiet_log4j
@@ -187,7 +189,7 @@ def _stop(sc):
     boundary's one line (``gpumr: terminated``); they are a debug line.
     """
     import warnings
-    signalled = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # (Ctrl-C, and SIGTERM: boundary.Terminated)
+    signalled = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # (Ctrl-C, and SIGTERM: gpumr.signals.Terminated)
     with warnings.catch_warnings():
         if signalled:
             warnings.filterwarnings("ignore", "Unable to cleanly shutdown Spark JVM", RuntimeWarning)
