@@ -64,7 +64,10 @@ class Processor:
     lease held only while :meth:`Workload.gpu_batch` runs; otherwise the
     first records run on the CPU and the choice is made again for the rest,
     so each record goes to whatever is free when its turn comes. A GPU
-    failure re-runs the batch on the CPU (counted as fallbacks).
+    failure re-runs the batch on the CPU (counted as fallbacks). What it has
+    to say (a record too large for every GPU, a GPU failure re-run on the
+    CPU) goes to this module's logger, once per process
+    (:func:`gpumr.log.say_once`).
 
     Parameters
     ----------
@@ -82,10 +85,6 @@ class Processor:
         record an error line.
     count : callable, optional
         ``count(name, amount)``: the counters.
-
-    What it has to say (a record too large for every GPU, a GPU failure
-    re-run on the CPU) goes to this module's logger, each line once per
-    process (:func:`gpumr.log.say_once`).
     """
 
     def __init__(self, workload, o, chooser, device_for=None, to_value=plain_result, count=None):
