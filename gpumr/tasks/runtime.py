@@ -1,8 +1,8 @@
 """The one task runtime: how every task of every engine runs its records.
 
 A task gets the job's :class:`Spec` (made once by the launcher) and its
-items: SequenceFile splits ``["split", path, start, end]`` or the
-workload's own records ``["record", key, value]``. It builds the workload
+items (:mod:`gpumr.tasks.items`: SequenceFile splits or the workload's
+own records). It builds the workload
 once per process (keyed by the spec's content, side files by their
 content's hash), chooses a device per record (:class:`gpumr.core.Processor`),
 writes arrays and lines into the output's stage, and counts. It logs
@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field
 from ..boundary import install
 from ..log import logger, say_once, set_verbosity
 from ..errors import GpumrError
+from ..io.joboutput import line
 from . import output
+from .items import Record, Split, describe
 
 log = logger(__name__)
 
@@ -39,12 +41,14 @@ class Spec:
     Attributes
     ----------
     workload : list
-        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]``;
-        a shipped module's ``file`` is its content name (see ``side``).
+        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]``
+        (``file`` None: a task finds a shipped module by ``module``).
     options : dict
         Every option's value by ``dest``; a side file's value is its content name.
     side : dict
         ``{content name: size}`` of the files shipped to the tasks.
+    module : str or None
+        The content name of the user's module, shipped among ``side``.
     stage : str or None
         The output transaction's hidden stage, which tasks write into.
     verbosity : {"quiet", "info", "debug"}
@@ -57,6 +61,7 @@ class Spec:
     workload: list
     options: dict
     side: dict = field(default_factory=dict)
+    module: str = None
     stage: str = None
     verbosity: str = "info"
     progress: str = None
@@ -72,7 +77,7 @@ class Spec:
     @property
     def key(self):
         """What identifies the built workload in a process: everything but where output goes."""
-        return json.dumps([self.workload, self.options, self.side], sort_keys=True)
+        return json.dumps([self.workload, self.module, self.options, self.side], sort_keys=True)
 
 
 def here(name):
@@ -175,7 +180,7 @@ def built(spec, find=here):
         return got
     ref = Ref(*spec.workload)
     paths = {name: _verified(name, find, size) for name, size in spec.side.items()}
-    cls = load(ref, paths.get(ref.file) if ref.file else None)
+    cls = load(ref, paths[spec.module] if spec.module else None)
     o = argparse.Namespace(**spec.options)
     for opt in cls.options:
         value = getattr(o, opt.dest, None)
@@ -241,7 +246,7 @@ class Task:
         if device != "cpu" and self._simulated:
             value["simulated"] = True
         try:
-            return output.line(key, value)
+            return line(key, value)
         except (TypeError, ValueError) as exc:
             from ..core.badrecord import BadRecord
             raise BadRecord(f"the result is not JSON: {exc}") from None
@@ -277,19 +282,17 @@ class Task:
     def feed(self, item):
         """Yield the output lines of one item (a split's records, or one record) that are ready."""
         from ..io.records import process, read_split
-        kind = item[0]
-        if kind == "record":
-            yield from self._named(self._processor.feed(item[1], item[2]))
-        elif kind == "split":
-            _, path, start, end = item
+        if isinstance(item, Record):
+            yield from self._named(self._processor.feed(item.key, item.value))
+        elif isinstance(item, Split):
             done = self.progress.counts["input bytes"]
-            records = read_split(path, start, end, path, max_record_size=self.o.max_record_size)
+            records = read_split(item.path, item.start, item.end, item.path, max_record_size=self.o.max_record_size)
             yield from self._named(process(self._processor, records,
-                                           at=lambda at: self.progress.set_bytes(done + at - start)))
-            if end is not None:
-                self.progress.set_bytes(done + end - start)
+                                           at=lambda at: self.progress.set_bytes(done + at - item.start)))
+            if item.end is not None:
+                self.progress.set_bytes(done + item.end - item.start)
         else:
-            raise GpumrError(f"a task item of unknown kind {kind!r}")
+            raise GpumrError(f"a task item of unknown kind {type(item).__name__}")
 
     def refuse(self, key, reason):
         """The error line of a record that cannot be given to the workload (counted as bad)."""
@@ -304,7 +307,7 @@ class Task:
             self.progress.close()
 
     def lines(self, items):
-        """Yield the output line (:func:`gpumr.tasks.output.line`) of every record of ``items`` (splits or
+        """Yield the output line (:func:`gpumr.io.joboutput.line`) of every record of ``items`` (splits or
         records), each exactly once."""
         self.open()
         ended = False
@@ -326,7 +329,7 @@ class Task:
                 continue
             if len(self.bad) < BAD_NAMED:
                 self.bad.append((key, value["error"]))
-            yield output.line(key, value)
+            yield line(key, value)
 
 
 
@@ -395,7 +398,7 @@ def map_task(spec, index, items, sort, find=here, gpus=None):
     """
     t0 = time.perf_counter()
     task = Task(spec, find, gpus)
-    log.debug("task %d started: %s", index, describe_items(items))
+    log.debug("task %d started: %s", index, describe(items))
     lines = task.lines(items)
     if sort:
         lines = sorted(lines)
@@ -415,10 +418,3 @@ def reduce_task(spec, index, runs, low, high):
     return {"index": index, "name": name, "size": size, "sha": sha}
 
 
-def describe_items(items):
-    """A few words on a task's items, for its log lines."""
-    if items and items[0][0] == "split":
-        _, path, start, end = items[0]
-        more = f" and {len(items) - 1} more" if len(items) > 1 else ""
-        return f"{path} bytes {start}-{end}{more}"
-    return f"{len(items)} record{'s' if len(items) != 1 else ''}"
