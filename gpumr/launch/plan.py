@@ -22,7 +22,7 @@ from ..io.remote import locate
 from ..tasks.items import Record, Split
 from ..tasks.runtime import Spec
 from ..workloads import find, load
-from .options import check_limits, task_options
+from .options import check_limits, checked, task_options
 from .parser import run_parser
 from .ship import fetch, named_ahead, ship
 
@@ -44,8 +44,8 @@ class Plan:
         Where the workload is.
     workload : gpumr.Workload
         An instance, on the launcher's side (its ``check`` and ``plan`` ran).
-    o : argparse.Namespace
-        Every option's value, checked.
+    o : gpumr.launch.options.Checked
+        Every option's value, checked; setting one raises.
     engine : gpumr.engines.base.Engine
     inputs : list of (str, int)
         The input files and their sizes (SequenceFile workloads).
@@ -199,4 +199,4 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     options.update({opt.dest: names[opt.name] for opt, _ in values})
     spec = Spec(workload=list(ref._replace(file=None)), module=shipped and shipped.name, options=options,
                 side={f.name: f.size for f in side}, verbosity=verbosity_given or verbosity(o))
-    return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder, start)
+    return Plan(ref, workload, checked(o), engine, files, tasks, out, side, spec, extra, folder, start)

@@ -160,11 +160,18 @@ def _verified(name, find, size):
     return path
 
 
-def _unchanged(paths):
-    """Raise unless every checked side file in ``paths`` is as it was when checked (a workload read it meanwhile)."""
+def _unchanged(paths, sizes):
+    """Raise unless every checked side file in ``paths`` still holds what was checked (a workload read it meanwhile).
+
+    A file ``stat`` shows otherwise is read again: its ``ctime`` also moves when another job hard-links the same
+    file (:func:`gpumr.launch.ship.ship`), which changes nothing it holds.
+    """
     for name, path in paths.items():
         if _signature(os.stat(path), path) not in _CHECKED:
-            raise GpumrError(f"the shipped file {name} changed on this node while the task read it")
+            try:
+                _verified(name, lambda _: path, sizes[name])
+            except GpumrError:
+                raise GpumrError(f"the shipped file {name} changed on this node while the task read it") from None
 
 
 def built(spec, find=here):
@@ -188,7 +195,7 @@ def built(spec, find=here):
             setattr(o, opt.dest, paths[value])
     workload = cls()
     workload.setup(o)
-    _unchanged(paths)  # (what setup read is what was checked)
+    _unchanged(paths, spec.side)  # (what setup read is what was checked)
     while len(_BUILT) >= KEEP_BUILT:
         _BUILT.pop(next(iter(_BUILT)))
     _BUILT[key] = (o, workload)
