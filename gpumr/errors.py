@@ -9,14 +9,7 @@ class GpumrError(Exception):
 
 
 def printable(name):
-    """``name`` (a key or a path, str or bytes) on one line: what cannot be shown is escaped.
-
-    Control characters (newline, tab, ...) and other unprintable characters
-    become Python-style escapes (``\\n``, ``\\t``, ``\\x1b``, ``\\u2028``), bytes that
-    are not UTF-8 (file names the OS gave as surrogates) become ``\\xNN``, and
-    a backslash becomes ``\\\\``, so the result is unambiguous, fits in one
-    line of a listing or an error message, and cannot move the terminal's cursor.
-    """
+    """``name`` (a key or a path, str or bytes) on one line: what cannot be shown is escaped."""
     if isinstance(name, bytes):
         name = name.decode("utf-8", "surrogateescape")
     if name.isprintable() and "\\" not in name:
@@ -72,8 +65,7 @@ def redact(text):
     Returns
     -------
     str
-        The same text, where ``s3://KEY:SECRET@bucket/x`` reads ``s3://***@bucket/x``.
-    """
+        The same text, where ``s3://KEY:SECRET@bucket/x`` reads ``s3://***@bucket/x``."""
     return _USERINFO.sub(r"\g<scheme>***@", str(text))
 
 
@@ -85,8 +77,8 @@ SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id",
 
 
 def redact_settings(settings):
-    """A framework's settings (``{name: value}``) fit to show: secrets' values and every ``cmdenv`` value
-    (environment for the tasks, often credentials) as ``***``, user-info hidden in the rest.
+    """A framework's settings (``{name: value}``) fit to show: secrets' values and every ``cmdenv`` value (environment
+    for the tasks, often credentials) as ``***``, user-info hidden in the rest.
 
     Examples
     --------

@@ -1,13 +1,4 @@
-"""The limits on how much work one option or one piece of input may ask for, and the check that keeps them.
-
-Every option and every metadata field that sets the amount of work (image
-and pyramid sizes, JPEG scans, CT volume and projection sizes, threads,
-reducers, ...) is checked against one of these limits before anything is
-allocated for it. What is over its limit is refused with one line naming
-the option, file or field: before any task when the options or the metadata
-alone decide it, else as that record's ``error`` line. The documentation's Concepts, "Size
-caps and bounds", lists them.
-"""
+"""The limits on how much work one option or one piece of input may ask for, and the check that keeps them."""
 
 import math
 import numbers
@@ -89,8 +80,7 @@ def shown(value):
     Returns
     -------
     str
-        At most 60 characters, ending in ``...`` when cut.
-    """
+        At most 60 characters, ending in ``...`` when cut."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -117,11 +107,11 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
     Parameters
     ----------
     name : str
-        What the value is, as the user wrote it: an option (``"--scale-factor"``) or a file's field
-        (``"geo.json: DSO"``).
+        What the value is, as the user wrote it: an option (``"--scale-factor"``) or a file's field (``"geo.json:
+        DSO"``).
     value : object
-        The value as given (parsed JSON included): a bool, a string, a list or a non-finite number is
-        refused, never converted.
+        The value as given (parsed JSON included): a bool, a string, a list or a non-finite number is refused, never
+        converted.
     least, most : number, optional
         Inclusive bounds.
     above : number, optional
@@ -132,8 +122,7 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
     Raises
     ------
     GpumrError
-        ``"{name} must be {what}, not {value}"``.
-    """
+        ``"{name} must be {what}, not {value}"``."""
     whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     ok = whole or (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value))
     if ok and integer and not whole:
@@ -170,8 +159,7 @@ def at_most(name, amount, most, what):
     Raises
     ------
     GpumrError
-        When ``amount`` is over ``most``.
-    """
+        When ``amount`` is over ``most``."""
     if amount > most:
         raise GpumrError(f"{name}: {amount:,} {what}, over the limit of {most:,}")
     return amount

@@ -10,10 +10,6 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb":
 def parse_size(text):
     """Parse ``"256MB"``, ``"1GiB"``, ``"64k"`` or ``"1000"`` into bytes.
 
-    Decimal units (``k``, ``MB``, ``GB``, ``TB``) are powers of 1000 and binary
-    ones (``KiB``, ``MiB``, ``GiB``, ``TiB``) powers of 1024, case-insensitive,
-    as people write them in options such as ``--shard-size`` and ``--gpu-memory``.
-
     Parameters
     ----------
     text : str or int
@@ -27,8 +23,7 @@ def parse_size(text):
     Raises
     ------
     ValueError
-        If the text is not a positive size.
-    """
+        If the text is not a positive size."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"not a size: {text!r} (try 256MB, 1GiB, 64k)")
@@ -49,8 +44,7 @@ def human(n):
     Returns
     -------
     str
-        The count in decimal units (B, KB, MB, GB, TB), one decimal above bytes.
-    """
+        The count in decimal units (B, KB, MB, GB, TB), one decimal above bytes."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -73,8 +67,7 @@ def size_arg(text):
     Raises
     ------
     argparse.ArgumentTypeError
-        If ``text`` is not a positive size; argparse turns it into a usage error.
-    """
+        If ``text`` is not a positive size; argparse turns it into a usage error."""
     import argparse
     try:
         return parse_size(text)

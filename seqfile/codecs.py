@@ -1,9 +1,4 @@
-"""Compression codecs, named by their Hadoop class names.
-
-Each codec writes and reads the byte stream Hadoop's codec of the same class does; decompression never
-produces more than the caller's ``limit``. The framing is in the documentation's reference, "The
-SequenceFile format", section "Codecs".
-"""
+"""Compression codecs, named by their Hadoop class names."""
 
 import bz2
 import struct
@@ -61,8 +56,8 @@ def resolve(name):
     Parameters
     ----------
     name : str
-        A short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
-        ``zstd``, as ``gpumr pack --codec`` takes them) or a Hadoop class name.
+        A short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``, ``zstd``, as ``gpumr pack --codec`` takes
+        them) or a Hadoop class name.
 
     Returns
     -------
@@ -72,8 +67,7 @@ def resolve(name):
     Raises
     ------
     CodecError
-        For a name that is neither.
-    """
+        For a name that is neither."""
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if name in SHORT_NAMES.values():
@@ -92,10 +86,8 @@ def check_available(codec_class):
     Raises
     ------
     CodecError
-        For a class gpumr does not support, or one whose optional library
-        (``cramjam``, ``backports.zstd``) is not installed; the message says
-        what to install.
-    """
+        For a class gpumr does not support, or one whose optional library (``cramjam``, ``backports.zstd``) is not
+        installed; the message says what to install."""
     if codec_class not in SHORT_NAMES.values():
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):
@@ -117,14 +109,12 @@ def compress(codec_class, data):
     Returns
     -------
     bytes
-        The stream Hadoop's codec of that class writes for ``data`` (Snappy
-        and LZ4 in Hadoop's block framing).
+        The stream Hadoop's codec of that class writes for ``data`` (Snappy and LZ4 in Hadoop's block framing).
 
     Raises
     ------
     CodecError
-        For an unsupported or unavailable codec.
-    """
+        For an unsupported or unavailable codec."""
     if codec_class in (DEFAULT, DEFLATE):
         return zlib.compress(data, 6)
     if codec_class == GZIP:
@@ -160,13 +150,12 @@ def decompress(codec_class, data, limit, head=0):
     data : bytes-like
         One whole stream.
     limit : int
-        The most bytes the output may have (the reader's ``max_record_size``);
-        decompression stops there instead of allocating more.
+        The most bytes the output may have (the reader's ``max_record_size``); decompression stops there instead of
+        allocating more.
     head : int, optional
-        With ``head`` > 0, return ``(first head bytes, the rest)`` as two
-        objects, so that a caller stripping a length prefix (a BytesWritable's)
-        need not copy a large value to do it; zlib, gzip, bzip2 and zstd
-        produce the two directly, Snappy and LZ4 by slicing.
+        With ``head`` > 0, return ``(first head bytes, the rest)`` as two objects, so that a caller stripping a length
+        prefix (a BytesWritable's) need not copy a large value to do it; zlib, gzip, bzip2 and zstd produce the two
+        directly, Snappy and LZ4 by slicing.
 
     Returns
     -------
@@ -176,8 +165,7 @@ def decompress(codec_class, data, limit, head=0):
     Raises
     ------
     CodecError
-        On a malformed or truncated stream, or output beyond ``limit``.
-    """
+        On a malformed or truncated stream, or output beyond ``limit``."""
     try:
         if codec_class in (DEFAULT, DEFLATE):
             return _streams(zlib.decompressobj, data, limit, False, head)
@@ -210,10 +198,6 @@ _MEASURE_PIECE = 1 << 20
 def measure(codec_class, data, limit):
     """The decompressed size of one stream of ``codec_class``, without keeping the output.
 
-    The stream is decompressed piece by piece (at most about 1 MiB held at
-    once for zlib, gzip, bzip2 and zstd; one framed chunk for Snappy and
-    LZ4), checked as :func:`decompress` checks it.
-
     Parameters
     ----------
     codec_class : str
@@ -231,8 +215,7 @@ def measure(codec_class, data, limit):
     Raises
     ------
     CodecError
-        As :func:`decompress`.
-    """
+        As :func:`decompress`."""
     try:
         if codec_class in (DEFAULT, DEFLATE):
             return _count(zlib.decompressobj, data, limit, multi=False)
@@ -309,13 +292,7 @@ def _snappy_block(cj, data, most):
 
 
 def _streams(new, data, limit, multi, head=0):
-    """Decompress one stream (or, with ``multi``, concatenated streams) into at most ``limit`` bytes.
-
-    ``new()`` makes a decompressor with ``decompress(data, max_length)``,
-    ``eof`` and ``unused_data`` (zlib's, bz2's and zstd's all have them);
-    zlib's keeps input it did not use in ``unconsumed_tail``, the others
-    inside. With ``head``, the first ``head`` bytes come back separately.
-    """
+    """Decompress one stream (or, with ``multi``, concatenated streams) into at most ``limit`` bytes."""
     out = []
     total = 0
     rest = data

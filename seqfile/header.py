@@ -1,7 +1,4 @@
-"""The SequenceFile header (format version 6), as ``SequenceFile.Writer`` writes it.
-
-Its layout is in the documentation's reference, "The SequenceFile format".
-"""
+"""The SequenceFile header (format version 6), as ``SequenceFile.Writer`` writes it."""
 
 import os
 import struct
@@ -40,8 +37,7 @@ class Header:
     sync : bytes
         The 16-byte sync marker.
     size : int
-        Bytes the header takes; records start here.
-    """
+        Bytes the header takes; records start here."""
 
     key_class: str
     value_class: str
@@ -124,8 +120,7 @@ def read_header(f, path):
     Raises
     ------
     SequenceFileError
-        If it is not a version-6 SequenceFile header, or is truncated or malformed.
-    """
+        If it is not a version-6 SequenceFile header, or is truncated or malformed."""
     cur = _Cursor(f, path)
     magic = cur.take(4, "magic 'SEQ' and version")
     if magic[:3] != MAGIC:

@@ -1,6 +1,5 @@
-"""Hadoop Writable encodings used by SequenceFiles: ``Text``, ``BytesWritable``, ``IntWritable``,
-``LongWritable``, ``NullWritable`` and the variable-length integers (``WritableUtils.writeVLong``).
-"""
+"""Hadoop Writable encodings used by SequenceFiles: ``Text``, ``BytesWritable``, ``IntWritable``, ``LongWritable``,
+``NullWritable`` and the variable-length integers (``WritableUtils.writeVLong``)."""
 
 import struct
 
@@ -25,8 +24,7 @@ def encode_vlong(value):
     Returns
     -------
     bytes
-        One byte for -112..127, else a length byte and 1 to 8 big-endian bytes.
-    """
+        One byte for -112..127, else a length byte and 1 to 8 big-endian bytes."""
     if -112 <= value <= 127:
         return struct.pack(">b", value)
     prefix = -112
@@ -55,8 +53,7 @@ def decode_vlong(buf, pos):
     Raises
     ------
     ValueError
-        If ``buf`` ends inside the number.
-    """
+        If ``buf`` ends inside the number."""
     if pos >= len(buf):
         raise ValueError("truncated variable-length integer")
     first = buf[pos]
@@ -84,8 +81,7 @@ def vlong_size(first_byte):
     Returns
     -------
     int
-        1 to 9: how many bytes the whole number takes.
-    """
+        1 to 9: how many bytes the whole number takes."""
     first = first_byte - 256 if first_byte >= 128 else first_byte
     if first >= -112:
         return 1
@@ -103,8 +99,7 @@ def encode_text(value):
     Returns
     -------
     bytes
-        The serialized field.
-    """
+        The serialized field."""
     data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
     return encode_vlong(len(data)) + data
 
@@ -125,9 +120,7 @@ def decode_text(buf):
     Raises
     ------
     ValueError
-        If the length does not match the field, or the bytes are not UTF-8
-        (:class:`UnicodeDecodeError`).
-    """
+        If the length does not match the field, or the bytes are not UTF-8 (:class:`UnicodeDecodeError`)."""
     length, pos = decode_vlong(buf, 0)
     if length < 0 or pos + length != len(buf):
         raise ValueError(f"Text length {length} does not match its field of {len(buf) - pos} bytes")
@@ -150,8 +143,7 @@ def decode_bytes_writable(buf):
     Raises
     ------
     ValueError
-        If the field is shorter than 4 bytes or its length does not match.
-    """
+        If the field is shorter than 4 bytes or its length does not match."""
     if len(buf) < 4:
         raise ValueError("BytesWritable shorter than its 4-byte length")
     (length,) = _INT32.unpack_from(buf, 0)
@@ -166,9 +158,8 @@ def encode(class_name, value):
     Parameters
     ----------
     class_name : str
-        A Java class name: ``Text`` takes ``str`` (or UTF-8 bytes),
-        ``BytesWritable`` bytes-like, ``IntWritable``/``LongWritable`` ints,
-        ``NullWritable`` ``None``; any other class takes its already-serialized
+        A Java class name: ``Text`` takes ``str`` (or UTF-8 bytes), ``BytesWritable`` bytes-like,
+        ``IntWritable``/``LongWritable`` ints, ``NullWritable`` ``None``; any other class takes its already-serialized
         bytes.
     value : object
         The value, as above.
@@ -176,8 +167,7 @@ def encode(class_name, value):
     Returns
     -------
     bytes
-        The serialized field, as Hadoop's ``write(DataOutput)`` writes it.
-    """
+        The serialized field, as Hadoop's ``write(DataOutput)`` writes it."""
     if class_name == TEXT:
         return encode_text(value)
     if class_name == BYTES:
@@ -204,15 +194,13 @@ def decode(class_name, buf):
     Returns
     -------
     str, bytes, int or None
-        ``Text`` as str, ``BytesWritable`` as bytes, ``IntWritable`` and
-        ``LongWritable`` as int, ``NullWritable`` as None, other classes as
-        their raw bytes.
+        ``Text`` as str, ``BytesWritable`` as bytes, ``IntWritable`` and ``LongWritable`` as int, ``NullWritable`` as
+        None, other classes as their raw bytes.
 
     Raises
     ------
     ValueError
-        If the field does not hold a well-formed value of that class.
-    """
+        If the field does not hold a well-formed value of that class."""
     if class_name == TEXT:
         return decode_text(buf)
     if class_name == BYTES:

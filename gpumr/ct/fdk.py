@@ -1,8 +1,4 @@
-"""FDK pre-processing: cosine weighting and ramp filtering of cone-beam projections.
-
-The method, its scaling and the filter windows are in the documentation's
-reference, "The geometry file", section "The reconstruction".
-"""
+"""FDK pre-processing: cosine weighting and ramp filtering of cone-beam projections."""
 
 import numpy as np
 
@@ -31,8 +27,7 @@ def window(name, f):
     Raises
     ------
     GpumrError
-        For an unknown filter name (the message lists the known ones).
-    """
+        For an unknown filter name (the message lists the known ones)."""
     if name == "ram-lak":
         return np.ones_like(f)
     if name == "shepp-logan":
@@ -52,8 +47,8 @@ def ramp(n_cols, tau, name="ram-lak"):
     Parameters
     ----------
     n_cols : int
-        Detector columns; the response has length ``N``, the power of two at
-        least ``2 n_cols`` (zero padding against wrap-around).
+        Detector columns; the response has length ``N``, the power of two at least ``2 n_cols`` (zero padding against
+        wrap-around).
     tau : float
         Detector pitch scaled to the rotation axis, mm.
     name : str, optional
@@ -62,8 +57,7 @@ def ramp(n_cols, tau, name="ram-lak"):
     Returns
     -------
     numpy.ndarray
-        ``N`` real values, in numpy's FFT order.
-    """
+        ``N`` real values, in numpy's FFT order."""
     n = 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
     k = np.fft.fftfreq(n, d=1.0 / n).astype(int)  # 0, 1, ..., -1 : circular sample offsets
     h = np.zeros(n)
@@ -85,8 +79,7 @@ def angle_weights(angles):
     Returns
     -------
     numpy.ndarray
-        Half the gaps to each angle's two neighbours around the circle; they sum to ``2 pi``.
-    """
+        Half the gaps to each angle's two neighbours around the circle; they sum to ``2 pi``."""
     a = np.unwrap(np.asarray(angles, dtype=np.float64))
     if len(a) == 1:
         return np.array([2 * np.pi])
@@ -117,8 +110,7 @@ def parker_weights(angles, gamma):
     Raises
     ------
     GpumrError
-        If the scan covers less than ``pi + 2 delta``.
-    """
+        If the scan covers less than ``pi + 2 delta``."""
     a = np.unwrap(np.asarray(angles, np.float64))
     direction = 1.0 if len(a) < 2 or a[-1] >= a[0] else -1.0
     beta = (a - a[0]) * direction  # angle travelled from the start of the scan
@@ -152,8 +144,7 @@ def is_short_scan(angles):
     Returns
     -------
     bool
-        True when the arc they span (plus one step) is short of ``2 pi``: such a scan needs Parker's weights.
-    """
+        True when the arc they span (plus one step) is short of ``2 pi``: such a scan needs Parker's weights."""
     a = np.sort(np.unwrap(np.asarray(angles, np.float64)))
     if len(a) < 2:
         return True
@@ -162,13 +153,6 @@ def is_short_scan(angles):
 
 def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None, progress=None):
     """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
-
-    The ramp filter runs along each detector row on its own, and the weights
-    are per pixel, so filtering a band of rows gives exactly those rows of
-    filtering them all: a slab needs only the rows its voxels reach
-    (:func:`gpumr.ct.bands.row_band`). ``out`` may be those rows of ``proj``
-    itself (filtered in place: each block of angles is read before it is
-    written, and no two blocks share an angle).
 
     Parameters
     ----------
@@ -181,15 +165,14 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     rows : (int, int), optional
         Filter only detector rows [r0, r1) (default: all).
     threads : int, optional
-        Threads that filter the angles, a share each (numpy's transforms
-        let go of the interpreter's lock); the result is the same for any
-        number, bit for bit.
+        Threads that filter the angles, a share each (numpy's transforms let go of the interpreter's lock); the result
+        is the same for any number, bit for bit.
     out : numpy.ndarray, optional
-        float32 [angle, r1 - r0, col] to write the result into (a view of a
-        larger array, or of ``proj``'s own rows) instead of a new array.
+        float32 [angle, r1 - r0, col] to write the result into (a view of a larger array, or of ``proj``'s own rows)
+        instead of a new array.
     progress : callable, optional
-        Called with the number of angles just filtered, after each block of
-        them, from the filtering threads (``gpumr ct reconstruct``'s progress bar).
+        Called with the number of angles just filtered, after each block of them, from the filtering threads (``gpumr
+        ct reconstruct``'s progress bar).
 
     Returns
     -------
@@ -243,7 +226,7 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     if r1 == r0:
         return out
     # A few angles at a time (a bounded buffer, one transform over all their rows), in float32: the
-    # projections' precision (float64 moved no value by more than 5e-7 of the largest, and took 2.5x as long).
+    # projections' precision (float64 moved no value by more than 5e-7 of the largest, and took longer).
     step = max(1, FILTER_BUFFER // ((r1 - r0) * (n // 2 + 1) * 8))
     response = H[: n // 2 + 1].astype(np.float32)
 

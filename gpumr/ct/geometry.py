@@ -1,11 +1,4 @@
-"""Circular cone-beam geometry with TIGRE-style names, stored as JSON.
-
-Fields: ``DSO`` (source to rotation axis), ``DSD`` (source to detector),
-``nDetector`` [rows, cols], ``dDetector`` [row pitch, col pitch],
-``nVoxel`` [z, y, x], ``dVoxel`` [z, y, x]; optional ``offOrigin`` [z, y, x]
-(volume centre), ``offDetector`` [row, col] (detector centre shift) and
-``angles`` (radians; default: ``nAngles`` equally spaced over a full turn).
-"""
+"""Circular cone-beam geometry with TIGRE-style names, stored as JSON."""
 
 import json
 import math
@@ -65,8 +58,7 @@ class Geometry:
         Raises
         ------
         GpumrError
-            If a file of someone else's is in the way.
-        """
+            If a file of someone else's is in the way."""
         write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
@@ -101,11 +93,6 @@ def _angles(d, source):
 def from_dict(d, source="geometry", warn=True):
     """Build and check a :class:`Geometry`.
 
-    Every field is checked, before anything is allocated from it, against
-    :mod:`gpumr.limits`: numbers must be JSON numbers (not strings, lists or
-    objects), finite, counts whole; sizes and distances positive; the
-    detector, the projection set and the volume within their limits.
-
     Parameters
     ----------
     d : dict
@@ -113,8 +100,8 @@ def from_dict(d, source="geometry", warn=True):
     source : str, optional
         What to name in an error (the file).
     warn : bool, optional
-        Warn when part of the volume lies outside the field of view; False
-        where the launcher checked the geometry and said so already (a task).
+        Warn when part of the volume lies outside the field of view; False where the launcher checked the geometry and
+        said so already (a task).
 
     Returns
     -------
@@ -124,13 +111,9 @@ def from_dict(d, source="geometry", warn=True):
     Raises
     ------
     GpumrError
-        One line naming the field: missing, of the wrong type or shape, out
-        of its limits, ``DSD <= DSO``, a volume reaching the source, or a
-        detector that misses the volume entirely.
-
-    A volume partly outside the field of view is a warning, said once
-    (normal cone-beam CT: its corners are not fully measured).
-    """
+        One line naming the field: missing, of the wrong type or shape, out of its limits, ``DSD <= DSO``, a volume
+        reaching the source, or a detector that misses the volume entirely.
+    A volume partly outside the field of view is a warning, said once"""
     if not isinstance(d, dict):
         raise GpumrError(f"{source}: a geometry must be a JSON object")
     missing = [k for k in _REQUIRED if k not in d]
@@ -158,11 +141,7 @@ def from_dict(d, source="geometry", warn=True):
 
 
 def _shadow(g):
-    """Detector coordinates (mm, from the detector's centre line) of the volume box's corners at every angle.
-
-    Returns ``(u, v)``, each [angle, corner]: ``u`` along the columns, ``v``
-    along the rows, by the cone-beam projection of :mod:`gpumr.ct`.
-    """
+    """Detector coordinates (mm, from the detector's centre line) of the volume box's corners at every angle."""
     sz, sy, sx = g.volume_size
     oz, oy, ox = g.offOrigin
     corners = np.array([(ox + i * sx / 2, oy + j * sy / 2, oz + k * sz / 2)
@@ -176,14 +155,7 @@ def _shadow(g):
 
 
 def _check_coverage(g, warn=True):
-    """Refuse what cannot be reconstructed; warn once when part of the volume is not fully measured.
-
-    Cone-beam scanners commonly leave the corners of a square volume outside
-    the field of view at some angles (TIGRE, ASTRA and RTK reconstruct such
-    volumes; those voxels are simply not fully measured), so that is a
-    warning. A volume that reaches the source, or a detector (offsets
-    included) that misses the volume's shadow at every angle, is an error.
-    """
+    """Refuse what cannot be reconstructed; warn once when part of the volume is not fully measured."""
     where = g.source or "geometry"
     sz, sy, sx = g.volume_size
     radius = math.hypot(sx / 2 + abs(g.offOrigin[2]), sy / 2 + abs(g.offOrigin[1]))
@@ -218,8 +190,7 @@ def beside(projections):
     Returns
     -------
     str
-        ``scan.geometry.json`` in the same folder.
-    """
+        ``scan.geometry.json`` in the same folder."""
     return os.path.splitext(projections)[0] + ".geometry.json"
 
 
@@ -241,9 +212,7 @@ def load(path, warn=True):
     Raises
     ------
     GpumrError
-        Unreadable, not a regular file, too large, bad JSON, or an invalid
-        geometry (file named).
-    """
+        Unreadable, not a regular file, too large, bad JSON, or an invalid geometry (file named)."""
     from ..io.remote import kind
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO is refused, not waited on
@@ -287,15 +256,14 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
     dso, dsd : float, optional
         Source to axis and source to detector, mm (default 4 x the volume's largest side, and 1.5 x DSO).
     n_detector, pitch : int / float, or [rows, cols], optional
-        Detector pixels and their pitch in mm (default: enough to see the whole volume, 15% more pixels
-        than voxels across).
+        Detector pixels and their pitch in mm (default: enough to see the whole volume, 15% more pixels than voxels
+        across).
     off_detector : [row, col]
         Detector centre shift, mm. ``off_origin`` [z, y, x]: volume centre shift, mm.
     short_scan : bool
         Make ``arc`` the shortest that Parker's weights allow: pi plus twice the half fan angle.
     source : str, optional
-        What a warning or an error names: the file the geometry is written to.
-    """
+        What a warning or an error names: the file the geometry is written to."""
     nz, ny, nx = (limits.number("--voxels", n, 1, MAX_VOXEL_SIDE, integer=True) for n in _triple(n_voxel, 3))
     dz, dy, dx = (float(limits.number("--voxel-size", d, above=0, most=MAX_LENGTH_MM)) for d in _triple(voxel, 3))
     n_angles = limits.number("--angles", n_angles, 1, MAX_ANGLES, integer=True)
@@ -340,12 +308,10 @@ def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=
     voxel : float, optional
         Voxel size, mm.
     dso, dsd : float, optional
-        Source to axis and source to detector, mm (defaults: 4 times the
-        volume's side, and 1.5 times DSO).
+        Source to axis and source to detector, mm (defaults: 4 times the volume's side, and 1.5 times DSO).
 
     Returns
     -------
     Geometry
-        The checked geometry.
-    """
+        The checked geometry."""
     return build(n_voxel, voxel, n_angles, dso, dsd, n_detector)

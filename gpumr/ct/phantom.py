@@ -1,13 +1,4 @@
-"""The 3D modified Shepp-Logan phantom and its exact cone-beam projections.
-
-The phantom is a sum of ten ellipsoids (Kak & Slaney's 3D Shepp-Logan with
-the "modified" contrasts of Toft), each of value ``A`` inside. Coordinates of
-the table are normalised: [-1, 1] spans the volume on each axis. Rotations
-are ``Rz(phi) Rx(theta) Rz(psi)``, in degrees.
-
-A projection value is the exact line integral: for each ellipsoid, ``A``
-times the chord length of the ray inside it.
-"""
+"""The 3D modified Shepp-Logan phantom and its exact cone-beam projections."""
 
 import numpy as np
 
@@ -45,14 +36,13 @@ def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
     geometry : Geometry
         The scan's geometry (the volume's size and place, the detector).
     table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
+        modified Shepp-Logan phantom).
 
     Returns
     -------
     list of tuple
-        The ellipsoids scaled to the volume.
-    """
+        The ellipsoids scaled to the volume."""
     sz, sy, sx = geometry.volume_size
     half = np.array([sx, sy, sz]) / 2
     origin = np.array(geometry.offOrigin[::-1], dtype=float)
@@ -76,8 +66,7 @@ def voxel_centres(geometry, z0=0, z1=None):
     Returns
     -------
     tuple of numpy.ndarray
-        x, y and z, each of shape (nz, ny, nx), mm.
-    """
+        x, y and z, each of shape (nz, ny, nx), mm."""
     nz, ny, nx = geometry.nVoxel
     dz, dy, dx = geometry.dVoxel
     oz, oy, ox = geometry.offOrigin
@@ -92,21 +81,18 @@ def voxel_centres(geometry, z0=0, z1=None):
 def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     """The phantom sampled at the voxel centres, float32 [z, y, x].
 
-    Sampled a slice at a time: besides the volume, memory holds one slice's coordinates.
-
     Parameters
     ----------
     geometry : Geometry
         The scan's geometry (the volume's size and place, the detector).
     table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
+        modified Shepp-Logan phantom).
 
     Returns
     -------
     numpy.ndarray
-        The true volume, float32 [z, y, x].
-    """
+        The true volume, float32 [z, y, x]."""
     shapes = ellipsoids(geometry, table)
     vol = np.zeros(tuple(geometry.nVoxel), np.float32)
     for z in range(geometry.nVoxel[0]):
@@ -130,8 +116,7 @@ def detector_pixels(geometry, angle):
     Returns
     -------
     numpy.ndarray
-        Shape (rows, cols, 3), mm.
-    """
+        Shape (rows, cols, 3), mm."""
     nv, nu = geometry.nDetector
     dv, du = geometry.dDetector
     ov, ou = geometry.offDetector
@@ -153,14 +138,13 @@ def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
     angle : float
         The source's angle, radians.
     table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
+        modified Shepp-Logan phantom).
 
     Returns
     -------
     numpy.ndarray
-        float32 [rows, cols].
-    """
+        float32 [rows, cols]."""
     source = geometry.DSO * np.array([np.cos(angle), np.sin(angle), 0.0])
     d = detector_pixels(geometry, angle) - source
     d /= np.linalg.norm(d, axis=-1, keepdims=True)
@@ -176,7 +160,8 @@ def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
 
 
 def add_noise(projection, i0, mu_scale=0.01, rng=None):
-    """Poisson noise on line integrals: counts ``Poisson(I0 exp(-mu_scale p))`` back to ``-log(counts / I0) / mu_scale``.
+    """Poisson noise on line integrals: counts ``Poisson(I0 exp(-mu_scale p))`` back to ``-log(counts / I0) /
+    mu_scale``.
 
     Parameters
     ----------
@@ -187,9 +172,8 @@ def add_noise(projection, i0, mu_scale=0.01, rng=None):
     mu_scale : float
         Attenuation per phantom unit per mm.
     rng : numpy.random.Generator
-        Draws the counts; one generator used over the angles in order gives the same noise
-        whether projections are made one at a time or all at once.
-    """
+        Draws the counts; one generator used over the angles in order gives the same noise whether projections are
+        made one at a time or all at once."""
     counts = rng.poisson(i0 * np.exp(-mu_scale * np.asarray(projection, np.float64)))
     return (-np.log(np.maximum(counts, 1) / i0) / mu_scale).astype(np.float32)
 
@@ -208,14 +192,13 @@ def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_S
     seed : int, optional
         The noise's random seed.
     table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
+        modified Shepp-Logan phantom).
 
     Returns
     -------
     numpy.ndarray
-        float32 [angle, row, col].
-    """
+        float32 [angle, row, col]."""
     return np.stack(list(iter_projections(geometry, noise_i0, mu_scale, seed, table)))
 
 
@@ -233,14 +216,13 @@ def iter_projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIF
     seed : int, optional
         The noise's random seed.
     table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
+        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
+        modified Shepp-Logan phantom).
 
     Yields
     ------
     numpy.ndarray
-        float32 [row, col], in angle order.
-    """
+        float32 [row, col], in angle order."""
     rng = np.random.default_rng(seed) if noise_i0 else None
     for angle in geometry.angles:
         p = project(geometry, angle, table)

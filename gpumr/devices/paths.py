@@ -1,12 +1,4 @@
-"""Where node-local device state lives: leases (lock files) and the scheduler's socket.
-
-Both default to one private per-user folder, ``$TMPDIR/gpumr-<uid>`` (made
-0700); ``$GPUMR_LEASE_DIR`` and ``$GPUMR_SCHEDULER_SOCKET`` (or
-``--lease-dir`` / ``--socket``) move them to a documented shared folder the
-administrator chose, trusted under :mod:`gpumr.trusted`'s one rule (yours
-or root's, no link, sticky if others may write in it: the EMR bootstrap's
-``root:GROUP 3770``). The rule and sharing a folder: :doc:`/concepts/devices`.
-"""
+"""Where node-local device state lives: leases (lock files) and the scheduler's socket."""
 
 import os
 import tempfile
@@ -45,8 +37,7 @@ def check_dir(path):
     Raises
     ------
     gpumr.trusted.Untrusted
-        One line naming the folder and what is wrong with it.
-    """
+        One line naming the folder and what is wrong with it."""
     check_folder(path, WHAT, shared=not _is_user_dir(path))
     return path
 

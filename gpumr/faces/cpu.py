@@ -1,11 +1,4 @@
-"""Face detection on the CPU: OpenCV's ``CascadeClassifier.detectMultiScale``.
-
-Results equal a direct OpenCV call with the same parameters. Defaults
-(:data:`DEFAULTS`): ``scale_factor`` 1.1, ``min_neighbors`` 3, ``min_size``
-24 (pixels, square), no ``max_size``; the cascade is OpenCV's
-``haarcascade_frontalface_default.xml`` from the installed opencv. A cascade
-is a file path or the name of one that opencv ships (``cv2.data.haarcascades``).
-"""
+"""Face detection on the CPU: OpenCV's ``CascadeClassifier.detectMultiScale``."""
 
 import os
 
@@ -20,10 +13,6 @@ DEFAULTS = dict(scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None)
 def cascade_path(name=None):
     """Path of a cascade file: ``name`` if it is a file, else the bundled cascade a bare name names.
 
-    Only a bare file name (no folder in it) that is not a file here may
-    name one of opencv's bundled cascades (``cv2.data.haarcascades``): a
-    path to a missing file is an error, never a bundled file of the same name.
-
     Parameters
     ----------
     name : str, optional
@@ -37,8 +26,7 @@ def cascade_path(name=None):
     Raises
     ------
     GpumrError
-        Naming ``--cascade`` and what is wrong.
-    """
+        Naming ``--cascade`` and what is wrong."""
     import cv2
     name = name or DEFAULT_CASCADE
     if os.path.isfile(name):
@@ -70,9 +58,8 @@ def load_cascade(path=None):
     Raises
     ------
     GpumrError
-        If the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`,
-        or is not a cascade OpenCV can load.
-    """
+        If the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`, or is not a cascade OpenCV can
+        load."""
     import cv2
     path = cascade_path(path)
     size = os.path.getsize(path)
@@ -110,8 +97,7 @@ def detect(classifier, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbor
     Returns
     -------
     list of list of int
-        ``[[x, y, w, h], ...]`` in image pixels.
-    """
+        ``[[x, y, w, h], ...]`` in image pixels."""
     kwargs = dict(scaleFactor=scale_factor, minNeighbors=min_neighbors, minSize=(min_size, min_size))
     if max_size:
         kwargs["maxSize"] = (max_size, max_size)

@@ -1,9 +1,4 @@
-"""How much work one face detection asks for: the scales of its image pyramid and their pixels.
-
-:class:`Pyramid` checks the detection parameters once, before any task, against :mod:`gpumr.limits`,
-then each image from the size in its header, before it is decoded. Why: the documentation's Concepts,
-"Size caps and bounds".
-"""
+"""How much work one face detection asks for: the scales of its image pyramid and their pixels."""
 
 import math
 
@@ -26,10 +21,9 @@ class Pyramid:
     Raises
     ------
     GpumrError
-        A parameter out of its range, a search that can find nothing (``--max-size`` below ``--min-size``
-        or below the window, ``--min-size`` larger than any image ``--max-pixels`` allows), or more than
-        :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face searched.
-    """
+        A parameter out of its range, a search that can find nothing (``--max-size`` below ``--min-size`` or below the
+        window, ``--min-size`` larger than any image ``--max-pixels`` allows), or more than
+        :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face searched."""
 
     def __init__(self, window, scale_factor, min_size, max_size, max_pixels):
         scale_factor = limits.number("--scale-factor", scale_factor, above=1.0, most=limits.MAX_SCALE_FACTOR)
@@ -75,8 +69,7 @@ class Pyramid:
         Returns
         -------
         int
-            The sum of the resized images' pixels over the scales visited.
-        """
+            The sum of the resized images' pixels over the scales visited."""
         p = self.params
         return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
                                                            p["min_size"], p["max_size"]))
@@ -92,8 +85,7 @@ class Pyramid:
         Raises
         ------
         BadRecord
-            Naming the image's size, the pyramid's and the limit.
-        """
+            Naming the image's size, the pyramid's and the limit."""
         n = self.pixels(width, height)
         if n > self.budget:
             raise BadRecord(f"image of {width}x{height} pixels: its pyramid at --scale-factor "

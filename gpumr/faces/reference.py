@@ -1,9 +1,4 @@
-"""OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel.
-
-:func:`detect_reference` restates ``CascadeClassifier.detectMultiScale`` of OpenCV 4 step for step,
-as the CPU reference of the CUDA kernel (``cuda/haar.cu``); the steps are in the documentation's
-Concepts, "Device choice and leases", section "The face detector, step by step".
-"""
+"""OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel."""
 
 import functools
 import itertools
@@ -19,22 +14,6 @@ GROUP_EPS = 0.2
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
     """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each.
-
-    A tuple, kept for the last :data:`SCALES_KEPT` sizes and parameters asked
-    for: one record's pyramid check, memory figure and GPU table, and the
-    frames of a job (mostly of one size), ask for the same walk.
-
-    As OpenCV 4: the factor grows in double, and the window rounded from it
-    decides where the scales stop and which are too small; the scan then
-    takes the factor as a float ``s``: the scaled image is ``round(W / s) x
-    round(H / s)`` and a box found there is ``round(24 * s)`` wide, both in
-    float arithmetic (``cvRound(origWinSize.width * scalingFactor)``).
-
-    ``rows``: window rows ``y < rows`` are scanned. OpenCV cuts each scale's
-    rows into ``nstripes`` stripes (``ceil(w0 / 32)``, ``w0`` the first
-    scale's number of window columns) of ``max((h // step + nstripes - 1) //
-    nstripes, 1) * step`` rows, ``h`` the scale's number of window rows, and
-    scans only what the stripes cover: a last row can be left out.
 
     Parameters
     ----------
@@ -55,9 +34,8 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
     Raises
     ------
     GpumrError
-        When more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below
-        ``min_size`` included): the walk is bounded whatever the scale factor.
-    """
+        When more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below ``min_size`` included): the
+        walk is bounded whatever the scale factor."""
     return _scales(tuple(image_size), tuple(window), scale_factor, min_size, max_size)
 
 
@@ -104,8 +82,7 @@ def integrals(img):
     Returns
     -------
     (numpy.ndarray, numpy.ndarray)
-        The sum and squared-sum integral images, each (H + 1, W + 1).
-    """
+        The sum and squared-sum integral images, each (H + 1, W + 1)."""
     i = np.asarray(img, np.int64)
     s = np.zeros((i.shape[0] + 1, i.shape[1] + 1), np.int64)
     q = np.zeros_like(s)
@@ -194,8 +171,7 @@ def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=No
     Returns
     -------
     list of tuple
-        ``(x, y, w, h)`` of every window that passed every stage.
-    """
+        ``(x, y, w, h)`` of every window that passed every stage."""
     import cv2
     interpolation = cv2.INTER_LINEAR_EXACT if interpolation is None else interpolation
     h, w = gray.shape
@@ -214,10 +190,6 @@ def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=No
 def group(boxes, min_neighbors, image_size):
     """What detectMultiScale does last: group, then clip to the image.
 
-    OpenCV's own ``groupRectangles`` with eps 0.2 (nothing is grouped when
-    ``min_neighbors`` is 0), then each box cut to the image ``(W, H)`` and
-    dropped if nothing is left, as OpenCV 4's ``clipObjects`` does.
-
     Parameters
     ----------
     boxes : list of tuple
@@ -230,8 +202,7 @@ def group(boxes, min_neighbors, image_size):
     Returns
     -------
     list of list of int
-        The faces, ``[[x, y, w, h], ...]``.
-    """
+        The faces, ``[[x, y, w, h], ...]``."""
     import cv2
     if min_neighbors > 0 and boxes:
         boxes, _ = cv2.groupRectangles([list(b) for b in boxes], min_neighbors, GROUP_EPS)
@@ -266,7 +237,6 @@ def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_n
     Returns
     -------
     list of list of int
-        ``[[x, y, w, h], ...]`` in image pixels, equal to :func:`gpumr.faces.cpu.detect`'s.
-    """
+        ``[[x, y, w, h], ...]`` in image pixels, equal to :func:`gpumr.faces.cpu.detect`'s."""
     return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors,
                  gray.shape[::-1])

@@ -1,11 +1,4 @@
-"""Built-in sample data: video-like frames made from real photographs.
-
-scikit-image ships real photographs, among them a portrait (``astronaut``)
-and 100 face crops from Labeled Faces in the Wild (``lfw_subset``). A frame
-is a 640x480 view panning across a mosaic of those photos, with faces pasted
-in that drift from frame to frame, saved as JPEG of about 70 KB, like frames
-cut from a video. Nothing is downloaded.
-"""
+"""Built-in sample data: video-like frames made from real photographs."""
 
 import os
 
@@ -67,17 +60,12 @@ def frame_count(count):
     Raises
     ------
     GpumrError
-        If ``count`` is not a whole number from 1 to the limit.
-    """
+        If ``count`` is not a whole number from 1 to the limit."""
     return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
 
 
 def make_frames(dest, count=48, seed=0, quality=90):
     """Write ``count`` sample frames ``frame_00000.jpg``... as the folder ``dest``.
-
-    ``dest`` is one output (:class:`gpumr.io.outputs.FolderOutput`): it must
-    be new, empty or an earlier ``gpumr sample`` folder, and appears with
-    all its frames or not at all.
 
     Parameters
     ----------
@@ -98,8 +86,7 @@ def make_frames(dest, count=48, seed=0, quality=90):
     Raises
     ------
     GpumrError
-        ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``.
-    """
+        ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``."""
     count = frame_count(count)
     limits.number("--seed", seed, least=0, integer=True)
     with FolderOutput(dest, "gpumr sample") as stage:

@@ -1,9 +1,4 @@
-"""Reading job output: ``"key"<TAB>{json}`` lines, as every gpumr job writes them.
-
-mrjob's ``JSONProtocol`` writes each output record as the JSON-encoded key,
-a tab, and the JSON-encoded value; Hadoop and the local runners put them in
-``part-NNNNN`` files of the output folder.
-"""
+"""Reading job output: ``"key"<TAB>{json}`` lines, as every gpumr job writes them."""
 
 import io
 import json
@@ -16,13 +11,10 @@ from .remote import locate
 def read_job_output(paths):
     """Yield ``(key, value)`` from job output files or folders (local paths or URIs), in file order, duplicates kept.
 
-    Each file is read through the filesystem layer (:mod:`gpumr.io.remote`), as a stream.
-
     Raises
     ------
     GpumrError
-        For a line that is not a job output line (file and line named).
-    """
+        For a line that is not a job output line (file and line named)."""
     for path in expand_inputs(paths):
         loc = locate(path)
         with loc.open_input() as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
