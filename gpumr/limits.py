@@ -102,7 +102,8 @@ def _describe(integer, least, most, above):
 
 
 def number(name, value, least=None, most=None, *, above=None, integer=False):
-    """``value`` if it is a finite number within the limits, else a one-line refusal naming ``name``.
+    """``value`` if it is a finite number within the limits, else a one-line refusal naming ``name``. Raises
+    ``GpumrError``: ``"{name} must be {what}, not {value}"``.
 
     Parameters
     ----------
@@ -117,12 +118,7 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
     above : number, optional
         Exclusive lower bound.
     integer : bool
-        Require a whole number (a float with no fraction is accepted); the result is then an ``int``.
-
-    Raises
-    ------
-    GpumrError
-        ``"{name} must be {what}, not {value}"``."""
+        Require a whole number (a float with no fraction is accepted); the result is then an ``int``."""
     whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     ok = whole or (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value))
     if ok and integer and not whole:
@@ -138,7 +134,8 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
 
 
 def at_most(name, amount, most, what):
-    """Refuse ``amount`` (a product of checked sizes) over ``most``: ``"{name}: {amount} {what} ..."``.
+    """Refuse ``amount`` (a product of checked sizes) over ``most``: ``"{name}: {amount} {what} ..."``. Raises
+    ``GpumrError`` when ``amount`` is over ``most``.
 
     Parameters
     ----------
@@ -154,12 +151,7 @@ def at_most(name, amount, most, what):
     Returns
     -------
     int
-        ``amount``, when it is within the limit.
-
-    Raises
-    ------
-    GpumrError
-        When ``amount`` is over ``most``."""
+        ``amount``, when it is within the limit."""
     if amount > most:
         raise GpumrError(f"{name}: {amount:,} {what}, over the limit of {most:,}")
     return amount

@@ -8,7 +8,8 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb":
 
 
 def parse_size(text):
-    """Parse ``"256MB"``, ``"1GiB"``, ``"64k"`` or ``"1000"`` into bytes.
+    """Parse ``"256MB"``, ``"1GiB"``, ``"64k"`` or ``"1000"`` into bytes. Raises ``ValueError`` if the text is not a
+    positive size.
 
     Parameters
     ----------
@@ -18,12 +19,7 @@ def parse_size(text):
     Returns
     -------
     int
-        The size in bytes (a fraction rounded down).
-
-    Raises
-    ------
-    ValueError
-        If the text is not a positive size."""
+        The size in bytes (a fraction rounded down)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"not a size: {text!r} (try 256MB, 1GiB, 64k)")
@@ -52,7 +48,8 @@ def human(n):
 
 
 def size_arg(text):
-    """``argparse`` type for sizes: :func:`parse_size` with argparse's error.
+    """``argparse`` type for sizes: :func:`parse_size` with argparse's error. Raises ``argparse.ArgumentTypeError`` if
+    ``text`` is not a positive size; argparse turns it into a usage error.
 
     Parameters
     ----------
@@ -62,12 +59,7 @@ def size_arg(text):
     Returns
     -------
     int
-        The size in bytes.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        If ``text`` is not a positive size; argparse turns it into a usage error."""
+        The size in bytes."""
     import argparse
     try:
         return parse_size(text)

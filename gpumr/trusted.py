@@ -37,7 +37,9 @@ def _owners():
 
 
 def check_folder(path, what, *, shared=False):
-    """``path`` if the rule trusts it as a folder for ``what``, else :class:`Untrusted`.
+    """``path`` if the rule trusts it as a folder for ``what``, else :class:`Untrusted`. Raises ``Untrusted``: naming
+    the folder and the reason: missing, a link, not a folder, another user's, or writable by others (without the
+    sticky bit, for a shared folder).
 
     Parameters
     ----------
@@ -51,13 +53,7 @@ def check_folder(path, what, *, shared=False):
     Returns
     -------
     os.stat_result
-        The folder's ``lstat``.
-
-    Raises
-    ------
-    Untrusted
-        Naming the folder and the reason: missing, a link, not a folder, another user's, or writable by others
-        (without the sticky bit, for a shared folder)."""
+        The folder's ``lstat``."""
     shown = printable(path)
     try:
         st = os.lstat(path)
@@ -87,17 +83,13 @@ def _judge_folder(st, shown, what, shared):
 
 
 def open_folder(path, what, *, shared=False):
-    """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened.
+    """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened. Raises
+    ``Untrusted``: A link of another user, a second link, not a folder, another user's, writable by others.
 
     Returns
     -------
     (int, str)
         The folder's descriptor (the caller closes it) and its path as opened (no link in it).
-
-    Raises
-    ------
-    Untrusted
-        A link of another user, a second link, not a folder, another user's, writable by others.
 
     Examples
     --------
@@ -216,7 +208,9 @@ def ensure_folder(path, what, *, shared=False):
 
 
 def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False, dir_fd=None, shown=None):
-    """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked).
+    """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked). Raises
+    ``Untrusted`` for a link, a FIFO, a device, a socket, a folder or another user's file; ``OSError`` as ``os.open``
+    (a missing file without ``O_CREAT`` included).
 
     Parameters
     ----------
@@ -228,14 +222,7 @@ def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owne
     dir_fd : int, optional
         ``path`` is a name in this open folder (:func:`open_folder`).
     shown : str, optional
-        The file's name in messages (default ``path``).
-
-    Raises
-    ------
-    Untrusted
-        For a link, a FIFO, a device, a socket, a folder or another user's file.
-    OSError
-        As ``os.open`` (a missing file without ``O_CREAT`` included)."""
+        The file's name in messages (default ``path``)."""
     shown = printable(path if shown is None else shown)
     try:
         fd = os.open(path, flags | OPEN_FLAGS, mode, dir_fd=dir_fd)
@@ -270,13 +257,8 @@ def read_regular(path, limit, *, what="a file"):
 
 def read_code(path, limit, *, what="code to run"):
     """The source (at most ``limit`` bytes) of the file of code ``path`` that gpumr is to run, read under the rule.
-
-    Raises
-    ------
-    Untrusted
-        Naming the file or its folder and the reason, a file over ``limit`` bytes included.
-    FileNotFoundError
-        For a missing file.
+    Raises ``Untrusted`` naming the file or its folder and the reason, a file over ``limit`` bytes included;
+    ``FileNotFoundError`` for a missing file.
 
     Examples
     --------

@@ -101,13 +101,9 @@ def names():
 
 
 def find(spec):
-    """The :class:`Ref` of the workload ``spec`` names: ``NAME``, ``MODULE:CLASS`` or ``FILE.py:CLASS``.
-
-    Raises
-    ------
-    GpumrError
-        One line: no such workload (naming the known ones), a module that does not import, a class that does not keep
-        the contract."""
+    """The :class:`Ref` of the workload ``spec`` names: ``NAME``, ``MODULE:CLASS`` or ``FILE.py:CLASS``. Raises
+    ``GpumrError``: one line: no such workload (naming the known ones), a module that does not import, a class that
+    does not keep the contract."""
     if spec in BUILT_IN:
         ref = Ref(spec, BUILT_IN[spec], None, "built in")
     elif ":" not in spec:

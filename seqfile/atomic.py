@@ -130,7 +130,8 @@ def aside_name(name):
 
 
 def set_aside(path, dir_fd=None):
-    """Rename ``path`` to a fresh hidden name beside it and return that name.
+    """Rename ``path`` to a fresh hidden name beside it and return that name. Raises ``FileNotFoundError`` if ``path``
+    does not exist.
 
     Parameters
     ----------
@@ -142,12 +143,7 @@ def set_aside(path, dir_fd=None):
     Returns
     -------
     str
-        The hidden name (a plain name with ``dir_fd``, else a path).
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist."""
+        The hidden name (a plain name with ``dir_fd``, else a path)."""
     folder, name = _split(path, dir_fd)
     while True:
         old = os.path.join(folder, aside_name(name))
@@ -160,7 +156,8 @@ def set_aside(path, dir_fd=None):
 
 
 def swap_into_place(stage, path):
-    """Rename the finished folder ``stage`` to ``path``; return where an old ``path`` went, or None.
+    """Rename the finished folder ``stage`` to ``path``; return where an old ``path`` went, or None. Raises
+    ``OSError`` if a rename fails (the old output is then back at ``path``).
 
     Parameters
     ----------
@@ -172,12 +169,7 @@ def swap_into_place(stage, path):
     Returns
     -------
     str or None
-        Where the old output is now, or None if there was none.
-
-    Raises
-    ------
-    OSError
-        If a rename fails (the old output is then back at ``path``)."""
+        Where the old output is now, or None if there was none."""
     path = os.fspath(path)
     with interrupts_held():
         old = set_aside(path) if os.path.lexists(path) else None
@@ -400,18 +392,14 @@ def _put_back(old, path, dir_fd):
 
 
 def write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically, replacing a file there.
+    """Write ``data`` to ``path`` atomically, replacing a file there. Raises ``OSError`` if the file cannot be
+    written; ``path`` is then untouched.
 
     Parameters
     ----------
     path : str or os.PathLike
         The final name.
     data : bytes-like
-        The whole content.
-
-    Raises
-    ------
-    OSError
-        If the file cannot be written; ``path`` is then untouched."""
+        The whole content."""
     with AtomicFile(path) as f:
         f.write(data)

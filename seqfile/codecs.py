@@ -51,7 +51,8 @@ def _zstd():
 
 
 def resolve(name):
-    """Map a short codec name or a Hadoop class name to the class name.
+    """Map a short codec name or a Hadoop class name to the class name. Raises ``CodecError`` for a name that is
+    neither.
 
     Parameters
     ----------
@@ -62,12 +63,7 @@ def resolve(name):
     Returns
     -------
     str
-        The codec's Hadoop class name.
-
-    Raises
-    ------
-    CodecError
-        For a name that is neither."""
+        The codec's Hadoop class name."""
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if name in SHORT_NAMES.values():
@@ -76,18 +72,14 @@ def resolve(name):
 
 
 def check_available(codec_class):
-    """Raise :class:`CodecError` unless ``codec_class`` can be used here.
+    """Raise :class:`CodecError` unless ``codec_class`` can be used here. Raises ``CodecError`` for a class gpumr does
+    not support, or one whose optional library (``cramjam``, ``backports.zstd``) is not installed; the message says
+    what to install.
 
     Parameters
     ----------
     codec_class : str
-        A Hadoop codec class name.
-
-    Raises
-    ------
-    CodecError
-        For a class gpumr does not support, or one whose optional library (``cramjam``, ``backports.zstd``) is not
-        installed; the message says what to install."""
+        A Hadoop codec class name."""
     if codec_class not in SHORT_NAMES.values():
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):
@@ -97,7 +89,8 @@ def check_available(codec_class):
 
 
 def compress(codec_class, data):
-    """Compress ``data`` as one stream of ``codec_class``.
+    """Compress ``data`` as one stream of ``codec_class``. Raises ``CodecError`` for an unsupported or unavailable
+    codec.
 
     Parameters
     ----------
@@ -109,12 +102,7 @@ def compress(codec_class, data):
     Returns
     -------
     bytes
-        The stream Hadoop's codec of that class writes for ``data`` (Snappy and LZ4 in Hadoop's block framing).
-
-    Raises
-    ------
-    CodecError
-        For an unsupported or unavailable codec."""
+        The stream Hadoop's codec of that class writes for ``data`` (Snappy and LZ4 in Hadoop's block framing)."""
     if codec_class in (DEFAULT, DEFLATE):
         return zlib.compress(data, 6)
     if codec_class == GZIP:
@@ -141,7 +129,8 @@ def compress(codec_class, data):
 
 
 def decompress(codec_class, data, limit, head=0):
-    """Decompress one stream of ``codec_class`` into at most ``limit`` bytes.
+    """Decompress one stream of ``codec_class`` into at most ``limit`` bytes. Raises ``CodecError`` on a malformed or
+    truncated stream, or output beyond ``limit``.
 
     Parameters
     ----------
@@ -160,12 +149,7 @@ def decompress(codec_class, data, limit, head=0):
     Returns
     -------
     bytes or (bytes, bytes)
-        The decompressed data, or its head and the rest.
-
-    Raises
-    ------
-    CodecError
-        On a malformed or truncated stream, or output beyond ``limit``."""
+        The decompressed data, or its head and the rest."""
     try:
         if codec_class in (DEFAULT, DEFLATE):
             return _streams(zlib.decompressobj, data, limit, False, head)
@@ -196,7 +180,8 @@ _MEASURE_PIECE = 1 << 20
 
 
 def measure(codec_class, data, limit):
-    """The decompressed size of one stream of ``codec_class``, without keeping the output.
+    """The decompressed size of one stream of ``codec_class``, without keeping the output. Raises ``CodecError`` as
+    :func:`decompress`.
 
     Parameters
     ----------
@@ -210,12 +195,7 @@ def measure(codec_class, data, limit):
     Returns
     -------
     int
-        The size of the decompressed data.
-
-    Raises
-    ------
-    CodecError
-        As :func:`decompress`."""
+        The size of the decompressed data."""
     try:
         if codec_class in (DEFAULT, DEFLATE):
             return _count(zlib.decompressobj, data, limit, multi=False)

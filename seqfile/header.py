@@ -103,7 +103,8 @@ class _Cursor:
 
 
 def read_header(f, path):
-    """Read and check the header at the start of binary file ``f``.
+    """Read and check the header at the start of binary file ``f``. Raises ``SequenceFileError`` if it is not a
+    version-6 SequenceFile header, or is truncated or malformed.
 
     Parameters
     ----------
@@ -115,12 +116,7 @@ def read_header(f, path):
     Returns
     -------
     Header
-        What the header says; ``f`` is left at the first byte after it.
-
-    Raises
-    ------
-    SequenceFileError
-        If it is not a version-6 SequenceFile header, or is truncated or malformed."""
+        What the header says; ``f`` is left at the first byte after it."""
     cur = _Cursor(f, path)
     magic = cur.take(4, "magic 'SEQ' and version")
     if magic[:3] != MAGIC:

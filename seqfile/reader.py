@@ -31,7 +31,9 @@ _SCAN_CHUNK = 1 << 20
 
 
 class Reader:
-    """Iterate over the records of a SequenceFile, or of one split of it.
+    """Iterate over the records of a SequenceFile, or of one split of it. Raises ``SequenceFileError`` for a path that
+    is not a regular file (a FIFO, a pipe, a device: they are refused rather than read), an empty file, a malformed
+    header, or (without ``on_error``) a malformed or oversized record.
 
     Parameters
     ----------
@@ -65,13 +67,7 @@ class Reader:
     Attributes
     ----------
     header : seqfile.header.Header
-    file_size : int
-
-    Raises
-    ------
-    SequenceFileError
-        For a path that is not a regular file (a FIFO, a pipe, a device: they are refused rather than read), an empty
-        file, a malformed header, or (without ``on_error``) a malformed or oversized record."""
+    file_size : int"""
 
     def __init__(self, path, start=0, end=None, raw=False, on_error=None,
                  max_record_size=DEFAULT_MAX_RECORD_SIZE, values=True, name=None):
@@ -483,7 +479,8 @@ def _open_regular(path):
 
 
 def read_records(path, **kwargs):
-    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`).
+    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`). Raises ``SequenceFileError`` for a
+    malformed file, unless ``on_error`` takes the damage.
 
     Parameters
     ----------
@@ -495,11 +492,6 @@ def read_records(path, **kwargs):
     Yields
     ------
     (object, object)
-        Each record's key and value, decoded by their classes.
-
-    Raises
-    ------
-    SequenceFileError
-        For a malformed file, unless ``on_error`` takes the damage."""
+        Each record's key and value, decoded by their classes."""
     with Reader(path, **kwargs) as reader:
         yield from reader

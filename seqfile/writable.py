@@ -36,7 +36,7 @@ def encode_vlong(value):
 
 
 def decode_vlong(buf, pos):
-    """Decode a VLong from ``buf`` at ``pos``.
+    """Decode a VLong from ``buf`` at ``pos``. Raises ``ValueError`` if ``buf`` ends inside the number.
 
     Parameters
     ----------
@@ -48,12 +48,7 @@ def decode_vlong(buf, pos):
     Returns
     -------
     (int, int)
-        The value and the position after it.
-
-    Raises
-    ------
-    ValueError
-        If ``buf`` ends inside the number."""
+        The value and the position after it."""
     if pos >= len(buf):
         raise ValueError("truncated variable-length integer")
     first = buf[pos]
@@ -105,7 +100,8 @@ def encode_text(value):
 
 
 def decode_text(buf):
-    """Deserialize a whole ``Text`` record field to ``str``.
+    """Deserialize a whole ``Text`` record field to ``str``. Raises ``ValueError`` if the length does not match the
+    field, or the bytes are not UTF-8 (:class:`UnicodeDecodeError`).
 
     Parameters
     ----------
@@ -115,12 +111,7 @@ def decode_text(buf):
     Returns
     -------
     str
-        The text.
-
-    Raises
-    ------
-    ValueError
-        If the length does not match the field, or the bytes are not UTF-8 (:class:`UnicodeDecodeError`)."""
+        The text."""
     length, pos = decode_vlong(buf, 0)
     if length < 0 or pos + length != len(buf):
         raise ValueError(f"Text length {length} does not match its field of {len(buf) - pos} bytes")
@@ -128,7 +119,8 @@ def decode_text(buf):
 
 
 def decode_bytes_writable(buf):
-    """Deserialize a whole ``BytesWritable`` field: int32 length, then bytes.
+    """Deserialize a whole ``BytesWritable`` field: int32 length, then bytes. Raises ``ValueError`` if the field is
+    shorter than 4 bytes or its length does not match.
 
     Parameters
     ----------
@@ -138,12 +130,7 @@ def decode_bytes_writable(buf):
     Returns
     -------
     bytes-like
-        The value's bytes, a slice of ``buf`` (no copy for a memoryview).
-
-    Raises
-    ------
-    ValueError
-        If the field is shorter than 4 bytes or its length does not match."""
+        The value's bytes, a slice of ``buf`` (no copy for a memoryview)."""
     if len(buf) < 4:
         raise ValueError("BytesWritable shorter than its 4-byte length")
     (length,) = _INT32.unpack_from(buf, 0)
@@ -182,7 +169,8 @@ def encode(class_name, value):
 
 
 def decode(class_name, buf):
-    """Deserialize one field of class ``class_name``; unknown classes give raw bytes.
+    """Deserialize one field of class ``class_name``; unknown classes give raw bytes. Raises ``ValueError`` if the
+    field does not hold a well-formed value of that class.
 
     Parameters
     ----------
@@ -195,12 +183,7 @@ def decode(class_name, buf):
     -------
     str, bytes, int or None
         ``Text`` as str, ``BytesWritable`` as bytes, ``IntWritable`` and ``LongWritable`` as int, ``NullWritable`` as
-        None, other classes as their raw bytes.
-
-    Raises
-    ------
-    ValueError
-        If the field does not hold a well-formed value of that class."""
+        None, other classes as their raw bytes."""
     if class_name == TEXT:
         return decode_text(buf)
     if class_name == BYTES:

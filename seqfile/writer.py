@@ -109,18 +109,13 @@ class Writer:
             self.abort()
 
     def append(self, key, value):
-        """Append one record.
+        """Append one record. Raises ``ValueError`` if the writer is closed.
 
         Parameters
         ----------
         key, value : object
             As :func:`seqfile.writable.encode` takes them for the header's key and value classes (``str`` for
-            ``Text``, bytes-like for ``BytesWritable``).
-
-        Raises
-        ------
-        ValueError
-            If the writer is closed."""
+            ``Text``, bytes-like for ``BytesWritable``)."""
         hdr = self.header
         if hdr.value_class == BYTES and hdr.compression == NONE:
             self._append_bytes_value(encode(hdr.key_class, key), value)
@@ -206,17 +201,13 @@ class Writer:
         return True
 
     def append_serialized(self, key, value):
-        """Append a record from its already-serialized key and value fields.
+        """Append a record from its already-serialized key and value fields. Raises ``ValueError`` if the writer is
+        closed.
 
         Parameters
         ----------
         key, value : bytes-like
-            The fields as Hadoop serializes the header's classes (what :func:`seqfile.writable.encode` returns).
-
-        Raises
-        ------
-        ValueError
-            If the writer is closed."""
+            The fields as Hadoop serializes the header's classes (what :func:`seqfile.writable.encode` returns)."""
         if self._f is None:
             raise ValueError("writer is closed")
         if self.header.compression == BLOCK:

@@ -68,12 +68,8 @@ class LoGCube:
         return True if err <= TOLERANCE else f"its scale-space cube differs from scipy's by up to {err:.3g}"
 
     def run(self, image, gpu):
-        """The cube of ``image`` (float64 ``[rows, cols]``) on ``gpu``.
-
-        Raises
-        ------
-        RuntimeError
-            If the device is not trusted (the reason given)."""
+        """The cube of ``image`` (float64 ``[rows, cols]``) on ``gpu``. Raises ``RuntimeError`` if the device is not
+        trusted (the reason given)."""
         return self._cube(self._devices.get(gpu), image, gpu)
 
     def _cube(self, st, image, gpu=None):

@@ -75,12 +75,8 @@ def peaks(cube, scales, threshold, overlap):
 
 def prune():
     """scikit-image's pruning of overlapping blobs (``skimage.feature.blob._prune_blobs``, which ``blob_log`` ends
-    with; not public, so looked up here, in one place).
-
-    Raises
-    ------
-    ImportError
-        If this scikit-image has none (the GPU path then says so and is not used)."""
+    with; not public, so looked up here, in one place). Raises ``ImportError`` if this scikit-image has none (the GPU
+    path then says so and is not used)."""
     from skimage.feature import blob
     found = getattr(blob, "_prune_blobs", None)
     if found is None:

@@ -13,12 +13,8 @@ log = logger(__name__)
 
 def demo(output, frames=48, shards=2, runner="local"):
     """Run the whole demo into folder ``output``, saying each step (stderr) and its summary line (stdout); returns the
-    summary dict.
-
-    Raises
-    ------
-    GpumrError
-        If ``output`` is something other than a new or empty folder or an earlier demo output."""
+    summary dict. Raises ``GpumrError`` if ``output`` is something other than a new or empty folder or an earlier demo
+    output."""
     frame_count(frames)
     with FolderOutput(output, "gpumr demo", option="--output") as stage:
         frame_dir = os.path.join(stage, "frames")

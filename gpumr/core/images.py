@@ -108,6 +108,9 @@ def jpeg_scans(data, most=MAX_JPEG_SCANS):
 
 def decode_image(data, mode="color", max_pixels=MAX_PIXELS, check=None):
     """Decode image bytes to an 8-bit array: BGR ``[height, width, 3]`` (``"color"``) or grey ``[height, width]``.
+    Raises ``BadRecord``: empty, undecodable, larger than ``max_pixels``, a JPEG of more than
+    :data:`gpumr.limits.MAX_JPEG_SCANS` scans, or of a size that cannot be read from its header (the size is checked
+    before decoding, so a small file that would decode to gigabytes is never decoded).
 
     Parameters
     ----------
@@ -122,14 +125,7 @@ def decode_image(data, mode="color", max_pixels=MAX_PIXELS, check=None):
 
     Returns
     -------
-    numpy.ndarray
-
-    Raises
-    ------
-    BadRecord
-        Empty, undecodable, larger than ``max_pixels``, a JPEG of more than :data:`gpumr.limits.MAX_JPEG_SCANS` scans,
-        or of a size that cannot be read from its header (the size is checked before decoding, so a small file that
-        would decode to gigabytes is never decoded)."""
+    numpy.ndarray"""
     import cv2
     if len(data) == 0:
         raise BadRecord("empty value (zero bytes)")

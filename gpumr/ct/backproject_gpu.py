@@ -223,12 +223,8 @@ class SlabBackprojector:
         return True
 
     def state(self, gpu):
-        """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use.
-
-        Raises
-        ------
-        RuntimeError
-            If the device is not trusted (the reason given)."""
+        """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use. Raises ``RuntimeError``
+        if the device is not trusted (the reason given)."""
         return self._devices.get(gpu)
 
     # -- slabs ----------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ FILTER_BUFFER = 16 << 20
 
 
 def window(name, f):
-    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample).
+    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample). Raises ``GpumrError`` for an unknown
+    filter name (the message lists the known ones).
 
     Parameters
     ----------
@@ -22,12 +23,7 @@ def window(name, f):
     Returns
     -------
     numpy.ndarray
-        The window's value at each frequency.
-
-    Raises
-    ------
-    GpumrError
-        For an unknown filter name (the message lists the known ones)."""
+        The window's value at each frequency."""
     if name == "ram-lak":
         return np.ones_like(f)
     if name == "shepp-logan":
@@ -93,7 +89,8 @@ def angle_weights(angles):
 
 
 def parker_weights(angles, gamma):
-    """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns.
+    """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns. Raises ``GpumrError`` if the
+    scan covers less than ``pi + 2 delta``.
 
     Parameters
     ----------
@@ -105,12 +102,7 @@ def parker_weights(angles, gamma):
     Returns
     -------
     numpy.ndarray
-        Weights in [0, 1], shape (angles, columns): each ray measured twice counts once in total.
-
-    Raises
-    ------
-    GpumrError
-        If the scan covers less than ``pi + 2 delta``."""
+        Weights in [0, 1], shape (angles, columns): each ray measured twice counts once in total."""
     a = np.unwrap(np.asarray(angles, np.float64))
     direction = 1.0 if len(a) < 2 or a[-1] >= a[0] else -1.0
     beta = (a - a[0]) * direction  # angle travelled from the start of the scan
@@ -152,7 +144,8 @@ def is_short_scan(angles):
 
 
 def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None, progress=None):
-    """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
+    """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col]. Raises ``GpumrError`` if the
+    projections' shape is not the geometry's, or ``rows`` is not a band of the detector.
 
     Parameters
     ----------
@@ -178,11 +171,6 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     -------
     numpy.ndarray
         float32 [angle, rows, col]: all rows, or the ``r1 - r0`` rows asked for (``out``, where given).
-
-    Raises
-    ------
-    GpumrError
-        If the projections' shape is not the geometry's, or ``rows`` is not a band of the detector.
 
     Examples
     --------

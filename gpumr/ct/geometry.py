@@ -48,17 +48,13 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`).
+        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`). Raises
+        ``GpumrError`` if a file of someone else's is in the way.
 
         Parameters
         ----------
         path : str
-            The JSON file; replaced only if gpumr wrote it.
-
-        Raises
-        ------
-        GpumrError
-            If a file of someone else's is in the way."""
+            The JSON file; replaced only if gpumr wrote it."""
         write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
@@ -91,7 +87,9 @@ def _angles(d, source):
 
 
 def from_dict(d, source="geometry", warn=True):
-    """Build and check a :class:`Geometry`.
+    """Build and check a :class:`Geometry`. Raises ``GpumrError`` naming the field: missing, of the wrong
+    type or shape, out of its limits, ``DSD <= DSO``, a volume reaching the source, or a detector that misses the
+    volume entirely; ``A volume partly outside the field of view is a warning`` or ``said once``.
 
     Parameters
     ----------
@@ -106,14 +104,7 @@ def from_dict(d, source="geometry", warn=True):
     Returns
     -------
     Geometry
-        The checked geometry.
-
-    Raises
-    ------
-    GpumrError
-        One line naming the field: missing, of the wrong type or shape, out of its limits, ``DSD <= DSO``, a volume
-        reaching the source, or a detector that misses the volume entirely.
-    A volume partly outside the field of view is a warning, said once"""
+        The checked geometry."""
     if not isinstance(d, dict):
         raise GpumrError(f"{source}: a geometry must be a JSON object")
     missing = [k for k in _REQUIRED if k not in d]
@@ -195,7 +186,8 @@ def beside(projections):
 
 
 def load(path, warn=True):
-    """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`).
+    """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`). Raises ``GpumrError``: unreadable,
+    not a regular file, too large, bad JSON, or an invalid geometry (file named).
 
     Parameters
     ----------
@@ -207,12 +199,7 @@ def load(path, warn=True):
     Returns
     -------
     Geometry
-        The checked geometry (:func:`from_dict`).
-
-    Raises
-    ------
-    GpumrError
-        Unreadable, not a regular file, too large, bad JSON, or an invalid geometry (file named)."""
+        The checked geometry (:func:`from_dict`)."""
     from ..io.remote import kind
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO is refused, not waited on

@@ -7,17 +7,13 @@ from .. import trusted
 
 
 def folder():
-    """The folder numba's builds of gpumr's kernels are kept in: ``numba-UID`` in the kernel cache.
+    """The folder numba's builds of gpumr's kernels are kept in: ``numba-UID`` in the kernel cache. Raises
+    ``gpumr.trusted.Untrusted`` if the rule refuses it (a link, another user's, writable by others).
 
     Returns
     -------
     str
         The folder's path.
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        If the rule refuses it (a link, another user's, writable by others).
 
     Examples
     --------

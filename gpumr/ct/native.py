@@ -40,12 +40,8 @@ def _compiler_id(cc):
 
 
 def build():
-    """The shared library's path in the kernel cache, built if missing.
-
-    Raises
-    ------
-    gpumr.errors.GpumrError
-        No compiler, or it failed (its first error quoted)."""
+    """The shared library's path in the kernel cache, built if missing. Raises ``gpumr.errors.GpumrError``: no
+    compiler, or it failed (its first error quoted)."""
     from ..errors import GpumrError
     from ..gpu import kernels
     cc = compiler()

@@ -144,7 +144,8 @@ def _tiff(name, data, shape, layout=None):
 
 
 def decode(name, data, i0=None, shape=None, layout=None):
-    """One projection from file bytes, as float32 line integrals.
+    """One projection from file bytes, as float32 line integrals. Raises ``GpumrError``: unknown extension, a header
+    that does not declare ``shape``, or undecodable data (the name is given).
 
     Parameters
     ----------
@@ -153,12 +154,7 @@ def decode(name, data, i0=None, shape=None, layout=None):
         small file cannot make a large allocation).
     layout : Layout, optional
         A set's TIFF layout, learnt from the first of its files tifffile decodes and used for the others
-        (:func:`read_set`). The result may then be read-only.
-
-    Raises
-    ------
-    GpumrError
-        Unknown extension, a header that does not declare ``shape``, or undecodable data (the name is given)."""
+        (:func:`read_set`). The result may then be read-only."""
     ext = os.path.splitext(name)[1].lower()
     if ext not in (".npy", ".tif", ".tiff", ".png"):
         raise GpumrError(f"{name}: projections must be .tif, .tiff, .png or .npy")
@@ -187,7 +183,8 @@ def decode(name, data, i0=None, shape=None, layout=None):
 
 
 def write_set(path, projections, prefix="proj_", inputs=()):
-    """Write projections as float TIFF records ``proj_0000.tif``... into one SequenceFile.
+    """Write projections as float TIFF records ``proj_0000.tif``... into one SequenceFile. Raises ``GpumrError`` if a
+    file is in the way that gpumr did not write, or is an input.
 
     Parameters
     ----------
@@ -198,19 +195,16 @@ def write_set(path, projections, prefix="proj_", inputs=()):
     prefix : str, optional
         The keys' prefix; the key is ``PREFIX0000.tif`` and so on.
     inputs : sequence of str, optional
-        The command's inputs, which are never replaced.
-
-    Raises
-    ------
-    GpumrError
-        If a file is in the way that gpumr did not write, or is an input."""
+        The command's inputs, which are never replaced."""
     with Writer(path, out=FileOutput(path, "gpumr ct phantom", inputs=inputs).begin()) as w:
         for i, p in enumerate(projections):
             w.append(f"{prefix}{i:04d}.tif", encode_tiff(p))
 
 
 def read_set(paths, geometry, i0=None, keep=True, out=None):
-    """All projections of the SequenceFiles ``paths``, float32 [angle, row, col], in key order.
+    """All projections of the SequenceFiles ``paths``, float32 [angle, row, col], in key order. Raises ``GpumrError``:
+    A count or size that does not match the geometry, a repeated key, an unreadable record or file, or a projection
+    with NaN or infinite pixels (named, with its angle).
 
     Parameters
     ----------
@@ -219,13 +213,7 @@ def read_set(paths, geometry, i0=None, keep=True, out=None):
         any task); returns None.
     out : numpy.ndarray, optional
         float32 [angle, row, col] to read them into (a view of a larger array: :class:`gpumr.ct.bands.FilteredRows`
-        reads them into its zero-bordered buffer) instead of a new array; returned.
-
-    Raises
-    ------
-    GpumrError
-        A count or size that does not match the geometry, a repeated key, an unreadable record or file, or a
-        projection with NaN or infinite pixels (named, with its angle)."""
+        reads them into its zero-bordered buffer) instead of a new array; returned."""
     from seqfile import SequenceFileError
     if i0 is not None:
         limits.number("--i0", i0, above=0, most=limits.MAX_I0)

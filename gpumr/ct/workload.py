@@ -14,12 +14,7 @@ from .slices import slab_key
 
 def check_slab(geometry, slices, name="--slab"):
     """Refuse slabs of ``slices`` slices (at most the volume's) holding more than :data:`gpumr.limits.MAX_SLAB_VOXELS`
-    voxels.
-
-    Raises
-    ------
-    GpumrError
-        Naming ``name`` (the option, or the plan line) and the slab's size."""
+    voxels. Raises ``GpumrError`` naming ``name`` (the option, or the plan line) and the slab's size."""
     nz, ny, nx = geometry.nVoxel
     slices = min(slices, nz)  # a plan's slabs are at most the volume
     limits.at_most(f"{name}: a slab of {slices} slices of {ny}x{nx}", slices * ny * nx, limits.MAX_SLAB_VOXELS,

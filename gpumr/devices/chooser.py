@@ -95,12 +95,8 @@ def _no_gpu(reason):
 
 
 def require_gpu(nvml=None, env=None):
-    """Refuse ``--device gpu`` where the tasks will run on this node and it has no GPU.
-
-    Raises
-    ------
-    GpumrError
-        Saying why there is no GPU (no driver, no device, none simulated)."""
+    """Refuse ``--device gpu`` where the tasks will run on this node and it has no GPU. Raises ``GpumrError``: saying
+    why there is no GPU (no driver, no device, none simulated)."""
     found = _nvml.discover(nvml, env)
     if not found.gpus:
         raise _no_gpu(found.reason)

@@ -168,14 +168,9 @@ class SchedulerClient:
         return None if self.tcp_port is not None else peer_credentials(self._sock)
 
     def acquire(self, memory=0, block=False, timeout=None):
-        """``(gpu index, lease id)``, or None when no GPU is free (or the node has none).
-
-        Raises
-        ------
-        RequestError
-            Any other error reply (its ``code`` says which).
-        SchedulerUnavailable
-            No answer in time, or the connection failed."""
+        """``(gpu index, lease id)``, or None when no GPU is free (or the node has none). Raises ``RequestError``: any
+        other error reply (its ``code`` says which); ``SchedulerUnavailable``: no answer in time, or the connection
+        failed."""
         wait = (P.MAX_TIMEOUT if timeout is None else timeout) if block else 0.0
         reply = self.request(dict(op="acquire", memory=int(memory), block=bool(block), timeout=timeout), wait)
         if reply.get("ok"):
@@ -191,12 +186,8 @@ class SchedulerClient:
         raise RequestError(f"scheduler at {self.where}: {reply.get('error')}", reply.get("code"))
 
     def release(self, lease):
-        """End ``lease``: let go of our claim on its slot, then tell the service.
-
-        Raises
-        ------
-        RequestError
-            The service refused for another reason (its ``code`` says which)."""
+        """End ``lease``: let go of our claim on its slot, then tell the service. Raises ``RequestError``: the service
+        refused for another reason (its ``code`` says which)."""
         claim = self._claims.pop(lease, None)
         if claim is not None:
             claim.release()  # first, so that the slot is free when the service hears of it

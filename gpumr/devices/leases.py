@@ -16,11 +16,7 @@ def _skip(exc, then="that slot is treated as taken"):
 
 def check_slots(value, option="--gpu-slots"):
     """``value`` as a slot count from 1 to :data:`gpumr.limits.MAX_GPU_SLOTS`, else a one-line error naming
-    ``option``.
-
-    Raises
-    ------
-    GpumrError"""
+    ``option``. Raises ``GpumrError``."""
     return limits.number(option, value, 1, limits.MAX_GPU_SLOTS, integer=True)
 
 

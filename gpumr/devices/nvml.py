@@ -47,12 +47,8 @@ class Discovery:
 
 
 def simulated_gpus(spec):
-    """GPUs described by a ``GPUMR_SIMULATE_GPUS`` value such as ``"2"`` or ``"2:16GiB"``.
-
-    Raises
-    ------
-    GpumrError
-        If the value is not ``N`` or ``N:SIZE``."""
+    """GPUs described by a ``GPUMR_SIMULATE_GPUS`` value such as ``"2"`` or ``"2:16GiB"``. Raises ``GpumrError`` if
+    the value is not ``N`` or ``N:SIZE``."""
     count, _, mem = str(spec).partition(":")
     try:
         n = int(count)

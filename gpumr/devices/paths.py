@@ -32,12 +32,8 @@ WHAT = "gpumr's leases and socket"
 
 
 def check_dir(path):
-    """``path`` if :mod:`gpumr.trusted` trusts it for leases and a socket (private or shared, see above).
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        One line naming the folder and what is wrong with it."""
+    """``path`` if :mod:`gpumr.trusted` trusts it for leases and a socket (private or shared, see above). Raises
+    ``gpumr.trusted.Untrusted``: one line naming the folder and what is wrong with it."""
     check_folder(path, WHAT, shared=not _is_user_dir(path))
     return path
 

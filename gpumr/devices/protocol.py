@@ -41,12 +41,8 @@ class RequestError(ValueError):
 
 
 def number(req, name, default, low, high, integer=False):
-    """``req[name]`` checked to be a finite number in [low, high] (an int if ``integer``).
-
-    Raises
-    ------
-    RequestError
-        ``bad-request`` naming the field and what it must be."""
+    """``req[name]`` checked to be a finite number in [low, high] (an int if ``integer``). Raises ``RequestError``:
+    ``bad-request`` naming the field and what it must be."""
     value = req.get(name, default)
     if value is None and default is None:
         return None

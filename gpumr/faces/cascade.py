@@ -87,17 +87,13 @@ class Cascade:
             raise GpumrError(f"{path}: a node refers to a feature that does not exist")
 
     def packed(self, layout):
-        """The cascade as ``cuda/haar.cu``'s stage kernels read it: ``(stages, nodes)``, int32 [n, 4] each.
+        """The cascade as ``cuda/haar.cu``'s stage kernels read it: ``(stages, nodes)``, int32 [n, 4] each. Raises
+        ``GpumrError`` if a tree or the feature count is too large for those fields.
 
         Parameters
         ----------
         layout : dict
-            The bit positions above, as ``cuda/haar.cu`` defines them (:func:`gpumr.gpu.kernels.defines`).
-
-        Raises
-        ------
-        GpumrError
-            If a tree or the feature count is too large for those fields."""
+            The bit positions above, as ``cuda/haar.cu`` defines them (:func:`gpumr.gpu.kernels.defines`)."""
         size_bit, feature_bit = layout["NODE_SIZE_BIT"], layout["NODE_FEATURE_BIT"]
         n_nodes = len(self.nodes)
         starts = self.trees[:, 0].astype(np.int64)

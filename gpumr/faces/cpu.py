@@ -11,7 +11,8 @@ DEFAULTS = dict(scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None)
 
 
 def cascade_path(name=None):
-    """Path of a cascade file: ``name`` if it is a file, else the bundled cascade a bare name names.
+    """Path of a cascade file: ``name`` if it is a file, else the bundled cascade a bare name names. Raises
+    ``GpumrError``: naming ``--cascade`` and what is wrong.
 
     Parameters
     ----------
@@ -21,12 +22,7 @@ def cascade_path(name=None):
     Returns
     -------
     str
-        The cascade file's path.
-
-    Raises
-    ------
-    GpumrError
-        Naming ``--cascade`` and what is wrong."""
+        The cascade file's path."""
     import cv2
     name = name or DEFAULT_CASCADE
     if os.path.isfile(name):
@@ -43,7 +39,8 @@ def cascade_path(name=None):
 
 
 def load_cascade(path=None):
-    """A ready ``cv2.CascadeClassifier``.
+    """A ready ``cv2.CascadeClassifier``. Raises ``GpumrError`` if the file is missing, larger than
+    :data:`gpumr.limits.MAX_CASCADE_BYTES`, or is not a cascade OpenCV can load.
 
     Parameters
     ----------
@@ -53,13 +50,7 @@ def load_cascade(path=None):
     Returns
     -------
     cv2.CascadeClassifier
-        The loaded classifier.
-
-    Raises
-    ------
-    GpumrError
-        If the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`, or is not a cascade OpenCV can
-        load."""
+        The loaded classifier."""
     import cv2
     path = cascade_path(path)
     size = os.path.getsize(path)

@@ -483,22 +483,14 @@ class FaceGPU:
 
     # -- detection -------------------------------------------------------
     def run(self, grays, gpu):
-        """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``.
-
-        Raises
-        ------
-        RuntimeError
-            If ``gpu`` is not trusted (set-up or self-check failed; the reason given)."""
+        """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``. Raises
+        ``RuntimeError`` if ``gpu`` is not trusted (set-up or self-check failed; the reason given)."""
         return [f.faces(self.params["min_neighbors"]) for f in self.found(grays, gpu)]
 
     def found(self, grays, gpu):
         """What the device finds in each of the grey frames ``grays``, on ``gpu``: a :class:`Found` per frame, which
-        makes the frame's faces without the device (:meth:`Found.faces`).
-
-        Raises
-        ------
-        RuntimeError
-            If ``gpu`` is not trusted (set-up or self-check failed; the reason given)."""
+        makes the frame's faces without the device (:meth:`Found.faces`). Raises ``RuntimeError`` if ``gpu`` is not
+        trusted (set-up or self-check failed; the reason given)."""
         return self._found(self._devices.get(gpu), grays, gpu)
 
     def _found(self, st, grays, gpu=None):

@@ -9,21 +9,17 @@ from .reference import scales
 
 
 class Pyramid:
-    """The bounds of one detection's image pyramids.
+    """The bounds of one detection's image pyramids. Raises ``GpumrError``: a parameter out of its range, a search
+    that can find nothing (``--max-size`` below ``--min-size`` or below the window, ``--min-size`` larger than any
+    image ``--max-pixels`` allows), or more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face
+    searched.
 
     Parameters
     ----------
     window : (int, int)
         The cascade's window (``CascadeClassifier.getOriginalWindowSize()``).
     scale_factor, min_size, max_size, max_pixels
-        As the face job's options (``max_size`` None: no limit).
-
-    Raises
-    ------
-    GpumrError
-        A parameter out of its range, a search that can find nothing (``--max-size`` below ``--min-size`` or below the
-        window, ``--min-size`` larger than any image ``--max-pixels`` allows), or more than
-        :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face searched."""
+        As the face job's options (``max_size`` None: no limit)."""
 
     def __init__(self, window, scale_factor, min_size, max_size, max_pixels):
         scale_factor = limits.number("--scale-factor", scale_factor, above=1.0, most=limits.MAX_SCALE_FACTOR)
@@ -75,17 +71,13 @@ class Pyramid:
                                                            p["min_size"], p["max_size"]))
 
     def check(self, width, height):
-        """Refuse an image whose pyramid is over :attr:`budget`, from its size alone.
+        """Refuse an image whose pyramid is over :attr:`budget`, from its size alone. Raises ``BadRecord`` naming the
+        image's size, the pyramid's and the limit.
 
         Parameters
         ----------
         width, height : int
-            The image's size, from its header.
-
-        Raises
-        ------
-        BadRecord
-            Naming the image's size, the pyramid's and the limit."""
+            The image's size, from its header."""
         n = self.pixels(width, height)
         if n > self.budget:
             raise BadRecord(f"image of {width}x{height} pixels: its pyramid at --scale-factor "

@@ -13,7 +13,9 @@ GROUP_EPS = 0.2
 
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
-    """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each.
+    """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each. Raises ``GpumrError``
+    when more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below ``min_size`` included): the walk
+    is bounded whatever the scale factor.
 
     Parameters
     ----------
@@ -29,13 +31,7 @@ def scales(image_size, window, scale_factor, min_size=None, max_size=None):
     Returns
     -------
     tuple
-        One ``(scale, scaled size, step, box size, rows)`` per scale visited.
-
-    Raises
-    ------
-    GpumrError
-        When more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below ``min_size`` included): the
-        walk is bounded whatever the scale factor."""
+        One ``(scale, scaled size, step, box size, rows)`` per scale visited."""
     return _scales(tuple(image_size), tuple(window), scale_factor, min_size, max_size)
 
 

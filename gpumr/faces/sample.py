@@ -45,7 +45,8 @@ def _faces():
 
 
 def frame_count(count):
-    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`.
+    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`. Raises
+    ``GpumrError`` if ``count`` is not a whole number from 1 to the limit.
 
     Parameters
     ----------
@@ -55,17 +56,13 @@ def frame_count(count):
     Returns
     -------
     int
-        ``count``.
-
-    Raises
-    ------
-    GpumrError
-        If ``count`` is not a whole number from 1 to the limit."""
+        ``count``."""
     return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
 
 
 def make_frames(dest, count=48, seed=0, quality=90):
-    """Write ``count`` sample frames ``frame_00000.jpg``... as the folder ``dest``.
+    """Write ``count`` sample frames ``frame_00000.jpg``... as the folder ``dest``. Raises ``GpumrError``: ``count``
+    over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``.
 
     Parameters
     ----------
@@ -81,12 +78,7 @@ def make_frames(dest, count=48, seed=0, quality=90):
     Returns
     -------
     list of str
-        The paths written, in order.
-
-    Raises
-    ------
-    GpumrError
-        ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``."""
+        The paths written, in order."""
     count = frame_count(count)
     limits.number("--seed", seed, least=0, integer=True)
     with FolderOutput(dest, "gpumr sample") as stage:

@@ -6,12 +6,8 @@ _state = {"cuda": None, "error": None, "contexts": {}}
 
 
 def driver():
-    """The initialised ``pycuda.driver`` module.
-
-    Raises
-    ------
-    RuntimeError
-        If PyCUDA is not installed or the CUDA driver cannot be initialised."""
+    """The initialised ``pycuda.driver`` module. Raises ``RuntimeError`` if PyCUDA is not installed or the CUDA driver
+    cannot be initialised."""
     if _state["cuda"] is None:
         if _state["error"]:
             raise RuntimeError(_state["error"])
@@ -30,12 +26,8 @@ def driver():
 
 
 def context(ordinal):
-    """This process's context on device ``ordinal``, made current.
-
-    Raises
-    ------
-    RuntimeError
-        If it cannot be created (busy in exclusive mode, out of memory, no driver)."""
+    """This process's context on device ``ordinal``, made current. Raises ``RuntimeError`` if it cannot be created
+    (busy in exclusive mode, out of memory, no driver)."""
     cuda = driver()
     ctx = _state["contexts"].get(ordinal)
     if ctx is None:

@@ -83,12 +83,8 @@ POISON = 0xFF
 
 
 def parse_order(text):
-    """``(order, seed)`` of an :data:`ORDER_ENV` value (empty: ``late``).
-
-    Raises
-    ------
-    GpumrError
-        If it is none of ``late``, ``eager``, ``random[:SEED]``."""
+    """``(order, seed)`` of an :data:`ORDER_ENV` value (empty: ``late``). Raises ``GpumrError`` if it is none of
+    ``late``, ``eager``, ``random[:SEED]``."""
     name, _, seed = (text or "late").partition(":")
     if name in ("late", "eager") and not seed:
         return name, 0
@@ -98,12 +94,8 @@ def parse_order(text):
 
 
 def parse_faults(text):
-    """``{(call, n): kind}`` of an :data:`FAULTS_ENV` value.
-
-    Raises
-    ------
-    GpumrError
-        Naming the first entry that is not ``KIND@CALL#N``.
+    """``{(call, n): kind}`` of an :data:`FAULTS_ENV` value. Raises ``GpumrError`` naming the first entry that is not
+    ``KIND@CALL#N``.
 
     Examples
     --------
@@ -161,13 +153,9 @@ def _blank(match):
 
 
 def scan(path, text):
-    """The ``extern "C" __global__`` kernels and ``__constant__`` symbols of source ``text`` (from ``path``).
-
-    Raises
-    ------
-    GpumrError
-        Naming the file, the line and the CUDA feature, if the source uses one that the host emulation does not
-        restate."""
+    """The ``extern "C" __global__`` kernels and ``__constant__`` symbols of source ``text`` (from ``path``). Raises
+    ``GpumrError``: naming the file, the line and the CUDA feature, if the source uses one that the host emulation
+    does not restate."""
     code = _COMMENT.sub(_blank, text)
     for pattern, what in UNSUPPORTED:
         found = pattern.search(code)
@@ -195,13 +183,9 @@ def _unit(path, text, names, constants):
 
 
 def build(name, sanitize=False):
-    """The host build of kernel ``name``: ``(shared library path, kernel names, constant names)``.
-
-    Raises
-    ------
-    GpumrError
-        If the source uses what the emulation does not restate, or the compiler fails (its first error quoted), or
-        there is no compiler."""
+    """The host build of kernel ``name``: ``(shared library path, kernel names, constant names)``. Raises
+    ``GpumrError`` if the source uses what the emulation does not restate, or the compiler fails (its first error
+    quoted), or there is no compiler."""
     source = kernels.source_path(name)
     with open(source, encoding="utf-8") as f:
         text = f.read()

@@ -57,12 +57,8 @@ class Launcher:
 
     def view(self, dev, offset, count, dtype):
         """A device array of ``count`` elements of ``dtype`` inside device array ``dev``, from byte ``offset`` (a
-        multiple of the dtype's size): one allocation cut into a part's arrays, no driver call.
-
-        Raises
-        ------
-        ValueError
-            If the view reaches past ``dev``'s end."""
+        multiple of the dtype's size): one allocation cut into a part's arrays, no driver call. Raises ``ValueError``
+        if the view reaches past ``dev``'s end."""
         raise NotImplementedError
 
     def to_device_async(self, host, dev, stream):
@@ -110,12 +106,8 @@ class Launcher:
         fn(*args, grid=tuple(grid), block=tuple(block), stream=stream)
 
     def set_constant(self, module, name, host):
-        """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``.
-
-        Raises
-        ------
-        ValueError
-            If it is larger than the symbol."""
+        """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``. Raises
+        ``ValueError`` if it is larger than the symbol."""
         ptr, size = module.get_global(name)
         data = np.ascontiguousarray(host)
         if data.nbytes > size:

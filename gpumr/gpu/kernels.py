@@ -38,12 +38,7 @@ def stem(name):
 
 def source_path(name):
     """The ``.cu`` source of kernel ``name``: from ``$GPUMR_CUDA_SOURCES`` when set, else the installed one; a path to
-    a ``.cu`` file (a user workload's own kernel) as it is.
-
-    Raises
-    ------
-    GpumrError
-        If that folder has no such file."""
+    a ``.cu`` file (a user workload's own kernel) as it is. Raises ``GpumrError`` if that folder has no such file."""
     if name.endswith(".cu"):
         if not os.path.isfile(name):
             raise GpumrError(f"{name}: no such kernel source")
@@ -144,12 +139,9 @@ def _proof_of(path, wait=PROOF_WAIT):
 
 
 def _vouched(path, made_by):
-    """Whether cached build ``path`` may be loaded: a regular file of yours that its proof vouches for.
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        When the rule refuses the file itself (another user's, a link, a FIFO ...): it is left alone."""
+    """Whether cached build ``path`` may be loaded: a regular file of yours that its proof vouches for. Raises
+    ``gpumr.trusted.Untrusted`` when the rule refuses the file itself (another user's, a link, a FIFO ...): it is left
+    alone."""
     try:
         os.close(trusted.open_regular(path, what="a cached kernel"))
     except FileNotFoundError:
@@ -234,12 +226,8 @@ def nvcc():
 
 
 def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
-    """Compile kernel ``name`` into a fatbin at ``out_path``, under gpumr's output rule.
-
-    Raises
-    ------
-    GpumrError
-        If ``nvcc`` is missing or fails (its message included), or ``out_path`` may not be written."""
+    """Compile kernel ``name`` into a fatbin at ``out_path``, under gpumr's output rule. Raises ``GpumrError`` if
+    ``nvcc`` is missing or fails (its message included), or ``out_path`` may not be written."""
     compiler = nvcc()
     if compiler is None:
         raise GpumrError("nvcc not found: install the CUDA toolkit or ship fatbins made by 'gpumr build-kernels'")
@@ -258,12 +246,8 @@ def _made_by(name):
 
 
 def compile_into(path, made_by, cmd, failed, stdin=None, env=None):
-    """Run compiler ``cmd`` with ``-o`` naming the temporary file of ``path``, under gpumr's output rule.
-
-    Raises
-    ------
-    GpumrError
-        ``failed(compiler's stderr)`` when the compiler fails."""
+    """Run compiler ``cmd`` with ``-o`` naming the temporary file of ``path``, under gpumr's output rule. Raises
+    ``GpumrError``: ``failed(compiler's stderr)`` when the compiler fails."""
     out = FileOutput(path, made_by)
     with out as f:
         f.close()  # the compiler writes the temporary file by name
@@ -380,12 +364,8 @@ def _opened(folder, place):
 def image(name, arch=None):
     """The bytes of the fatbin of kernel ``name`` to load: from ``$GPUMR_KERNEL_DIR`` or beside the sources, read
     relative to the folder opened once (a link to it followed once, never again); else the per-user cache's (compiled
-    for ``arch`` first where none is there).
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        Where the rule refuses the shipped folder or the file in it."""
+    for ``arch`` first where none is there). Raises ``gpumr.trusted.Untrusted`` where the rule refuses the shipped
+    folder or the file in it."""
     file = f"{stem(name)}-{_digest(name)}.fatbin"
     for place, folder in _places(name)[:2]:
         if not folder:

@@ -234,12 +234,8 @@ _launchers = {}
 
 
 def launcher(gpu, prefer=None):
-    """The launcher for ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), one per device and process.
-
-    Raises
-    ------
-    RuntimeError
-        If neither PyCUDA nor CuPy is usable for a real GPU (with both reasons)."""
+    """The launcher for ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), one per device and process. Raises
+    ``RuntimeError`` if neither PyCUDA nor CuPy is usable for a real GPU (with both reasons)."""
     key = ("emulated", gpu.index, gpu.memory_total) if gpu.simulated else (gpu.ordinal, prefer)
     if key in _launchers:
         return _launchers[key]

@@ -107,12 +107,7 @@ class DeviceStates:
 
     def get(self, gpu):
         """The state of ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), set up and checked on first use, once however
-        many threads ask at once.
-
-        Raises
-        ------
-        RuntimeError
-            If the device is not trusted, with the reason."""
+        many threads ask at once. Raises ``RuntimeError`` if the device is not trusted, with the reason."""
         key = device_key(gpu)
         if key not in self._verdicts:
             with self._lock:

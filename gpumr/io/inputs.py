@@ -12,12 +12,8 @@ from .remote import READ_FLAGS, locate, shown  # noqa: F401 (READ_FLAGS: where g
 
 
 def expand_inputs(paths):
-    """The files named by ``paths``: files as given, folders' visible files sorted.
-
-    Raises
-    ------
-    GpumrError
-        If a path does not exist, is not a regular file, or no file is found."""
+    """The files named by ``paths``: files as given, folders' visible files sorted. Raises ``GpumrError`` if a path
+    does not exist, is not a regular file, or no file is found."""
     return [path for path, _ in expand_sized(paths)]
 
 
@@ -38,12 +34,8 @@ def expand_sized(paths):
 
 
 def splits(files, split_size):
-    """``(path, start, end)`` byte ranges of at most ``split_size`` covering each file, Hadoop's splits.
-
-    Raises
-    ------
-    GpumrError
-        Naming the split size that keeps the job within the limit.
+    """``(path, start, end)`` byte ranges of at most ``split_size`` covering each file, Hadoop's splits. Raises
+    ``GpumrError``: naming the split size that keeps the job within the limit.
 
     Examples
     --------
@@ -97,12 +89,8 @@ def pack_command(folder):
 
 def require_sequencefiles(files, given=None):
     """Refuse inputs none of which is a SequenceFile (their first bytes are read until one is), with the hint to pack
-    (the folder of ``given``, the first input as the user gave it, where there is one).
-
-    Raises
-    ------
-    GpumrError
-        ``no SequenceFile among the inputs: a.jpg (a JPEG image), ...; pack files first: gpumr pack ...``."""
+    (the folder of ``given``, the first input as the user gave it, where there is one). Raises ``GpumrError``: ``no
+    SequenceFile among the inputs: a.jpg (a JPEG image), ...; pack files first: gpumr pack ...``."""
     if any(looks_like_sequencefile(f) for f in files):
         return
     kinds = [describe_file(f) for f in files]

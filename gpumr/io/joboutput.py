@@ -10,11 +10,7 @@ from .remote import locate
 
 def read_job_output(paths):
     """Yield ``(key, value)`` from job output files or folders (local paths or URIs), in file order, duplicates kept.
-
-    Raises
-    ------
-    GpumrError
-        For a line that is not a job output line (file and line named)."""
+    Raises ``GpumrError`` for a line that is not a job output line (file and line named)."""
     for path in expand_inputs(paths):
         loc = locate(path)
         with loc.open_input() as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:

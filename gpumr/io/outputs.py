@@ -295,7 +295,7 @@ def _words(what):
 
 def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False, also=()):
     """Refuse ``path`` (a path or URI) as the destination of a new output unless it is free or an earlier gpumr
-    output.
+    output. Raises ``GpumrError`` naming ``path`` and saying why it is not replaced.
 
     Parameters
     ----------
@@ -313,12 +313,7 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     pack_parts : bool
         Also accept a folder of ``part-NNNNN.seq`` files whose headers say ``gpumr pack`` wrote them.
     also : tuple of str
-        Other names of ``output``'s command, whose outputs it replaces too.
-
-    Raises
-    ------
-    GpumrError
-        One line naming ``path`` and saying why it is not replaced."""
+        Other names of ``output``'s command, whose outputs it replaces too."""
     loc = locate(path).stripped()
     proof = Proof.load(proof_path(loc))
     link = loc.is_link()

@@ -27,7 +27,8 @@ from .outputs import FileOutput, FolderOutput, is_proof, marked_sequencefile
 
 
 def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=None):
-    """Find the files to pack.
+    """Find the files to pack. Raises ``GpumrError`` for a missing source, a source that is not a regular file or
+    folder, a file name that is not UTF-8, two files with one key, or nothing to pack.
 
     Parameters
     ----------
@@ -47,13 +48,7 @@ def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=N
     Returns
     -------
     list of (str, str, int)
-        ``(key, path to read, size)`` sorted by key; for a followed link, the path to read is its target's.
-
-    Raises
-    ------
-    GpumrError
-        For a missing source, a source that is not a regular file or folder, a file name that is not UTF-8, two files
-        with one key, or nothing to pack."""
+        ``(key, path to read, size)`` sorted by key; for a followed link, the path to read is its target's."""
     found = {}
     skipped = [] if skipped is None else skipped
     linked = [] if linked is None else linked
@@ -252,17 +247,13 @@ def _read_fd(path, fd, size):
 
 
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):
-    """Write every record of ``files`` as ``directory/<key>``, each file atomically.
+    """Write every record of ``files`` as ``directory/<key>``, each file atomically. Raises ``GpumrError``: a refused
+    key, when ``on_refused`` is None.
 
     Returns
     -------
     dict
-        ``records`` and ``bytes`` written, ``refused`` (how many keys).
-
-    Raises
-    ------
-    GpumrError
-        A refused key, when ``on_refused`` is None."""
+        ``records`` and ``bytes`` written, ``refused`` (how many keys)."""
     from tqdm import tqdm
     count = nbytes = refused = 0
     with KeyFiles(directory, force=force) as out:

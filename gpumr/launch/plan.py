@@ -94,7 +94,9 @@ def verbosity(o):
 
 
 def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None, debug=False):
-    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``).
+    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``). Raises
+    ``GpumrError``: one line, before any task: a usage error, an option out of its limit, a missing or unreadable
+    input, an output gpumr may not replace, a side file that does not check.
 
     Parameters
     ----------
@@ -111,13 +113,7 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         Where the engine's early start goes (:meth:`gpumr.engines.base.Engine.start`: an embedded Dask cluster starts
         while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
     debug : bool
-        ``--debug`` (what the engine starts early keeps its frameworks' log).
-
-    Raises
-    ------
-    GpumrError
-        One line, before any task: a usage error, an option out of its limit, a missing or unreadable input, an output
-        gpumr may not replace, a side file that does not check."""
+        ``--debug`` (what the engine starts early keeps its frameworks' log)."""
     if not argv or argv[0].startswith("-"):
         raise UsageError("give the workload first: gpumr run WORKLOAD ... (gpumr run --help lists them)")
     from .. import engines

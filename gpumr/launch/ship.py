@@ -103,12 +103,8 @@ def fetch(loc, folder):
 
 
 def ship(option, value, folder, named=None):
-    """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``.
-
-    Raises
-    ------
-    GpumrError
-        Naming the option and the file: missing, not a regular file, unreadable."""
+    """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``. Raises
+    ``GpumrError``: naming the option and the file: missing, not a regular file, unreadable."""
     loc = locate(value)
     os.makedirs(folder, exist_ok=True)
     source = loc.local or fetch(loc, folder)

@@ -15,13 +15,9 @@ from .transport import BACKLOG, IDLE_TIMEOUT, MAX_CONNECTIONS, Server
 
 
 def clear_stale_socket(path):
-    """Remove ``path`` if it is a socket that no server answers on; refuse anything else.
-
-    Raises
-    ------
-    GpumrError
-        When ``path`` is not a socket (a user's file is never removed), or a server answers there (or might: it does
-        not refuse the connection)."""
+    """Remove ``path`` if it is a socket that no server answers on; refuse anything else. Raises ``GpumrError`` when
+    ``path`` is not a socket (a user's file is never removed), or a server answers there (or might: it does not refuse
+    the connection)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:

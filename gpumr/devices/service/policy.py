@@ -89,12 +89,8 @@ class Scheduler:
         return min(eligible, key=lambda e: (e[1], e[0].index))[0]
 
     def try_acquire(self, memory=0, owner=None, pid=None):
-        """Grant a lease now: ``(gpu index, lease id)``.
-
-        Raises
-        ------
-        RequestError
-            Code ``no-gpu`` when the node has no GPU, ``no-gpu-free`` when none is eligible."""
+        """Grant a lease now: ``(gpu index, lease id)``. Raises ``RequestError``: code ``no-gpu`` when the node has no
+        GPU, ``no-gpu-free`` when none is eligible."""
         if not self._snapshot():
             raise RequestError("this node has no GPU", P.NO_GPU)
         eligible = self._eligible(memory)

@@ -30,12 +30,8 @@ FDS_PER_SEND = 16
 
 
 def parse(line):
-    """One request line -> a checked request dict.
-
-    Raises
-    ------
-    RequestError
-        With the code saying what is wrong (``bad-json``, ``bad-request``, ``unknown-op``)."""
+    """One request line -> a checked request dict. Raises ``RequestError`` with the code saying what is wrong
+    (``bad-json``, ``bad-request``, ``unknown-op``)."""
     try:
         req = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

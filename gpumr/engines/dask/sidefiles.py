@@ -26,12 +26,8 @@ _fetching = threading.Lock()  # (on a worker) one task at a time fetches a missi
 
 def ship(client, sides, timeout):
     """Put every side file of ``sides`` (:class:`gpumr.launch.ship.SideFile`) on the cluster's workers; the tasks'
-    ``find(name)`` (:func:`found`, told which workers hold each file).
-
-    Raises
-    ------
-    GpumrError
-        No worker took the file's copy, or the scheduler did not answer."""
+    ``find(name)`` (:func:`found`, told which workers hold each file). Raises ``GpumrError``: no worker took the
+    file's copy, or the scheduler did not answer."""
     workers = _workers(client, timeout)
     holders = {}
     for side in sides:
@@ -152,12 +148,8 @@ def _read(name, offset, n, dask_worker=None):
 
 def found(holders, name):
     """This worker's copy of the shipped file ``name``: the one the launcher sent, or, on a worker that joined after
-    that, one fetched now from a worker that holds it (``holders``: name -> (size, their addresses)).
-
-    Raises
-    ------
-    GpumrError
-        No worker that held the file could send it."""
+    that, one fetched now from a worker that holds it (``holders``: name -> (size, their addresses)). Raises
+    ``GpumrError``: no worker that held the file could send it."""
     from distributed import get_client, get_worker
     worker = get_worker()
     path = os.path.join(worker.local_directory, name)

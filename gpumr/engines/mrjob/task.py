@@ -111,12 +111,8 @@ class MapTask:
 
 
 def task_options(argv):
-    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed.
-
-    Raises
-    ------
-    gpumr.boundary.UsageError
-        For anything else (gpumr's one step has no combiner and no Spark part)."""
+    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed. Raises
+    ``gpumr.boundary.UsageError`` for anything else (gpumr's one step has no combiner and no Spark part)."""
     p = ArgumentParser(prog="gpumr.engines.mrjob.task")
     p.add_argument("--step-num", type=int, default=0, choices=[0])
     kind = p.add_mutually_exclusive_group(required=True)

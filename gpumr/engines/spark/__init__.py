@@ -174,12 +174,8 @@ def _stop(sc):
 
 
 def spark_context(master=None, app_name="gpumr", start=None):
-    """A SparkContext (the running one if any) whose Python workers run this interpreter.
-
-    Raises
-    ------
-    GpumrError
-        Spark did not start (a master URL it refuses, no Java): one line."""
+    """A SparkContext (the running one if any) whose Python workers run this interpreter. Raises ``GpumrError``: spark
+    did not start (a master URL it refuses, no Java): one line."""
     _import_pyspark()
     from py4j.protocol import Py4JJavaError
     from pyspark import SparkConf, SparkContext

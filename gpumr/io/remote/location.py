@@ -165,11 +165,7 @@ class Location:
 
     def list_files(self):
         """This file, or a folder's visible files (sorted): ``[(Location, size)]``; sizes None through ``hadoop fs``.
-
-        Raises
-        ------
-        GpumrError
-            If nothing is here, or it cannot be listed."""
+        Raises ``GpumrError`` if nothing is here, or it cannot be listed."""
         with errors(self):
             return self.impl.list_files(self)
 
@@ -257,11 +253,7 @@ class Location:
 
     def publish_bytes(self, data, may_replace):
         """Write ``data`` as this file, appearing whole; an existing file goes only if ``may_replace(old)`` says so.
-
-        Raises
-        ------
-        FileExistsError
-            When a file is here that may not go (it is kept as it was)."""
+        Raises ``FileExistsError`` when a file is here that may not go (it is kept as it was)."""
         self.publish_from(io.BytesIO(data), may_replace)
 
     def make_folder(self):
@@ -297,17 +289,13 @@ def _uri(scheme, authority, path):
 
 
 def locate(path):
-    """Parse a path or URI once: the :class:`Location`, carrying the implementation that serves it.
+    """Parse a path or URI once: the :class:`Location`, carrying the implementation that serves it. Raises
+    ``GpumrError``: one line, never echoing a secret: for a URI holding user-info (``s3://KEY:SECRET@bucket``), an S3
+    URI with a port or without a bucket, a ``file://`` URI naming another host.
 
     Parameters
     ----------
-    path : str, os.PathLike or Location
-
-    Raises
-    ------
-    GpumrError
-        One line, never echoing a secret: for a URI holding user-info (``s3://KEY:SECRET@bucket``), an S3 URI with a
-        port or without a bucket, a ``file://`` URI naming another host."""
+    path : str, os.PathLike or Location"""
     if isinstance(path, Location):
         return path
     text = os.fspath(path)
