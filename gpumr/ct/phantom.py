@@ -2,6 +2,19 @@
 
 import numpy as np
 
+from ..docstrings import shared
+
+# Parameter text several functions here share (gpumr.docstrings.shared formats it into their docstrings).
+_SHARED = {
+    "geometry": "geometry : Geometry\n    The scan's geometry (the volume's size and place, the detector).",
+    "table": "table : sequence, optional\n    Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to "
+             "the volume's half side\n    (default: the 3D modified Shepp-Logan phantom).",
+    "angle": "angle : float\n    The source's angle, radians.",
+    "noise": "noise_i0 : float, optional\n    Incident photon count per ray for Poisson noise (:func:`add_noise`); "
+             "None: exact.\nmu_scale : float, optional\n    Line integrals are scaled by this before the noise is "
+             "drawn.\nseed : int, optional\n    The noise's random seed.",
+}
+
 #: A, a, b, c, x0, y0, z0, phi, theta, psi
 MODIFIED_SHEPP_LOGAN = np.array([
     [1.0, .6900, .920, .810, 0, 0, 0, 0, 0, 0],
@@ -28,16 +41,14 @@ def _rotation(phi, theta, psi):
     return rz(np.radians(phi)) @ rx(np.radians(theta)) @ rz(np.radians(psi))
 
 
+@shared(**_SHARED)
 def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
     """Each ellipsoid in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
-        modified Shepp-Logan phantom).
+    {geometry}
+    {table}
 
     Returns
     -------
@@ -53,13 +64,13 @@ def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
     return out
 
 
+@shared(**_SHARED)
 def voxel_centres(geometry, z0=0, z1=None):
     """World coordinates (x, y, z) of the voxel centres of slices [z0, z1).
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
+    {geometry}
     z0, z1 : int, optional
         The first slice and the one after the last (default: all).
 
@@ -78,16 +89,14 @@ def voxel_centres(geometry, z0=0, z1=None):
     return x, y, z
 
 
+@shared(**_SHARED)
 def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     """The phantom sampled at the voxel centres, float32 [z, y, x].
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
-        modified Shepp-Logan phantom).
+    {geometry}
+    {table}
 
     Returns
     -------
@@ -103,15 +112,14 @@ def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     return vol
 
 
+@shared(**_SHARED)
 def detector_pixels(geometry, angle):
     """World coordinates of every detector pixel centre at ``angle``.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    angle : float
-        The source's angle, radians.
+    {geometry}
+    {angle}
 
     Returns
     -------
@@ -128,18 +136,15 @@ def detector_pixels(geometry, angle):
     return centre + uu[..., None] * np.array([-s, c, 0.0]) + vv[..., None] * np.array([0.0, 0.0, 1.0])
 
 
+@shared(**_SHARED)
 def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
     """Exact line integrals through the phantom for one angle.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    angle : float
-        The source's angle, radians.
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
-        modified Shepp-Logan phantom).
+    {geometry}
+    {angle}
+    {table}
 
     Returns
     -------
@@ -178,22 +183,15 @@ def add_noise(projection, i0, mu_scale=0.01, rng=None):
     return (-np.log(np.maximum(counts, 1) / i0) / mu_scale).astype(np.float32)
 
 
+@shared(**_SHARED)
 def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
     """All projections of the phantom, with optional Poisson noise.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    noise_i0 : float, optional
-        Incident photon count per ray for Poisson noise (:func:`add_noise`); None: exact.
-    mu_scale : float, optional
-        Line integrals are scaled by this before the noise is drawn.
-    seed : int, optional
-        The noise's random seed.
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
-        modified Shepp-Logan phantom).
+    {geometry}
+    {noise}
+    {table}
 
     Returns
     -------
@@ -202,22 +200,15 @@ def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_S
     return np.stack(list(iter_projections(geometry, noise_i0, mu_scale, seed, table)))
 
 
+@shared(**_SHARED)
 def iter_projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
     """The projections one angle at a time, so that memory holds one: optional Poisson noise.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    noise_i0 : float, optional
-        Incident photon count per ray for Poisson noise (:func:`add_noise`); None: exact.
-    mu_scale : float, optional
-        Line integrals are scaled by this before the noise is drawn.
-    seed : int, optional
-        The noise's random seed.
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side (default: the 3D
-        modified Shepp-Logan phantom).
+    {geometry}
+    {noise}
+    {table}
 
     Yields
     ------

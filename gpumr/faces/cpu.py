@@ -2,12 +2,22 @@
 
 import os
 
+from ..docstrings import shared
 from ..errors import GpumrError
 from ..limits import MAX_CASCADE_BYTES
 
 DEFAULT_CASCADE = "haarcascade_frontalface_default.xml"
 #: Detection parameters and their defaults, as ``detectMultiScale`` takes them.
 DEFAULTS = dict(scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None)
+# The detection's parameters, as the docstrings of detect and gpumr.faces.reference.detect_reference give them.
+DETECTION = """gray : numpy.ndarray
+    A grey image, uint8 [y, x].
+scale_factor : float, optional
+    Pyramid step between scales (``--scale-factor``).
+min_neighbors : int, optional
+    Overlapping detections a face needs (``--min-neighbors``).
+min_size, max_size : int, optional
+    Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit."""
 
 
 def cascade_path(name=None):
@@ -68,6 +78,7 @@ def load_cascade(path=None):
     return clf
 
 
+@shared(detection=DETECTION)
 def detect(classifier, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
            min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"]):
     """Faces in a grey image, as OpenCV's ``detectMultiScale`` finds them.
@@ -76,14 +87,7 @@ def detect(classifier, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbor
     ----------
     classifier : cv2.CascadeClassifier
         A loaded cascade (:func:`load_cascade`).
-    gray : numpy.ndarray
-        A grey image, uint8 [y, x].
-    scale_factor : float, optional
-        Pyramid step between scales (``--scale-factor``).
-    min_neighbors : int, optional
-        Overlapping detections a face needs (``--min-neighbors``).
-    min_size, max_size : int, optional
-        Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit.
+    {detection}
 
     Returns
     -------

@@ -5,9 +5,10 @@ import itertools
 
 import numpy as np
 
+from ..docstrings import shared
 from ..errors import GpumrError
 from ..limits import MAX_PYRAMID_LEVELS
-from .cpu import DEFAULTS
+from .cpu import DEFAULTS, DETECTION
 
 GROUP_EPS = 0.2
 
@@ -211,6 +212,7 @@ def group(boxes, min_neighbors, image_size):
     return out
 
 
+@shared(detection=DETECTION)
 def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
                      min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], interpolation=None):
     """Faces by the restated OpenCV procedure: the CPU reference of the GPU kernel.
@@ -219,14 +221,7 @@ def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_n
     ----------
     cascade : Cascade
         The cascade as arrays (:class:`gpumr.faces.cascade.Cascade`).
-    gray : numpy.ndarray
-        A grey image, uint8 [y, x].
-    scale_factor : float, optional
-        Pyramid step between scales (``--scale-factor``).
-    min_neighbors : int, optional
-        Overlapping detections a face needs (``--min-neighbors``).
-    min_size, max_size : int, optional
-        Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit.
+    {detection}
     interpolation : int, optional
         OpenCV's resize interpolation (default ``INTER_LINEAR_EXACT``, as ``detectMultiScale``).
 
