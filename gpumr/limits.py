@@ -70,17 +70,12 @@ MAX_SAMPLE_FRAMES = 10000
 
 
 def shown(value):
-    """``value`` for an error message: its ``repr`` (one line), cut to 60 characters.
+    """``value`` for an error message: its ``repr`` (one line), cut to 60 characters (ending in ``...`` when cut).
 
-    Parameters
-    ----------
-    value : object
-        What the user gave (an option's value, a field of a file).
-
-    Returns
-    -------
-    str
-        At most 60 characters, ending in ``...`` when cut."""
+    Examples
+    --------
+    >>> shown("a" * 80)[-5:], len(shown("a" * 80))
+    ('aa...', 60)"""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -118,7 +113,15 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
     above : number, optional
         Exclusive lower bound.
     integer : bool
-        Require a whole number (a float with no fraction is accepted); the result is then an ``int``."""
+        Require a whole number (a float with no fraction is accepted); the result is then an ``int``.
+
+    Examples
+    --------
+    >>> number("--frames", 3.0, 1, 10, integer=True)
+    3
+    >>> number("--scale-factor", 0.5, above=1)
+    Traceback (most recent call last):
+    gpumr.errors.GpumrError: --scale-factor must be a number over 1, not 0.5"""
     whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     ok = whole or (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value))
     if ok and integer and not whole:
@@ -134,24 +137,15 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
 
 
 def at_most(name, amount, most, what):
-    """Refuse ``amount`` (a product of checked sizes) over ``most``: ``"{name}: {amount} {what} ..."``. Raises
-    ``GpumrError`` when ``amount`` is over ``most``.
+    """``amount`` (a product of checked sizes, e.g. voxels of a volume) if it is at most ``most`` (one of this module's
+    limits). Raises ``GpumrError`` naming ``name`` (what the user knows: an option, a file and its field), ``amount`` and
+    ``what`` (the unit, ``"voxels"``) when it is over.
 
-    Parameters
-    ----------
-    name : str
-        What is refused, as the user knows it (an option, a file and its field).
-    amount : int
-        The product, e.g. voxels of a volume or samples of a projection set.
-    most : int
-        The limit (one of this module's constants).
-    what : str
-        The unit named in the message (``"voxels"``).
-
-    Returns
-    -------
-    int
-        ``amount``, when it is within the limit."""
+    Examples
+    --------
+    >>> at_most("geo.json: nVoxel", 3000 ** 3, MAX_VOXELS, "voxels")
+    Traceback (most recent call last):
+    gpumr.errors.GpumrError: geo.json: nVoxel: 27,000,000,000 voxels, over the limit of 8,589,934,592"""
     if amount > most:
         raise GpumrError(f"{name}: {amount:,} {what}, over the limit of {most:,}")
     return amount

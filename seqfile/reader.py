@@ -67,7 +67,21 @@ class Reader:
     Attributes
     ----------
     header : seqfile.header.Header
-    file_size : int"""
+    file_size : int
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from seqfile import Writer
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "frames.seq")
+    >>> with Writer(path) as w:
+    ...     w.append("a.jpg", b"one")
+    >>> with Reader(path, values=False) as reader:  # a listing: each value's size, not its bytes
+    ...     reader.header.key_class, list(reader)
+    ('org.apache.hadoop.io.Text', [Record(key='a.jpg', value=3, offset=87)])
+    >>> folder.cleanup()
+    """
 
     def __init__(self, path, start=0, end=None, raw=False, on_error=None,
                  max_record_size=DEFAULT_MAX_RECORD_SIZE, values=True, name=None):
@@ -491,7 +505,20 @@ def read_records(path, **kwargs):
 
     Yields
     ------
-    (object, object)
-        Each record's key and value, decoded by their classes."""
+    Record
+        Each record's key and value, decoded by their classes, and its offset.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from seqfile import Writer
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "frames.seq")
+    >>> with Writer(path, compression="BLOCK") as w:
+    ...     w.append("a.jpg", b"one")
+    >>> [(key, value) for key, value, offset in read_records(path)]
+    [('a.jpg', b'one')]
+    >>> folder.cleanup()
+    """
     with Reader(path, **kwargs) as reader:
         yield from reader

@@ -57,7 +57,21 @@ class Writer:
     out : seqfile.atomic.AtomicFile, optional
         Write through this (anything with ``file``, ``commit()`` and ``abort()``) instead of a new
         ``AtomicFile(path)``; its ``commit`` decides what becomes of an existing file at ``path``. The writer owns it:
-        it is aborted if the writer fails, from its first line on."""
+        it is aborted if the writer fails, from its first line on.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from seqfile import Reader
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "frames.seq")
+    >>> with Writer(path) as w:
+    ...     w.append("a.jpg", b"one")
+    ...     w.append("b.jpg", b"two")
+    >>> [(r.key, r.value) for r in Reader(path)]
+    [('a.jpg', b'one'), ('b.jpg', b'two')]
+    >>> folder.cleanup()
+    """
 
     def __init__(self, path, key_class=TEXT, value_class=BYTES, compression=NONE,
                  codec=None, metadata=None, sync_interval=SYNC_INTERVAL,
