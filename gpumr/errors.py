@@ -55,17 +55,14 @@ _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s:
 
 
 def redact(text):
-    """``text`` with the user-info of every URI in it replaced by ``***@``.
+    """``text`` (any message: an error line, a warning, a path list) with the user-info of every URI in it replaced by
+    ``***@``.
 
-    Parameters
-    ----------
-    text : str
-        Any message: an error line, a warning, a path list.
-
-    Returns
-    -------
-    str
-        The same text, where ``s3://KEY:SECRET@bucket/x`` reads ``s3://***@bucket/x``."""
+    Examples
+    --------
+    >>> redact("cannot read s3://KEY:SECRET@bucket/x")
+    'cannot read s3://***@bucket/x'
+    """
     return _USERINFO.sub(r"\g<scheme>***@", str(text))
 
 
@@ -124,17 +121,8 @@ TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
 
 
 def help_topic(message):
-    """The troubleshooting topic of an error line, or None when the page has no entry for it.
-
-    Parameters
-    ----------
-    message : str
-        An error line as the error boundary prints it (without ``gpumr: error:``).
-
-    Returns
-    -------
-    str or None
-        The entry's name: its anchor on the page (``troubleshooting.html#TOPIC``) and ``gpumr help TOPIC``.
+    """The troubleshooting topic of an error line (as the boundary prints it, without ``gpumr: error:``), or None when the
+    page has no entry for it: its anchor on the page (``troubleshooting.html#TOPIC``) and ``gpumr help TOPIC``.
 
     Examples
     --------

@@ -75,7 +75,8 @@ def shown(value):
     Examples
     --------
     >>> shown("a" * 80)[-5:], len(shown("a" * 80))
-    ('aa...', 60)"""
+    ('aa...', 60)
+    """
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -121,7 +122,8 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
     3
     >>> number("--scale-factor", 0.5, above=1)
     Traceback (most recent call last):
-    gpumr.errors.GpumrError: --scale-factor must be a number over 1, not 0.5"""
+    gpumr.errors.GpumrError: --scale-factor must be a number over 1, not 0.5
+    """
     whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     ok = whole or (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value))
     if ok and integer and not whole:
@@ -145,7 +147,8 @@ def at_most(name, amount, most, what):
     --------
     >>> at_most("geo.json: nVoxel", 3000 ** 3, MAX_VOXELS, "voxels")
     Traceback (most recent call last):
-    gpumr.errors.GpumrError: geo.json: nVoxel: 27,000,000,000 voxels, over the limit of 8,589,934,592"""
+    gpumr.errors.GpumrError: geo.json: nVoxel: 27,000,000,000 voxels, over the limit of 8,589,934,592
+    """
     if amount > most:
         raise GpumrError(f"{name}: {amount:,} {what}, over the limit of {most:,}")
     return amount

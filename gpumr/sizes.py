@@ -14,7 +14,8 @@ def parse_size(text):
     Examples
     --------
     >>> parse_size("256MB"), parse_size("1GiB"), parse_size("1.5k")
-    (256000000, 1073741824, 1500)"""
+    (256000000, 1073741824, 1500)
+    """
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"not a size: {text!r} (try 256MB, 1GiB, 64k)")
@@ -30,7 +31,8 @@ def human(n):
     Examples
     --------
     >>> human(78123), human(12)
-    ('78.1 KB', '12 B')"""
+    ('78.1 KB', '12 B')
+    """
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -44,7 +46,8 @@ def size_arg(text):
     Examples
     --------
     >>> size_arg("64k")
-    64000"""
+    64000
+    """
     import argparse
     try:
         return parse_size(text)

@@ -62,18 +62,14 @@ def discard_unfinished():
 
 
 def temp_name(name):
-    """A fresh hidden name for a temporary twin of ``name``, short enough for any file system.
+    """A fresh hidden name for a temporary twin of file name ``name``: ``.NAME.xxxxxxxx.tmp`` (8 random hex digits), at most
+    40 bytes of ``name`` kept so that a name near the 255-byte limit still has a twin.
 
-    Parameters
-    ----------
-    name : str
-        The final file name (no folder).
-
-    Returns
-    -------
-    str
-        ``.NAME.xxxxxxxx.tmp`` with 8 random hex digits; at most 40 bytes of ``name`` are kept, so that a name near
-        the 255-byte limit still has a temporary twin."""
+    Examples
+    --------
+    >>> temp_name("part-00000.seq")[:16], temp_name("part-00000.seq")[-4:], len(temp_name("x" * 255))
+    ('.part-00000.seq.', '.tmp', 54)
+    """
     stem = os.fsdecode(os.fsencode(name)[:40])
     return f".{stem}.{secrets.token_hex(4)}.tmp"
 
@@ -86,17 +82,7 @@ def _split(path, dir_fd=None):
 
 
 def temp_dir_beside(path):
-    """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The output's final path.
-
-    Returns
-    -------
-    str
-        The new folder's path."""
+    """The path of a new empty hidden folder beside the output ``path`` (mode 0o777 less the umask)."""
     folder, name = _split(path)
     while True:
         tmp = os.path.join(folder, temp_name(name))
@@ -115,35 +101,20 @@ def temp_dir_beside(path):
 
 
 def aside_name(name):
-    """A fresh hidden name for an old ``name`` set aside.
+    """A fresh hidden name for an old file ``name`` set aside: ``.NAME.xxxxxxxx.old``.
 
-    Parameters
-    ----------
-    name : str
-        The file's name (no folder).
-
-    Returns
-    -------
-    str
-        ``.NAME.xxxxxxxx.old``."""
+    Examples
+    --------
+    >>> aside_name("out.json")[:10], aside_name("out.json")[-4:]
+    ('.out.json.', '.old')
+    """
     return temp_name(name)[:-4] + ".old"
 
 
 def set_aside(path, dir_fd=None):
-    """Rename ``path`` to a fresh hidden name beside it and return that name. Raises ``FileNotFoundError`` if ``path``
-    does not exist.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        What to set aside; with ``dir_fd``, a plain name in that open folder.
-    dir_fd : int, optional
-        An open folder in which ``path`` is looked up.
-
-    Returns
-    -------
-    str
-        The hidden name (a plain name with ``dir_fd``, else a path)."""
+    """Rename ``path`` to a fresh hidden name beside it (:func:`aside_name`) and return that name; with ``dir_fd``,
+    ``path`` is a plain name in that open folder and so is the name returned. Raises ``FileNotFoundError`` if ``path``
+    does not exist."""
     folder, name = _split(path, dir_fd)
     while True:
         old = os.path.join(folder, aside_name(name))
@@ -156,20 +127,8 @@ def set_aside(path, dir_fd=None):
 
 
 def swap_into_place(stage, path):
-    """Rename the finished folder ``stage`` to ``path``; return where an old ``path`` went, or None. Raises
-    ``OSError`` if a rename fails (the old output is then back at ``path``).
-
-    Parameters
-    ----------
-    stage : str
-        The filled hidden folder (:func:`temp_dir_beside`).
-    path : str or os.PathLike
-        The output's final path.
-
-    Returns
-    -------
-    str or None
-        Where the old output is now, or None if there was none."""
+    """Rename the finished hidden folder ``stage`` (:func:`temp_dir_beside`) to ``path``; return where an old ``path`` was
+    set aside, or None if there was none. Raises ``OSError`` if a rename fails (the old output is then back at ``path``)."""
     path = os.fspath(path)
     with interrupts_held():
         old = set_aside(path) if os.path.lexists(path) else None
@@ -392,14 +351,17 @@ def _put_back(old, path, dir_fd):
 
 
 def write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically, replacing a file there. Raises ``OSError`` if the file cannot be
-    written; ``path`` is then untouched.
+    """Write ``data`` to ``path`` atomically, replacing a file there. Raises ``OSError`` if the file cannot be written;
+    ``path`` is then untouched.
 
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The final name.
-    data : bytes-like
-        The whole content."""
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> write_bytes(os.path.join(folder.name, "a.txt"), b"hi")
+    >>> os.listdir(folder.name)
+    ['a.txt']
+    >>> folder.cleanup()
+    """
     with AtomicFile(path) as f:
         f.write(data)

@@ -20,7 +20,8 @@ def encode_vlong(value):
     Examples
     --------
     >>> list(encode_vlong(127)), list(encode_vlong(128))
-    ([127], [143, 128])"""
+    ([127], [143, 128])
+    """
     if -112 <= value <= 127:
         return struct.pack(">b", value)
     prefix = -112
@@ -38,7 +39,8 @@ def decode_vlong(buf, pos):
     Examples
     --------
     >>> decode_vlong(bytes([143, 128]), 0)
-    (128, 2)"""
+    (128, 2)
+    """
     if pos >= len(buf):
         raise ValueError("truncated variable-length integer")
     first = buf[pos]
@@ -61,7 +63,8 @@ def vlong_size(first_byte):
     Examples
     --------
     >>> vlong_size(127), vlong_size(143)
-    (1, 2)"""
+    (1, 2)
+    """
     first = first_byte - 256 if first_byte >= 128 else first_byte
     if first >= -112:
         return 1
@@ -74,7 +77,8 @@ def encode_text(value):
     Examples
     --------
     >>> list(encode_text("hé"))
-    [3, 104, 195, 169]"""
+    [3, 104, 195, 169]
+    """
     data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
     return encode_vlong(len(data)) + data
 
@@ -86,7 +90,8 @@ def decode_text(buf):
     Examples
     --------
     >>> decode_text(encode_text("hé"))
-    'hé'"""
+    'hé'
+    """
     length, pos = decode_vlong(buf, 0)
     if length < 0 or pos + length != len(buf):
         raise ValueError(f"Text length {length} does not match its field of {len(buf) - pos} bytes")
@@ -100,7 +105,8 @@ def decode_bytes_writable(buf):
     Examples
     --------
     >>> bytes(decode_bytes_writable(bytes([0, 0, 0, 2]) + b"hi"))
-    b'hi'"""
+    b'hi'
+    """
     if len(buf) < 4:
         raise ValueError("BytesWritable shorter than its 4-byte length")
     (length,) = _INT32.unpack_from(buf, 0)
@@ -117,7 +123,8 @@ def encode(class_name, value):
     Examples
     --------
     >>> list(encode(INT, 7)), encode(NULL, None)
-    ([0, 0, 0, 7], b'')"""
+    ([0, 0, 0, 7], b'')
+    """
     if class_name == TEXT:
         return encode_text(value)
     if class_name == BYTES:
@@ -139,7 +146,8 @@ def decode(class_name, buf):
     Examples
     --------
     >>> decode(LONG, encode(LONG, -1)), decode("com.example.Point", b"xy")
-    (-1, b'xy')"""
+    (-1, b'xy')
+    """
     if class_name == TEXT:
         return decode_text(buf)
     if class_name == BYTES:

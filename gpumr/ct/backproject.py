@@ -67,17 +67,14 @@ def backproject_reference(filtered, geometry, z0=0, z1=None):
 
 
 def pad(filtered):
-    """Projections with a one-pixel zero border, so that clamped coordinates read zero outside the detector.
+    """Filtered projections [angle, row, col] with a one-pixel zero border (float32), so that clamped coordinates read zero
+    outside the detector.
 
-    Parameters
-    ----------
-    filtered : numpy.ndarray
-        Filtered projections [angle, row, col].
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 [angle, rows + 2, cols + 2]."""
+    Examples
+    --------
+    >>> pad(np.ones((2, 3, 4), np.float32)).shape
+    (2, 5, 6)
+    """
     na, nv, nu = filtered.shape
     out = np.zeros((na, nv + 2, nu + 2), np.float32)
     out[:, 1:-1, 1:-1] = filtered
@@ -182,17 +179,8 @@ def threads():
 
 
 def set_threads(n):
-    """Use ``n`` CPU threads in :func:`backproject`.
-
-    Parameters
-    ----------
-    n : int
-        Threads wanted (``--cpu-threads``); at most the cores this process may run on.
-
-    Returns
-    -------
-    int
-        The number of threads set."""
+    """Use ``n`` CPU threads in :func:`backproject` (``--cpu-threads``), at most the cores this process may run on; returns
+    the number set."""
     global _threads
     _threads = max(1, min(int(n), _cores()))
     if _native() is None:

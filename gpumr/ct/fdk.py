@@ -10,20 +10,14 @@ FILTER_BUFFER = 16 << 20
 
 
 def window(name, f):
-    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample). Raises ``GpumrError`` for an unknown
-    filter name (the message lists the known ones).
+    """The apodisation window ``name`` (one of :data:`FILTERS`) at frequencies ``f`` (cycles per sample, ``|f| <= 1/2``).
+    Raises ``GpumrError`` for an unknown filter name (the message lists the known ones).
 
-    Parameters
-    ----------
-    name : str
-        One of :data:`FILTERS`: ``ram-lak`` (1), ``shepp-logan``, ``cosine``, ``hamming``, ``hann``.
-    f : numpy.ndarray
-        Frequencies, ``|f| <= 1/2``.
-
-    Returns
-    -------
-    numpy.ndarray
-        The window's value at each frequency."""
+    Examples
+    --------
+    >>> window("hann", np.array([0, 0.25]))
+    array([1. , 0.5])
+    """
     if name == "ram-lak":
         return np.ones_like(f)
     if name == "shepp-logan":
@@ -38,22 +32,15 @@ def window(name, f):
 
 
 def ramp(n_cols, tau, name="ram-lak"):
-    """Frequency response of the windowed ramp filter, times ``tau``.
+    """Frequency response of the ramp filter windowed by ``name`` (:func:`window`), times ``tau`` (the detector pitch at the
+    rotation axis, mm): ``N`` real values in numpy's FFT order, ``N`` the power of two at least ``2 n_cols`` (zero
+    padding against wrap-around).
 
-    Parameters
-    ----------
-    n_cols : int
-        Detector columns; the response has length ``N``, the power of two at least ``2 n_cols`` (zero padding against
-        wrap-around).
-    tau : float
-        Detector pitch scaled to the rotation axis, mm.
-    name : str, optional
-        The window (:func:`window`).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``N`` real values, in numpy's FFT order."""
+    Examples
+    --------
+    >>> ramp(100, 1.0).shape
+    (256,)
+    """
     n = 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
     k = np.fft.fftfreq(n, d=1.0 / n).astype(int)  # 0, 1, ..., -1 : circular sample offsets
     h = np.zeros(n)
@@ -65,17 +52,14 @@ def ramp(n_cols, tau, name="ram-lak"):
 
 
 def angle_weights(angles):
-    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans.
+    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans: half the gaps to its two
+    neighbours around the circle; they sum to ``2 pi``.
 
-    Parameters
-    ----------
-    angles : array_like
-        Projection angles, radians, in any order.
-
-    Returns
-    -------
-    numpy.ndarray
-        Half the gaps to each angle's two neighbours around the circle; they sum to ``2 pi``."""
+    Examples
+    --------
+    >>> angle_weights([0, np.pi / 2, np.pi, 3 * np.pi / 2]) * 2 / np.pi
+    array([1., 1., 1., 1.])
+    """
     a = np.unwrap(np.asarray(angles, dtype=np.float64))
     if len(a) == 1:
         return np.array([2 * np.pi])
@@ -126,17 +110,14 @@ def parker_weights(angles, gamma):
 
 
 def is_short_scan(angles):
-    """Whether ``angles`` cover less than a full turn.
+    """Whether ``angles`` (radians) cover less than a full turn (their arc plus one step): such a scan needs Parker's
+    weights.
 
-    Parameters
-    ----------
-    angles : array_like
-        Projection angles, radians.
-
-    Returns
-    -------
-    bool
-        True when the arc they span (plus one step) is short of ``2 pi``: such a scan needs Parker's weights."""
+    Examples
+    --------
+    >>> bool(is_short_scan(np.linspace(0, np.pi, 10))), bool(is_short_scan(np.arange(8) * np.pi / 4))
+    (True, False)
+    """
     a = np.sort(np.unwrap(np.asarray(angles, np.float64)))
     if len(a) < 2:
         return True

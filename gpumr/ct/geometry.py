@@ -48,13 +48,8 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`). Raises
-        ``GpumrError`` if a file of someone else's is in the way.
-
-        Parameters
-        ----------
-        path : str
-            The JSON file; replaced only if gpumr wrote it."""
+        """Write the geometry as JSON to ``path`` under gpumr's output rule (:func:`gpumr.io.outputs.write_file`: replaced only
+        if gpumr wrote it). Raises ``GpumrError`` if a file of someone else's is in the way."""
         write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
@@ -171,17 +166,13 @@ def _check_coverage(g, warn=True):
 
 
 def beside(projections):
-    """Where the geometry of the projections file ``projections`` lives: ``<name>.geometry.json`` beside it.
+    """Where the geometry of the projections file ``projections`` (a path or a URI) lives: ``NAME.geometry.json`` beside it.
 
-    Parameters
-    ----------
-    projections : str
-        The projections' SequenceFile (a path or a URI), e.g. ``scan.seq``.
-
-    Returns
-    -------
-    str
-        ``scan.geometry.json`` in the same folder."""
+    Examples
+    --------
+    >>> beside("data/scan.seq")
+    'data/scan.geometry.json'
+    """
     return os.path.splitext(projections)[0] + ".geometry.json"
 
 
@@ -282,23 +273,14 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
 
 
 def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=None):
-    """A cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, a full turn, a square detector that covers it.
+    """A checked cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, ``n_angles`` projections over a full turn, a square
+    detector that covers it (by default 15% more pixels than voxels across; ``dso`` 4 times the volume's side, ``dsd``
+    1.5 times ``dso``).
 
-    Parameters
-    ----------
-    n_voxel : int, optional
-        Voxels per side.
-    n_angles : int, optional
-        Projections, equally spaced over a full turn.
-    n_detector : int, optional
-        Detector pixels per side (default: 15% more than the voxels across).
-    voxel : float, optional
-        Voxel size, mm.
-    dso, dsd : float, optional
-        Source to axis and source to detector, mm (defaults: 4 times the volume's side, and 1.5 times DSO).
-
-    Returns
-    -------
-    Geometry
-        The checked geometry."""
+    Examples
+    --------
+    >>> g = simple(64, 90)
+    >>> g.nDetector, g.DSO, g.DSD, len(g.angles)
+    ((74, 74), 256.0, 384.0, 90)
+    """
     return build(n_voxel, voxel, n_angles, dso, dsd, n_detector)

@@ -13,17 +13,13 @@ from ..io.outputs import FileOutput
 
 
 def encode_tiff(image):
-    """A 32-bit float TIFF of ``image``.
+    """The bytes of a 32-bit float TIFF of the 2-D projection ``image``.
 
-    Parameters
-    ----------
-    image : array_like
-        A 2-D projection.
-
-    Returns
-    -------
-    bytes
-        The TIFF file's bytes."""
+    Examples
+    --------
+    >>> encode_tiff(np.zeros((2, 2)))[:2]
+    b'II'
+    """
     import tifffile
     buf = io.BytesIO()
     tifffile.imwrite(buf, np.asarray(image, np.float32))

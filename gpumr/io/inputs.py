@@ -77,7 +77,8 @@ def pack_command(folder):
     ...         print(pack_command("."))
     ...     finally:
     ...         os.chdir(here)
-    gpumr pack . -o ../frames.seq"""
+    gpumr pack . -o ../frames.seq
+    """
     name = shown(folder)
     stem = name.rstrip("/")
     if os.path.basename(stem) in ("", ".", ".."):
