@@ -37,23 +37,10 @@ def _owners():
 
 
 def check_folder(path, what, *, shared=False):
-    """``path`` if the rule trusts it as a folder for ``what``, else :class:`Untrusted`. Raises ``Untrusted``: naming
-    the folder and the reason: missing, a link, not a folder, another user's, or writable by others (without the
-    sticky bit, for a shared folder).
-
-    Parameters
-    ----------
-    path : str
-        An existing folder.
-    what : str
-        What gpumr keeps there, for the message ("gpumr's leases and socket").
-    shared : bool
-        A documented shared folder: group or other write permission is allowed with the sticky bit.
-
-    Returns
-    -------
-    os.stat_result
-        The folder's ``lstat``."""
+    """The ``lstat`` of ``path`` if the rule trusts it as a folder for ``what`` (what gpumr keeps there, for the
+    message: "gpumr's leases and socket"); with ``shared``, a documented shared folder, group or other write
+    permission is allowed with the sticky bit. Raises ``Untrusted`` naming the folder and the reason: missing, a link,
+    not a folder, another user's, or writable by others (without the sticky bit, for a shared folder)."""
     shown = printable(path)
     try:
         st = os.lstat(path)
@@ -84,7 +71,7 @@ def _judge_folder(st, shown, what, shared):
 
 def open_folder(path, what, *, shared=False):
     """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened. Raises
-    ``Untrusted``: A link of another user, a second link, not a folder, another user's, writable by others.
+    ``Untrusted`` for a link of another user, a second link, not a folder, another user's, or one writable by others.
 
     Returns
     -------

@@ -51,19 +51,15 @@ def _zstd():
 
 
 def resolve(name):
-    """Map a short codec name or a Hadoop class name to the class name. Raises ``CodecError`` for a name that is
+    """The Hadoop class name of a codec named by a short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
+    ``zstd``, as ``gpumr pack --codec`` takes them) or by its class name. Raises ``CodecError`` for a name that is
     neither.
 
-    Parameters
-    ----------
-    name : str
-        A short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``, ``zstd``, as ``gpumr pack --codec`` takes
-        them) or a Hadoop class name.
-
-    Returns
-    -------
-    str
-        The codec's Hadoop class name."""
+    Examples
+    --------
+    >>> resolve("gzip")
+    'org.apache.hadoop.io.compress.GzipCodec'
+    """
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if name in SHORT_NAMES.values():
@@ -72,14 +68,8 @@ def resolve(name):
 
 
 def check_available(codec_class):
-    """Raise :class:`CodecError` unless ``codec_class`` can be used here. Raises ``CodecError`` for a class gpumr does
-    not support, or one whose optional library (``cramjam``, ``backports.zstd``) is not installed; the message says
-    what to install.
-
-    Parameters
-    ----------
-    codec_class : str
-        A Hadoop codec class name."""
+    """Raise :class:`CodecError` unless the Hadoop codec class ``codec_class`` can be used here: one gpumr supports,
+    whose optional library (``cramjam``, ``backports.zstd``) is installed; the message says what to install."""
     if codec_class not in SHORT_NAMES.values():
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):

@@ -85,19 +85,15 @@ def _jpeg_size(data):
 
 
 def jpeg_scans(data, most=MAX_JPEG_SCANS):
-    """How many scans (SOS segments) a JPEG holds, counting stops at ``most + 1``.
+    """How many scans (SOS segments) the JPEG bytes ``data`` hold, counting stops past ``most``
+    (:data:`gpumr.limits.MAX_JPEG_SCANS`).
 
-    Parameters
-    ----------
-    data : bytes
-        The JPEG file's bytes.
-    most : int, optional
-        The limit (:data:`gpumr.limits.MAX_JPEG_SCANS`): counting stops past it.
-
-    Returns
-    -------
-    int
-        The scans counted, at most ``most + 1``."""
+    Examples
+    --------
+    >>> import cv2, numpy as np
+    >>> jpeg_scans(cv2.imencode(".jpg", np.zeros((8, 8), np.uint8))[1].tobytes())
+    1
+    """
     scans = 0
     for marker, _ in _jpeg_segments(data):
         scans += marker == 0xDA

@@ -7,13 +7,8 @@ from .. import trusted
 
 
 def folder():
-    """The folder numba's builds of gpumr's kernels are kept in: ``numba-UID`` in the kernel cache. Raises
+    """The path of the folder numba's builds of gpumr's kernels are kept in: ``numba-UID`` in the kernel cache. Raises
     ``gpumr.trusted.Untrusted`` if the rule refuses it (a link, another user's, writable by others).
-
-    Returns
-    -------
-    str
-        The folder's path.
 
     Examples
     --------

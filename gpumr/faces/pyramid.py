@@ -55,29 +55,15 @@ class Pyramid:
         self.budget = limits.PYRAMID_PIXELS_PER_PIXEL * max_pixels
 
     def pixels(self, width, height):
-        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image.
-
-        Parameters
-        ----------
-        width, height : int
-            The image's size, from its header.
-
-        Returns
-        -------
-        int
-            The sum of the resized images' pixels over the scales visited."""
+        """Pixels of the pyramid of a ``width`` x ``height`` image (its size from its header): the sum of every
+        visited scale's resized image."""
         p = self.params
         return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
                                                            p["min_size"], p["max_size"]))
 
     def check(self, width, height):
-        """Refuse an image whose pyramid is over :attr:`budget`, from its size alone. Raises ``BadRecord`` naming the
-        image's size, the pyramid's and the limit.
-
-        Parameters
-        ----------
-        width, height : int
-            The image's size, from its header."""
+        """Refuse an image whose pyramid is over :attr:`budget`, from its ``width`` and ``height`` alone (from its
+        header). Raises ``BadRecord`` naming the image's size, the pyramid's and the limit."""
         n = self.pixels(width, height)
         if n > self.budget:
             raise BadRecord(f"image of {width}x{height} pixels: its pyramid at --scale-factor "

@@ -14,25 +14,16 @@ GROUP_EPS = 0.2
 
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
-    """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each. Raises ``GpumrError``
+    """The scales detectMultiScale visits for an image of ``image_size`` ``(W, H)`` and a cascade ``window`` (24 x 24
+    for OpenCV's frontal-face cascades): ``(scale, scaled size, step, box size, rows)`` each. Raises ``GpumrError``
     when more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below ``min_size`` included): the walk
     is bounded whatever the scale factor.
 
-    Parameters
-    ----------
-    image_size : (int, int)
-        The image's ``(W, H)``.
-    window : (int, int)
-        The cascade's window (24 x 24 for OpenCV's frontal-face cascades).
-    scale_factor : float
-        The pyramid step.
-    min_size, max_size : int, optional
-        Smallest and largest face side in pixels.
-
-    Returns
-    -------
-    tuple
-        One ``(scale, scaled size, step, box size, rows)`` per scale visited."""
+    Examples
+    --------
+    >>> [(float(s), size) for s, size, *_ in scales((64, 48), (24, 24), 1.25)][:2]
+    [(1.0, (64, 48)), (1.25, (51, 38))]
+    """
     return _scales(tuple(image_size), tuple(window), scale_factor, min_size, max_size)
 
 
@@ -69,17 +60,14 @@ def _scales(image_size, window, scale_factor, min_size, max_size):
 
 
 def integrals(img):
-    """Sum and squared-sum integral images (int64), one row and column of zeros first.
+    """The sum and squared-sum integral images (int64, each (H + 1, W + 1): a row and a column of zeros first) of the
+    grey image ``img``.
 
-    Parameters
-    ----------
-    img : array_like
-        A grey image [y, x].
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray)
-        The sum and squared-sum integral images, each (H + 1, W + 1)."""
+    Examples
+    --------
+    >>> integrals(np.ones((2, 3)))[0].tolist()
+    [[0, 0, 0, 0], [0, 1, 2, 3], [0, 2, 4, 6]]
+    """
     i = np.asarray(img, np.int64)
     s = np.zeros((i.shape[0] + 1, i.shape[1] + 1), np.int64)
     q = np.zeros_like(s)
@@ -185,21 +173,14 @@ def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=No
 
 
 def group(boxes, min_neighbors, image_size):
-    """What detectMultiScale does last: group, then clip to the image.
+    """What detectMultiScale does last: the ``(x, y, w, h)`` candidates grouped (a group of fewer than
+    ``min_neighbors`` is dropped), then clipped to the image's ``(W, H)``: the faces, ``[[x, y, w, h], ...]``.
 
-    Parameters
-    ----------
-    boxes : list of tuple
-        ``(x, y, w, h)`` candidates (:func:`candidates`).
-    min_neighbors : int
-        Candidates a group needs to become a face.
-    image_size : (int, int)
-        The image's ``(W, H)``.
-
-    Returns
-    -------
-    list of list of int
-        The faces, ``[[x, y, w, h], ...]``."""
+    Examples
+    --------
+    >>> group([(10, 10, 24, 24), (11, 10, 24, 24), (10, 11, 24, 24), (100, 100, 24, 24)], 2, (64, 64))
+    [[10, 10, 24, 24]]
+    """
     import cv2
     if min_neighbors > 0 and boxes:
         boxes, _ = cv2.groupRectangles([list(b) for b in boxes], min_neighbors, GROUP_EPS)
@@ -221,9 +202,6 @@ def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_n
     ----------
     cascade : Cascade
         The cascade as arrays (:class:`gpumr.faces.cascade.Cascade`).
-    {detection}
-    interpolation : int, optional
-        OpenCV's resize interpolation (default ``INTER_LINEAR_EXACT``, as ``detectMultiScale``).
 
     Returns
     -------

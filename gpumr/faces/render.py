@@ -17,21 +17,14 @@ from ..core.images import MAX_PIXELS, image_size
 
 
 def draw_boxes(image, faces, thickness=2):
-    """A copy of ``image`` with a white box around each face.
+    """A copy of the BGR ``image`` with a white box, ``thickness`` pixels wide, around each of the job's ``faces`` for
+    it.
 
-    Parameters
-    ----------
-    image : numpy.ndarray
-        A BGR image.
-    faces : iterable of [x, y, w, h]
-        The job's ``faces`` for this image.
-    thickness : int, optional
-        Line width in pixels.
-
-    Returns
-    -------
-    numpy.ndarray
-        The drawn copy; ``image`` is unchanged."""
+    Examples
+    --------
+    >>> draw_boxes(np.zeros((4, 4, 3), np.uint8), [[0, 0, 4, 4]], 1)[0, :, 0].tolist()
+    [255, 255, 255, 255]
+    """
     import cv2
     out = image.copy()
     for x, y, w, h in faces:

@@ -45,40 +45,21 @@ def _faces():
 
 
 def frame_count(count):
-    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`. Raises
-    ``GpumrError`` if ``count`` is not a whole number from 1 to the limit.
+    """``count`` (``gpumr sample -n``, ``gpumr demo --frames``) if it is a whole number from 1 to
+    :data:`gpumr.limits.MAX_SAMPLE_FRAMES`. Raises ``GpumrError`` otherwise.
 
-    Parameters
-    ----------
-    count : int
-        ``gpumr sample -n`` or ``gpumr demo --frames``.
-
-    Returns
-    -------
-    int
-        ``count``."""
+    Examples
+    --------
+    >>> frame_count(48)
+    48
+    """
     return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
 
 
 def make_frames(dest, count=48, seed=0, quality=90):
-    """Write ``count`` sample frames ``frame_00000.jpg``... as the folder ``dest``. Raises ``GpumrError``: ``count``
-    over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``.
-
-    Parameters
-    ----------
-    dest : str
-        The folder to write.
-    count : int, optional
-        Frames to make (at most :data:`gpumr.limits.MAX_SAMPLE_FRAMES`).
-    seed : int, optional
-        Seed of where the faces are placed and how they move: the same seed gives the same frames.
-    quality : int, optional
-        JPEG quality, 0 to 100.
-
-    Returns
-    -------
-    list of str
-        The paths written, in order."""
+    """Write ``count`` sample frames ``frame_00000.jpg``... (JPEG ``quality`` 0 to 100) as the folder ``dest``; return
+    their paths in order. The same ``seed`` (where the faces are placed and how they move) gives the same frames.
+    Raises ``GpumrError``: ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``."""
     count = frame_count(count)
     limits.number("--seed", seed, least=0, integer=True)
     with FolderOutput(dest, "gpumr sample") as stage:
