@@ -1,4 +1,8 @@
-"""The error boundary: how every gpumr entry point ends."""
+"""The error boundary: how every gpumr entry point ends.
+
+Any exception ends in one redacted line, ``gpumr: error: ...``, and exit status 1 (a bug's line asks for
+``--debug``); Ctrl-C in ``gpumr: interrupted`` and 130, SIGTERM in 143, what was being written removed first; success
+and a closed stdout pipe in 0."""
 
 import argparse
 import atexit

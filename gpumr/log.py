@@ -1,4 +1,8 @@
-"""gpumr's one logger: every message that is not an error's one line, in one format, through one handler."""
+"""gpumr's one logger: every message that is not an error's one line, in one format, through one handler.
+
+Each module logs through its own child of the ``gpumr`` logger (:func:`logger`), so that ``-q`` and ``-v`` act
+alike everywhere; a warning is said once per process (:func:`once`), and a command's result line goes to stdout
+(:func:`report`)."""
 
 import io
 import logging

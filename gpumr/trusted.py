@@ -1,4 +1,8 @@
-"""Trusted paths: the one rule for every folder gpumr reads code or state from, or keeps state in."""
+"""Trusted paths: the one rule for every folder gpumr reads code or state from, or keeps state in.
+
+A trusted folder is yours or root's, no link, and not writable by others (a shared one only with the sticky bit);
+only regular files are opened, never through a link and never blocking, so another user cannot make gpumr run their
+code or block on a FIFO. Every refusal is one :class:`Untrusted` line naming the path and the reason."""
 
 import errno
 import os

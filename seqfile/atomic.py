@@ -1,4 +1,7 @@
-"""Atomic file writes: the one helper every writer of this project uses."""
+"""Atomic file writes: the one helper every writer of this project uses.
+
+A file is written under a hidden name beside its final one, flushed and renamed over it, so that readers see the
+old file or the whole new one; clean-up is safe wherever an interrupt lands (:func:`interrupts_held`)."""
 
 import contextlib
 import errno

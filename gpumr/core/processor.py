@@ -1,4 +1,7 @@
-"""Running a workload over records, choosing a device per record: the record flow every engine shares."""
+"""Running a workload over records, choosing a device per record: the record flow every engine shares.
+
+(key, bytes) -> decode -> choose a device -> the CPU or GPU batch -> the result, or an ``error`` naming the
+record: every record comes out exactly once."""
 
 import time
 

@@ -1,5 +1,9 @@
 """How every framework process of a job starts: its folder, import path, environment, logs and listeners.
 
+No framework starts at its defaults: each process runs in the job's private folder, never imports from the current
+folder, gets an allow-listed environment (secrets never written to disk), logs into the job's folder, and listens
+only for the job's own connections.
+
 Examples
 --------
 >>> import tempfile

@@ -1,4 +1,7 @@
-"""Every output gpumr writes, under one rule and through this one output transaction."""
+"""Every output gpumr writes, under one rule and through this one output transaction.
+
+An output appears complete or not at all (staged under a hidden name, then published), and only what carries
+gpumr's proof of authorship is replaced or deleted, so nothing of the user's is lost (:doc:`/concepts/outputs`)."""
 
 import hashlib
 import os

@@ -1,4 +1,7 @@
-"""The launcher: a command line in, one checked :class:`Plan` out, the same for every engine."""
+"""The launcher: a command line in, one checked :class:`Plan` out, the same for every engine.
+
+The limits, inputs, output and the workload's own files are checked once per job, before any task starts, and the
+plan is all an engine gets."""
 
 import argparse
 from dataclasses import dataclass, field

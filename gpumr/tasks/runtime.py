@@ -1,4 +1,8 @@
-"""The one task runtime: how every task of every engine runs its records."""
+"""The one task runtime: how every task of every engine runs its records.
+
+A task builds the workload once per process from the job's :class:`Spec`, runs each item's records through
+:class:`gpumr.core.Processor` and writes their lines into the output's stage, so that every engine gives the same
+output, counters and messages."""
 
 import argparse
 import hashlib
