@@ -204,7 +204,8 @@ class NotReplaced(FileExistsError):
 
 
 class AtomicFile:
-    """A binary file that appears at ``path`` only when :meth:`commit` succeeds.
+    """A binary file that appears at ``path`` only when :meth:`commit` succeeds: a context manager that commits on
+    success and aborts (the temporary file removed) on any failure.
 
     Parameters
     ----------

@@ -1,4 +1,8 @@
-"""Where node-local device state lives: leases (lock files) and the scheduler's socket."""
+"""Where node-local device state lives: leases (lock files) and the scheduler's socket.
+
+Both default to a private per-user folder, ``$TMPDIR/gpumr-<uid>``; ``$GPUMR_LEASE_DIR`` and
+``$GPUMR_SCHEDULER_SOCKET`` move them to a shared folder the administrator chose, trusted under :mod:`gpumr.trusted`'s
+rule (:doc:`/concepts/devices`)."""
 
 import os
 import tempfile
@@ -32,7 +36,7 @@ WHAT = "gpumr's leases and socket"
 
 
 def check_dir(path):
-    """``path`` if :mod:`gpumr.trusted` trusts it for leases and a socket (private or shared, see above). Raises
+    """``path`` if :mod:`gpumr.trusted` trusts it for leases and a socket (private or shared). Raises
     ``gpumr.trusted.Untrusted``: one line naming the folder and what is wrong with it."""
     check_folder(path, WHAT, shared=not _is_user_dir(path))
     return path

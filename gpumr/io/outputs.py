@@ -402,7 +402,8 @@ class _Transaction:
 
 
 class FileOutput(_Transaction):
-    """One local output file: checked now, written under a hidden name, given its name under the rule.
+    """One local output file: checked now, written under a hidden name, given its name under the rule. Nothing is made
+    until :meth:`begin`; as a context manager it yields :attr:`file` and commits on success.
 
     Parameters
     ----------
@@ -478,7 +479,8 @@ def write_file(path, data, made_by="gpumr", **checks):
 
 
 class FolderOutput(_Transaction):
-    """One local output folder of parts: checked now, filled in a hidden folder beside it, swapped in whole.
+    """One local output folder of parts: checked now, filled in a hidden folder beside it, swapped in whole (``with
+    FolderOutput(...) as stage:``).
 
     Parameters
     ----------
