@@ -16,7 +16,7 @@ interleaved, medians:
   projections anyway: reading them into the filtering buffer
   (:meth:`gpumr.ct.bands.FilteredRows.read`) of a geometry that holds them;
 * with ``--job N``: a whole ``gpumr run backproject --engine inline`` job of an
-  N\ :sup:`3` phantom (its projections shipped), with the tasks' content check
+  N\\ :sup:`3` phantom (its projections shipped), with the tasks' content check
   and with the size check alone (the task runtime's caches emptied before each).
 
 Usage: python bench/verified_reads.py [--n 512] [--mb 512] [--rounds 5] [--job 256]
