@@ -103,6 +103,7 @@ def faces_costs(work, det, found, frames=64):
     from gpumr.faces.gpu import PART
     from gpumr.faces.workload import Faces
     from gpumr.io.packing import pack
+    from gpumr.io import joboutput
     from gpumr.tasks import output
     paths = frame_corpus(os.path.join(work, "faces"), count=frames, distinct=min(frames, 64))
     seq = os.path.join(work, "frames.seq")
@@ -123,8 +124,8 @@ def faces_costs(work, det, found, frames=64):
     per["group"] = best(lambda: [f.faces(mn) for f in found]) / len(found)
     results = [plain_result(k, {"faces": [[10, 20, 30, 30]], "width": 640, "height": 480}, "gpu:0")
                for k, _ in records]
-    lines = [output.line(k, v) for (k, _), v in zip(records, results)]
-    per["encode"] = best(lambda: [output.line(k, v) for (k, _), v in zip(records, results)]) / n
+    lines = [joboutput.line(k, v) for (k, _), v in zip(records, results)]
+    per["encode"] = best(lambda: [joboutput.line(k, v) for (k, _), v in zip(records, results)]) / n
     stage = os.path.join(work, "stage")
     os.makedirs(stage, exist_ok=True)
     per["write"] = best(lambda: output.write_lines(stage, f"part-{time.perf_counter_ns()}", lines)) / n

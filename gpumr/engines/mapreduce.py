@@ -53,11 +53,6 @@ def add_up(counts):
     return total
 
 
-def task_bytes(items):
-    """Input bytes a map task's items cover (0 for planned records)."""
-    return sum((end or 0) - start for kind, *rest in items if kind == "split" for _, start, end in [rest])
-
-
 def call(phase, function, args, find=None, gpus=None):
     """One task, where it runs: ``function(*args)``; a map task is also told how to find the side files
     (``find(name)``: a path) and the GPUs the engine assigned it (None: given neither)."""
@@ -94,11 +89,12 @@ def map_reduce(plan, job, execute):
         ``execute(phase, function, calls)``, ``phase`` ``"map"`` or ``"reduce"``, ``calls`` a list of argument tuples:
         yields each task's result as it finishes."""
     from ..tasks import output  # (here: they import numpy, and an engine's package is loaded to start early)
+    from ..tasks.items import input_bytes
     from ..tasks.runtime import BAD_NAMED, map_task, reduce_task
     spec, sort = plan.spec, plan.o.reducers > 0
     maps = []
     for result in execute("map", map_task, [(spec, i, items, sort) for i, items in enumerate(plan.tasks)]):
-        job.progress.done(result["counts"], task_bytes(plan.tasks[result["index"]]))
+        job.progress.done(result["counts"], input_bytes(plan.tasks[result["index"]]))
         log.debug("map task %d done: %s", result["index"], result["counts"])
         maps.append(result)
     maps.sort(key=lambda m: m["index"])

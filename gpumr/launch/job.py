@@ -143,9 +143,7 @@ def named_bad(stage, parts, counts):
     """The first bad records' keys and reasons, read from the staged parts (for engines whose tasks cannot say)."""
     if not counts.get(BAD):
         return []
-    import json
-
-    from ..tasks.output import key_of  # (here: it imports numpy, which start_early comes before)
+    from ..io.joboutput import parse
     found, read = [], 0
     for rel, (staged, _, _) in sorted(parts.items()):
         if not rel.startswith("part-"):
@@ -154,10 +152,9 @@ def named_bad(stage, parts, counts):
             for raw in f:
                 read += len(raw)
                 if b'"error": ' in raw:
-                    text = raw.decode("utf-8")
-                    value = json.loads(text.partition("\t")[2])
+                    key, value = parse(raw.decode("utf-8"))
                     if "error" in value:
-                        found.append((json.loads(key_of(text)), value["error"]))
+                        found.append((key, value["error"]))
                 if len(found) >= NAMED or read > BAD_SCAN_BYTES:
                     return found
     return found

@@ -13,9 +13,10 @@ from ..errors import GpumrError
 from ..io.inputs import expand_sized, require_sequencefiles, splits
 from ..io.outputs import open_output
 from ..io.remote import locate
+from ..tasks.items import Record, Split
 from ..tasks.runtime import Spec
 from ..workloads import find, load
-from .options import check_limits, task_options
+from .options import check_limits, checked, task_options
 from .parser import run_parser
 from .ship import fetch, named_ahead, ship
 
@@ -37,13 +38,13 @@ class Plan:
         Where the workload is.
     workload : gpumr.Workload
         An instance, on the launcher's side (its ``check`` and ``plan`` ran).
-    o : argparse.Namespace
-        Every option's value, checked.
+    o : gpumr.launch.options.Checked
+        Every option's value, checked; setting one raises.
     engine : gpumr.engines.base.Engine
     inputs : list of (str, int)
         The input files and their sizes (SequenceFile workloads).
     tasks : list of list
-        Each task's items: ``["split", path, start, end]`` or ``["record", key, value]``.
+        Each task's items (:mod:`gpumr.tasks.items`).
     out : gpumr.io.outputs._Transaction
         The output, checked, not yet begun.
     side : list of gpumr.launch.ship.SideFile
@@ -168,14 +169,13 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         workload.check(o)  # the files the options name, once per job
         side = [ship(opt.name, getattr(o, opt.dest), folder, named.get(here[getattr(o, opt.dest)]))
                 for opt, _ in values]
-        workload_ref = list(ref)
+        shipped = None
         if ref.file is not None:  # a user's module, shipped as a side file too
-            module = ship("workload", ref.file, folder, named.get(here[ref.file]))
-            side.append(module)
-            workload_ref[2] = module.name
+            shipped = ship("workload", ref.file, folder, named.get(here[ref.file]))
+            side.append(shipped)
     names = {f.option: f.name for f in side}
-    tasks = ([[["split", path, start, end]] for path, start, end in splits(files, o.split_size)]
-             if cls.input == "seqfile" else [[["record", k, v]] for k, v in workload.plan(o)])
+    tasks = ([[Split(path, start, end)] for path, start, end in splits(files, o.split_size)]
+             if cls.input == "seqfile" else [[Record(k, v)] for k, v in workload.plan(o)])
     if o.device == "gpu" and engine.tasks_here(o) and not elsewhere:
         from ..devices.chooser import require_gpu
         require_gpu()
@@ -184,6 +184,6 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         cache_dir()  # a kernel cache gpumr may not use is said here, once, before any task (gpumr.trusted)
     options = {opt.dest: getattr(o, opt.dest, None) for opt in task_options(cls)}
     options.update({opt.dest: names[opt.name] for opt, _ in values})
-    spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
-                verbosity=verbosity_given or verbosity(o))
-    return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder, start)
+    spec = Spec(workload=list(ref._replace(file=None)), module=shipped and shipped.name, options=options,
+                side={f.name: f.size for f in side}, verbosity=verbosity_given or verbosity(o))
+    return Plan(ref, workload, checked(o), engine, files, tasks, out, side, spec, extra, folder, start)

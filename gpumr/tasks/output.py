@@ -1,4 +1,7 @@
-"""What a task writes: output lines, arrays as .npy files, sorted runs and the parts merged from them."""
+"""What a task writes: output lines, arrays as .npy files, sorted runs and the parts merged from them.
+
+Each file goes into the output's hidden stage under a name of its own attempt, so that two attempts of one task
+never write one file and the launcher publishes exactly one attempt of each."""
 
 import bisect
 import hashlib
@@ -8,6 +11,7 @@ import re
 
 import numpy as np
 
+from ..io.joboutput import key_of
 from ..io.outputs import HashingWriter
 from ..io.remote import locate
 
@@ -20,35 +24,8 @@ ARRAYS = "arrays"
 #: The file an attempt that finished writes beside its arrays, listing them (engines that publish every attempt
 #: that finished, as mrjob's do, publish the arrays listed there).
 ARRAYS_DONE = ".done"
-#: A numpy array of at most this many elements nested inside a result (not a top-level field) becomes a JSON list.
-NESTED_ELEMENTS = 65536
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def _default(value):
-    """JSON for numpy scalars and small nested arrays (``json.dumps``'s ``default``)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray) and value.size <= NESTED_ELEMENTS:
-        return value.tolist()
-    raise TypeError(f"a {type(value).__name__} is not JSON (return numbers, strings, lists, dicts or numpy arrays)")
-
-
-def line(key, value):
-    """One output line, without its newline: ``json(key)<TAB>json(value)``.
-
-    Examples
-    --------
-    >>> line("a.jpg", {"faces": [], "device": "cpu"})
-    '"a.jpg"\\t{"faces": [], "device": "cpu"}'
-    """
-    return json.dumps(key) + "\t" + json.dumps(value, default=_default, allow_nan=False)
-
-
-def key_of(text):
-    """The JSON key of an output line (the text before its tab)."""
-    return text.partition("\t")[0]
 
 
 def array_name(key, field):

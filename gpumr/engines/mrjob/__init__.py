@@ -14,6 +14,7 @@ from ...log import relay_task_lines, task_error
 from ...core.workload import Option
 from ...errors import GpumrError, redact, redact_settings
 from ...io.remote import locate
+from ...tasks.items import to_json
 from ..base import Engine, Outcome
 from ..processes import workers_here
 from .configs import emr_options, named_configs
@@ -104,7 +105,7 @@ class MRJobEngine(Engine):
         paths = [os.path.join(folder, f"tasks-{f:05d}.gz") for f in range(max(1, n))]
         for f, path in enumerate(paths):  # (the plan's tasks dealt in turn)
             with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
-                out.writelines(json.dumps(item) + "\n" for items in plan.tasks[f::len(paths)] for item in items)
+                out.writelines(to_json(item) + "\n" for items in plan.tasks[f::len(paths)] for item in items)
         return paths
 
     def _config(self, plan):

@@ -9,6 +9,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
 
 from gpumr.boundary import ArgumentParser
 from gpumr.log import logger  # noqa: E402
+from gpumr.tasks.items import Record, from_json  # noqa: E402
 
 #: Hadoop's input format that gives a SequenceFile's records as ``key<TAB>hex bytes`` lines.
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
@@ -87,7 +88,7 @@ class MapTask:
         """The output lines (``json(key)<TAB>json(value)``) of one input line: a task file's item (JSON: a split or a
         record) or, with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's SequenceFileAsTextInputFormat."""
         if not self.hadoop_splits:
-            yield from self.task.feed(json.loads(line))
+            yield from self.task.feed(from_json(line))
             return
         key, _, hexed = line.partition("\t")
         try:
@@ -95,7 +96,7 @@ class MapTask:
         except ValueError:
             yield self.task.refuse(key, "value is not the hex text SequenceFileAsTextInputFormat gives")
             return
-        yield from self.task.feed(["record", key, value])
+        yield from self.task.feed(Record(key, value))
 
     def close(self):
         """The output lines of the records still waiting; then the list of the task's arrays, for the launcher to
