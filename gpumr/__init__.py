@@ -1,4 +1,6 @@
-"""gpumr: image processing over Hadoop SequenceFiles on eight engines, each record on a free GPU or the CPU."""
+"""gpumr: image processing over Hadoop SequenceFiles on eight engines, each record on a free GPU or the CPU.
+
+Its packages follow one record's path: :doc:`/concepts/record-path`."""
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,7 @@
 """Finding a workload: a built-in by name, an installed one by its entry point, a user's by ``MODULE:CLASS``.
 
+How to write one: :doc:`/how-to/own-workload`.
+
 Examples
 --------
 >>> find("faces").name

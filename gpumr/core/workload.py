@@ -1,5 +1,7 @@
 """The public contract of a workload: one function over records, with a CPU and optionally a GPU path.
 
+How to write one: :doc:`/how-to/own-workload`.
+
 Example
 -------
 >>> import numpy as np

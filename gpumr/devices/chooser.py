@@ -1,4 +1,6 @@
-"""Per-record device choice: a GPU if one is free, or will be before the CPU would finish; otherwise the CPU."""
+"""Per-record device choice: a GPU if one is free, or will be before the CPU would finish; otherwise the CPU.
+
+What "free" means, the service's timeouts and the fallback: :doc:`/concepts/devices`."""
 
 import os
 import time

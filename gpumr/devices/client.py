@@ -1,4 +1,6 @@
-"""The client side of the node's scheduler service (see :mod:`gpumr.devices.protocol`)."""
+"""The client side of the node's scheduler service (see :mod:`gpumr.devices.protocol`).
+
+Its time limits and failures: :doc:`/concepts/devices`."""
 
 import array
 import json

@@ -1,4 +1,6 @@
-"""Node-local GPU leases held as ``fcntl`` locks on files in a node-wide folder."""
+"""Node-local GPU leases held as ``fcntl`` locks on files in a node-wide folder.
+
+The rule, the folder and sharing it: :doc:`/concepts/devices`."""
 
 import errno
 import fcntl

@@ -1,4 +1,6 @@
-"""The scheduler service's protocol, shared by the service and its clients."""
+"""The scheduler service's protocol, shared by the service and its clients.
+
+Every field and code: :doc:`/reference/scheduler-protocol`."""
 
 import math
 import socket

@@ -1,4 +1,8 @@
-"""CUDA kernel sources and their compiled fatbins."""
+"""CUDA kernel sources and their compiled fatbins.
+
+``gpumr build-kernels`` compiles the sources into fatbins so that worker nodes need no ``nvcc``; at run time a fatbin
+is looked for in ``$GPUMR_KERNEL_DIR``, beside the sources, then in the kernel cache, which is trusted under
+:mod:`gpumr.trusted`'s rule and whose builds load only where their proof vouches for them (:func:`cached`)."""
 
 import contextlib
 import fcntl

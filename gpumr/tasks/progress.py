@@ -1,4 +1,6 @@
-"""Progress of a running job, on every engine: tasks report, the launcher shows."""
+"""Progress of a running job, on every engine: tasks report, the launcher shows.
+
+What the bar and lines show: :doc:`/concepts/record-path`."""
 
 import logging
 import os

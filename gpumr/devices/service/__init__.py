@@ -1,4 +1,7 @@
-"""The node-local GPU scheduler service: lease bookkeeping, policies and the socket server."""
+"""The node-local GPU scheduler service: lease bookkeeping, policies and the socket server.
+
+Setting it up, its policies and who may use it: :doc:`/how-to/gpu-nodes`; the protocol:
+:doc:`/reference/scheduler-protocol`."""
 
 from .daemon import clear_stale_socket, make_server, remove_pid_file, write_pid_file
 from .policy import Scheduler, node_scheduler

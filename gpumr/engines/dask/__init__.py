@@ -1,4 +1,6 @@
-"""The Dask engine: a job's tasks on ``dask.distributed``, an embedded ``LocalCluster`` or a running scheduler."""
+"""The Dask engine: a job's tasks on ``dask.distributed``, an embedded ``LocalCluster`` or a running scheduler.
+
+SLURM through dask-jobqueue: :doc:`/how-to/slurm`."""
 
 import contextlib
 import time

@@ -1,5 +1,7 @@
 """The Flink engine: a job's tasks as a PyFlink DataStream job in BATCH mode, on Flink's embedded cluster or a running
-one."""
+one.
+
+How to run it: :doc:`/how-to/flink`."""
 
 import contextlib
 import os

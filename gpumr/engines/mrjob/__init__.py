@@ -1,4 +1,6 @@
-"""mrjob's runners as engines: ``inline``, ``local``, ``hadoop`` (Hadoop Streaming) and ``emr``."""
+"""mrjob's runners as engines: ``inline``, ``local``, ``hadoop`` (Hadoop Streaming) and ``emr``.
+
+Hadoop: :doc:`/how-to/hadoop`; EMR: :doc:`/how-to/emr`."""
 
 import contextlib
 import glob

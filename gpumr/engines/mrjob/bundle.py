@@ -1,4 +1,6 @@
-"""What a plain cluster's tasks need, as one archive for Hadoop's distributed cache."""
+"""What a plain cluster's tasks need, as one archive for Hadoop's distributed cache.
+
+How to run it: :doc:`/how-to/hadoop`."""
 
 import configparser
 import fnmatch

@@ -1,4 +1,6 @@
-"""The RADICAL-Pilot engine: a job's tasks as RADICAL-Pilot tasks in a pilot, on this machine or an HPC resource."""
+"""The RADICAL-Pilot engine: a job's tasks as RADICAL-Pilot tasks in a pilot, on this machine or an HPC resource.
+
+How to run it: :doc:`/how-to/radical`."""
 
 import contextlib
 import json

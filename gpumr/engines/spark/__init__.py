@@ -1,4 +1,6 @@
-"""The Spark engine: a job's tasks as a Spark application, on a local, local-cluster, standalone or YARN master."""
+"""The Spark engine: a job's tasks as a Spark application, on a local, local-cluster, standalone or YARN master.
+
+How to run it, and why tasks read splits themselves: :doc:`/how-to/spark`."""
 
 import contextlib
 import os

@@ -1,4 +1,6 @@
-r"""The one filesystem layer: local paths and URIs (``s3://``, ``hdfs://``, ``file://`` ...) behind one interface."""
+r"""The one filesystem layer: local paths and URIs (``s3://``, ``hdfs://``, ``file://`` ...) behind one interface.
+
+Schemes, credentials and the fallback: :doc:`/how-to/remote-data`."""
 
 from .base import HDFS_SCHEMES, READ_BUFFER, READ_FLAGS, S3_COPY_LIMIT, ReadFailed, Unavailable, kind, shown
 from .location import ANY_URI, S3_SCHEMES, Location, list_files, locate, open_output, upload, write_bytes
