@@ -132,18 +132,9 @@ class Reader:
 
     # -- positioning -----------------------------------------------------
     def sync_position(self, position):
-        """Where Hadoop's ``Reader.sync(position)`` lands.
-
-        Parameters
-        ----------
-        position : int
-            A byte offset in the file.
-
-        Returns
-        -------
-        int
-            The offset of the first sync escape at or after ``position`` whose 16-byte marker is followed by at least
-            one more byte of the file, or the file size when there is none."""
+        """Where Hadoop's ``Reader.sync(position)`` lands: the offset of the first sync escape at or after byte
+        ``position`` whose 16-byte marker is followed by at least one more byte of the file, or the file size when
+        there is none."""
         position = max(position, self.header.size)
         f = self._f
         scan = position + 4

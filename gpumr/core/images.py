@@ -18,17 +18,14 @@ _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def image_size(data):
-    """``(width, height)`` from an image header without decoding pixels, or None if it cannot be read.
+    """``(width, height)`` from an image's header, its pixels not decoded, or None where no header gives them.
 
-    Parameters
-    ----------
-    data : bytes
-        The image file's bytes.
-
-    Returns
-    -------
-    (int, int) or None
-        The image's width and height, or None if no header gives them."""
+    Examples
+    --------
+    >>> import cv2, numpy as np
+    >>> image_size(cv2.imencode(".png", np.zeros((4, 6), np.uint8))[1].tobytes()), image_size(b"not an image")
+    ((6, 4), None)
+    """
     if data[:8] == _PNG:
         if len(data) >= 24 and data[12:16] == b"IHDR":
             return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

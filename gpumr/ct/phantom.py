@@ -165,20 +165,10 @@ def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
 
 
 def add_noise(projection, i0, mu_scale=0.01, rng=None):
-    """Poisson noise on line integrals: counts ``Poisson(I0 exp(-mu_scale p))`` back to ``-log(counts / I0) /
-    mu_scale``.
-
-    Parameters
-    ----------
-    projection : ndarray
-        Line integrals in phantom units times mm.
-    i0 : float
-        Photons per detector pixel without the object.
-    mu_scale : float
-        Attenuation per phantom unit per mm.
-    rng : numpy.random.Generator
-        Draws the counts; one generator used over the angles in order gives the same noise whether projections are
-        made one at a time or all at once."""
+    """Poisson noise on the line integrals ``projection`` (phantom units times mm), float32: counts ``Poisson(i0
+    exp(-mu_scale p))`` (``i0`` photons per pixel without the object, ``mu_scale`` the attenuation per phantom unit
+    per mm) back to ``-log(counts / i0) / mu_scale``. One generator ``rng`` used over the angles in order gives the
+    same noise whether projections are made one at a time or all at once."""
     counts = rng.poisson(i0 * np.exp(-mu_scale * np.asarray(projection, np.float64)))
     return (-np.log(np.maximum(counts, 1) / i0) / mu_scale).astype(np.float32)
 

@@ -27,19 +27,15 @@ def encode_tiff(image):
 
 
 def header_shape(name, data):
-    """The shape a projection file's header declares, read without decoding pixels.
+    """The shape the header of a projection file declares (its format from the extension of ``name``, the record's key),
+    read without decoding pixels; None if the header gives none.
 
-    Parameters
-    ----------
-    name : str
-        The record's key; its extension says the format.
-    data : bytes
-        The file's bytes.
-
-    Returns
-    -------
-    tuple of int or None
-        The declared shape, or None if the header does not give one."""
+    Examples
+    --------
+    >>> buf = io.BytesIO(); np.save(buf, np.zeros((2, 4), np.float32))
+    >>> header_shape("proj_0000.npy", buf.getvalue())
+    (2, 4)
+    """
     ext = os.path.splitext(name)[1].lower()
     try:
         if ext == ".npy":

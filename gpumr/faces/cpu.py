@@ -21,18 +21,15 @@ min_size, max_size : int, optional
 
 
 def cascade_path(name=None):
-    """Path of a cascade file: ``name`` if it is a file, else the bundled cascade a bare name names. Raises
-    ``GpumrError``: naming ``--cascade`` and what is wrong.
+    """The path of a cascade file: ``name`` (``--cascade`` as given) if it is a file, else the cascade OpenCV bundles
+    under that bare name (by default ``haarcascade_frontalface_default.xml``). Raises ``GpumrError`` naming
+    ``--cascade`` and what is wrong.
 
-    Parameters
-    ----------
-    name : str, optional
-        ``--cascade`` as given; None: OpenCV's ``haarcascade_frontalface_default.xml``.
-
-    Returns
-    -------
-    str
-        The cascade file's path."""
+    Examples
+    --------
+    >>> os.path.basename(cascade_path())
+    'haarcascade_frontalface_default.xml'
+    """
     import cv2
     name = name or DEFAULT_CASCADE
     if os.path.isfile(name):
@@ -49,18 +46,15 @@ def cascade_path(name=None):
 
 
 def load_cascade(path=None):
-    """A ready ``cv2.CascadeClassifier``. Raises ``GpumrError`` if the file is missing, larger than
-    :data:`gpumr.limits.MAX_CASCADE_BYTES`, or is not a cascade OpenCV can load.
+    """A ready ``cv2.CascadeClassifier`` of ``path`` (a file or bundled name, as :func:`cascade_path` takes it). Raises
+    ``GpumrError`` if the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`, or is not a cascade
+    OpenCV can load.
 
-    Parameters
-    ----------
-    path : str, optional
-        A cascade file or bundled name, as :func:`cascade_path` takes it.
-
-    Returns
-    -------
-    cv2.CascadeClassifier
-        The loaded classifier."""
+    Examples
+    --------
+    >>> type(load_cascade()).__name__
+    'CascadeClassifier'
+    """
     import cv2
     path = cascade_path(path)
     size = os.path.getsize(path)

@@ -161,25 +161,9 @@ def named_bad(stage, parts, counts):
 
 
 def run_job(job_class, inputs, output_dir, runner="local", extra=(), conf=None):
-    """Run a gpumr job class of ``jobs/`` from Python, through the one launcher.
-
-    Parameters
-    ----------
-    job_class : type
-        ``gpumr.jobs.face_detect.MRFaceDetect`` or ``gpumr.jobs.backproject.MRBackproject``.
-    inputs : list of str
-    output_dir : str
-    runner : str
-        An engine: inline, local, hadoop, emr (or any other of :data:`gpumr.engines.NAMES`).
-    extra : list of str
-        More options of the job.
-    conf : str, optional
-        An mrjob.conf (default: none, ``--no-conf``).
-
-    Returns
-    -------
-    (dict, float)
-        The summed gpumr counters and the wall time in seconds."""
+    """Run the gpumr job class ``job_class`` of ``jobs/`` (``gpumr.jobs.face_detect.MRFaceDetect``...) over ``inputs``
+    into ``output_dir`` on the engine ``runner``, with the job's ``extra`` options and mrjob.conf ``conf`` (default
+    none), through the one launcher; return the summed gpumr counters and the wall time in seconds."""
     args = [*(["-c", conf] if conf else ["--no-conf"])] if runner in ("inline", "local", "hadoop", "emr") else []
     result = launch([job_class.WORKLOAD, *inputs, "-o", output_dir, "--engine", runner, *args, *extra])
     return result.counts, result.seconds
