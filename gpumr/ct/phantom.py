@@ -43,17 +43,13 @@ def _rotation(phi, theta, psi):
 
 @shared(**_SHARED)
 def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
-    """Each ellipsoid in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``.
+    """Each ellipsoid of ``table`` scaled to the volume, in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``.
 
     Parameters
     ----------
     {geometry}
     {table}
-
-    Returns
-    -------
-    list of tuple
-        The ellipsoids scaled to the volume."""
+    """
     sz, sy, sx = geometry.volume_size
     half = np.array([sx, sy, sz]) / 2
     origin = np.array(geometry.offOrigin[::-1], dtype=float)
@@ -66,18 +62,14 @@ def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
 
 @shared(**_SHARED)
 def voxel_centres(geometry, z0=0, z1=None):
-    """World coordinates (x, y, z) of the voxel centres of slices [z0, z1).
+    """World coordinates x, y and z (mm, each of shape (nz, ny, nx)) of the voxel centres of slices [z0, z1).
 
     Parameters
     ----------
     {geometry}
     z0, z1 : int, optional
         The first slice and the one after the last (default: all).
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        x, y and z, each of shape (nz, ny, nx), mm."""
+    """
     nz, ny, nx = geometry.nVoxel
     dz, dy, dx = geometry.dVoxel
     oz, oy, ox = geometry.offOrigin
@@ -97,11 +89,7 @@ def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     ----------
     {geometry}
     {table}
-
-    Returns
-    -------
-    numpy.ndarray
-        The true volume, float32 [z, y, x]."""
+    """
     shapes = ellipsoids(geometry, table)
     vol = np.zeros(tuple(geometry.nVoxel), np.float32)
     for z in range(geometry.nVoxel[0]):
@@ -114,17 +102,13 @@ def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
 
 @shared(**_SHARED)
 def detector_pixels(geometry, angle):
-    """World coordinates of every detector pixel centre at ``angle``.
+    """World coordinates of every detector pixel centre at ``angle``, mm, shape (rows, cols, 3).
 
     Parameters
     ----------
     {geometry}
     {angle}
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape (rows, cols, 3), mm."""
+    """
     nv, nu = geometry.nDetector
     dv, du = geometry.dDetector
     ov, ou = geometry.offDetector
@@ -138,18 +122,14 @@ def detector_pixels(geometry, angle):
 
 @shared(**_SHARED)
 def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
-    """Exact line integrals through the phantom for one angle.
+    """Exact line integrals through the phantom for one angle, float32 [rows, cols].
 
     Parameters
     ----------
     {geometry}
     {angle}
     {table}
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 [rows, cols]."""
+    """
     source = geometry.DSO * np.array([np.cos(angle), np.sin(angle), 0.0])
     d = detector_pixels(geometry, angle) - source
     d /= np.linalg.norm(d, axis=-1, keepdims=True)
@@ -175,35 +155,28 @@ def add_noise(projection, i0, mu_scale=0.01, rng=None):
 
 @shared(**_SHARED)
 def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """All projections of the phantom, with optional Poisson noise.
+    """All projections of the phantom, float32 [angle, row, col], with optional Poisson noise.
 
     Parameters
     ----------
     {geometry}
     {noise}
     {table}
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 [angle, row, col]."""
+    """
     return np.stack(list(iter_projections(geometry, noise_i0, mu_scale, seed, table)))
 
 
 @shared(**_SHARED)
 def iter_projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """The projections one angle at a time, so that memory holds one: optional Poisson noise.
+    """The projections one angle at a time, float32 [row, col] in angle order, so that memory holds one: optional
+    Poisson noise.
 
     Parameters
     ----------
     {geometry}
     {noise}
     {table}
-
-    Yields
-    ------
-    numpy.ndarray
-        float32 [row, col], in angle order."""
+    """
     rng = np.random.default_rng(seed) if noise_i0 else None
     for angle in geometry.angles:
         p = project(geometry, angle, table)
