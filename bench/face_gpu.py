@@ -75,7 +75,7 @@ def main():
             fg.run(grays[i:i + args.batch], gpu)
         t_gpu = time.perf_counter() - t0
         n = len(grays)
-        # OpenCV on a sample, scaled to n (200 frames at the 4.5 fps a core of the H200 host: 44 s of the lease)
+        # OpenCV on a sample, scaled to n (a whole run on one core would spend the GPU lease: docs/lab-notes/code-figures.rst)
         one = paths[:min(CPU_SAMPLE, n)]
         t_cpu1 = _cpu_worker(one) * n / len(one)
         cores = os.cpu_count()

@@ -30,7 +30,7 @@ decode, filtering, packing into the upload, grouping, encoding, writing
 .npy and lines, publish, assembly, start-up), scaled to a 16-core node with
 one H100 beside the kernels' predictions: faces at 640x480, 512^3 from 512
 projections, 1024^3 from 360, each with the phase that bounds it, against
-the goals (>= 4,000 fps; <= 3 s; <= 5 s), all PREDICTIONS; the driver
+the goals (:data:`GOALS`), all PREDICTIONS; the driver
 calls and synchronisations per part, counted under the emulating
 launcher, are an input.
 

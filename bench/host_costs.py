@@ -36,7 +36,7 @@ import numpy as np
 
 #: Cores of the GPU node the end to end is predicted for (this machine's per-core costs scaled to it).
 NODE_CORES = 16
-#: Frames of the face job predicted (an hour of 30 fps video, about): fixed costs spread over them.
+#: Frames of the face job predicted (about an hour of video): fixed costs spread over them.
 JOB_FRAMES = 100_000
 #: Slices per CT record (the workload's default ``--slab``).
 CT_SLAB = 16

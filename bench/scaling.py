@@ -34,8 +34,7 @@ EMR need a cluster and are skipped with the reason, unless ``--engine-args
 'ENGINE=ARGS'`` says how to run them (``{n}`` in ARGS is the worker count),
 as it may for any engine.
 
-Printed beside that study's figures (8 nodes, strong: RADICAL-Pilot 8.1x,
-Spark 7.1x, Dask 6.6x); ``--plot FILE.png`` draws the speedups (matplotlib).
+Printed beside that study's figures (:data:`PUBLISHED`); ``--plot FILE.png`` draws the speedups (matplotlib).
 
 Usage: python bench/scaling.py [--workers 1 2] [--images 12] [--size 128] [--repeat 1]
        [--workloads blobs watershed] [--modes strong weak] [--engines E ...]

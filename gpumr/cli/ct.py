@@ -1,9 +1,4 @@
-"""``gpumr ct``: geometry, phantom, plan, reconstruct, assemble.
-
-The flow carries one geometry file, ``<projections>.geometry.json`` beside
-the projections: ``phantom`` writes it there, and ``plan``, ``reconstruct``
-and the backprojection job find it there unless ``--geometry`` is given.
-"""
+"""``gpumr ct``: geometry, phantom, plan, reconstruct, assemble."""
 
 import contextlib
 import math

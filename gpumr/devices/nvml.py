@@ -1,10 +1,4 @@
-"""What NVML says about this node's GPUs, or simulated GPUs.
-
-Discovery never raises: no driver, no NVML library, no GPU all give an empty
-list and the reason. ``GPUMR_SIMULATE_GPUS=N`` or ``N:MEM`` (``2:16GiB``)
-replaces NVML with N virtual GPUs, each with MEM bytes (16 GiB by default),
-for tests and dry runs.
-"""
+"""What NVML says about this node's GPUs, or simulated GPUs."""
 
 import os
 from dataclasses import dataclass, field
@@ -29,8 +23,7 @@ class GPU:
     index : int
         NVML index.
     processes : list of (int, int)
-        Compute processes: ``(pid, used bytes)``.
-    """
+        Compute processes: ``(pid, used bytes)``."""
 
     index: int
     name: str
@@ -54,13 +47,8 @@ class Discovery:
 
 
 def simulated_gpus(spec):
-    """GPUs described by a ``GPUMR_SIMULATE_GPUS`` value such as ``"2"`` or ``"2:16GiB"``.
-
-    Raises
-    ------
-    GpumrError
-        If the value is not ``N`` or ``N:SIZE``.
-    """
+    """GPUs described by a ``GPUMR_SIMULATE_GPUS`` value such as ``"2"`` or ``"2:16GiB"``. Raises ``GpumrError`` if
+    the value is not ``N`` or ``N:SIZE``."""
     count, _, mem = str(spec).partition(":")
     try:
         n = int(count)
@@ -98,8 +86,7 @@ def discover(nvml=None, env=None):
     nvml : module, optional
         The ``pynvml`` module or a stand-in with the same functions (tests).
     env : mapping, optional
-        Environment to read ``GPUMR_SIMULATE_GPUS`` and ``CUDA_VISIBLE_DEVICES`` from.
-    """
+        Environment to read ``GPUMR_SIMULATE_GPUS`` and ``CUDA_VISIBLE_DEVICES`` from."""
     env = os.environ if env is None else env
     if nvml is None and env.get(SIMULATE_ENV):
         return Discovery(simulated_gpus(env[SIMULATE_ENV]), simulated=True)

@@ -1,10 +1,4 @@
-"""CUDA contexts through PyCUDA, imported only when a GPU is actually used.
-
-One context per device per process, created on first use and kept for the
-process's life (creating one costs far more than a record). In
-exclusive-process compute mode, creating the context *is* the free check:
-the driver refuses a second process.
-"""
+"""CUDA contexts through PyCUDA, imported only when a GPU is actually used."""
 
 import os
 
@@ -12,13 +6,8 @@ _state = {"cuda": None, "error": None, "contexts": {}}
 
 
 def driver():
-    """The initialised ``pycuda.driver`` module.
-
-    Raises
-    ------
-    RuntimeError
-        If PyCUDA is not installed or the CUDA driver cannot be initialised.
-    """
+    """The initialised ``pycuda.driver`` module. Raises ``RuntimeError`` if PyCUDA is not installed or the CUDA driver
+    cannot be initialised."""
     if _state["cuda"] is None:
         if _state["error"]:
             raise RuntimeError(_state["error"])
@@ -37,13 +26,8 @@ def driver():
 
 
 def context(ordinal):
-    """This process's context on device ``ordinal``, made current.
-
-    Raises
-    ------
-    RuntimeError
-        If it cannot be created (busy in exclusive mode, out of memory, no driver).
-    """
+    """This process's context on device ``ordinal``, made current. Raises ``RuntimeError`` if it cannot be created
+    (busy in exclusive mode, out of memory, no driver)."""
     cuda = driver()
     ctx = _state["contexts"].get(ordinal)
     if ctx is None:
@@ -78,11 +62,7 @@ def has_context(ordinal):
 
 
 def probe(gpu):
-    """Exclusive-mode free check: can this process own a context on ``gpu``?
-
-    Through PyCUDA, or CuPy's runtime where PyCUDA is missing; with neither,
-    no GPU can be used, so the answer is no.
-    """
+    """Exclusive-mode free check: can this process own a context on ``gpu``?"""
     if has_context(gpu.ordinal):
         return True
     try:

@@ -1,11 +1,7 @@
 """The job output format, written and read here only: ``json(key)<TAB>json(value)`` lines.
 
-Every engine's tasks write each record's line with :func:`line` (the
-standard library's JSON, the same bytes everywhere: mrjob's
-``JSONProtocol`` form) into ``part-NNNNN`` files; everything that reads
-output lines back reads them with :func:`key_of`, :func:`parse` or
-:func:`read_job_output`.
-"""
+Every engine's tasks write each record's line with :func:`line`, and everything that reads output lines back reads
+them with :func:`key_of`, :func:`parse` or :func:`read_job_output`: one format, the same bytes everywhere."""
 
 import io
 import json
@@ -60,14 +56,7 @@ def parse(text):
 
 def read_job_output(paths):
     """Yield ``(key, value)`` from job output files or folders (local paths or URIs), in file order, duplicates kept.
-
-    Each file is read through the filesystem layer (:mod:`gpumr.io.remote`), as a stream.
-
-    Raises
-    ------
-    GpumrError
-        For a line that is not a job output line (file and line named).
-    """
+    Raises ``GpumrError`` for a line that is not a job output line (file and line named)."""
     for path in expand_inputs(paths):
         loc = locate(path)
         with loc.open_input() as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:

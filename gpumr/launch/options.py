@@ -1,11 +1,4 @@
-"""The options every workload takes on every engine, declared once with their limits.
-
-Device choice (``--device``, ``--gpu-slots``, ``--gpu-memory``), the job's
-shape (``--reducers``, ``--split-size``) and the record size cap
-(``--max-record-size``). The one parser (:mod:`gpumr.launch.parser`) adds
-them beside the workload's own and the engines'; the launcher checks each
-against its limit once per job (:func:`check_limits`).
-"""
+"""The options every workload takes on every engine, declared once with their limits."""
 
 import argparse
 

@@ -1,11 +1,4 @@
-"""The one parser of ``gpumr run WORKLOAD``: the workload's options, the shared ones and every engine's, in groups.
-
-``gpumr run WORKLOAD --help`` prints it; the docs' reference is generated
-from it (``docs/_ext/gpumr_argparse.py``); ``python -m gpumr.jobs.X``
-parses with it too. Options the parser does not know are mrjob's (``-c
-mrjob.conf``, ``--jobconf``) and go to an mrjob engine as they are; any
-other engine refuses them.
-"""
+"""The one parser of ``gpumr run WORKLOAD``: the workload's options, the shared ones and every engine's, in groups."""
 
 import argparse
 
@@ -21,11 +14,7 @@ def _add(group, options):
 
 
 def run_parser(cls, prog=None):
-    """The parser of ``gpumr run`` for workload class ``cls``.
-
-    Groups: inputs and output; the workload's options; device choice; the
-    job; then one per engine with that engine's own options.
-    """
+    """The parser of ``gpumr run`` for workload class ``cls``."""
     engine_list = engines.all_engines()
     p = Parser(prog=prog or f"gpumr run {cls.name}", description=cls.summary, add_help=True,
                formatter_class=argparse.RawDescriptionHelpFormatter,

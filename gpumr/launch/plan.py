@@ -1,13 +1,7 @@
 """The launcher: a command line in, one checked :class:`Plan` out, the same for every engine.
 
-:func:`make_plan` parses (:mod:`gpumr.launch.parser`), then checks in one
-order, once per job wherever the job runs: the declared limits (reading no
-file), the inputs, the output (:mod:`gpumr.io.outputs`: new, empty, or an
-earlier output of ``gpumr run``), the workload's own checks of the files
-its options name (:meth:`gpumr.Workload.check`), then ships the side files
-by content (:mod:`gpumr.launch.ship`) and cuts the work into tasks. The
-plan is all an engine gets.
-"""
+The limits, inputs, output and the workload's own files are checked once per job, before any task starts, and the
+plan is all an engine gets."""
 
 import argparse
 from dataclasses import dataclass, field
@@ -62,8 +56,7 @@ class Plan:
     folder : str
         The job's private folder on this machine.
     start : gpumr.engines.start.Start
-        How the job's framework processes start.
-    """
+        How the job's framework processes start."""
 
     ref: object
     workload: object
@@ -105,7 +98,9 @@ def verbosity(o):
 
 
 def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None, debug=False):
-    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``).
+    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``). Raises
+    ``GpumrError``: one line, before any task: a usage error, an option out of its limit, a missing or unreadable
+    input, an output gpumr may not replace, a side file that does not check.
 
     Parameters
     ----------
@@ -116,21 +111,13 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     verbosity_given : str, optional
         The ``gpumr`` command's own ``-q``/``-v``, where they were given before ``run``.
     elsewhere : bool
-        The tasks run on a cluster the caller handed in (a SparkContext, a Dask client): ``--device gpu`` is then
-        not refused for want of a GPU on this machine.
+        The tasks run on a cluster the caller handed in (a SparkContext, a Dask client): ``--device gpu`` is then not
+        refused for want of a GPU on this machine.
     started : contextlib.ExitStack, optional
-        Where the engine's early start goes (:meth:`gpumr.engines.base.Engine.start`: an embedded Dask cluster
-        starts while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
+        Where the engine's early start goes (:meth:`gpumr.engines.base.Engine.start`: an embedded Dask cluster starts
+        while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
     debug : bool
-        ``--debug`` (what the engine starts early keeps its frameworks' log).
-
-    Raises
-    ------
-    GpumrError
-        One line, before any task: a usage error, an option out of its
-        limit, a missing or unreadable input, an output gpumr may not
-        replace, a side file that does not check.
-    """
+        ``--debug`` (what the engine starts early keeps its frameworks' log)."""
     if not argv or argv[0].startswith("-"):
         raise UsageError("give the workload first: gpumr run WORKLOAD ... (gpumr run --help lists them)")
     from .. import engines

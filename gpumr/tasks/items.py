@@ -1,10 +1,6 @@
 """A task's items, typed: a stretch of a SequenceFile (:class:`Split`) or one record a workload planned
-(:class:`Record`).
-
-The launcher makes them once (:func:`gpumr.launch.plan.make_plan`); engines
-hand them to the tasks as they are (pickled), or, where a task reads text
-(mrjob's task files), as one JSON list each (:func:`to_json`,
-:func:`from_json`).
+(:class:`Record`). The launcher makes them once; engines hand them to tasks as they are, or as one JSON list each
+where a task reads text (mrjob's task files: :func:`to_json`, :func:`from_json`).
 
 Examples
 --------

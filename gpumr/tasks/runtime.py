@@ -1,16 +1,8 @@
 """The one task runtime: how every task of every engine runs its records.
 
-A task gets the job's :class:`Spec` (made once by the launcher) and its
-items (:mod:`gpumr.tasks.items`: SequenceFile splits or the workload's
-own records). It builds the workload
-once per process (keyed by the spec's content, side files by their
-content's hash), chooses a device per record (:class:`gpumr.core.Processor`),
-writes arrays and lines into the output's stage, and counts. It logs
-through the ``gpumr`` logger at the job's verbosity, so ``-q`` and ``-v``
-reach it on every engine. Engines call :func:`map_task` and
-:func:`reduce_task` (Spark, Dask, RADICAL-Pilot, Flink), or
-:meth:`Task.lines` (mrjob's tasks).
-"""
+A task builds the workload once per process from the job's :class:`Spec`, runs the records of its items
+(:mod:`gpumr.tasks.items`) through :class:`gpumr.core.Processor` and writes their lines into the output's stage, so
+that every engine gives the same output, counters and messages."""
 
 import argparse
 import hashlib
@@ -41,8 +33,8 @@ class Spec:
     Attributes
     ----------
     workload : list
-        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]``
-        (``file`` None: a task finds a shipped module by ``module``).
+        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]`` (``file`` None: a task finds a shipped
+        module by ``module``).
     options : dict
         Every option's value by ``dest``; a side file's value is its content name.
     side : dict
@@ -55,8 +47,7 @@ class Spec:
     progress : str or None
         A folder on the launcher's machine where tasks there report progress.
     job : str
-        The job's token: attempt names and engine keys start with it.
-    """
+        The job's token: attempt names and engine keys start with it."""
 
     workload: list
     options: dict
@@ -88,10 +79,6 @@ def here(name):
 class SideFiles:
     """How a task finds the side files its engine put on its node: ``find(name)`` is ``name`` in the first of
     ``folders`` that holds it (the first folder where none does, so that the error names where it should be).
-
-    The one finder of every engine: the job's folder (tasks on the launcher's
-    machine), Spark's files folder, the pilot's sandbox, mrjob's cache, the
-    folders Flink puts on the import path.
 
     Examples
     --------
@@ -129,12 +116,7 @@ def _signature(st, path):
 
 def _verified(name, find, size):
     """This node's path of shipped file ``name``, its size and content checked: ``size`` bytes whose SHA-256 its
-    content name holds (:func:`gpumr.launch.ship.content_name`); a copy cut short, changed or swapped is never used.
-
-    The content is read once per process per file (:data:`_CHECKED`, keyed by
-    what ``stat`` says of it, so a file changed since is read again), through
-    the link a framework may show it as (Hadoop's distributed cache).
-    """
+    content name holds (:func:`gpumr.launch.ship.content_name`); a copy cut short, changed or swapped is never used."""
     path = find(name)
     got = os.path.getsize(path) if os.path.isfile(path) else None
     deadline = time.monotonic() + 30
@@ -161,11 +143,7 @@ def _verified(name, find, size):
 
 
 def _unchanged(paths, sizes):
-    """Raise unless every checked side file in ``paths`` still holds what was checked (a workload read it meanwhile).
-
-    A file ``stat`` shows otherwise is read again: its ``ctime`` also moves when another job hard-links the same
-    file (:func:`gpumr.launch.ship.ship`), which changes nothing it holds.
-    """
+    """Raise unless every checked side file in ``paths`` still holds what was checked (a workload read it meanwhile)."""
     for name, path in paths.items():
         if _signature(os.stat(path), path) not in _CHECKED:
             try:
@@ -176,8 +154,8 @@ def _unchanged(paths, sizes):
 
 def built(spec, find=here):
     """``(o, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
-    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content and paths of its files
-    (a worker serving several jobs keeps the last :data:`KEEP_BUILT`)."""
+    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content and paths of its files (a worker
+    serving several jobs keeps the last :data:`KEEP_BUILT`)."""
     from ..workloads import Ref, load
     paths = {name: find(name) for name in spec.side}
     key = json.dumps([spec.key, paths], sort_keys=True)
@@ -223,8 +201,7 @@ class Task:
         The gpumr counters, complete once the items are done.
     bad : list of (str, str)
         The first :data:`BAD_NAMED` bad records' keys and reasons.
-    arrays : gpumr.tasks.output.Arrays
-    """
+    arrays : gpumr.tasks.output.Arrays"""
 
     def __init__(self, spec, find=here, gpus=None, attempt=None, count=None):
         install()
@@ -342,12 +319,7 @@ class Task:
 
 class Said:
     """The workload as a task's processor runs it: each record's decode and computation inside
-    :func:`gpumr.tasks.stderr.captured`, so what a library writes to fd 2 meanwhile is the record's.
-
-    A record refused (:class:`gpumr.core.badrecord.BadRecord`) gets it in its error
-    line (``not a decodable image (PNG input buffer is incomplete)``); any
-    other record, a debug line naming it. Everything else is the workload's own.
-    """
+    :func:`gpumr.tasks.stderr.captured`, so what a library writes to fd 2 meanwhile is the record's."""
 
     def __init__(self, workload):
         self.workload = workload
@@ -399,10 +371,7 @@ def _said(keys, text):
 
 def map_task(spec, index, items, sort, find=here, gpus=None):
     """Run one task over ``items``; write its lines into the stage as this attempt's file; return what the launcher
-    needs: the file (``name``, ``size``, ``sha``), its key ``sample`` (sorted runs), ``counts``, ``bad``, ``arrays``.
-
-    ``sort``: write the lines sorted (a run a reduce task merges), else as a part of its own.
-    """
+    needs: the file (``name``, ``size``, ``sha``), its key ``sample`` (sorted runs), ``counts``, ``bad``, ``arrays``."""
     t0 = time.perf_counter()
     task = Task(spec, find, gpus)
     log.debug("task %d started: %s", index, describe(items))

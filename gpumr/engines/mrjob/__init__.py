@@ -1,15 +1,6 @@
 """mrjob's runners as engines: ``inline``, ``local``, ``hadoop`` (Hadoop Streaming) and ``emr``.
 
-The launcher's tasks become task files (gzipped, one item per line, so
-that each file is exactly one map task on every runner); mrjob runs
-:class:`gpumr.engines.mrjob.job.MRWorkload` over them with the job's spec
-shipped as a file and the side files through its upload (Hadoop's
-distributed cache), and writes the sorted parts into ``job/`` in the
-output's stage. mrjob's own options (``-c mrjob.conf``, ``--jobconf``,
-``--hadoop-streaming-jar``, ...) go to the runner as given; its scratch
-files go in the job's private folder. Hadoop: :doc:`/how-to/hadoop`; EMR:
-:doc:`/how-to/emr`.
-"""
+Hadoop: :doc:`/how-to/hadoop`; EMR: :doc:`/how-to/emr`."""
 
 import contextlib
 import glob
@@ -142,7 +133,7 @@ class MRJobEngine(Engine):
         args += ["--cat-reducer"] if self.name != "inline" else []  # (the inline runner runs no commands)
         args += ["--cleanup-on-failure", "ALL"] if self.name == "hadoop" else []  # (a failed job leaves no scratch)
         # Tasks on this machine read the side files where the launcher keeps them (mrjob copied each into its
-        # cache: 125 MB, 0.04 s and as much disk); elsewhere they are shipped, named by content already.
+        # cache, time and as much disk again); elsewhere they are shipped, named by content already.
         args += (["--gpumr-side-dir", plan.folder] if self.name in HERE
                  else [arg for side in plan.side for arg in ("--files", side.path)])
         return [*args, *config, *plan.extra, "--output-dir", output_dir, *inputs]
@@ -240,8 +231,8 @@ def _job(args):
 
 def _processes_started(name, start):
     """The block in which mrjob's runner ``name`` starts its processes: the local, Hadoop and EMR runners' commands
-    (task processes, ``hadoop``) start with the job's allowed environment (:class:`gpumr.engines.start.Start`),
-    in the working folders mrjob makes in the job's folder; the inline runner starts none."""
+    (task processes, ``hadoop``) start with the job's allowed environment (:class:`gpumr.engines.start.Start`), in the
+    working folders mrjob makes in the job's folder; the inline runner starts none."""
     if name == "inline" or start is None:
         return contextlib.nullcontext()
     return start.inherited(chdir=False)

@@ -1,35 +1,4 @@
-"""The task script mrjob's runners start for every task of a gpumr job (``python task.py --step-num=0 --mapper``).
-
-mrjob's local, Hadoop and EMR runners run a job's script once per task,
-with Hadoop Streaming's protocol: the task's input lines on stdin, its
-output lines (``key<TAB>value``) on stdout, counters as
-``reporter:counter:GROUP,NAME,AMOUNT`` lines on stderr. This script speaks
-that protocol itself, without importing mrjob: mrjob's job module brings
-its option tables, its protocols and, through ``mrjob.util``, setuptools'
-``distutils``, 0.15 s of every task's start here (a task imported gpumr,
-its workload and numpy in 0.22 s; with mrjob's job module, 0.38 s). The
-bytes are the ones mrjob's job wrote: input lines without their line
-end, read as UTF-8 (Latin-1 where that fails, as mrjob's
-``RawValueProtocol``), output lines as mrjob's ``RawProtocol`` writes
-them.
-
-Its input is the launcher's task files (one item per line, JSON: a split
-of a SequenceFile or one of the workload's records), or, with
-``--hadoop-splits``, Hadoop's own ``key<TAB>hex bytes`` lines of the
-records. Its options (:data:`OPTIONS`) are the job's task spec
-(``--gpumr-spec``, a file shipped with the job), the reducers,
-``--cat-reducer``, ``--hadoop-splits`` and ``--gpumr-side-dir`` (where the
-side files are, for tasks on the launcher's machine). Each map task is a
-:class:`MapTask`: the one task runtime (:class:`gpumr.tasks.runtime.Task`)
-over its lines; the reducer is the identity. The job the launcher makes
-mrjob's runner from, and which the inline runner runs in the launcher's
-own process, is :class:`gpumr.engines.mrjob.job.MRWorkload`: its mapper is
-a :class:`MapTask` too.
-
-It is started by mrjob's runners only: run as a program without mrjob's
-task switches it says so and exits (the job's checks are the launcher's:
-``gpumr run``).
-"""
+"""The task script mrjob's runners start for every task of a gpumr job (``python task.py --step-num=0 --mapper``)."""
 
 import json
 import os
@@ -69,9 +38,6 @@ log = logger("gpumr.tasks")
 def counter_line(group, name, amount):
     """The stderr line of Hadoop Streaming that adds ``amount`` to counter ``name`` of ``group``.
 
-    Commas become semicolons, as mrjob's ``increment_counter`` makes them
-    (Hadoop splits the line at commas, with no escape).
-
     Examples
     --------
     >>> counter_line("gpumr", "records on CPU", 3)
@@ -103,9 +69,8 @@ class MapTask:
     options : argparse.Namespace
         The job's options (:data:`OPTIONS`, by ``dest``).
     count : callable
-        ``count(name, n)``: adds to a gpumr counter (mrjob's ``increment_counter``, or
-        :func:`counter_line` on stderr).
-    """
+        ``count(name, n)``: adds to a gpumr counter (mrjob's ``increment_counter``, or :func:`counter_line` on
+        stderr)."""
 
     def __init__(self, options, count):
         from gpumr.core.counters import GROUP
@@ -120,9 +85,8 @@ class MapTask:
         log.debug("task %s started", self.task.attempt)
 
     def map(self, line):
-        """The output lines (``json(key)<TAB>json(value)``) of one input line: a task file's item (JSON: a split
-        or a record) or, with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's
-        SequenceFileAsTextInputFormat."""
+        """The output lines (``json(key)<TAB>json(value)``) of one input line: a task file's item (JSON: a split or a
+        record) or, with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's SequenceFileAsTextInputFormat."""
         if not self.hadoop_splits:
             yield from self.task.feed(from_json(line))
             return
@@ -148,13 +112,8 @@ class MapTask:
 
 
 def task_options(argv):
-    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed.
-
-    Raises
-    ------
-    gpumr.boundary.UsageError
-        For anything else (gpumr's one step has no combiner and no Spark part).
-    """
+    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed. Raises
+    ``gpumr.boundary.UsageError`` for anything else (gpumr's one step has no combiner and no Spark part)."""
     p = ArgumentParser(prog="gpumr.engines.mrjob.task")
     p.add_argument("--step-num", type=int, default=0, choices=[0])
     kind = p.add_mutually_exclusive_group(required=True)
