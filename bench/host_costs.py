@@ -97,13 +97,14 @@ def faces_costs(work, det, found, frames=64):
     found in some frames (:class:`gpumr.faces.gpu.Found`, from a run under
     the emulation), whose grouping is timed.
     """
-    import seqfile
     from _common import frame_corpus
+
+    import seqfile
     from gpumr.core.processor import plain_result
     from gpumr.faces.gpu import PART
     from gpumr.faces.workload import Faces
-    from gpumr.io.packing import pack
     from gpumr.io import joboutput
+    from gpumr.io.packing import pack
     from gpumr.tasks import output
     paths = frame_corpus(os.path.join(work, "faces"), count=frames, distinct=min(frames, 64))
     seq = os.path.join(work, "frames.seq")

@@ -241,7 +241,7 @@ def main():
     a = ap.parse_args()
     if a.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401 (only whether it imports)
         except ImportError:
             sys.exit("bench/scaling.py: --plot needs matplotlib (pip install 'gpumr[plot]')")
     print(f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)

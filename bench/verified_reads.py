@@ -114,7 +114,7 @@ def main():
         size = os.path.getsize(seq)
         name = hashlib.sha256(open(seq, "rb").read()).hexdigest()[:24] + "-p.seq"
         os.link(seq, os.path.join(work, name))
-        find = lambda n: os.path.join(work, n)  # noqa: E731
+        find = lambda n: os.path.join(work, n)  # noqa: E731 (a one-line choice of function)
 
         def size_only():
             assert os.path.getsize(find(name)) == size

@@ -19,11 +19,19 @@ from seqfile.atomic import discard_unfinished
 from seqfile.codecs import CodecError
 
 from . import log as _log
-from .errors import BUG_HINT, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, did_you_mean, hint, \
-    redact
+from .errors import (
+    BUG_HINT,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    GpumrError,
+    did_you_mean,
+    hint,
+    redact,
+)
 from .log import ROOT, one_line, write_stderr
 from .signals import Terminated, catch, deliver_again
-
 
 #: Set to 1 to show tracebacks (as ``--debug``), e.g. in tasks a job starts.
 DEBUG_ENV = "GPUMR_DEBUG"
@@ -236,7 +244,7 @@ def _interrupted(on_interrupt, terminated=False):
 def _handled_keyboard_interrupt():
     """Tell CPython that the KeyboardInterrupt was handled, so that the exit status stays 130."""
     with contextlib.suppress(Exception):
-        exec("pass", {})  # noqa: S102 (a constant: see the docstring)
+        exec("pass", {})
 
 
 def _fail(log, exc, debug):

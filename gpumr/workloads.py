@@ -20,9 +20,9 @@ import sys
 from collections import namedtuple
 
 from . import trusted
-from .log import logger
 from .core.workload import check_class
 from .errors import GpumrError, did_you_mean, printable
+from .log import logger
 
 #: The built-in workloads, in the order ``gpumr run --help`` lists them.
 BUILT_IN = {
@@ -88,7 +88,7 @@ def _warn_broken(dist, exc):
     where = getattr(dist, "_path", None)  # (its .dist-info folder, where it has one)
     try:
         name = dist.metadata["Name"]
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 (metadata a broken distribution cannot give: it is named by path)
         name = None
     shown = " ".join(printable(str(part)) for part in (name, where and f"({where})") if part) or "(unnamed)"
     if shown not in _BROKEN:

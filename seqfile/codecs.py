@@ -104,9 +104,9 @@ def compress(codec_class, data):
     if codec_class == ZSTD:
         return bytes(cj.zstd.compress(data))
     if codec_class == SNAPPY:
-        raw = lambda b: bytes(cj.snappy.compress_raw(b))  # noqa: E731
+        raw = lambda b: bytes(cj.snappy.compress_raw(b))  # noqa: E731 (a one-line choice of function)
     elif codec_class == LZ4:
-        raw = lambda b: bytes(cj.lz4.compress_block(b, store_size=False))  # noqa: E731
+        raw = lambda b: bytes(cj.lz4.compress_block(b, store_size=False))  # noqa: E731 (a one-line choice of function)
     else:
         raise CodecError(f"unsupported codec class {codec_class}")
     view = memoryview(data)
@@ -158,7 +158,7 @@ def decompress(codec_class, data, limit, head=0):
             raise CodecError(f"unsupported codec class {codec_class}")
     except CodecError:
         raise
-    except Exception as exc:  # zlib.error, OSError, cramjam's DecompressionError ...
+    except Exception as exc:  # noqa: BLE001 (zlib.error, OSError, cramjam's DecompressionError ...: one CodecError)
         raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
     if len(out) > limit:
         raise CodecError(f"decompressed data exceeds {limit} bytes")
@@ -203,7 +203,7 @@ def measure(codec_class, data, limit):
         raise CodecError(f"unsupported codec class {codec_class}")
     except CodecError:
         raise
-    except Exception as exc:  # zlib.error, OSError, cramjam's DecompressionError ...
+    except Exception as exc:  # noqa: BLE001 (zlib.error, OSError, cramjam's DecompressionError ...: one CodecError)
         raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
 
 

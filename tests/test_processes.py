@@ -122,6 +122,7 @@ def _alive(pid):
 
 def test_on_threads_runs_every_call_once_at_most_n_at_a_time(tmp_path):
     import threading
+
     from gpumr.engines.mrjob.runner import on_threads
     lock, now, most, done = threading.Lock(), [0], [0], []
 
@@ -162,6 +163,7 @@ def test_an_interrupt_while_calls_run_ends_the_processes_in_the_folder(tmp_path)
     """A signal's exception (here SIGUSR1's, as Ctrl-C's KeyboardInterrupt) raised while the calls run: it is
     raised at once, with the calls' processes ended."""
     import threading
+
     from gpumr.engines.mrjob.runner import on_threads
 
     class Stopped(Exception):
@@ -208,6 +210,7 @@ def test_a_child_forked_in_stderr_to_writes_to_the_file_after_the_block_too(tmp_
     printed its traceback when it ended, after the block: through the ``sys.stderr`` it was forked with, which
     under pytest's capture (as in a notebook) does not write to file descriptor 2, and reached the user's stderr."""
     import multiprocessing
+
     from gpumr.engines.processes import stderr_to
     ctx = multiprocessing.get_context("fork")
     go = ctx.Event()

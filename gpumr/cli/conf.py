@@ -1,9 +1,9 @@
 """``gpumr conf``: gpumr's packaged mrjob configs and deployment scripts, usable from any folder."""
 
 from .. import __version__
-from ..log import report
 from ..engines.mrjob.configs import folder, localised, packaged, path_of
 from ..errors import GpumrError
+from ..log import report
 
 #: What each packaged file is, for the listing.
 ABOUT = {

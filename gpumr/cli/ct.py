@@ -7,8 +7,8 @@ import threading
 import time
 
 from .. import limits
-from ..log import quiet, report
 from ..errors import GpumrError
+from ..log import quiet, report
 from .args import command, positive
 
 

@@ -7,10 +7,10 @@ import tempfile
 
 from seqfile.codecs import SHORT_NAMES
 
-from ..log import logger, report
 from ..errors import GpumrError, printable
 from ..io.records import open_reader
 from ..io.remote import locate
+from ..log import logger, report
 from ..sizes import human, size_arg
 from .args import command, positive
 

@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-from .badrecord import BadRecord
 from ..limits import MAX_JPEG_SCANS
+from .badrecord import BadRecord
 
 #: Largest image accepted by default (decompression bombs are refused before decoding).
 MAX_PIXELS = 50_000_000
@@ -37,7 +37,7 @@ def image_size(data):
     try:
         with Image.open(io.BytesIO(data)) as im:
             return im.size
-    except Exception:
+    except Exception:  # noqa: BLE001 (any decoder failure means: size unknown here, the decode says why)
         return None
 
 

@@ -7,8 +7,8 @@ import time
 
 from ..log import logger, say_once
 from ..sizes import human
-from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .badrecord import BadRecord
+from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .workload import RESERVED
 
 log = logger(__name__)
@@ -157,7 +157,7 @@ class Processor:
         t0 = time.perf_counter()
         try:
             results = self._results(self.workload.cpu_batch(batch, self.o), batch, "cpu_batch")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (the user's code failing, any way: that record's error line)
             if len(batch) > 1:  # which record was it: each on its own
                 for one in batch:
                     yield from self._cpu([one])

@@ -11,8 +11,17 @@ import numpy as np
 from .. import limits
 from ..errors import GpumrError
 from ..io.outputs import write_file
-from ..limits import (MAX_ANGLE_RAD, MAX_ANGLES, MAX_DETECTOR_PIXELS, MAX_DETECTOR_SIDE, MAX_GEOMETRY_BYTES,
-                      MAX_LENGTH_MM, MAX_PROJECTION_SAMPLES, MAX_VOXEL_SIDE, MAX_VOXELS)
+from ..limits import (
+    MAX_ANGLE_RAD,
+    MAX_ANGLES,
+    MAX_DETECTOR_PIXELS,
+    MAX_DETECTOR_SIDE,
+    MAX_GEOMETRY_BYTES,
+    MAX_LENGTH_MM,
+    MAX_PROJECTION_SAMPLES,
+    MAX_VOXEL_SIDE,
+    MAX_VOXELS,
+)
 from ..log import logger, say_once
 
 _REQUIRED = ("DSO", "DSD", "nDetector", "dDetector", "nVoxel", "dVoxel")

@@ -47,7 +47,7 @@ def header_shape(name, data):
             from ..core.images import image_size
             size = image_size(data)
             return None if size is None else (size[1], size[0])
-    except Exception:
+    except Exception:  # noqa: BLE001 (any decoder failure means: size unknown here, the decode says why)
         return None
     return None
 
@@ -91,7 +91,7 @@ class Layout:
             mine = np.frombuffer(data, dtype, pixels.size, start).reshape(pixels.shape)
             if mine.tobytes() != np.ascontiguousarray(pixels, dtype).tobytes():
                 return
-        except Exception:  # (a tag or attribute this tifffile lacks: no layout, tifffile decodes every file)
+        except Exception:  # noqa: BLE001 (a tag or attribute this tifffile lacks: no layout, every file decoded)
             return
         self.head, self.size, self.dtype, self.shape = bytes(data[:start]), len(data), dtype, pixels.shape
 
@@ -114,7 +114,7 @@ def _tiff(name, data, shape, layout=None):
     import tifffile
     try:
         tif = tifffile.TiffFile(io.BytesIO(data))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (tifffile's own errors, whatever their class: the file named in one line)
         if shape is not None:
             _check_declared(name, None, shape)
         raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
@@ -123,12 +123,12 @@ def _tiff(name, data, shape, layout=None):
         if shape is not None:
             try:
                 declared = tuple(page.shape) if len(tif.pages) == 1 else (len(tif.pages), *page.shape)
-            except Exception:
+            except Exception:  # noqa: BLE001 (a shape tifffile cannot give: none declared)
                 declared = None
             _check_declared(name, declared, shape)
         try:
             pixels = page.asarray()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (tifffile's own errors: the file named in one line)
             raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
         if layout is not None and layout.head is None:
             layout.learn(data, tif, page, pixels)
@@ -163,7 +163,7 @@ def decode(name, data, i0=None, shape=None, layout=None):
                 img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
                 if img is None:
                     raise ValueError("undecodable PNG")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the decoders' own errors: the file named in one line)
             raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
     img = np.asarray(img)
     if img.ndim != 2:

@@ -11,6 +11,7 @@ from .. import limits
 from ..trusted import Untrusted, open_regular, warn_once
 from .paths import lease_dir
 
+
 def _skip(exc, then="that slot is treated as taken"):
     """Warn once per path that a lock or context file is refused (:class:`gpumr.trusted.Untrusted`)."""
     warn_once(f"{exc}; {then}")

@@ -98,12 +98,12 @@ def discover(nvml=None, env=None):
     if id(nvml) not in _initialised:  # once per process: device choice asks for every record
         try:
             nvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except Exception as exc:  # noqa: BLE001 (NVMLError_LibraryNotFound, DriverNotLoaded, ...: no NVML, said)
             return Discovery([], f"NVML unavailable: {exc}")
         _initialised.add(id(nvml))
     try:
         gpus = [query(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any NVML error: no GPU seen, said)
         return Discovery([], f"NVML query failed: {exc}")
     gpus = _visible(gpus, env)
     for ordinal, gpu in enumerate(gpus):
@@ -117,7 +117,7 @@ def query(nvml, index):
     mem = nvml.nvmlDeviceGetMemoryInfo(h)
     try:
         util = nvml.nvmlDeviceGetUtilizationRates(h).gpu
-    except Exception:
+    except Exception:  # noqa: BLE001 (a GPU that keeps its utilisation to itself)
         util = 0
     procs = [(p.pid, p.usedGpuMemory or 0) for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)]
     return GPU(index, _text(nvml.nvmlDeviceGetName(h)), _text(nvml.nvmlDeviceGetUUID(h)),

@@ -5,9 +5,10 @@ import atexit
 import os
 import tempfile
 
-from ..log import silence
 from ..errors import redact
+from ..log import silence
 from .mapreduce import one_line
+
 
 def failure(exc, engine, what=None):
     """One line saying why ``engine``'s job failed (or ``what`` else did), from its Java error ``exc``.

@@ -4,8 +4,8 @@ the one line a framework's error becomes."""
 import contextlib
 import re
 
-from ..log import logger
 from ..errors import GpumrError, redact
+from ..log import logger
 from .base import Engine, Outcome
 
 log = logger(__name__)

@@ -7,13 +7,13 @@ import numpy as np
 from seqfile.atomic import write_bytes
 
 from .. import limits
+from ..core.images import MAX_PIXELS, image_size
 from ..errors import GpumrError
 from ..io.inputs import expand_inputs
 from ..io.joboutput import read_job_output
 from ..io.keyfiles import KeyFiles
 from ..io.outputs import FolderOutput
 from ..io.records import open_reader
-from ..core.images import MAX_PIXELS, image_size
 
 
 def draw_boxes(image, faces, thickness=2):

@@ -18,7 +18,7 @@ def driver():
         except ImportError:
             _state["error"] = "PyCUDA is not installed: pip install 'gpumr[gpu]' (built against a CUDA toolkit)"
             raise RuntimeError(_state["error"]) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any driver error: no CUDA here, said)
             _state["error"] = f"CUDA driver unavailable: {exc}"
             raise RuntimeError(_state["error"]) from None
         _state["cuda"] = cuda
@@ -78,7 +78,7 @@ def probe(gpu):
             cupy.empty(1)  # creating the primary context is the probe
         _state["contexts"][gpu.ordinal] = "cupy"
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 (any driver error: the GPU is not usable now)
         return False
 
 
@@ -87,5 +87,5 @@ def _detach(ordinal):
     if ctx not in (None, "cupy"):
         try:
             ctx.detach()
-        except Exception:
+        except Exception:  # noqa: BLE001 (a context the driver already lost)
             pass

@@ -248,7 +248,7 @@ def launcher(gpu, prefer=None):
         try:
             _launchers[key] = cls(gpu.ordinal)
             return _launchers[key]
-        except Exception as exc:  # ImportError, driver errors
+        except Exception as exc:  # noqa: BLE001 (ImportError, driver errors: each named in the error raised below)
             errors.append(f"{cls.name}: {exc}")
     raise RuntimeError("no CUDA launcher: " + "; ".join(errors))
 

@@ -126,13 +126,13 @@ class DeviceStates:
         """``(state, verdict)`` of a device set up and self-checked now."""
         try:
             state = self._setup(gpu)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure: the device is not trusted, and the verdict says why)
             return None, f"setting it up failed: {type(exc).__name__}: {exc}"
         try:
             with settled(state["lx"], gpu):
                 verdict = self._check(state) if self._expected is None else \
                     self._check(state, self._expected.result())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure: the device is not trusted, and the verdict says why)
             verdict = f"its self-check raised {type(exc).__name__}: {exc}"
         return state, verdict
 

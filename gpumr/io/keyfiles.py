@@ -8,8 +8,8 @@ import stat
 from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
-from .remote import kind
 from .outputs import FOLDER_PROOF, Proof, Rule, is_proof, local_output, proof_path, warn
+from .remote import kind
 
 #: The most folders a key may name before its file (deeper keys are refused).
 MAX_DEPTH = 255

@@ -13,8 +13,8 @@ import stat
 from seqfile import SequenceFileError
 from seqfile.atomic import AtomicFile, aside_name, interrupts_held, swap_into_place, temp_dir_beside, temp_name
 
-from ..log import logger
 from ..errors import GpumrError, printable
+from ..log import logger
 from ..sizes import human
 from .proofs import Proof, is_proof
 from .remote import READ_FLAGS, S3_COPY_LIMIT, locate, shown

@@ -13,12 +13,12 @@ from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
 from .inputs import READ_FLAGS, expand_inputs
-from .remote import kind
 from .keyfiles import KeyFiles, KeyRefused
-from .records import open_reader
 from .outputs import PACK_PART as PART
 from .outputs import SEQFILE_MARK as OWN
 from .outputs import FileOutput, FolderOutput, is_proof, marked_sequencefile
+from .records import open_reader
+from .remote import kind
 
 # A SequenceFile written by :func:`pack` carries its proof of authorship in its header (metadata
 # OWN, "gpumr.pack": gpumr's version), so that an output folder holds nothing but its shards; a

@@ -17,8 +17,7 @@ from seqfile.atomic import AtomicFile
 
 from .. import __version__
 from ..errors import GpumrError
-from .remote import kind
-from .remote import READ_FLAGS, locate, shown
+from .remote import READ_FLAGS, kind, locate, shown
 
 #: The largest proof file read or written (about two million files listed); a larger one is not gpumr's.
 MAX_PROOF = 256 * 1024 * 1024

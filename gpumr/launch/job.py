@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from seqfile.atomic import interrupts_held
 
-from ..log import logger, quiet
 from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
 from ..engines.processes import AFTER_SIGNAL, end_processes_in
 from ..engines.start import Start
 from ..io.remote import locate
+from ..log import logger, quiet
 from ..tasks.progress import Display
 
 log = logger(__name__)

@@ -7,12 +7,12 @@ import argparse
 from dataclasses import dataclass, field
 
 from ..boundary import UsageError
-from ..log import logger
 from ..engines.start import Start
 from ..errors import GpumrError
 from ..io.inputs import expand_sized, require_sequencefiles, splits
 from ..io.outputs import open_output
 from ..io.remote import locate
+from ..log import logger
 from ..tasks.items import Record, Split
 from ..tasks.runtime import Spec
 from ..workloads import find, load

@@ -14,9 +14,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..boundary import install
-from ..log import logger, say_once, set_verbosity
 from ..errors import GpumrError
 from ..io.joboutput import line
+from ..log import logger, say_once, set_verbosity
 from . import output
 from .items import Record, Split, describe
 

@@ -109,7 +109,7 @@ def said(data):
     return text if len(text) <= SAID_CHARS else text[:SAID_CHARS - 3] + "..."
 
 
-class captured:  # noqa: N801 (used as a function: ``with captured() as text``)
+class captured:
     """Point fd 2 at a private file for the block; give a list that then holds what was written to it (:func:`said`:
     one line, "" for nothing), gpumr's own lines let through.
 

@@ -6,7 +6,6 @@ import random
 import secrets
 import time
 
-
 from .. import nvml as _nvml
 from .. import protocol as P
 from ..free import check

@@ -9,7 +9,6 @@ import selectors
 import socket
 import time
 
-
 from ...errors import GpumrError
 from .. import protocol as P
 from ..protocol import RequestError, peer_credentials

@@ -5,9 +5,9 @@ SLURM through dask-jobqueue: :doc:`/how-to/slurm`."""
 import contextlib
 import time
 
-from ...log import logger, silence
 from ...core.workload import Option
 from ...errors import GpumrError, redact
+from ...log import logger, silence
 from ..mapreduce import Pool, PoolEngine
 from ..processes import children_deaf
 from .cluster import Starting, close, embedded, embedded_workers, end_fork_server, fork_server_for

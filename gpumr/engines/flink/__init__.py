@@ -7,9 +7,9 @@ import contextlib
 import os
 import sys
 
-from ...signals import interrupt_with
 from ...core.workload import Option
 from ...errors import GpumrError
+from ...signals import interrupt_with
 from ..jvm import failure, quiet_interrupt
 from ..mapreduce import Pool, PoolEngine, answer, answered
 from ..processes import workers_here

@@ -12,10 +12,10 @@ import shutil
 import sys
 
 from ...boundary import UsageError
-from ...log import relay_task_lines, task_error
 from ...core.workload import Option
 from ...errors import GpumrError, redact, redact_settings
 from ...io.remote import locate
+from ...log import relay_task_lines, task_error
 from ...tasks.items import to_json
 from ..base import Engine, Outcome
 from ..processes import workers_here
@@ -202,7 +202,7 @@ class MRJobEngine(Engine):
             raise framework_error(self.name, exc) from None
         except GpumrError:
             raise
-        except Exception as exc:  # noqa: BLE001 (mrjob's own errors; a task's, raised here by the inline runner)
+        except Exception as exc:
             raise framework_error(self.name, exc) from exc
         # Hadoop's report of the job's counters (gpumr's among Hadoop's own), as mrjob shows it, where a Hadoop
         # user looks for it; on the runners of this machine with -v

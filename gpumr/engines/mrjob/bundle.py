@@ -186,6 +186,7 @@ def build_wheel(folder):
     """
     import base64
     import hashlib
+
     from ... import __version__
     try:
         dist = importlib.metadata.distribution("gpumr")

@@ -8,8 +8,8 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
     del sys.path[0]  # run as a script: this folder's modules (job.py, runner.py) must not hide other packages
 
 from gpumr.boundary import ArgumentParser
-from gpumr.log import logger  # noqa: E402
-from gpumr.tasks.items import Record, from_json  # noqa: E402
+from gpumr.log import logger
+from gpumr.tasks.items import Record, from_json
 
 #: Hadoop's input format that gives a SequenceFile's records as ``key<TAB>hex bytes`` lines.
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"

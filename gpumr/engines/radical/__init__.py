@@ -8,10 +8,10 @@ import os
 import pickle
 import time
 
-from ...log import logger, relay
-from ...signals import Terminated
 from ...core.workload import Option
 from ...errors import GpumrError
+from ...log import logger, relay
+from ...signals import Terminated
 from ..mapreduce import Pool, PoolEngine
 from ..processes import POLL, children_deaf
 from ..start import python_argv

@@ -7,9 +7,9 @@ import signal
 import sys
 import time
 
+from ...errors import GpumrError, redact
 from ...log import logger
 from ...signals import Terminated
-from ...errors import GpumrError, redact
 from ..processes import AFTER_SIGNAL, children_deaf, end_processes_in, main_thread, stderr_to
 
 log = logger(__name__)
@@ -147,7 +147,7 @@ def import_rp():
         import tempfile
         with tempfile.TemporaryDirectory() as base, _environ({"RADICAL_BASE": base}):  # (its import makes a folder)
             import radical.pilot as rp
-            import radical.pilot.agent.executing.popen  # noqa: F401
+            import radical.pilot.agent.executing.popen  # noqa: F401 (imported before RP's threads would)
     except ImportError:
         raise GpumrError("--engine radical needs RADICAL-Pilot: pip install 'gpumr[radical]'") from None
     finally:

@@ -9,10 +9,10 @@ import tempfile
 import time
 
 from ...boundary import describe
-from ...log import logger
-from ...signals import interrupt_with
 from ...core.workload import Option
 from ...errors import GpumrError
+from ...log import logger
+from ...signals import interrupt_with
 from ..jvm import failure, last_words, quiet_interrupt, quiet_log4j
 from ..mapreduce import Pool, PoolEngine, call
 from ..processes import stderr_to, workers_here
@@ -130,8 +130,8 @@ class SparkPool(Pool):
 def _import_pyspark():
     """pyspark, or one line naming the extra that installs it."""
     try:
-        import py4j  # noqa: F401
-        import pyspark  # noqa: F401
+        import py4j  # noqa: F401 (only whether it imports)
+        import pyspark  # noqa: F401 (only whether it imports)
     except ImportError:
         raise GpumrError("--engine spark needs PySpark: pip install 'gpumr[spark]'") from None
 
@@ -169,7 +169,7 @@ def _stop(sc):
             warnings.filterwarnings("ignore", "Unable to cleanly shutdown Spark JVM", RuntimeWarning)
         try:
             sc.stop()
-        except Exception as exc:  # noqa: BLE001 (a JVM gone: nothing left to stop)
+        except Exception as exc:
             if not signalled:
                 raise
             log.debug("Spark's context, stopped after the signal: %s", describe(exc))
