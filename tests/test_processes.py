@@ -260,3 +260,19 @@ def test_a_private_temp_dir_goes_with_the_process_that_made_it_however_multiproc
     # each child's folder is gone once it ended; the parent's stays until the parent ends, and then goes
     assert proc.stdout.split("\n")[:3] == [f"{m} 0 False True" for m in ("forkserver", "fork", "spawn")], proc.stdout
     assert os.listdir(tmp_path / "tmp") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts processes as other uids: needs root")
+def test_a_node_is_shared_when_a_persons_account_runs_a_process_not_a_daemons():
+    """SLURM's daemons run as ``slurm`` (Debian: uid 64030, above login.defs' UID_MAX): not a person who could reach
+    the job's ports; a process of uid 1234 (in UID_MIN..UID_MAX) is."""
+    from gpumr.engines.start import other_users, people
+    daemon_uid, person_uid = people().stop + 3000, people().start + 234
+    procs = [subprocess.Popen(["sleep", "60"], user=uid, group=uid) for uid in (daemon_uid, person_uid)]
+    try:
+        found = other_users()
+        assert person_uid in found and daemon_uid not in found, found
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -35,8 +35,9 @@ ALLOWED_PREFIXES = ("LC_", "GPUMR_", "CUDA_", "NVIDIA_", "OMP_", "MKL_", "OPENBL
                     "MRJOB_", "ARROW_", "AWS_", "SLURM_", "PBS_")
 #: Names that hold a secret, whatever their prefix: handed on only where ``secrets`` is true.
 SECRET = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY(_|$)", re.I)
-#: The uid from which local accounts are people's (login.defs' ``UID_MIN``), and ``nobody``'s.
-UID_MIN, NOBODY = 1000, 65534
+#: The uids of people's accounts where ``/etc/login.defs`` does not say (its ``UID_MIN``, ``UID_MAX``); above
+#: them, system accounts of packages (Debian's 60000-64999: ``slurm``'s daemons) and ``nobody``.
+UID_MIN, UID_MAX = 1000, 60000
 
 
 def environment(base=None, secrets=True, extra=None, folder=None):
@@ -110,14 +111,34 @@ def safe_sys_path(path=None, cwd=None):
     return [p for p in path if p and os.path.isabs(p) and os.path.realpath(p) != cwd]
 
 
-def other_users():
-    """The uids of people other than this process's user with processes on this node (root and system accounts aside).
+def people(defs="/etc/login.defs"):
+    """``range`` of the uids of people's accounts: ``UID_MIN`` to ``UID_MAX`` of ``defs``, else 1000 to 60000.
+
+    Examples
+    --------
+    >>> people("/nonexistent")
+    range(1000, 60001)
     """
-    me, found = os.getuid(), set()
+    found = {"UID_MIN": UID_MIN, "UID_MAX": UID_MAX}
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(defs, encoding="utf-8") as f:
+            for line in f:
+                words = line.partition("#")[0].split()
+                if len(words) == 2 and words[0] in found and words[1].isdigit():
+                    found[words[0]] = int(words[1])
+    return range(found["UID_MIN"], found["UID_MAX"] + 1)
+
+
+def other_users():
+    """The uids of people other than this process's user with processes on this node (root, system accounts and
+    daemons' accounts aside: :func:`people`): a framework whose ports take anyone's connections is refused where this
+    is not empty (:meth:`Start.require_private_ports`).
+    """
+    me, found, accounts = os.getuid(), set(), people()
     for name in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             uid = os.stat(f"/proc/{name}").st_uid
-            if uid >= UID_MIN and uid not in (me, NOBODY):
+            if uid in accounts and uid != me:
                 found.add(uid)
     return found
 
