@@ -130,9 +130,8 @@ def people(defs="/etc/login.defs"):
 
 
 def other_users():
-    """The uids of people other than this process's user with processes on this node (root, system accounts and
-    daemons' accounts aside: :func:`people`): a framework whose ports take anyone's connections is refused where this
-    is not empty (:meth:`Start.require_private_ports`).
+    """The uids of people other than this process's user with processes on this node (:func:`people`: root, system
+    and daemons' accounts aside); a framework with open ports is refused where any is.
     """
     me, found, accounts = os.getuid(), set(), people()
     for name in filter(str.isdigit, os.listdir("/proc")):
