@@ -175,19 +175,9 @@ def decode(name, data, i0=None, shape=None, layout=None):
 
 
 def write_set(path, projections, prefix="proj_", inputs=()):
-    """Write projections as float TIFF records ``proj_0000.tif``... into one SequenceFile. Raises ``GpumrError`` if a
-    file is in the way that gpumr did not write, or is an input.
-
-    Parameters
-    ----------
-    path : str
-        The SequenceFile.
-    projections : iterable of numpy.ndarray
-        2-D projections, in angle order.
-    prefix : str, optional
-        The keys' prefix; the key is ``PREFIX0000.tif`` and so on.
-    inputs : sequence of str, optional
-        The command's inputs, which are never replaced."""
+    """Write ``projections`` (2-D, in angle order) as float TIFF records ``proj_0000.tif``... (the keys' ``prefix``)
+    into the SequenceFile ``path``, under gpumr's output rule: the command's ``inputs`` are never replaced. Raises
+    ``GpumrError`` if a file is in the way that gpumr did not write, or is an input."""
     with Writer(path, out=FileOutput(path, "gpumr ct phantom", inputs=inputs).begin()) as w:
         for i, p in enumerate(projections):
             w.append(f"{prefix}{i:04d}.tif", encode_tiff(p))

@@ -178,19 +178,9 @@ def _check_header(f, loc, z0, z1, shape):
 
 
 def save_volume(volume, path, tiff=None, inputs=()):
-    """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``) under gpumr's output rule. Raises
-    ``GpumrError`` if a file is in the way that gpumr did not write, or is an input.
-
-    Parameters
-    ----------
-    volume : numpy.ndarray
-        The volume [z, y, x].
-    path : str
-        The ``.npy`` file.
-    tiff : str, optional
-        A multi-page TIFF to write as well.
-    inputs : sequence of str, optional
-        The command's inputs, which are never replaced."""
+    """Write ``volume`` [z, y, x] as the .npy file ``path`` (and a float32 multi-page TIFF at ``tiff``) under gpumr's
+    output rule: the command's ``inputs`` are never replaced. Raises ``GpumrError`` if a file is in the way that gpumr
+    did not write, or is an input."""
     with FileOutput(path, "gpumr ct", inputs=inputs) as f:
         np.save(f, volume.astype(np.float32, copy=False))
     if tiff:
@@ -205,16 +195,8 @@ def save_tiff(volume, path, inputs=()):
 
 
 def preview(volume, path, inputs=()):
-    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), labelled, with a colour bar. Raises
-    ``GpumrError`` if a file is in the way that gpumr did not write, or is an input.
-
-    Parameters
-    ----------
-    volume : numpy.ndarray
-        The volume [z, y, x].
-    path : str
-        The PNG file.
-    inputs : sequence of str, optional
-        The command's inputs, which are never replaced."""
+    """Write a PNG of ``volume``'s three central orthogonal slices (axial, coronal, sagittal), labelled, with a colour
+    bar, at ``path`` under gpumr's output rule: the command's ``inputs`` are never replaced. Raises ``GpumrError`` if
+    a file is in the way that gpumr did not write, or is an input."""
     from .preview import preview_png
     write_file(path, preview_png(volume), "gpumr ct", inputs=inputs, option="--preview")

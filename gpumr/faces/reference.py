@@ -202,6 +202,9 @@ def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_n
     ----------
     cascade : Cascade
         The cascade as arrays (:class:`gpumr.faces.cascade.Cascade`).
+    {detection}
+    interpolation : int, optional
+        OpenCV's resize interpolation (default ``INTER_LINEAR_EXACT``, as ``detectMultiScale``).
 
     Returns
     -------

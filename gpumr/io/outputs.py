@@ -566,7 +566,8 @@ def _marker(rel):
 
 
 class UriOutput(_Transaction):
-    """One output at a URI (``s3://``, ``hdfs://``, ``file://``): checked now, staged, published under the rule.
+    """One output at a URI (``s3://``, ``hdfs://``, ``file://``): checked now, staged, published under the rule. Fill
+    its :attr:`stage`, then :meth:`commit` the listing of the parts (or :meth:`abort`).
 
     Parameters
     ----------
