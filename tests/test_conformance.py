@@ -265,22 +265,22 @@ async def dask(address, security):
     async with rpc(address, connection_args=args, timeout=3) as r:
         return await asyncio.wait_for(r.identity(), 5)
 
-def attempt(what, call):
+def attempt(what, call, *args):
     try:
-        return f"{what}: answered {str(call())[:200]}"
+        return f"{what}: answered {str(call(*args))[:200]}"
     except BaseException as exc:
         return f"{what}: refused ({type(exc).__name__})"
 
 answers = {"folders": {}, "ports": {}}
 for folder in request["folders"]:
-    answers["folders"][folder] = attempt("list", lambda: os.listdir(folder))
+    answers["folders"][folder] = attempt("list", os.listdir, folder)
 mine = Security.temporary()  # TLS, but with a certificate of the other user's own, not the job's
 tries = {"dask tcp": lambda port: asyncio.run(dask(f"tcp://127.0.0.1:{port}", None)),
          "dask tls": lambda port: asyncio.run(dask(f"tls://127.0.0.1:{port}", mine)),
          "py4j": lambda port: JavaGateway(gateway_parameters=GatewayParameters(
              port=port, read_timeout=3, auto_convert=False)).jvm.java.lang.System.getProperty("user.name")}
 with ThreadPoolExecutor(32) as pool:  # (all at once: the job is held meanwhile, but not for long)
-    said = {(port, what): pool.submit(attempt, what, lambda: call(port))
+    said = {(port, what): pool.submit(attempt, what, call, port)
             for port in request["ports"] for what, call in tries.items()}
 for (port, what), future in said.items():
     answers["ports"].setdefault(port, []).append(future.result())
