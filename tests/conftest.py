@@ -42,10 +42,11 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 #: to a worker, files handed out in the order collected, ``--no-loadscope-reorder``) start them first, so that no
 #: long file starts late and runs on alone at the end. Measured on CI's 2-core machine (seconds idle; beside
 #: two busy loops): RADICAL-Pilot 248; 2,138, Hadoop's jobs 284; 986, Flink 128; 624, SLURM 70; 434, the
-#: launcher's engines 209; 237. The other files follow in their own order.
-LONGEST_FIRST = ("test_radical.py", "test_hadoop_jobs.py", "test_flink.py", "test_slurm.py", "test_launcher.py",
-                 "test_dask.py", "test_gpu_paths.py", "test_spark.py", "test_uri_outputs.py", "test_trusted_cache.py",
-                 "test_emulate.py", "test_hadoop_emr.py", "test_docs.py")
+#: launcher's engines 209; 237 (before the conformance suite, every engine's cases, took jobs from the engines'
+#: files). The other files follow in their own order.
+LONGEST_FIRST = ("test_conformance.py", "test_radical.py", "test_hadoop_jobs.py", "test_flink.py", "test_slurm.py",
+                 "test_launcher.py", "test_dask.py", "test_gpu_paths.py", "test_spark.py", "test_uri_outputs.py",
+                 "test_trusted_cache.py", "test_emulate.py", "test_hadoop_emr.py", "test_docs.py")
 
 
 def pytest_collection_modifyitems(items):
