@@ -64,9 +64,8 @@ class Engine:
     """One ``--engine`` as the suite runs it: its name, the Python and options it needs, and why it cannot run jobs
     here (None where it can)."""
 
-    def __init__(self, name, python=sys.executable, options=(), env=None, cannot=None, open_ports=False,
-                 own_logs=()):
-        self.name, self.python, self.options, self.env, self.cannot = name, python, list(options), env or {}, cannot
+    def __init__(self, name, python=sys.executable, options=(), cannot=None, open_ports=False, own_logs=()):
+        self.name, self.python, self.options, self.cannot = name, python, list(options), cannot
         self.open_ports = open_ports  # its framework's ports take anyone's connections (refused on a shared node)
         self.own_logs = list(own_logs)  # where its framework logs when left at its defaults (shared by its users)
 
@@ -85,7 +84,7 @@ class Engine:
         os.makedirs(os.path.join(cwd, "tmp"), exist_ok=True)
         return subprocess.Popen([*command, *argv], cwd=cwd, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True,
-                                env={**os.environ, "TMPDIR": os.path.join(cwd, "tmp"), **self.env, **(env or {})},
+                                env={**os.environ, "TMPDIR": os.path.join(cwd, "tmp"), **(env or {})},
                                 **kwargs)
 
     def run(self, argv, cwd, env=None, script=False):
@@ -98,6 +97,7 @@ class Engine:
         return proc.returncode, out, err
 
     def need_jobs(self):
+        """Skip, saying why, where this engine cannot run a job here."""
         if self.cannot:
             pytest.skip(self.cannot)
 
@@ -108,7 +108,8 @@ def end(proc):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     for pid in in_session(proc.pid):
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module", params=NAMES)
