@@ -41,10 +41,11 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 #: to a worker, files handed out in the order collected, ``--no-loadscope-reorder``) start them first, so that no
 #: long file starts late and runs on alone at the end. Measured on CI's 2-core machine (seconds idle; beside
 #: two busy loops): RADICAL-Pilot 248; 2,138, Hadoop's jobs 284; 986, Flink 128; 624, SLURM 70; 434, the
-#: launcher's engines 209; 237. The other files follow in their own order.
-LONGEST_FIRST = ("test_radical.py", "test_hadoop_jobs.py", "test_flink.py", "test_slurm.py", "test_launcher.py",
-                 "test_dask.py", "test_gpu_paths.py", "test_spark.py", "test_uri_outputs.py", "test_trusted_cache.py",
-                 "test_emulate.py", "test_hadoop_emr.py", "test_docs.py")
+#: launcher's engines 209; 237 (before the conformance suite, every engine's cases, took jobs from the engines'
+#: files). The other files follow in their own order.
+LONGEST_FIRST = ("test_conformance.py", "test_radical.py", "test_hadoop_jobs.py", "test_flink.py", "test_slurm.py",
+                 "test_launcher.py", "test_dask.py", "test_gpu_paths.py", "test_spark.py", "test_uri_outputs.py",
+                 "test_trusted_cache.py", "test_emulate.py", "test_hadoop_emr.py", "test_docs.py")
 
 
 def pytest_collection_modifyitems(items):
@@ -257,6 +258,65 @@ def dask_client(s3, emulated_kernels):
     cluster.close()
 
 
+#: The second local user the tests make (``other_user``): a person's account (uid >= 1000), as on a shared node.
+OTHER_USER = "gpumr-other"
+
+
+@pytest.fixture(scope="session")
+def other_user():
+    """A real second local user, a person's (uid >= 1000, as ``useradd`` gives one by default): its uid.
+
+    Made with ``useradd`` for the session (each pytest worker's session finds
+    the one another made) and removed by the session that made it. Tests act
+    as it by uid (``as_other_user``), so a worker whose session outlives the
+    maker's still can. While a process of it runs, the node counts as shared
+    (:func:`gpumr.engines.start.other_users`).
+    """
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("needs root (to make a second local user with useradd)")
+    import pwd
+    made = False
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+                              capture_output=True).returncode == 0  # (another worker's session may make it first)
+    uid = pwd.getpwnam(OTHER_USER).pw_uid
+    assert uid >= 1000, f"useradd gave {OTHER_USER} uid {uid}: not a person's account (UID_MIN 1000)"
+    yield uid
+    if made:
+        subprocess.run(["userdel", OTHER_USER], capture_output=True)
+
+
+def as_other_user(uid, argv, **popen):
+    """``subprocess.Popen`` of ``argv`` as user ``uid`` (its group, no other), in a bare environment (``setpriv``)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv],
+                            env=env, cwd="/", start_new_session=True, **popen)
+
+
+def flink_python():
+    """A Python with PyFlink and gpumr: this one where PyFlink imports, else ``$GPUMR_FLINK_PYTHON``; or None.
+
+    PyFlink cannot share the dev environment (Apache Beam pins cloudpickle
+    2.2, which dask refuses): ``make flink-env`` makes ``.venv-flink``, and
+    ``.ci/run`` sets ``GPUMR_FLINK_PYTHON`` to its Python.
+    """
+    try:
+        import pyflink.datastream  # noqa: F401
+        return sys.executable
+    except ImportError:
+        pass
+    path = os.environ.get("GPUMR_FLINK_PYTHON")
+    if path and subprocess.run([path, "-c", "import pyflink, gpumr"], capture_output=True).returncode == 0:
+        return path
+    return None
+
+
+#: Why the Flink engine's tests cannot run where :func:`flink_python` finds none.
+NO_FLINK = "the Flink engine needs PyFlink: make flink-env (an environment of its own) and GPUMR_FLINK_PYTHON"
+
+
 def assert_shellcheck_passes(script):
     """Fail with shellcheck's findings on the shell script ``script``; skip where shellcheck is missing."""
     check = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
@@ -359,6 +419,24 @@ def packed(sample_frames, tmp_path_factory):
     seq = str(tmp_path_factory.mktemp("packed") / "frames")
     pack([sample_frames], seq, shards=2, progress=False)
     return seq
+
+
+@pytest.fixture(scope="session")
+def seq48(sample_frames, tmp_path_factory):
+    """48 records (the sample frames four times) in two SequenceFiles (``seq/part-*``)."""
+    from gpumr.io.packing import pack
+    d = tmp_path_factory.mktemp("seq48")
+    (d / "frames").mkdir()
+    for i in range(4):
+        for name in sorted(os.listdir(sample_frames)):
+            os.link(os.path.join(sample_frames, name), d / "frames" / f"{i}-{name}")
+    pack([str(d / "frames")], str(d / "seq"), shards=2, progress=False)
+    return str(d / "seq")
+
+
+def part_bytes(out):
+    """``{name: bytes}`` of a job's part files in ``out``."""
+    return {name: (out / name).read_bytes() for name in sorted(os.listdir(out)) if name.startswith("part-")}
 
 
 def run_workload(kind, argv, engine="inline", session=None):

@@ -120,8 +120,8 @@ def test_an_unexpected_cpu_error_is_a_bad_record_not_a_crash():
 
 def test_a_result_that_is_not_a_dict_or_not_json_is_that_records_error_line():
     """The contract: cpu() returns a dict of JSON values; anything else is the record's error, the job goes on."""
-    from gpumr.launch.job import launch  # noqa: F401 (the task runtime's JSON check is what gpumr run uses)
     from gpumr.io.joboutput import line
+    from gpumr.launch.job import launch  # noqa: F401 (the task runtime's JSON check is what gpumr run uses)
 
     class Odd(Square):
         def cpu(self, key, x, o):

@@ -1,9 +1,10 @@
-"""``gpumr run WORKLOAD --engine E`` on each of the six engines: the same output, summary line, errors and exit statuses.
+"""``gpumr run WORKLOAD --engine E``: what the mrjob engines and the launcher's plan add to the conformance suite.
 
-inline and local (mrjob's runners on this machine), hadoop (the real local
-Hadoop, see .ci/run), emr (``--dry-run``: the job and the runner's settings
-resolved from conf/mrjob.emr.conf, without AWS), spark (``local[1]``, a
-process of its own) and dask (an embedded ``LocalCluster``, a process of its own).
+Every engine's same bytes, one-line refusals and exit statuses, ``-q`` and
+signals are tests/test_conformance.py's. Here: an output replaced or kept,
+what a local job's tasks import, emr's ``--dry-run`` (the job and the
+runner's settings resolved from conf/mrjob.emr.conf, without AWS), every
+engine's ``--dry-run``, and the backprojection's slabs on the local engine.
 """
 
 import json
@@ -51,10 +52,11 @@ def check_same(reference, out, proc):
     assert summary_of(proc.stderr) == summary == "gpumr: 12 records: 12 on CPU, 0 on GPU, 0 bad"
 
 
-def test_inline_and_local(packed, reference, tmp_path):
+def test_an_output_of_gpumr_is_replaced_and_one_it_did_not_make_is_kept(packed, reference, tmp_path):
+    """An output of gpumr run is replaced (here the local engine's by the inline one's); one gpumr did not make is
+    refused and kept."""
     check_same(reference, tmp_path / "local", gpumr(["run", "faces", packed, "-o", str(tmp_path / "local"), "--engine",
                                                       "local", "--device", "cpu", "--no-conf"], tmp_path))
-    # An output of gpumr run is replaced; one gpumr did not make is refused and kept.
     check_same(reference, tmp_path / "local", gpumr(["run", "faces", packed, "-o", str(tmp_path / "local"),
                                                       "--device", "cpu", "--no-conf"], tmp_path))
     (tmp_path / "mine").mkdir()
@@ -105,38 +107,6 @@ def test_a_local_jobs_tasks_import_no_mrjob_and_write_what_mrjobs_job_wrote(pack
     check_same(reference, out, proc)
     tasks = [json.loads(p.read_text()) for p in said.iterdir()]
     assert len(tasks) == 2 and all(names == [] for names in tasks), tasks  # (two map tasks: local's default)
-
-
-@pytest.mark.slow
-def test_dask(packed, reference, tmp_path):
-    pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")
-    check_same(reference, tmp_path / "out", gpumr(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine",
-                                                    "dask", "--workers", "2", "--device", "cpu",
-                                                    "--split-size", "64KiB"], tmp_path))
-
-
-@pytest.mark.slow
-def test_spark(packed, reference, tmp_path):
-    import shutil
-    pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17 (java on PATH or JAVA_HOME)")
-    check_same(reference, tmp_path / "out", gpumr(["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine",
-                                                    "spark", "--master", "local[1]", "--device", "cpu"], tmp_path))
-
-
-@pytest.mark.slow
-def test_hadoop(packed, reference, tmp_path):
-    from conftest import missing
-    from hadoop import cluster
-    why = cluster.unavailable()
-    if why:
-        missing("the Hadoop tests", why)
-    check_same(reference, tmp_path / "out", gpumr(
-        ["run", "faces", packed, "-o", str(tmp_path / "out"), "--engine", "hadoop", "--device", "cpu",
-         "-c", cluster.CONF, "--hadoop-streaming-jar", cluster.streaming_jar(),
-         "--hadoop-tmp-dir", "file://" + str(tmp_path / "tmp"), "--python-bin", sys.executable], tmp_path))
-    assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000"]  # no .crc files published
 
 
 def test_emr_dry_run_resolves_the_config_without_running_anything(s3, packed, capsys, monkeypatch, tmp_path):
@@ -196,15 +166,3 @@ def test_backproject_plans_its_slabs_on_local(tmp_path):
     assert main(["ct", "assemble", str(tmp_path / "out"), "-o", str(tmp_path / "vol.npy")]) == 0
     import numpy as np
     assert np.allclose(np.load(tmp_path / "vol.npy"), direct, rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("engine", ["inline", "local", "hadoop", "emr", "spark", "dask"])
-def test_one_message_and_exit_status_on_every_engine(engine, tmp_path, capsys):
-    """Said once, in the declaration: the same line (and status 1) whatever the engine; nothing is started."""
-    assert main(["run", "backproject", "--slab", "4", "-o", str(tmp_path / "out"), "--engine", engine]) == 1
-    assert capsys.readouterr().err == ("gpumr: error: --projections is required: the SequenceFile of projections "
-                                       "(gpumr ct phantom makes one)\n")
-    assert main(["run", "faces", "in.seq", "-o", str(tmp_path / "out"), "--engine", engine,
-                 "--min-neighbors", "-1"]) == 1
-    assert capsys.readouterr().err == "gpumr: error: --min-neighbors must be a whole number of at least 0, not -1\n"
-    assert os.listdir(tmp_path) == []

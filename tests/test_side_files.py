@@ -9,8 +9,6 @@ its owner could while the job runs; and a real second user's file.
 
 import json
 import os
-import pwd
-import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +37,6 @@ class Changes(Workload):
     def cpu(self, key, value, o):
         return {"text": self.text}
 """
-PLANTER = "gpumr-side-owner"
 
 
 def gpumr(args, cwd):
@@ -70,23 +67,6 @@ def test_a_side_file_changed_after_it_was_shipped_is_refused_by_the_tasks(tmp_pa
     assert err[0].startswith("gpumr: error: ") and "-data.txt on this node is not what the launcher shipped" in err[0]
     assert "changed since it was shipped" in err[0]
     assert not (tmp_path / "out").exists() and values == []
-
-
-@pytest.fixture(scope="module")
-def other_user():
-    """A real second user (uid), made with useradd for these tests and removed after them."""
-    if os.geteuid() != 0 or not shutil.which("useradd"):
-        pytest.skip("needs root to make a second user")
-    made = False
-    try:
-        pwd.getpwnam(PLANTER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PLANTER],
-                       check=True, capture_output=True)
-        made = True
-    yield pwd.getpwnam(PLANTER).pw_uid
-    if made:
-        subprocess.run(["userdel", PLANTER], capture_output=True)
 
 
 def test_another_users_side_file_is_copied_not_linked(tmp_path, other_user):

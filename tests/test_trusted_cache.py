@@ -9,7 +9,6 @@ library in a shared cache, and a process that may not write in the cache
 import hashlib
 import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -20,24 +19,8 @@ import pytest
 from conftest import warns
 
 ROOT = os.geteuid() == 0
-PLANTER = "gpumr-planter"
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("gcc"),
                                 reason="needs root (a second user) and gcc (host builds of the kernels)")
-
-
-@pytest.fixture(scope="module")
-def planter():
-    """A real second user (uid), made with useradd for these tests and removed after them."""
-    made = False
-    try:
-        pwd.getpwnam(PLANTER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PLANTER],
-                       check=True, capture_output=True)
-        made = True
-    yield pwd.getpwnam(PLANTER).pw_uid
-    if made:
-        subprocess.run(["userdel", PLANTER], capture_output=True)
 
 
 @pytest.fixture
@@ -103,7 +86,7 @@ def test_read_only_cache_still_runs_every_record_on_the_gpu_and_says_why(frames_
 
 
 def test_planted_library_of_another_user_in_a_shared_cache_is_never_loaded(frames_seq, shared_tmp, tmp_path,
-                                                                           planter):
+                                                                           other_user):
     # What a genuine build is called, and what its proof says (to forge a matching one).
     genuine, _ = _build(os.path.join(shared_tmp, "genuine"))
     name = os.path.basename(genuine)
@@ -128,19 +111,19 @@ def test_planted_library_of_another_user_in_a_shared_cache_is_never_loaded(frame
     os.mkdir(cache)
     os.chmod(cache, 0o1777)
     for what, dest in ((evil, name), (forged, f".{name}.gpumr")):
-        subprocess.run(["/bin/cp", what, os.path.join(cache, dest)], user=planter, group=planter, check=True)
+        subprocess.run(["/bin/cp", what, os.path.join(cache, dest)], user=other_user, group=other_user, check=True)
     planted = os.path.join(cache, name)
-    assert os.stat(planted).st_uid == planter
+    assert os.stat(planted).st_uid == other_user
 
     proc = _job(frames_seq, str(tmp_path / "out"), cache)
     assert not os.path.exists(marker), "the planted library was loaded: its constructor ran as root"
     _all_on_gpu(proc)  # built privately instead, and used
-    assert open(planted, "rb").read() == data and os.stat(planted).st_uid == planter  # left alone
+    assert open(planted, "rb").read() == data and os.stat(planted).st_uid == other_user  # left alone
 
     path, built = _build(cache)  # the same, seen from one process: one warning naming the file and why
     assert not os.path.exists(marker) and path != planted and not path.startswith(cache)
     said = [ln for ln in built.stderr.splitlines() if planted in ln]
-    assert len(said) == 1 and f"of uid {planter}" in said[0] and "private temporary kernel cache" in said[0], \
+    assert len(said) == 1 and f"of uid {other_user}" in said[0] and "private temporary kernel cache" in said[0], \
         built.stderr
 
 
@@ -164,7 +147,7 @@ def test_truncated_cached_library_is_rebuilt_and_the_job_succeeds(frames_seq, tm
 
 
 @pytest.mark.parametrize("how", ["another user's", "group-writable", "a symlink"])
-def test_a_cache_folder_the_rule_refuses_is_one_warning_and_a_private_cache(shared_tmp, planter, how):
+def test_a_cache_folder_the_rule_refuses_is_one_warning_and_a_private_cache(shared_tmp, other_user, how):
     cache = os.path.join(shared_tmp, "cache")
     if how == "a symlink":
         os.mkdir(os.path.join(shared_tmp, "real"), 0o700)
@@ -173,11 +156,11 @@ def test_a_cache_folder_the_rule_refuses_is_one_warning_and_a_private_cache(shar
         os.mkdir(cache)
         os.chmod(cache, 0o775 if how == "group-writable" else 0o755)
         if how == "another user's":
-            os.chown(cache, planter, planter)
+            os.chown(cache, other_user, other_user)
     path, proc = _build(cache)
     assert not path.startswith(cache) and not path.startswith(os.path.join(shared_tmp, "real"))
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpumr: warning: ")]
-    why = {"another user's": f"belongs to uid {planter}", "group-writable": "lets others write in it",
+    why = {"another user's": f"belongs to uid {other_user}", "group-writable": "lets others write in it",
            "a symlink": "it is a symlink"}[how]
     assert len(said) == 1 and cache in said[0] and why in said[0], proc.stderr
     assert not os.listdir(os.path.join(shared_tmp, "real") if how == "a symlink" else cache)
@@ -201,7 +184,7 @@ def test_a_fatbin_in_the_cache_without_its_proof_is_not_used(tmp_path, monkeypat
 
 
 def test_a_fatbin_of_another_user_in_a_shared_cache_is_not_used_even_with_its_proof(shared_tmp, monkeypatch,
-                                                                                   planter):
+                                                                                   other_user):
     from gpumr.gpu import kernels
     from gpumr.io.outputs import write_file
     cache = os.path.join(shared_tmp, "cache")
@@ -213,13 +196,13 @@ def test_a_fatbin_of_another_user_in_a_shared_cache_is_not_used_even_with_its_pr
     if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
         pytest.skip("a fatbin ships beside the sources here")
     write_file(os.path.join(cache, name), b"planted", kernels._made_by("haar"))  # a proof that vouches for it
-    os.chown(os.path.join(cache, name), planter, planter)
+    os.chown(os.path.join(cache, name), other_user, other_user)
     assert kernels.locate("haar") == (None, "nowhere")
     assert open(os.path.join(cache, name), "rb").read() == b"planted"  # left alone
 
 
 def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it_names(shared_tmp, monkeypatch,
-                                                                                      planter):
+                                                                                      other_user):
     """Hadoop's distributed cache shows ``--dirs DIR#kernels`` as a link in the task's folder: followed once, then
     the rule applies to the folder it names (yours: loaded; another user's: refused, one warning)."""
     from gpumr.gpu import kernels
@@ -233,7 +216,7 @@ def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it
         with open(os.path.join(folder, name), "wb") as f:
             f.write(b"fatbin")
         os.symlink(folder, os.path.join(shared_tmp, f"link-{owner}"))
-    os.chown(os.path.join(shared_tmp, "theirs"), planter, planter)
+    os.chown(os.path.join(shared_tmp, "theirs"), other_user, other_user)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-mine"))
     assert kernels.locate("haar") == (os.path.join(shared_tmp, "mine", name), "$GPUMR_KERNEL_DIR")  # (not the link)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, os.path.join(shared_tmp, "link-theirs"))
@@ -241,7 +224,7 @@ def test_a_shipped_kernel_folder_named_through_a_link_is_judged_by_the_folder_it
         assert kernels.locate("haar") == (None, "nowhere")
 
 
-def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(shared_tmp, monkeypatch, planter):
+def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(shared_tmp, monkeypatch, other_user):
     """The folder named through a link was checked, then every fatbin opened through the link again: repointing it
     after the check served another user's fatbin. Now the folder is opened once and its files read relative to it;
     and a link to a link (the docs say "followed once") is refused."""
@@ -257,8 +240,8 @@ def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
     theirs = os.path.join(shared_tmp, "theirs")
-    os.chown(theirs, planter, planter)
-    os.chown(os.path.join(theirs, name), planter, planter)
+    os.chown(theirs, other_user, other_user)
+    os.chown(os.path.join(theirs, name), other_user, other_user)
     link = os.path.join(shared_tmp, "kernels")
     os.symlink(os.path.join(shared_tmp, "mine"), link)
     monkeypatch.setenv(kernels.KERNEL_DIR_ENV, link)
@@ -275,7 +258,7 @@ def test_a_shipped_kernel_folder_is_opened_once_and_a_chain_of_links_is_refused(
         assert kernels.locate("haar") == (None, "nowhere")
 
 
-def _fatbins(shared_tmp, planter, name):
+def _fatbins(shared_tmp, other_user, name):
     """``mine`` and ``theirs`` folders in ``shared_tmp``, each holding a fatbin named ``name`` (theirs: the second
     user's folder and file); a sticky folder ``shared`` (1777, as /tmp) where anyone may make a link."""
     for owner, data in (("mine", b"my fatbin"), ("theirs", b"their fatbin")):
@@ -284,8 +267,8 @@ def _fatbins(shared_tmp, planter, name):
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
     theirs = os.path.join(shared_tmp, "theirs")
-    os.chown(theirs, planter, planter)
-    os.chown(os.path.join(theirs, name), planter, planter)
+    os.chown(theirs, other_user, other_user)
+    os.chown(os.path.join(theirs, name), other_user, other_user)
     shared = os.path.join(shared_tmp, "shared")
     os.mkdir(shared)
     os.chmod(shared, 0o1777)
@@ -293,7 +276,7 @@ def _fatbins(shared_tmp, planter, name):
 
 
 def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_through_it(shared_tmp, monkeypatch,
-                                                                                         planter):
+                                                                                         other_user):
     """Issue 64, class 9. Before: a link of another user in a sticky shared folder was followed (it chose which folder
     the kernels came from); ``locate()`` and ``fatbin()`` gave a path through the link, which, repointed after the
     check, served another user's fatbin; a link whose target ends ``l2/.`` or passes through another link was
@@ -303,7 +286,7 @@ def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_t
     if os.path.exists(os.path.join(os.path.dirname(kernels.source_path("haar")), name)):
         pytest.skip("a fatbin ships beside the sources here")
     monkeypatch.setenv(kernels.CACHE_ENV, os.path.join(shared_tmp, "cache"))
-    mine, theirs, shared = _fatbins(shared_tmp, planter, name)
+    mine, theirs, shared = _fatbins(shared_tmp, other_user, name)
 
     def use(path):
         monkeypatch.setattr(kernels, "_FOLDERS", {})
@@ -312,10 +295,10 @@ def test_the_kernel_folder_is_named_by_one_link_of_yours_and_nothing_is_loaded_t
 
     # A link of another user, in the sticky folder, to a folder of mine: refused, and said once.
     theirs_link = os.path.join(shared, "kernels-theirs")
-    subprocess.run(["ln", "-s", mine, theirs_link], user=planter, group=planter, check=True)
-    assert os.lstat(theirs_link).st_uid == planter
+    subprocess.run(["ln", "-s", mine, theirs_link], user=other_user, group=other_user, check=True)
+    assert os.lstat(theirs_link).st_uid == other_user
     use(theirs_link)
-    with warns(f"{theirs_link}: refusing it for kernels to load: a link of uid {planter}, "
+    with warns(f"{theirs_link}: refusing it for kernels to load: a link of uid {other_user}, "
                                          "not yours"):
         assert kernels.locate("haar") == (None, "nowhere")
 

@@ -10,7 +10,6 @@ launcher or in the tasks.
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,6 @@ import tempfile
 import pytest
 
 ROOT = os.geteuid() == 0
-PLANTER = "gpumr-code-planter"
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root (to make a second local user with useradd)")
 
 #: A workload whose module, when it runs at all, leaves a file at MARKER: what the tests look for.
@@ -36,21 +34,6 @@ class W(Workload):
         json = sys.modules["json"]
         return {{"from": {tag!r}, "module": __name__, "json_is_the_library": hasattr(json, "JSONDecoder")}}
 '''
-
-
-@pytest.fixture(scope="module")
-def planter():
-    """A real second user (uid), made with useradd for these tests and removed after them."""
-    made = False
-    try:
-        pwd.getpwnam(PLANTER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PLANTER],
-                       check=True, capture_output=True)
-        made = True
-    yield pwd.getpwnam(PLANTER).pw_uid
-    if made:
-        subprocess.run(["userdel", PLANTER], capture_output=True)
 
 
 @pytest.fixture
@@ -95,13 +78,13 @@ def results(out):
 
 @pytest.mark.parametrize("script", [False, True], ids=["python-m", "script"])
 @pytest.mark.parametrize("spec", ["mod:W", "mod.py:W", "./mod.py:W"])
-def test_a_module_another_user_planted_in_a_shared_folder_is_refused_before_it_runs(planter, shared, records,
+def test_a_module_another_user_planted_in_a_shared_folder_is_refused_before_it_runs(other_user, shared, records,
                                                                                    tmp_path, spec, script):
     marker = tmp_path / "ran"
-    plant(shared, "mod.py", "planted", marker, owner=planter)
+    plant(shared, "mod.py", "planted", marker, owner=other_user)
     proc = gpumr(["run", spec, records, "-o", tmp_path / "out"], shared, script=script)
     assert (proc.returncode, proc.stderr) == (1, f"gpumr: error: {shared}/mod.py: refusing a workload module of uid "
-                                                 f"{planter}, not yours (uid 0) or root's\n")
+                                                 f"{other_user}, not yours (uid 0) or root's\n")
     assert not marker.exists() and not (tmp_path / "out").exists()
     proc = gpumr(["run", spec, "--help"], shared, script=script)  # (the module is imported for its options too)
     assert proc.returncode == 1 and "refusing a workload module of uid" in proc.stderr and not marker.exists()
@@ -116,7 +99,7 @@ def test_your_own_module_in_a_sticky_shared_folder_runs(shared, records, tmp_pat
     assert marker.exists() and {v["from"] for v in results(tmp_path / "out").values()} == {"mine"}
 
 
-def test_a_module_in_a_folder_others_may_write_without_the_sticky_bit_is_refused(planter, records, tmp_path):
+def test_a_module_in_a_folder_others_may_write_without_the_sticky_bit_is_refused(other_user, records, tmp_path):
     """Your own file, but anyone could replace it (mode 0777, no sticky bit): refused, naming the folder."""
     folder = tempfile.mkdtemp(prefix="gpumr-code-open-")
     try:
@@ -133,13 +116,13 @@ def test_a_module_in_a_folder_others_may_write_without_the_sticky_bit_is_refused
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_module_that_is_a_link_is_refused(planter, shared, records, tmp_path):
+def test_a_module_that_is_a_link_is_refused(other_user, shared, records, tmp_path):
     """A link the other user made in the shared folder, to a module of theirs: never followed."""
     marker = tmp_path / "ran"
-    theirs = plant(tempfile.mkdtemp(prefix="gpumr-code-theirs-"), "target.py", "planted", marker, owner=planter)
+    theirs = plant(tempfile.mkdtemp(prefix="gpumr-code-theirs-"), "target.py", "planted", marker, owner=other_user)
     try:
         os.symlink(theirs, os.path.join(shared, "mod.py"))
-        os.lchown(os.path.join(shared, "mod.py"), planter, -1)
+        os.lchown(os.path.join(shared, "mod.py"), other_user, -1)
         proc = gpumr(["run", "mod.py:W", records, "-o", tmp_path / "out"], shared)
         assert (proc.returncode, proc.stderr) == (1, f"gpumr: error: {shared}/mod.py: refusing a workload module "
                                                      "that is a symlink\n")

@@ -133,7 +133,6 @@ def _environment(plan, job):
     except ImportError:
         raise GpumrError("--engine flink needs PyFlink: pip install 'gpumr[flink]'") from None
     o, start = plan.o, job.start
-    conf = Configuration()
     settings = {"python.executable": sys.executable, "python.client.executable": sys.executable,
                 "restart-strategy.type": "fixed-delay" if RESTARTS else "none",
                 "restart-strategy.fixed-delay.attempts": str(RESTARTS)}
@@ -146,14 +145,15 @@ def _environment(plan, job):
         if o.device == "gpu":
             from ...devices.nvml import discover
             settings.update({"external-resources": "gpu", "external-resource.gpu.amount": str(len(discover().gpus))})
-    for key, value in settings.items():
-        conf.set_string(key, value)
     # Python workers in processes of their own (as on any cluster), not in a server of the launcher (PyFlink
     # reads this when a job runs); the gateway's log in the job's log folder.
     os.environ["_python_worker_execution_mode"] = "process"
     extra = {"FLINK_LOG_DIR": start.logs, "_python_worker_execution_mode": "process"}
     with start.inherited(secrets=False, extra=extra), scratch_in(job.folder), \
             contextlib.redirect_stdout(sys.stderr):  # (PyFlink's gateway leaves a folder on Ctrl-C)
+        conf = Configuration()  # (its first Java object: the gateway JVM starts here, so inside the block)
+        for key, value in settings.items():
+            conf.set_string(key, value)
         env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     if o.parallelism or not o.jobmanager:
