@@ -1,8 +1,9 @@
-"""The mrjob job of every gpumr job: what the launcher makes mrjob's runner from (:mod:`gpumr.engines.mrjob`).
+"""The mrjob job of gpumr's jobs (``gpumr.jobs``), for mrjob's own API (``MRFaceDetect(args).make_runner()``).
 
-Its steps (a map task of the task runtime, the identity reducer), its
-options (:data:`gpumr.engines.mrjob.task.OPTIONS`) and its script: the
-runners that start processes (local, Hadoop, EMR) run
+The launcher makes the same runner without it
+(:func:`gpumr.engines.mrjob.runner.make_runner`). Its steps (a map task of
+the task runtime, the identity reducer), its options
+(:data:`gpumr.engines.mrjob.task.OPTIONS`) and its script: the runners that start processes (local, Hadoop, EMR) run
 :mod:`gpumr.engines.mrjob.task` for each task (:meth:`MRWorkload.mr_job_script`),
 which runs it without importing mrjob. The inline runner runs this job's
 own mapper in the launcher's process: a
@@ -10,15 +11,14 @@ own mapper in the launcher's process: a
 on every runner.
 """
 
-import importlib
 import inspect
-import sys
 
 from mrjob.job import MRJob
 from mrjob.protocol import RawProtocol, RawValueProtocol
 from mrjob.step import MRStep
 
 from . import task as mrjob_task
+from .runner import import_runners
 from .task import OPTIONS, TEXT_INPUT_FORMAT, MapTask
 
 
@@ -46,20 +46,9 @@ class MRWorkload(MRJob):
             (self.add_file_arg if kind == "file" else self.add_passthru_arg)(switch, **kwargs)
 
     def make_runner(self):
-        """mrjob's runner for this job, its module imported with pyspark hidden from it.
-
-        mrjob's runners (``mrjob.bin``) import pyspark, where it is installed,
-        only to find ``spark-submit`` for mrjob's own Spark runner, which gpumr
-        never uses (gpumr's Spark engine is its own): that import was 0.1-0.2 s
-        of every local, Hadoop and EMR job's start. A pyspark this process has
-        already imported is left as it is; later imports of it are unaffected.
-        """
-        if "mrjob.bin" not in sys.modules and "pyspark" not in sys.modules:
-            sys.modules["pyspark"] = None  # (importing it raises ImportError: mrjob.bin's pyspark is None)
-            try:
-                importlib.import_module("mrjob.bin")
-            finally:
-                del sys.modules["pyspark"]
+        """mrjob's runner for this job, its module imported with pyspark hidden from it
+        (:func:`gpumr.engines.mrjob.runner.import_runners`)."""
+        import_runners()
         return super().make_runner()
 
     def steps(self):
