@@ -31,7 +31,7 @@ import threading
 from ..processes import AFTER_SIGNAL, end_processes_in
 
 #: mrjob's switches that are gpumr's own on its command line (``-q``, ``-v``): never handed to mrjob.
-GPUMR_SWITCHES = frozenset(("-q", "--quiet", "-v", "--verbose"))
+OWN_SWITCHES = frozenset(("-q", "--quiet", "-v", "--verbose"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,7 +53,7 @@ def option_parser():
 def runner_switches():
     """mrjob's runner options as ``[(option strings, takes a value)]``: what gpumr's parser declares for them."""
     return [(strings, a.nargs != 0) for a in option_parser()._actions
-            if (strings := [s for s in a.option_strings if s not in GPUMR_SWITCHES])]
+            if (strings := [s for s in a.option_strings if s not in OWN_SWITCHES])]
 
 
 def runner_settings(given, ours=None):
