@@ -15,6 +15,7 @@ def frame_corpus(work, count=None, megabytes=None, distinct=96):
     Returns the sorted paths (in ``work/frames``).
     """
     import shutil
+
     from gpumr.faces.sample import make_frames
     originals = make_frames(os.path.join(work, "distinct"), count=distinct)
     src = os.path.join(work, "frames")

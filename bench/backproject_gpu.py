@@ -95,9 +95,10 @@ def run_job(n, angles, slab):
     import os
     import shutil
     import tempfile
+
     from gpumr.ct.projections import write_set
-    from gpumr.launch.job import run_job
     from gpumr.jobs.backproject import MRBackproject
+    from gpumr.launch.job import run_job
     work = tempfile.mkdtemp(prefix="gpumr-bpjob-")
     try:
         g = geometry.simple(n, angles, n_detector=n)

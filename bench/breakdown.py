@@ -52,13 +52,14 @@ def start_up(code):
 
 
 def ct(work, n, na, slab):
+    from host_costs import publish_seconds
+
     import seqfile
     from gpumr.ct import geometry, phantom
     from gpumr.ct.backproject import backproject, pad, threads
     from gpumr.ct.fdk import filter_projections
     from gpumr.ct.projections import read_set, write_set
     from gpumr.tasks.output import Arrays
-    from host_costs import publish_seconds
     g = geometry.simple(n, na, n_detector=n)
     seq = os.path.join(work, "proj.seq")
     write_set(seq, phantom.projections(g))
@@ -84,13 +85,13 @@ def ct(work, n, na, slab):
 
 def faces(work, frames):
     import cv2
+    from host_costs import publish_seconds
 
     import seqfile
-    from gpumr.faces.cpu import cascade_path, detect, load_cascade
     from gpumr.core.images import decode_gray
+    from gpumr.faces.cpu import cascade_path, detect, load_cascade
     from gpumr.io.packing import pack
     from gpumr.tasks.output import write_lines
-    from host_costs import publish_seconds
     paths = frame_corpus(work, count=frames, distinct=64)
     seq = os.path.join(work, "frames.seq")
     pack([os.path.dirname(paths[0])], seq, progress=False)

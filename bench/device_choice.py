@@ -65,6 +65,7 @@ def per_raw_request(path, n):
 def face_work(n=20):
     import cv2
     import numpy as np
+
     from gpumr.faces.cpu import detect, load_cascade
     from gpumr.faces.sample import make_frames
     cv2.setNumThreads(1)

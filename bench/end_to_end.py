@@ -69,14 +69,14 @@ def ratios(base, runs):
 
 def paired(base, runs):
     """The median of the rounds' :func:`ratios`: each round's two commands ran one after the other, so a machine
-    whose speed drifts between rounds (a shared one's moved 15% within minutes) moves both alike."""
+    whose speed drifts between rounds (as a shared one's does within minutes) moves both alike."""
     return statistics.median(ratios(base, runs))
 
 
 def spread(values, digits=3, unit=""):
     """The spread behind a median, ``"lo-hi"``: the rounds' :func:`ratios`, or a baseline's seconds. On a shared
-    machine the same command took 5.5-10.7 s within half an hour: a ratio whose rounds span 0.6-1.3 says so, where
-    its median alone would not."""
+    machine the same command's time drifts within half an hour (docs/lab-notes/code-figures.rst): a ratio whose
+    rounds spread says so, where its median alone would not."""
     return f"{min(values):.{digits}f}-{max(values):.{digits}f}{unit}"
 
 

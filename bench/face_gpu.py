@@ -25,13 +25,13 @@ from _common import frame_corpus, table
 
 from gpumr.devices.nvml import discover
 
-
 #: Frames OpenCV runs on one core (half as many per core on all of them); its rates are scaled to the frames.
 CPU_SAMPLE = 50
 
 
 def _cpu_worker(paths):
     import cv2
+
     from gpumr.faces.cpu import detect, load_cascade
     cv2.setNumThreads(1)
     clf = load_cascade()
@@ -54,11 +54,12 @@ def main():
     if args.emulate:
         os.environ["GPUMR_SIMULATE_GPUS"] = "1"  # (the jobs' tasks too)
     import cv2
-    from gpumr.launch.job import run_job
+
     from gpumr.faces.cpu import cascade_path
     from gpumr.faces.gpu import FaceGPU
     from gpumr.io.packing import pack
     from gpumr.jobs.face_detect import MRFaceDetect
+    from gpumr.launch.job import run_job
     gpus = discover().gpus
     if not gpus:
         raise SystemExit("no NVIDIA GPU here")
@@ -75,7 +76,7 @@ def main():
             fg.run(grays[i:i + args.batch], gpu)
         t_gpu = time.perf_counter() - t0
         n = len(grays)
-        # OpenCV on a sample, scaled to n (200 frames at the 4.5 fps a core of the H200 host: 44 s of the lease)
+        # OpenCV on a sample, scaled to n (a whole run on one core would spend the GPU lease: docs/lab-notes/code-figures.rst)
         one = paths[:min(CPU_SAMPLE, n)]
         t_cpu1 = _cpu_worker(one) * n / len(one)
         cores = os.cpu_count()

@@ -20,15 +20,16 @@ import time
 from _common import frame_corpus, table
 
 from gpumr.core import BAD, ON_CPU, ON_GPU
-from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
 from gpumr.jobs.face_detect import MRFaceDetect
+from gpumr.launch.job import run_job
 
 
 def _loop(args):
     paths, decode_first = args
     import cv2
     import numpy as np
+
     from gpumr.faces.cpu import detect, load_cascade
     cv2.setNumThreads(1)
     clf = load_cascade()

@@ -35,6 +35,7 @@ def main():
     os.environ["GPUMR_KERNEL_CACHE"] = os.path.join(work, "kernels")  # an empty cache: the build is timed
     try:
         import cv2
+
         from gpumr.ct import geometry
         from gpumr.ct.backproject import backproject, pad
         from gpumr.ct.backproject_gpu import SlabBackprojector

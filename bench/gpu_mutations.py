@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from _common import table  # noqa: E402
+from _common import table  # noqa: E402 (after the sys.path line that finds it)
 
 #: The modules whose waits are left out in turn.
 DRIVERS = ("gpumr.ct.backproject_gpu", "gpumr.faces.gpu", "gpumr.blobs.gpu", "gpumr.gpu.trust")

@@ -1,10 +1,8 @@
 """Where a GPU path's time goes: every driver call timed, as gpumr drives the device and each call alone.
 
-The H200 check of 2026-11-27 found the backprojection kernel as fast as
-the model said (928 GUPS) and the slab path around it 4-6 times slower
-(153 GUPS at 512^3), and the faces kernel path at 1,337 fps against the
-4,862-7,398 predicted: the time is in what surrounds the kernels, which
-the model cannot see. This profile puts a :class:`Phases` launcher
+The H200 check of 2026-11-27 (docs/lab-notes/gpu.rst) found the kernels as
+fast as the model said and the paths around them slower than predicted:
+the time is in what surrounds the kernels, which the model cannot see. This profile puts a :class:`Phases` launcher
 between a driver and its launcher (PyCUDA, CuPy or the emulation) and runs
 the path twice:
 

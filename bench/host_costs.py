@@ -36,7 +36,7 @@ import numpy as np
 
 #: Cores of the GPU node the end to end is predicted for (this machine's per-core costs scaled to it).
 NODE_CORES = 16
-#: Frames of the face job predicted (an hour of 30 fps video, about): fixed costs spread over them.
+#: Frames of the face job predicted (about an hour of video): fixed costs spread over them.
 JOB_FRAMES = 100_000
 #: Slices per CT record (the workload's default ``--slab``).
 CT_SLAB = 16
@@ -97,11 +97,13 @@ def faces_costs(work, det, found, frames=64):
     found in some frames (:class:`gpumr.faces.gpu.Found`, from a run under
     the emulation), whose grouping is timed.
     """
-    import seqfile
     from _common import frame_corpus
+
+    import seqfile
     from gpumr.core.processor import plain_result
     from gpumr.faces.gpu import PART
     from gpumr.faces.workload import Faces
+    from gpumr.io import joboutput
     from gpumr.io.packing import pack
     from gpumr.tasks import output
     paths = frame_corpus(os.path.join(work, "faces"), count=frames, distinct=min(frames, 64))
@@ -123,8 +125,8 @@ def faces_costs(work, det, found, frames=64):
     per["group"] = best(lambda: [f.faces(mn) for f in found]) / len(found)
     results = [plain_result(k, {"faces": [[10, 20, 30, 30]], "width": 640, "height": 480}, "gpu:0")
                for k, _ in records]
-    lines = [output.line(k, v) for (k, _), v in zip(records, results)]
-    per["encode"] = best(lambda: [output.line(k, v) for (k, _), v in zip(records, results)]) / n
+    lines = [joboutput.line(k, v) for (k, _), v in zip(records, results)]
+    per["encode"] = best(lambda: [joboutput.line(k, v) for (k, _), v in zip(records, results)]) / n
     stage = os.path.join(work, "stage")
     os.makedirs(stage, exist_ok=True)
     per["write"] = best(lambda: output.write_lines(stage, f"part-{time.perf_counter_ns()}", lines)) / n

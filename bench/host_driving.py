@@ -34,8 +34,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import table  # noqa: E402
-from gpu_model import COPY_GBS, HOST_PART_S, HOST_SLAB_SHARE, MEASURED_GUPS  # noqa: E402
+from _common import table  # noqa: E402 (after the sys.path line that finds it)
+from gpu_model import COPY_GBS, HOST_PART_S, HOST_SLAB_SHARE, MEASURED_GUPS  # noqa: E402 (after sys.path)
 
 
 def null_gpu(memory):
@@ -73,13 +73,14 @@ def best(fn, repeat):
 
 def faces(frames, batch, repeat, size=(640, 480)):
     """Host seconds per part of the faces' GPU path on the null launcher, and the calls per part."""
+    import shutil
+    import tempfile
+
     import cv2
 
     from gpumr.faces.cpu import cascade_path
     from gpumr.faces.gpu import PART, FaceGPU
     from gpumr.faces.sample import make_frames
-    import tempfile
-    import shutil
     work = tempfile.mkdtemp(prefix="gpumr-host-driving-")
     try:
         grays = [cv2.resize(cv2.imread(p, cv2.IMREAD_GRAYSCALE), size)

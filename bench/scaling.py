@@ -34,8 +34,7 @@ EMR need a cluster and are skipped with the reason, unless ``--engine-args
 'ENGINE=ARGS'`` says how to run them (``{n}`` in ARGS is the worker count),
 as it may for any engine.
 
-Printed beside that study's figures (8 nodes, strong: RADICAL-Pilot 8.1x,
-Spark 7.1x, Dask 6.6x); ``--plot FILE.png`` draws the speedups (matplotlib).
+Printed beside that study's figures (:data:`PUBLISHED`); ``--plot FILE.png`` draws the speedups (matplotlib).
 
 Usage: python bench/scaling.py [--workers 1 2] [--images 12] [--size 128] [--repeat 1]
        [--workloads blobs watershed] [--modes strong weak] [--engines E ...]
@@ -242,7 +241,7 @@ def main():
     a = ap.parse_args()
     if a.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401 (only whether it imports)
         except ImportError:
             sys.exit("bench/scaling.py: --plot needs matplotlib (pip install 'gpumr[plot]')")
     print(f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)

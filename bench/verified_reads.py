@@ -16,7 +16,7 @@ interleaved, medians:
   projections anyway: reading them into the filtering buffer
   (:meth:`gpumr.ct.bands.FilteredRows.read`) of a geometry that holds them;
 * with ``--job N``: a whole ``gpumr run backproject --engine inline`` job of an
-  N\ :sup:`3` phantom (its projections shipped), with the tasks' content check
+  N\\ :sup:`3` phantom (its projections shipped), with the tasks' content check
   and with the size check alone (the task runtime's caches emptied before each).
 
 Usage: python bench/verified_reads.py [--n 512] [--mb 512] [--rounds 5] [--job 256]
@@ -114,7 +114,7 @@ def main():
         size = os.path.getsize(seq)
         name = hashlib.sha256(open(seq, "rb").read()).hexdigest()[:24] + "-p.seq"
         os.link(seq, os.path.join(work, name))
-        find = lambda n: os.path.join(work, n)  # noqa: E731
+        find = lambda n: os.path.join(work, n)  # noqa: E731 (a one-line choice of function)
 
         def size_only():
             assert os.path.getsize(find(name)) == size

@@ -7,7 +7,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The checkout first, so that the pages show the docstrings and parsers as they are in the tree.
 sys.path[:0] = [os.path.join(HERE, "_ext"), os.path.dirname(HERE)]
 
-import gpumr  # noqa: E402
+import gpumr  # noqa: E402 (after the sys.path line above)
 
 project = "gpumr"
 author = "the gpumr authors"

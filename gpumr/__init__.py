@@ -1,12 +1,6 @@
 """gpumr: image processing over Hadoop SequenceFiles on eight engines, each record on a free GPU or the CPU.
 
-Packages, along one record's path (:doc:`/concepts/record-path`): ``io``
-(SequenceFiles in and out, the filesystem layer, the output transaction),
-``core`` (the record flow, workload declarations), ``devices`` (which device
-a record runs on), ``gpu`` (launching CUDA kernels), the workloads ``faces``,
-``ct``, ``blobs`` and ``watershed``, ``engines`` (inline, local, hadoop, emr,
-spark, dask, radical, flink), ``cli``.
-"""
+Its packages follow one record's path: :doc:`/concepts/record-path`."""
 
 __version__ = "0.1.0"
 
@@ -24,13 +18,7 @@ def __getattr__(name):
 
 
 def _source_checkout():
-    """In a source checkout, let ``gpumr.jobs``, ``gpumr.cuda`` and ``gpumr.conf`` be the top-level folders.
-
-    setup.cfg installs ``jobs/``, ``cuda/`` and ``conf/`` as these
-    subpackages (``package_dir``). In a checkout, where this folder can hide
-    the installed package (``python -m gpumr.jobs.face_detect`` run in the
-    repository root), a finder maps the same three names to the same files.
-    """
+    """In a source checkout, let ``gpumr.jobs``, ``gpumr.cuda`` and ``gpumr.conf`` be the top-level folders."""
     import importlib.util
     import os
     import sys

@@ -1,23 +1,8 @@
 """The error boundary: how every gpumr entry point ends.
 
-Each entry point runs inside :func:`guard` (``gpumr``, ``python -m
-gpumr.jobs.X`` and the tasks mrjob starts with it, spark-submit's
-``gpumr/cli/spark_submit.py``, ``gpumr scheduler serve``):
-
-- any exception ends in ONE line on stderr, ``gpumr: error: ...``, passed
-  through :func:`gpumr.errors.redact`, and exit status
-  :data:`~gpumr.errors.EXIT_ERROR` (1): usage errors and refused options
-  (:class:`UsageError`) and unexpected exceptions (bugs) alike; a bug's
-  line names its type and asks for a rerun with ``--debug``, which shows
-  the traceback (redacted) above the line. A line the troubleshooting page
-  has an entry for ends with ``(see: gpumr help TOPIC)``.
-- Ctrl-C ends in ``gpumr: interrupted`` and 130, SIGTERM in ``gpumr:
-  terminated`` and 143 (:mod:`gpumr.signals`), what the command was writing
-  removed first (:func:`seqfile.atomic.discard_unfinished`).
-- success is 0, and so is a closed pipe on stdout (``gpumr ls big.seq | head``).
-
-Messages that are not errors go through :mod:`gpumr.log`.
-"""
+Any exception ends in one redacted line, ``gpumr: error: ...``, and exit status 1 (a bug's line asks for
+``--debug``); Ctrl-C in ``gpumr: interrupted`` and 130, SIGTERM in 143, what was being written removed first; success
+and a closed stdout pipe in 0."""
 
 import argparse
 import atexit
@@ -34,11 +19,19 @@ from seqfile.atomic import discard_unfinished
 from seqfile.codecs import CodecError
 
 from . import log as _log
-from .errors import BUG_HINT, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, GpumrError, did_you_mean, hint, \
-    redact
+from .errors import (
+    BUG_HINT,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    GpumrError,
+    did_you_mean,
+    hint,
+    redact,
+)
 from .log import ROOT, one_line, write_stderr
 from .signals import Terminated, catch, deliver_again
-
 
 #: Set to 1 to show tracebacks (as ``--debug``), e.g. in tasks a job starts.
 DEBUG_ENV = "GPUMR_DEBUG"
@@ -99,8 +92,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def show_defaults(parser):
-    """Say each option's default in its help, where the help does not already (``--slab N: ... (default 16)``),
-    on ``parser`` and every subcommand under it; the docs' reference reads the same help.
+    """Say each option's default in its help, where the help does not already (``--slab N: ... (default 16)``), on
+    ``parser`` and every subcommand under it; the docs' reference reads the same help.
 
     Examples
     --------
@@ -124,13 +117,7 @@ def show_defaults(parser):
 
 
 def _unraisable(info):
-    """``sys.unraisablehook``: an error Python cannot raise (a library's ``__del__`` at exit) is a debug line.
-
-    A Ctrl-C (or SIGTERM) whose handler ran inside a finalizer raised its
-    ``KeyboardInterrupt`` where Python can only report it: the process
-    would go on as if never stopped. It is delivered again, so the main
-    thread stops at its next step.
-    """
+    """``sys.unraisablehook``: an error Python cannot raise (a library's ``__del__`` at exit) is a debug line."""
     if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
         deliver_again(info.exc_type)
         return
@@ -142,12 +129,7 @@ def _unraisable(info):
 
 
 def describe(exc):
-    """The one line that says what went wrong in ``exc`` (without the ``gpumr: error:`` prefix).
-
-    A user-facing error (:data:`USER_ERRORS`) as its message; an operating
-    system error as ``FILE: reason``; anything else is a bug: its type and
-    message, and the hint to rerun with ``--debug``.
-    """
+    """The one line that says what went wrong in ``exc`` (without the ``gpumr: error:`` prefix)."""
     if isinstance(exc, USER_ERRORS):
         return one_line(exc)
     if isinstance(exc, OSError):
@@ -195,8 +177,8 @@ def guard(func, *args, debug=None, on_interrupt=None):
     Parameters
     ----------
     func : callable
-        The entry point's work. Its return value is ignored unless it is an
-        int (then it is the exit status, mapped by the rule).
+        The entry point's work. Its return value is ignored unless it is an int (then it is the exit status, mapped by
+        the rule).
     debug : bool, optional
         Show tracebacks (redacted) above the error line; default :func:`debug_wanted`.
     on_interrupt : callable, optional
@@ -205,8 +187,7 @@ def guard(func, *args, debug=None, on_interrupt=None):
     Returns
     -------
     int
-        0, 1 or 130.
-    """
+        0, 1 or 130."""
     install()
     catch()
     log = logging.getLogger(ROOT)
@@ -261,18 +242,9 @@ def _interrupted(on_interrupt, terminated=False):
 
 
 def _handled_keyboard_interrupt():
-    """Tell CPython that the KeyboardInterrupt was handled, so that the exit status stays 130.
-
-    CPython keeps a process-wide note that a ``KeyboardInterrupt`` went
-    unhandled (set when one leaves code that CPython runs from source, e.g.
-    ``eval``/``exec`` of a string) and, at exit, ends a process with that
-    note by SIGINT: a parent then sees status -2, not 130. Measured here:
-    ``python -m gpumr sample`` interrupted ended -2 in about 1 run of 3
-    although gpumr had caught the interrupt. The note is cleared whenever
-    code from source starts, so running a constant clears it.
-    """
+    """Tell CPython that the KeyboardInterrupt was handled, so that the exit status stays 130."""
     with contextlib.suppress(Exception):
-        exec("pass", {})  # noqa: S102 (a constant: see the docstring)
+        exec("pass", {})
 
 
 def _fail(log, exc, debug):
@@ -289,17 +261,6 @@ def _fail(log, exc, debug):
 def end_without_collecting():
     """Have this process's end skip the interpreter's last garbage collections (for a program's entry point).
 
-    Registered as an exit function, :func:`gc.freeze` runs after the ones
-    registered later (clean-ups of the run) and before the interpreter
-    tears its modules down, whose collections then pass over every object
-    instead of searching it for cycles. Measured here, a ``gpumr run``'s
-    end (mrjob and numpy loaded) went from 0.085 s of pure CPU to 0.02 s,
-    ``gpumr ct assemble``'s from 0.038 to 0.014 s: time the user waits
-    for. Nothing is lost: every clean-up of gpumr's is an exit function or
-    explicit (files are closed, flushed and synced where written), and
-    Python does not promise to finalize objects still alive when the
-    interpreter exits.
-
     Examples
     --------
     >>> from gpumr.boundary import end_without_collecting
@@ -309,13 +270,7 @@ def end_without_collecting():
 
 
 def main(func, *args, **kwargs):
-    """``sys.exit(guard(func, *args, **kwargs))``: for ``if __name__ == "__main__"`` blocks.
-
-    A ``--debug`` in ``sys.argv`` is taken out (the program's own parser
-    need not know it) and turns tracebacks on here and, through
-    :data:`DEBUG_ENV`, in the processes this one starts (a job's tasks).
-    The process ends without its last collections (:func:`end_without_collecting`).
-    """
+    """``sys.exit(guard(func, *args, **kwargs))``: for ``if __name__ == "__main__"`` blocks."""
     end_without_collecting()
     if "--debug" in sys.argv[1:]:
         sys.argv[1:] = [a for a in sys.argv[1:] if a != "--debug"]

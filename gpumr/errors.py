@@ -9,14 +9,7 @@ class GpumrError(Exception):
 
 
 def printable(name):
-    """``name`` (a key or a path, str or bytes) on one line: what cannot be shown is escaped.
-
-    Control characters (newline, tab, ...) and other unprintable characters
-    become Python-style escapes (``\\n``, ``\\t``, ``\\x1b``, ``\\u2028``), bytes that
-    are not UTF-8 (file names the OS gave as surrogates) become ``\\xNN``, and
-    a backslash becomes ``\\\\``, so the result is unambiguous, fits in one
-    line of a listing or an error message, and cannot move the terminal's cursor.
-    """
+    """``name`` (a key or a path, str or bytes) on one line: what cannot be shown is escaped."""
     if isinstance(name, bytes):
         name = name.decode("utf-8", "surrogateescape")
     if name.isprintable() and "\\" not in name:
@@ -62,17 +55,13 @@ _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s:
 
 
 def redact(text):
-    """``text`` with the user-info of every URI in it replaced by ``***@``.
+    """``text`` (any message: an error line, a warning, a path list) with the user-info of every URI in it replaced by
+    ``***@``.
 
-    Parameters
-    ----------
-    text : str
-        Any message: an error line, a warning, a path list.
-
-    Returns
-    -------
-    str
-        The same text, where ``s3://KEY:SECRET@bucket/x`` reads ``s3://***@bucket/x``.
+    Examples
+    --------
+    >>> redact("cannot read s3://KEY:SECRET@bucket/x")
+    'cannot read s3://***@bucket/x'
     """
     return _USERINFO.sub(r"\g<scheme>***@", str(text))
 
@@ -85,8 +74,8 @@ SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id",
 
 
 def redact_settings(settings):
-    """A framework's settings (``{name: value}``) fit to show: secrets' values and every ``cmdenv`` value
-    (environment for the tasks, often credentials) as ``***``, user-info hidden in the rest.
+    """A framework's settings (``{name: value}``) fit to show: secrets' values and every ``cmdenv`` value (environment
+    for the tasks, often credentials) as ``***``, user-info hidden in the rest.
 
     Examples
     --------
@@ -132,17 +121,8 @@ TROUBLESHOOTING = tuple((topic, re.compile(pattern)) for topic, pattern in (
 
 
 def help_topic(message):
-    """The troubleshooting topic of an error line, or None when the page has no entry for it.
-
-    Parameters
-    ----------
-    message : str
-        An error line as the error boundary prints it (without ``gpumr: error:``).
-
-    Returns
-    -------
-    str or None
-        The entry's name: its anchor on the page (``troubleshooting.html#TOPIC``) and ``gpumr help TOPIC``.
+    """The troubleshooting topic of an error line (as the boundary prints it, without ``gpumr: error:``), or None when the
+    page has no entry for it: its anchor on the page (``troubleshooting.html#TOPIC``) and ``gpumr help TOPIC``.
 
     Examples
     --------

@@ -1,13 +1,4 @@
-"""The limits on how much work one option or one piece of input may ask for, and the check that keeps them.
-
-Every option and every metadata field that sets the amount of work (image
-and pyramid sizes, JPEG scans, CT volume and projection sizes, threads,
-reducers, ...) is checked against one of these limits before anything is
-allocated for it. What is over its limit is refused with one line naming
-the option, file or field: before any task when the options or the metadata
-alone decide it, else as that record's ``error`` line. The documentation's Concepts, "Size
-caps and bounds", lists them.
-"""
+"""The limits on how much work one option or one piece of input may ask for, and the check that keeps them."""
 
 import math
 import numbers
@@ -79,17 +70,12 @@ MAX_SAMPLE_FRAMES = 10000
 
 
 def shown(value):
-    """``value`` for an error message: its ``repr`` (one line), cut to 60 characters.
+    """``value`` for an error message: its ``repr`` (one line), cut to 60 characters (ending in ``...`` when cut).
 
-    Parameters
-    ----------
-    value : object
-        What the user gave (an option's value, a field of a file).
-
-    Returns
-    -------
-    str
-        At most 60 characters, ending in ``...`` when cut.
+    Examples
+    --------
+    >>> shown("a" * 80)[-5:], len(shown("a" * 80))
+    ('aa...', 60)
     """
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -112,16 +98,17 @@ def _describe(integer, least, most, above):
 
 
 def number(name, value, least=None, most=None, *, above=None, integer=False):
-    """``value`` if it is a finite number within the limits, else a one-line refusal naming ``name``.
+    """``value`` if it is a finite number within the limits, else a one-line refusal naming ``name``. Raises
+    ``GpumrError``: ``"{name} must be {what}, not {value}"``.
 
     Parameters
     ----------
     name : str
-        What the value is, as the user wrote it: an option (``"--scale-factor"``) or a file's field
-        (``"geo.json: DSO"``).
+        What the value is, as the user wrote it: an option (``"--scale-factor"``) or a file's field (``"geo.json:
+        DSO"``).
     value : object
-        The value as given (parsed JSON included): a bool, a string, a list or a non-finite number is
-        refused, never converted.
+        The value as given (parsed JSON included): a bool, a string, a list or a non-finite number is refused, never
+        converted.
     least, most : number, optional
         Inclusive bounds.
     above : number, optional
@@ -129,10 +116,13 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
     integer : bool
         Require a whole number (a float with no fraction is accepted); the result is then an ``int``.
 
-    Raises
-    ------
-    GpumrError
-        ``"{name} must be {what}, not {value}"``.
+    Examples
+    --------
+    >>> number("--frames", 3.0, 1, 10, integer=True)
+    3
+    >>> number("--scale-factor", 0.5, above=1)
+    Traceback (most recent call last):
+    gpumr.errors.GpumrError: --scale-factor must be a number over 1, not 0.5
     """
     whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     ok = whole or (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value))
@@ -149,28 +139,15 @@ def number(name, value, least=None, most=None, *, above=None, integer=False):
 
 
 def at_most(name, amount, most, what):
-    """Refuse ``amount`` (a product of checked sizes) over ``most``: ``"{name}: {amount} {what} ..."``.
+    """``amount`` (a product of checked sizes, e.g. voxels of a volume) if it is at most ``most`` (one of this module's
+    limits). Raises ``GpumrError`` naming ``name`` (what the user knows: an option, a file and its field), ``amount`` and
+    ``what`` (the unit, ``"voxels"``) when it is over.
 
-    Parameters
-    ----------
-    name : str
-        What is refused, as the user knows it (an option, a file and its field).
-    amount : int
-        The product, e.g. voxels of a volume or samples of a projection set.
-    most : int
-        The limit (one of this module's constants).
-    what : str
-        The unit named in the message (``"voxels"``).
-
-    Returns
-    -------
-    int
-        ``amount``, when it is within the limit.
-
-    Raises
-    ------
-    GpumrError
-        When ``amount`` is over ``most``.
+    Examples
+    --------
+    >>> at_most("geo.json: nVoxel", 3000 ** 3, MAX_VOXELS, "voxels")
+    Traceback (most recent call last):
+    gpumr.errors.GpumrError: geo.json: nVoxel: 27,000,000,000 voxels, over the limit of 8,589,934,592
     """
     if amount > most:
         raise GpumrError(f"{name}: {amount:,} {what}, over the limit of {most:,}")

@@ -1,18 +1,8 @@
 """gpumr's one logger: every message that is not an error's one line, in one format, through one handler.
 
-Modules log through children of the ``gpumr`` logger, one per module
-(:func:`logger`), formatted ``gpumr: warning: ...`` (warnings), ``gpumr:
-...`` (information, such as a job's summary line) and ``gpumr: debug: ...``;
-Python warnings (``warnings.warn``) take the same path once :func:`install`
-ran. The handler writes to whatever ``sys.stderr`` is when the message is
-emitted, text or bytes. ``-q`` shows warnings and errors only, ``-v`` adds
-debug lines (:func:`set_verbosity`). A warning is said once per process
-(:func:`once`). A command's closing line of what it made is its result on
-stdout (:func:`report`), which ``-q`` leaves out as well.
-
-Only the standard library and :mod:`gpumr.errors` are imported here, so that
-any module may log through it.
-"""
+Each module logs through its own child of the ``gpumr`` logger (:func:`logger`), so that ``-q`` and ``-v`` act
+alike everywhere; a warning is said once per process (:func:`once`), and a command's result line goes to stdout
+(:func:`report`)."""
 
 import io
 import logging
@@ -42,10 +32,7 @@ class _Formatter(logging.Formatter):
 
 
 def write_stderr(text):
-    """Write ``text`` to the ``sys.stderr`` of the moment, whether it takes text or bytes, and flush it.
-
-    (mrjob's inline runner gives its tasks a binary stderr; a closed one takes nothing, silently.)
-    """
+    """Write ``text`` to the ``sys.stderr`` of the moment, whether it takes text or bytes, and flush it."""
     stream = sys.stderr
     if stream is None:
         return
@@ -63,11 +50,7 @@ def write_stderr(text):
 
 
 class StderrHandler(logging.Handler):
-    """Writes each message as one line to the ``sys.stderr`` of the moment (:func:`write_stderr`).
-
-    It remembers the warnings it wrote (:func:`said`), so that a task's same
-    warning, relayed later, is not said twice.
-    """
+    """Writes each message as one line to the ``sys.stderr`` of the moment (:func:`write_stderr`)."""
 
     def emit(self, record):
         try:
@@ -101,8 +84,8 @@ def say_once(log, text, level=logging.WARNING):
 
 
 def once(key):
-    """True the first time this process asks for ``key`` (a warning's text, or any name of what is said once):
-    the one memory of what was said.
+    """True the first time this process asks for ``key`` (a warning's text, or any name of what is said once): the one
+    memory of what was said.
 
     Examples
     --------
@@ -172,11 +155,7 @@ def _attach():
 
 
 def install():
-    """:func:`_attach`, and route Python warnings (``warnings.warn``) through the same path.
-
-    Entry points call it (through :func:`guard`), and so do Spark's Python
-    workers; merely importing gpumr changes no warning's display.
-    """
+    """:func:`_attach`, and route Python warnings (``warnings.warn``) through the same path."""
     _attach()
     warnings.showwarning = _show_warning
 
@@ -191,15 +170,6 @@ def logger(name=ROOT):
 
 def silence(*names):
     """Turn off the loggers ``names`` (a framework's) and every logger below them that has a level of its own.
-
-    A framework that logs while it is stopped (Dask's scheduler, in the
-    launcher's process, logs "Closed comm ... while trying to write" at
-    CRITICAL with its traceback when a Ctrl-C ends the job) says nothing
-    that the job's one line does not; with ``--debug`` the caller leaves its
-    loggers as they are. A level above CRITICAL, as a level of CRITICAL lets
-    CRITICAL records through; a child logger that the framework's own
-    configuration gave a level and a handler (``distributed.client``,
-    ``tornado.application``) would keep its records otherwise.
 
     Examples
     --------
@@ -237,12 +207,6 @@ def quiet():
 
 def report(text):
     """Print a command's closing line of what it made (``packed 4 files ... -> f.seq``) on stdout, unless ``-q``.
-
-    The line is the command's result for a person or a script reading its
-    stdout, so it is not a log message on stderr. It is information all the
-    same: ``-q`` ("warnings and errors only") leaves it out, as it leaves out
-    a job's summary. It is redacted as the log's lines are, because a summary
-    names its output and that may be a URI with user-info in it.
 
     Examples
     --------

@@ -1,11 +1,4 @@
-"""Signals: Ctrl-C and SIGTERM raised where the program is, never inside an import, and quiet in forked workers.
-
-SIGTERM takes Ctrl-C's path (:class:`Terminated`, a ``KeyboardInterrupt``:
-every clean-up that Ctrl-C runs, runs); either one landing inside an import
-waits for the import's end (:func:`_raise_outside_imports`). The error
-boundary (:mod:`gpumr.boundary`) installs the handlers (:func:`catch`) and
-says the one line.
-"""
+"""Signals: Ctrl-C and SIGTERM raised where the program is, never inside an import, and quiet in forked workers."""
 
 import os
 import sys
@@ -50,21 +43,8 @@ _DEFERRED = {"since": None, "pending": set()}  # (when the first one was put off
 
 
 def _raise_outside_imports(exc_type, frame, prepare=None):
-    """Raise ``exc_type`` (Ctrl-C's or SIGTERM's) where the program is, unless it is inside an import: then the
-    signal comes again 10 ms later, until the import has ended (at most :data:`IMPORT_GRACE` seconds).
-
-    An interrupt raised inside an import can vanish. A compiled module's
-    initialisation that calls Python code (Cython's numpy.random._generator
-    registering with ``abc``) clears it, and the command goes on as if never
-    stopped; and CPython's ``from X import Y`` failing on it says ``TypeError:
-    expected a message argument`` instead. Measured with ``gpumr sample frames
-    -n 2000`` beside three busy loops: 2 lost Ctrl-C in about 140, each in
-    ``abc.register`` under an extension module's ``exec_module``. An import is
-    short (there, under that load, the imports a Ctrl-C landed in lasted up to
-    1.4 s), so the signal waits for its end; one that does not end within
-    :data:`IMPORT_GRACE` seconds gets it anyway. ``prepare()`` runs once, just
-    before the raise (:func:`interrupt_with`).
-    """
+    """Raise ``exc_type`` (Ctrl-C's or SIGTERM's) where the program is, unless it is inside an import: then the signal
+    comes again 10 ms later, until the import has ended (at most :data:`IMPORT_GRACE` seconds)."""
     import time
     importing = False
     while frame is not None and not importing:
@@ -103,13 +83,8 @@ def _after_fork_in_child():
 
 
 def interrupt_with(prepare):
-    """From now on, Ctrl-C and SIGTERM call ``prepare()`` before they raise ``KeyboardInterrupt`` (:class:`Terminated`).
-
-    For frameworks that answer an interrupt in the middle of one of their
-    calls with tracebacks of their own (Py4J, under Spark and Flink):
-    ``prepare`` silences them, so that the boundary's line is the only one.
-    In the main thread only (elsewhere nothing changes); a forked child keeps
-    the default ends (:func:`_on_sigterm`).
+    """From now on, Ctrl-C and SIGTERM call ``prepare()`` before they raise ``KeyboardInterrupt``
+    (:class:`Terminated`).
 
     Examples
     --------
@@ -163,14 +138,8 @@ def catch():
 
 
 def deliver_again(exc_type, after=0.0):
-    """Send this process, from a new thread, ``after`` seconds from now, the signal that raised ``exc_type``
-    (SIGTERM for :class:`Terminated`).
-
-    From a new thread, because a signal sent by this one is handled before
-    :func:`os.kill` returns, inside the hook: lost again. The new thread
-    needs the interpreter lock, which this one holds until it has left
-    the hook (and a thread started by :mod:`threading` would be waited for).
-    """
+    """Send this process, from a new thread, ``after`` seconds from now, the signal that raised ``exc_type`` (SIGTERM
+    for :class:`Terminated`)."""
     import _thread
     import time
     signum = signal_of(exc_type)

@@ -8,26 +8,13 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb":
 
 
 def parse_size(text):
-    """Parse ``"256MB"``, ``"1GiB"``, ``"64k"`` or ``"1000"`` into bytes.
+    """Bytes of a positive size as people write it: ``"256MB"``, ``"1GiB"``, ``"64k"`` or ``"1000"`` (a fraction rounded
+    down). Raises ``ValueError`` if the text is not a positive size.
 
-    Decimal units (``k``, ``MB``, ``GB``, ``TB``) are powers of 1000 and binary
-    ones (``KiB``, ``MiB``, ``GiB``, ``TiB``) powers of 1024, case-insensitive,
-    as people write them in options such as ``--shard-size`` and ``--gpu-memory``.
-
-    Parameters
-    ----------
-    text : str or int
-        A positive number, optionally with a fraction and a unit.
-
-    Returns
-    -------
-    int
-        The size in bytes (a fraction rounded down).
-
-    Raises
-    ------
-    ValueError
-        If the text is not a positive size.
+    Examples
+    --------
+    >>> parse_size("256MB"), parse_size("1GiB"), parse_size("1.5k")
+    (256000000, 1073741824, 1500)
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
@@ -39,17 +26,12 @@ def parse_size(text):
 
 
 def human(n):
-    """Format a byte count for people: ``'76.3 KB'``.
+    """A byte count for people, in decimal units (B, KB, MB, GB, TB), one decimal above bytes.
 
-    Parameters
-    ----------
-    n : int or float
-        A number of bytes.
-
-    Returns
-    -------
-    str
-        The count in decimal units (B, KB, MB, GB, TB), one decimal above bytes.
+    Examples
+    --------
+    >>> human(78123), human(12)
+    ('78.1 KB', '12 B')
     """
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
@@ -58,22 +40,13 @@ def human(n):
 
 
 def size_arg(text):
-    """``argparse`` type for sizes: :func:`parse_size` with argparse's error.
+    """``argparse`` type for sizes: :func:`parse_size`, whose refusal becomes argparse's usage error
+    (``argparse.ArgumentTypeError``).
 
-    Parameters
-    ----------
-    text : str
-        The option's value as given.
-
-    Returns
-    -------
-    int
-        The size in bytes.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        If ``text`` is not a positive size; argparse turns it into a usage error.
+    Examples
+    --------
+    >>> size_arg("64k")
+    64000
     """
     import argparse
     try:

@@ -1,29 +1,8 @@
 """Trusted paths: the one rule for every folder gpumr reads code or state from, or keeps state in.
 
-Lease and socket folders, the kernel cache (host libraries and fatbins),
-progress folders and the code gpumr runs (a user's workload module,
-:func:`read_code`) all pass here before gpumr trusts them (the EMR bootstrap
-restates the same rule in shell for its run folder and virtual environment,
-see ``conf/bootstrap-gpu-node.sh``). The rule:
-
-* a folder is a real folder, not a symbolic link, owned by you or by root
-  (a folder shipped to tasks may be named by one link of yours or root's
-  at its own name, followed once: :func:`open_folder`);
-* it is not writable by group or others, unless it is a documented shared
-  folder (``shared=True``: one an administrator or the user named, such as
-  ``$GPUMR_LEASE_DIR`` or ``$GPUMR_KERNEL_CACHE``): then it must have the
-  sticky bit (as ``/tmp`` has), so nobody may remove or replace a file of
-  another user in it, and a file gpumr trusts for its content must be yours
-  (or root's);
-* only regular files are opened: never through a link, and never blocking
-  (``O_NOFOLLOW | O_NONBLOCK``), then checked with ``fstat`` on the open
-  descriptor, so a FIFO or a device named like a lock file is refused at
-  once instead of blocking ``open()``.
-
-Every refusal is a :class:`Untrusted` error: one line naming the path and
-the reason. This module imports nothing of gpumr but :mod:`gpumr.errors`, so
-every layer may import it.
-"""
+A trusted folder is yours or root's, no link, and not writable by others (a shared one only with the sticky bit);
+only regular files are opened, never through a link and never blocking, so another user cannot make gpumr run their
+code or block on a FIFO. Every refusal is one :class:`Untrusted` line naming the path and the reason."""
 
 import errno
 import os
@@ -62,30 +41,10 @@ def _owners():
 
 
 def check_folder(path, what, *, shared=False):
-    """``path`` if the rule trusts it as a folder for ``what``, else :class:`Untrusted`.
-
-    Parameters
-    ----------
-    path : str
-        An existing folder.
-    what : str
-        What gpumr keeps there, for the message ("gpumr's leases and socket").
-    shared : bool
-        A documented shared folder: group or other write permission is
-        allowed with the sticky bit.
-
-    Returns
-    -------
-    os.stat_result
-        The folder's ``lstat``.
-
-    Raises
-    ------
-    Untrusted
-        Naming the folder and the reason: missing, a link, not a folder,
-        another user's, or writable by others (without the sticky bit, for a
-        shared folder).
-    """
+    """The ``lstat`` of ``path`` if the rule trusts it as a folder for ``what`` (what gpumr keeps there, for the
+    message: "gpumr's leases and socket"); with ``shared``, a documented shared folder, group or other write
+    permission is allowed with the sticky bit. Raises ``Untrusted`` naming the folder and the reason: missing, a link,
+    not a folder, another user's, or writable by others (without the sticky bit, for a shared folder)."""
     shown = printable(path)
     try:
         st = os.lstat(path)
@@ -115,28 +74,13 @@ def _judge_folder(st, shown, what, shared):
 
 
 def open_folder(path, what, *, shared=False):
-    """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened.
-
-    The folder's own name may be one link of yours or root's (Hadoop's
-    distributed cache shows a shipped folder as a link in a task's working
-    folder): it is followed once, and no other link on the way, neither in
-    ``path`` nor in the path that link holds. Every name is opened in turn
-    relative to the folder before it, without following a link
-    (``O_NOFOLLOW``), and the link is judged and read from its own
-    descriptor, so what is judged is what was opened. The rule (owner, mode)
-    is applied to the folder's open descriptor (``fstat``), so that files
-    opened relative to it (:func:`read_at`) come from the folder that was
-    judged, whatever the link names meanwhile.
+    """A descriptor of the folder ``path``, opened once and judged by the rule on what was opened. Raises
+    ``Untrusted`` for a link of another user, a second link, not a folder, another user's, or one writable by others.
 
     Returns
     -------
     (int, str)
         The folder's descriptor (the caller closes it) and its path as opened (no link in it).
-
-    Raises
-    ------
-    Untrusted
-        A link of another user, a second link, not a folder, another user's, writable by others.
 
     Examples
     --------
@@ -220,8 +164,8 @@ def _link(fd, name, where, may_follow, shown, what):
 
 def read_at(dir_fd, name, limit, *, what="a file", shown=None):
     """The bytes (at most ``limit``) of regular file ``name`` in the folder open as ``dir_fd`` (:func:`open_folder`),
-    opened under the rule (no link, non-blocking, ``fstat``-checked, yours or root's); ``shown``: its name in
-    messages (default ``name``)."""
+    opened under the rule (no link, non-blocking, ``fstat``-checked, yours or root's); ``shown``: its name in messages
+    (default ``name``)."""
     fd = open_regular(name, dir_fd=dir_fd, what=what, shown=shown)
     try:
         with os.fdopen(fd, "rb", closefd=False) as f:
@@ -231,12 +175,7 @@ def read_at(dir_fd, name, limit, *, what="a file", shown=None):
 
 
 def ensure_folder(path, what, *, shared=False):
-    """:func:`check_folder` ``path``, making it first (with its parents) if it is missing.
-
-    A private folder is made mode 0700 exactly. A shared one is made 0770
-    less the umask (under umask 007 the group shares it; a setgid parent
-    passes its group on), and gets the sticky bit when the group may write.
-    """
+    """:func:`check_folder` ``path``, making it first (with its parents) if it is missing."""
     if not os.path.lexists(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
@@ -260,29 +199,21 @@ def ensure_folder(path, what, *, shared=False):
 
 
 def open_regular(path, flags=os.O_RDONLY, mode=0o600, *, what="a file", any_owner=False, dir_fd=None, shown=None):
-    """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked).
+    """A descriptor of regular file ``path``, opened under the rule (no link, non-blocking, ``fstat``-checked). Raises
+    ``Untrusted`` for a link, a FIFO, a device, a socket, a folder or another user's file; ``OSError`` as ``os.open``
+    (a missing file without ``O_CREAT`` included).
 
     Parameters
     ----------
     flags : int
-        ``os.O_RDONLY`` (default), ``os.O_WRONLY | os.O_CREAT`` ...; the rule's
-        flags are added.
+        ``os.O_RDONLY`` (default), ``os.O_WRONLY | os.O_CREAT`` ...; the rule's flags are added.
     any_owner : bool
-        Accept a file of another user (a lock file in a shared folder: only
-        locked, its content never trusted). By default the file must be
-        yours or root's.
+        Accept a file of another user (a lock file in a shared folder: only locked, its content never trusted). By
+        default the file must be yours or root's.
     dir_fd : int, optional
         ``path`` is a name in this open folder (:func:`open_folder`).
     shown : str, optional
-        The file's name in messages (default ``path``).
-
-    Raises
-    ------
-    Untrusted
-        For a link, a FIFO, a device, a socket, a folder or another user's file.
-    OSError
-        As ``os.open`` (a missing file without ``O_CREAT`` included).
-    """
+        The file's name in messages (default ``path``)."""
     shown = printable(path if shown is None else shown)
     try:
         fd = os.open(path, flags | OPEN_FLAGS, mode, dir_fd=dir_fd)
@@ -317,21 +248,8 @@ def read_regular(path, limit, *, what="a file"):
 
 def read_code(path, limit, *, what="code to run"):
     """The source (at most ``limit`` bytes) of the file of code ``path`` that gpumr is to run, read under the rule.
-
-    Code is trusted as a file in a shared folder is: its folder is a real
-    folder (not a link), yours or root's, and not writable by others unless
-    it has the sticky bit (as ``/tmp`` has, where nobody may replace a file
-    of yours); the file is a regular file, not a link, yours or root's. The
-    folder is opened once and the file read relative to it, so that what
-    was judged is what runs.
-
-    Raises
-    ------
-    Untrusted
-        Naming the file or its folder and the reason, a file over ``limit``
-        bytes included.
-    FileNotFoundError
-        For a missing file.
+    Raises ``Untrusted`` naming the file or its folder and the reason, a file over ``limit`` bytes included;
+    ``FileNotFoundError`` for a missing file.
 
     Examples
     --------
@@ -366,12 +284,6 @@ def read_code(path, limit, *, what="code to run"):
 def private_temp_dir(prefix="gpumr-"):
     """A new folder of this process alone (``mkdtemp``: mode 0700), removed when the process exits.
 
-    The removal is a finalizer of multiprocessing's (:class:`multiprocessing.util.Finalize`), not an
-    :mod:`atexit` function: a process that multiprocessing forked (a Dask worker forked from the fork
-    server, :func:`gpumr.engines.processes.fork_server`) ends by ``os._exit`` after running its
-    finalizers, never the atexit functions, and left its folder behind; a finalizer also runs only in
-    the process that made it, never in a child that inherited it.
-
     Examples
     --------
     >>> path = private_temp_dir("gpumr-example-")
@@ -385,14 +297,7 @@ def private_temp_dir(prefix="gpumr-"):
 
 
 def usable_folder(path, what, *, shared=False, instead=private_temp_dir):
-    """``path`` to keep state in (made if missing), or, where the rule refuses it, a private temporary folder.
-
-    For state that gpumr can always make again (the kernel cache): a folder
-    the rule refuses (:func:`check_folder`), or one this process may not write
-    in, is never used, and never silently: one :class:`TrustWarning` names
-    it and the reason, and gpumr works in ``instead()`` (by default a new
-    :func:`private_temp_dir`, removed at exit).
-    """
+    """``path`` to keep state in (made if missing), or, where the rule refuses it, a private temporary folder."""
     try:
         ensure_folder(path, what, shared=shared)
         if not os.access(path, os.W_OK | os.X_OK):

@@ -1,15 +1,6 @@
 """Finding a workload: a built-in by name, an installed one by its entry point, a user's by ``MODULE:CLASS``.
 
-``gpumr run NAME`` looks here; so does every task, by the :class:`Ref` the
-launcher put in its spec. A user's module is code gpumr runs, so it is read
-only where the trusted-paths rule trusts it (:func:`gpumr.trusted.read_code`):
-``FILE.py:CLASS`` names a file; ``MODULE:CLASS`` an installed module (any
-importable without the current folder), else ``MODULE.py`` in the current
-folder. A file is shipped to the tasks by content and run there, as here,
-under a name of its own (:data:`MODULE_PREFIX`), never replacing another
-module; an installed module (or an entry point of the group :data:`GROUP`)
-is imported by name where the tasks run. How to write one:
-:doc:`/how-to/own-workload`.
+How to write one: :doc:`/how-to/own-workload`.
 
 Examples
 --------
@@ -29,9 +20,9 @@ import sys
 from collections import namedtuple
 
 from . import trusted
-from .log import logger
 from .core.workload import check_class
 from .errors import GpumrError, did_you_mean, printable
+from .log import logger
 
 #: The built-in workloads, in the order ``gpumr run --help`` lists them.
 BUILT_IN = {
@@ -47,11 +38,8 @@ NAMES = tuple(BUILT_IN)
 
 
 class Ref(namedtuple("Ref", "name ref file how")):
-    """Where a workload is: ``ref`` ``"module:Class"``; ``file`` the module's file when it is shipped to the tasks
-    (a user's module found in the current folder or by path), else None; ``how`` says which, in words.
-
-    Made by :func:`find`; a task imports it with :func:`load` (a shipped file by its path on that node).
-    """
+    """Where a workload is: ``ref`` ``"module:Class"``; ``file`` the module's file when it is shipped to the tasks (a
+    user's module found in the current folder or by path), else None; ``how`` says which, in words."""
 
     __slots__ = ()
 
@@ -61,12 +49,7 @@ class Ref(namedtuple("Ref", "name ref file how")):
 
 
 def installed():
-    """``{name: "module:Class"}`` of the workloads installed distributions offer (entry points of :data:`GROUP`).
-
-    A distribution whose entry points cannot be read (a malformed
-    ``entry_points.txt``, whoever installed it) is passed over, with one
-    warning naming it: it offers no workload, and the others are found.
-    """
+    """``{name: "module:Class"}`` of the workloads installed distributions offer (entry points of :data:`GROUP`)."""
     import importlib.metadata  # (here: 30 ms, paid only where installed workloads are looked up)
     try:
         if sys.version_info >= (3, 10):
@@ -105,7 +88,7 @@ def _warn_broken(dist, exc):
     where = getattr(dist, "_path", None)  # (its .dist-info folder, where it has one)
     try:
         name = dist.metadata["Name"]
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 (metadata a broken distribution cannot give: it is named by path)
         name = None
     shown = " ".join(printable(str(part)) for part in (name, where and f"({where})") if part) or "(unnamed)"
     if shown not in _BROKEN:
@@ -120,14 +103,9 @@ def names():
 
 
 def find(spec):
-    """The :class:`Ref` of the workload ``spec`` names: ``NAME``, ``MODULE:CLASS`` or ``FILE.py:CLASS``.
-
-    Raises
-    ------
-    GpumrError
-        One line: no such workload (naming the known ones), a module that
-        does not import, a class that does not keep the contract.
-    """
+    """The :class:`Ref` of the workload ``spec`` names: ``NAME``, ``MODULE:CLASS`` or ``FILE.py:CLASS``. Raises
+    ``GpumrError``: one line: no such workload (naming the known ones), a module that does not import, a class that
+    does not keep the contract."""
     if spec in BUILT_IN:
         ref = Ref(spec, BUILT_IN[spec], None, "built in")
     elif ":" not in spec:
@@ -157,15 +135,7 @@ MODULE_PREFIX = "_gpumr_workload_"
 
 
 def _user(spec):
-    """The :class:`Ref` of ``MODULE:CLASS`` or ``FILE.py:CLASS``.
-
-    ``FILE.py:CLASS`` (``sharp.py:Sharpness``, ``./sharp.py:...``,
-    ``path/to/sharp.py:...``) names a file, shipped to the tasks. ``MODULE``
-    is an installed module where one is importable without the current
-    folder (imported where the tasks run, not shipped), else the file
-    ``MODULE.py`` in the current folder (shipped). A file is read only
-    where the trusted-paths rule trusts it (:func:`gpumr.trusted.read_code`).
-    """
+    """The :class:`Ref` of ``MODULE:CLASS`` or ``FILE.py:CLASS``."""
     where, _, attr = spec.rpartition(":")
     if not where or not attr.isidentifier():
         raise GpumrError(f"{printable(spec)}: a workload of your own is MODULE:CLASS or FILE.py:CLASS")
@@ -211,11 +181,7 @@ def _source(path, what):
 
 
 def _installed(module):
-    """Whether ``module`` can be imported without the current folder (installed, or on ``PYTHONPATH``).
-
-    Looks only: runs none of its code, nor its packages' (their folders are
-    searched for the next part of the name).
-    """
+    """Whether ``module`` can be imported without the current folder (installed, or on ``PYTHONPATH``)."""
     top, *rest = module.split(".")
     found = _find_top(top)
     for i in range(len(rest)):
@@ -245,14 +211,7 @@ _LOADED = {}
 
 
 def load(ref, file=None):
-    """The workload class ``ref`` names, checked against the contract; ``file``: this node's copy of its module.
-
-    A user's module (``ref.file``) is read where the launcher found it,
-    under the trusted-paths rule; in a task, ``file`` is the copy the
-    launcher shipped. Either is run as a module of its own name
-    (:data:`MODULE_PREFIX`, its stem, its content's hash), once per process:
-    a user's ``json.py`` or ``yaml.py`` never replaces ``json`` or ``yaml``.
-    """
+    """The workload class ``ref`` names, checked against the contract; ``file``: this node's copy of its module."""
     path = file or ref.file
     key = (ref.ref, path)
     cls = _LOADED.get(key)
@@ -279,8 +238,8 @@ def load(ref, file=None):
 
 def _import(name):
     """Import the installed module ``name``, its top-level package found as :func:`_installed` finds it: never a
-    same-named file of the current folder, even where that folder is on ``sys.path`` (``python -m``, a task started
-    in the launcher's folder)."""
+    same-named file of the current folder, even where that folder is on ``sys.path`` (``python -m``, a task started in
+    the launcher's folder)."""
     top = name.partition(".")[0]
     if top not in sys.modules:
         spec = _find_top(top)

@@ -1,10 +1,5 @@
 """Hadoop SequenceFiles in pure Python.
 
-Reads and writes format version 6 as Hadoop's ``SequenceFile.java`` does:
-uncompressed, record- and block-compressed files with Hadoop's codecs, sync
-markers at Hadoop's interval, and reading by split with
-``SequenceFileRecordReader``'s semantics.
-
 >>> with Writer("frames.seq") as w:              # doctest: +SKIP
 ...     w.append("frame_0001.jpg", jpeg_bytes)
 >>> for key, value, offset in Reader("frames.seq"):  # doctest: +SKIP

@@ -1,10 +1,7 @@
 """Atomic file writes: the one helper every writer of this project uses.
 
-A file is written under a hidden temporary name in its own folder, flushed and renamed over its
-final name; whether an existing file may be replaced is the caller's decision (``replace``). Clean-up
-is safe wherever an interrupt lands (:func:`interrupts_held`, :func:`discard_unfinished`). The rule
-and its reasons are in the documentation's Concepts, "Outputs and ownership".
-"""
+A file is written under a hidden name beside its final one, flushed and renamed over it, so that readers see the
+old file or the whole new one; clean-up is safe wherever an interrupt lands (:func:`interrupts_held`)."""
 
 import contextlib
 import errno
@@ -24,18 +21,7 @@ _UNFINISHED = {}
 
 @contextlib.contextmanager
 def interrupts_held():
-    """Run the ``with`` block whole: a SIGINT or SIGTERM that comes meanwhile is delivered when it ends.
-
-    For the few steps that must not be parted (a file set aside and the new
-    one put in its place; a name made and recorded). The signals' Python
-    handlers are replaced for the block by one that only notes the signal;
-    afterwards the old handlers are back and each noted signal is raised
-    again, so Ctrl-C raises :class:`KeyboardInterrupt` just after the block.
-    Signals without a Python handler (default action, ignored) are left
-    alone, and so is everything outside the main thread (Python runs signal
-    handlers in the main thread only: nothing interrupts another thread).
-    Blocks may nest.
-    """
+    """Run the ``with`` block whole: a SIGINT or SIGTERM that comes meanwhile is delivered when it ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -65,13 +51,7 @@ def _restore(saved):
 
 
 def discard_unfinished():
-    """Remove every hidden file and folder this process made by path and has not published or removed.
-
-    The error boundary calls it when a command is interrupted or fails, so
-    that nothing it was writing stays behind, however late the interrupt
-    came (even between a name being made and its owner hearing of it).
-    Never touches a published file or one set aside (``.old``).
-    """
+    """Remove every hidden file and folder this process made by path and has not published or removed."""
     with interrupts_held():
         for name, what in list(_UNFINISHED.items()):
             try:
@@ -85,19 +65,13 @@ def discard_unfinished():
 
 
 def temp_name(name):
-    """A fresh hidden name for a temporary twin of ``name``, short enough for any file system.
+    """A fresh hidden name for a temporary twin of file name ``name``: ``.NAME.xxxxxxxx.tmp`` (8 random hex digits), at most
+    40 bytes of ``name`` kept so that a name near the 255-byte limit still has a twin.
 
-    Parameters
-    ----------
-    name : str
-        The final file name (no folder).
-
-    Returns
-    -------
-    str
-        ``.NAME.xxxxxxxx.tmp`` with 8 random hex digits; at most 40 bytes of
-        ``name`` are kept, so that a name near the 255-byte limit still has a
-        temporary twin.
+    Examples
+    --------
+    >>> temp_name("part-00000.seq")[:16], temp_name("part-00000.seq")[-4:], len(temp_name("x" * 255))
+    ('.part-00000.seq.', '.tmp', 54)
     """
     stem = os.fsdecode(os.fsencode(name)[:40])
     return f".{stem}.{secrets.token_hex(4)}.tmp"
@@ -111,23 +85,7 @@ def _split(path, dir_fd=None):
 
 
 def temp_dir_beside(path):
-    """Create an empty hidden folder beside ``path`` (mode 0o777 less the umask).
-
-    For outputs made of several files: fill it, then rename it to ``path``.
-    Until then it is this process's unfinished work: :func:`discard_unfinished`
-    removes it (call it with interrupts held, :func:`interrupts_held`, and
-    keep its result, so that the caller's own clean-up knows it too).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The output's final path.
-
-    Returns
-    -------
-    str
-        The new folder's path.
-    """
+    """The path of a new empty hidden folder beside the output ``path`` (mode 0o777 less the umask)."""
     folder, name = _split(path)
     while True:
         tmp = os.path.join(folder, temp_name(name))
@@ -146,41 +104,20 @@ def temp_dir_beside(path):
 
 
 def aside_name(name):
-    """A fresh hidden name for an old ``name`` set aside.
+    """A fresh hidden name for an old file ``name`` set aside: ``.NAME.xxxxxxxx.old``.
 
-    Parameters
-    ----------
-    name : str
-        The file's name (no folder).
-
-    Returns
-    -------
-    str
-        ``.NAME.xxxxxxxx.old``.
+    Examples
+    --------
+    >>> aside_name("out.json")[:10], aside_name("out.json")[-4:]
+    ('.out.json.', '.old')
     """
     return temp_name(name)[:-4] + ".old"
 
 
 def set_aside(path, dir_fd=None):
-    """Rename ``path`` to a fresh hidden name beside it and return that name.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        What to set aside; with ``dir_fd``, a plain name in that open folder.
-    dir_fd : int, optional
-        An open folder in which ``path`` is looked up.
-
-    Returns
-    -------
-    str
-        The hidden name (a plain name with ``dir_fd``, else a path).
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    """
+    """Rename ``path`` to a fresh hidden name beside it (:func:`aside_name`) and return that name; with ``dir_fd``,
+    ``path`` is a plain name in that open folder and so is the name returned. Raises ``FileNotFoundError`` if ``path``
+    does not exist."""
     folder, name = _split(path, dir_fd)
     while True:
         old = os.path.join(folder, aside_name(name))
@@ -193,37 +130,8 @@ def set_aside(path, dir_fd=None):
 
 
 def swap_into_place(stage, path):
-    """Rename the finished folder ``stage`` to ``path``; return where an old ``path`` went, or None.
-
-    An existing ``path`` is first set aside under a hidden name beside it
-    (returned), so that ``path`` always names a whole output: the old one
-    until the new one is in place. Removing the old one is the caller's
-    business, done only once the new one is in place, and only for what the
-    caller made. If the second rename fails, the old output is put back.
-    (A folder renamed onto a name never destroys anything: onto a file or a
-    folder that is not empty, the rename fails.)
-
-    The two renames run with interrupts held (:func:`interrupts_held`); a
-    caller that must not lose the name returned holds them around the call
-    and its use of the result too.
-
-    Parameters
-    ----------
-    stage : str
-        The filled hidden folder (:func:`temp_dir_beside`).
-    path : str or os.PathLike
-        The output's final path.
-
-    Returns
-    -------
-    str or None
-        Where the old output is now, or None if there was none.
-
-    Raises
-    ------
-    OSError
-        If a rename fails (the old output is then back at ``path``).
-    """
+    """Rename the finished hidden folder ``stage`` (:func:`temp_dir_beside`) to ``path``; return where an old ``path`` was
+    set aside, or None if there was none. Raises ``OSError`` if a rename fails (the old output is then back at ``path``)."""
     path = os.fspath(path)
     with interrupts_held():
         old = set_aside(path) if os.path.lexists(path) else None
@@ -287,9 +195,8 @@ class NotReplaced(FileExistsError):
     Attributes
     ----------
     kept : str
-        Where the old file is now: its own name (put back), or a hidden name
-        beside it when something else took its name meanwhile.
-    """
+        Where the old file is now: its own name (put back), or a hidden name beside it when something else took its
+        name meanwhile."""
 
     def __init__(self, path, kept, why):
         super().__init__(errno.EEXIST, why, os.fspath(path))
@@ -297,7 +204,8 @@ class NotReplaced(FileExistsError):
 
 
 class AtomicFile:
-    """A binary file that appears at ``path`` only when :meth:`commit` succeeds.
+    """A binary file that appears at ``path`` only when :meth:`commit` succeeds: a context manager that commits on
+    success and aborts (the temporary file removed) on any failure.
 
     Parameters
     ----------
@@ -306,27 +214,20 @@ class AtomicFile:
     buffering : int
         Buffer size of :attr:`file`.
     dir_fd : int, optional
-        An open folder; ``path`` is then a plain name in it, and nothing is
-        looked up by path (no symbolic link on the way is followed).
+        An open folder; ``path`` is then a plain name in it, and nothing is looked up by path (no symbolic link on the
+        way is followed).
     replace : bool or callable
-        What :meth:`commit` does with an existing ``path``: True replaces
-        it; False never does (:class:`FileExistsError`); a function is
-        called with the old file's hidden name once the old file has been
-        set aside (a plain name in ``dir_fd`` when given) and returns
-        whether it may go: if so it is removed once the new file holds the
-        name, if not it is put back (:class:`NotReplaced`).
+        What :meth:`commit` does with an existing ``path``: True replaces it; False never does
+        (:class:`FileExistsError`); a function is called with the old file's hidden name once the old file has been
+        set aside (a plain name in ``dir_fd`` when given) and returns whether it may go: if so it is removed once the
+        new file holds the name, if not it is put back (:class:`NotReplaced`).
 
     Attributes
     ----------
     file : io.BufferedWriter
         Write the contents here (or close it and write :attr:`tmp` by name).
     tmp : str
-        The temporary file's path.
-
-    Use it as a context manager (commit on success, abort on error) or call
-    :meth:`commit` / :meth:`abort` yourself. On any failure the temporary
-    file is removed.
-    """
+        The temporary file's path."""
 
     def __init__(self, path, buffering=1 << 20, dir_fd=None, replace=True):
         self.path = os.fspath(path)
@@ -416,11 +317,7 @@ class AtomicFile:
 
 
 def _replace_if(tmp, path, dir_fd, may_go):
-    """Give ``tmp`` the name ``path``; an old ``path`` goes only if ``may_go`` says so once it is set aside.
-
-    Whatever happens (an error, an interrupt while ``may_go`` reads the old
-    file), the old file is back under its name unless the new one holds it.
-    """
+    """Give ``tmp`` the name ``path``; an old ``path`` goes only if ``may_go`` says so once it is set aside."""
     old = None
     try:
         with interrupts_held():
@@ -458,19 +355,17 @@ def _put_back(old, path, dir_fd):
 
 
 def write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically, replacing a file there.
+    """Write ``data`` to ``path`` atomically, replacing a file there. Raises ``OSError`` if the file cannot be written;
+    ``path`` is then untouched.
 
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The final name.
-    data : bytes-like
-        The whole content.
-
-    Raises
-    ------
-    OSError
-        If the file cannot be written; ``path`` is then untouched.
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> write_bytes(os.path.join(folder.name, "a.txt"), b"hi")
+    >>> os.listdir(folder.name)
+    ['a.txt']
+    >>> folder.cleanup()
     """
     with AtomicFile(path) as f:
         f.write(data)

@@ -1,9 +1,4 @@
-"""Compression codecs, named by their Hadoop class names.
-
-Each codec writes and reads the byte stream Hadoop's codec of the same class does; decompression never
-produces more than the caller's ``limit``. The framing is in the documentation's reference, "The
-SequenceFile format", section "Codecs".
-"""
+"""Compression codecs, named by their Hadoop class names."""
 
 import bz2
 import struct
@@ -56,23 +51,14 @@ def _zstd():
 
 
 def resolve(name):
-    """Map a short codec name or a Hadoop class name to the class name.
+    """The Hadoop class name of a codec named by a short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
+    ``zstd``, as ``gpumr pack --codec`` takes them) or by its class name. Raises ``CodecError`` for a name that is
+    neither.
 
-    Parameters
-    ----------
-    name : str
-        A short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
-        ``zstd``, as ``gpumr pack --codec`` takes them) or a Hadoop class name.
-
-    Returns
-    -------
-    str
-        The codec's Hadoop class name.
-
-    Raises
-    ------
-    CodecError
-        For a name that is neither.
+    Examples
+    --------
+    >>> resolve("gzip")
+    'org.apache.hadoop.io.compress.GzipCodec'
     """
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
@@ -82,20 +68,8 @@ def resolve(name):
 
 
 def check_available(codec_class):
-    """Raise :class:`CodecError` unless ``codec_class`` can be used here.
-
-    Parameters
-    ----------
-    codec_class : str
-        A Hadoop codec class name.
-
-    Raises
-    ------
-    CodecError
-        For a class gpumr does not support, or one whose optional library
-        (``cramjam``, ``backports.zstd``) is not installed; the message says
-        what to install.
-    """
+    """Raise :class:`CodecError` unless the Hadoop codec class ``codec_class`` can be used here: one gpumr supports,
+    whose optional library (``cramjam``, ``backports.zstd``) is installed; the message says what to install."""
     if codec_class not in SHORT_NAMES.values():
         raise CodecError(f"unsupported codec class {codec_class}")
     if codec_class in (SNAPPY, LZ4, ZSTD):
@@ -105,7 +79,8 @@ def check_available(codec_class):
 
 
 def compress(codec_class, data):
-    """Compress ``data`` as one stream of ``codec_class``.
+    """Compress ``data`` as one stream of ``codec_class``. Raises ``CodecError`` for an unsupported or unavailable
+    codec.
 
     Parameters
     ----------
@@ -117,14 +92,7 @@ def compress(codec_class, data):
     Returns
     -------
     bytes
-        The stream Hadoop's codec of that class writes for ``data`` (Snappy
-        and LZ4 in Hadoop's block framing).
-
-    Raises
-    ------
-    CodecError
-        For an unsupported or unavailable codec.
-    """
+        The stream Hadoop's codec of that class writes for ``data`` (Snappy and LZ4 in Hadoop's block framing)."""
     if codec_class in (DEFAULT, DEFLATE):
         return zlib.compress(data, 6)
     if codec_class == GZIP:
@@ -136,9 +104,9 @@ def compress(codec_class, data):
     if codec_class == ZSTD:
         return bytes(cj.zstd.compress(data))
     if codec_class == SNAPPY:
-        raw = lambda b: bytes(cj.snappy.compress_raw(b))  # noqa: E731
+        raw = lambda b: bytes(cj.snappy.compress_raw(b))  # noqa: E731 (a one-line choice of function)
     elif codec_class == LZ4:
-        raw = lambda b: bytes(cj.lz4.compress_block(b, store_size=False))  # noqa: E731
+        raw = lambda b: bytes(cj.lz4.compress_block(b, store_size=False))  # noqa: E731 (a one-line choice of function)
     else:
         raise CodecError(f"unsupported codec class {codec_class}")
     view = memoryview(data)
@@ -151,7 +119,8 @@ def compress(codec_class, data):
 
 
 def decompress(codec_class, data, limit, head=0):
-    """Decompress one stream of ``codec_class`` into at most ``limit`` bytes.
+    """Decompress one stream of ``codec_class`` into at most ``limit`` bytes. Raises ``CodecError`` on a malformed or
+    truncated stream, or output beyond ``limit``.
 
     Parameters
     ----------
@@ -160,24 +129,17 @@ def decompress(codec_class, data, limit, head=0):
     data : bytes-like
         One whole stream.
     limit : int
-        The most bytes the output may have (the reader's ``max_record_size``);
-        decompression stops there instead of allocating more.
+        The most bytes the output may have (the reader's ``max_record_size``); decompression stops there instead of
+        allocating more.
     head : int, optional
-        With ``head`` > 0, return ``(first head bytes, the rest)`` as two
-        objects, so that a caller stripping a length prefix (a BytesWritable's)
-        need not copy a large value to do it; zlib, gzip, bzip2 and zstd
-        produce the two directly, Snappy and LZ4 by slicing.
+        With ``head`` > 0, return ``(first head bytes, the rest)`` as two objects, so that a caller stripping a length
+        prefix (a BytesWritable's) need not copy a large value to do it; zlib, gzip, bzip2 and zstd produce the two
+        directly, Snappy and LZ4 by slicing.
 
     Returns
     -------
     bytes or (bytes, bytes)
-        The decompressed data, or its head and the rest.
-
-    Raises
-    ------
-    CodecError
-        On a malformed or truncated stream, or output beyond ``limit``.
-    """
+        The decompressed data, or its head and the rest."""
     try:
         if codec_class in (DEFAULT, DEFLATE):
             return _streams(zlib.decompressobj, data, limit, False, head)
@@ -196,7 +158,7 @@ def decompress(codec_class, data, limit, head=0):
             raise CodecError(f"unsupported codec class {codec_class}")
     except CodecError:
         raise
-    except Exception as exc:  # zlib.error, OSError, cramjam's DecompressionError ...
+    except Exception as exc:  # noqa: BLE001 (zlib.error, OSError, cramjam's DecompressionError ...: one CodecError)
         raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
     if len(out) > limit:
         raise CodecError(f"decompressed data exceeds {limit} bytes")
@@ -208,11 +170,8 @@ _MEASURE_PIECE = 1 << 20
 
 
 def measure(codec_class, data, limit):
-    """The decompressed size of one stream of ``codec_class``, without keeping the output.
-
-    The stream is decompressed piece by piece (at most about 1 MiB held at
-    once for zlib, gzip, bzip2 and zstd; one framed chunk for Snappy and
-    LZ4), checked as :func:`decompress` checks it.
+    """The decompressed size of one stream of ``codec_class``, without keeping the output. Raises ``CodecError`` as
+    :func:`decompress`.
 
     Parameters
     ----------
@@ -226,13 +185,7 @@ def measure(codec_class, data, limit):
     Returns
     -------
     int
-        The size of the decompressed data.
-
-    Raises
-    ------
-    CodecError
-        As :func:`decompress`.
-    """
+        The size of the decompressed data."""
     try:
         if codec_class in (DEFAULT, DEFLATE):
             return _count(zlib.decompressobj, data, limit, multi=False)
@@ -250,7 +203,7 @@ def measure(codec_class, data, limit):
         raise CodecError(f"unsupported codec class {codec_class}")
     except CodecError:
         raise
-    except Exception as exc:  # zlib.error, OSError, cramjam's DecompressionError ...
+    except Exception as exc:  # noqa: BLE001 (zlib.error, OSError, cramjam's DecompressionError ...: one CodecError)
         raise CodecError(f"bad {codec_class.rsplit('.', 1)[-1]} stream: {exc}") from None
 
 
@@ -309,13 +262,7 @@ def _snappy_block(cj, data, most):
 
 
 def _streams(new, data, limit, multi, head=0):
-    """Decompress one stream (or, with ``multi``, concatenated streams) into at most ``limit`` bytes.
-
-    ``new()`` makes a decompressor with ``decompress(data, max_length)``,
-    ``eof`` and ``unused_data`` (zlib's, bz2's and zstd's all have them);
-    zlib's keeps input it did not use in ``unconsumed_tail``, the others
-    inside. With ``head``, the first ``head`` bytes come back separately.
-    """
+    """Decompress one stream (or, with ``multi``, concatenated streams) into at most ``limit`` bytes."""
     out = []
     total = 0
     rest = data

@@ -16,11 +16,9 @@ class SequenceFileError(Exception):
     Attributes
     ----------
     lost : (int, int) or None
-        Set by a :class:`seqfile.Reader` that went on past this error (given
-        ``on_error``): the byte range ``[start, end)`` it could not read, from
-        the start of the record or block where it gave up to the sync marker
-        where it resumed. None for an error that lost no bytes.
-    """
+        Set by a :class:`seqfile.Reader` that went on past this error (given ``on_error``): the byte range ``[start,
+        end)`` it could not read, from the start of the record or block where it gave up to the sync marker where it
+        resumed. None for an error that lost no bytes."""
 
     def __init__(self, path, offset, message):
         self.path = str(path)
@@ -34,20 +32,14 @@ class SequenceFileError(Exception):
 class RecordError(SequenceFileError):
     """One record whose framing is intact but whose key or value cannot be read.
 
-    A key that is not valid UTF-8 Text, a malformed BytesWritable, a value
-    that does not decompress or is over the size cap: the reader knows where
-    the next record starts, so only this record is affected.
-
     Parameters
     ----------
     path, offset, message
-        As :class:`SequenceFileError`; ``offset`` is the record's (or, in a
-        block-compressed file, its block's) offset.
+        As :class:`SequenceFileError`; ``offset`` is the record's (or, in a block-compressed file, its block's)
+        offset.
     key : bytes or None
-        The key's bytes as stored (a Text key without its length prefix), so
-        that the record can be named even when the key cannot be decoded;
-        None when the key itself could not be read.
-    """
+        The key's bytes as stored (a Text key without its length prefix), so that the record can be named even when
+        the key cannot be decoded; None when the key itself could not be read."""
 
     def __init__(self, path, offset, message, key=None):
         super().__init__(path, offset, message)

@@ -1,7 +1,4 @@
-"""The SequenceFile header (format version 6), as ``SequenceFile.Writer`` writes it.
-
-Its layout is in the documentation's reference, "The SequenceFile format".
-"""
+"""The SequenceFile header (format version 6), as ``SequenceFile.Writer`` writes it."""
 
 import os
 import struct
@@ -40,8 +37,7 @@ class Header:
     sync : bytes
         The 16-byte sync marker.
     size : int
-        Bytes the header takes; records start here.
-    """
+        Bytes the header takes; records start here."""
 
     key_class: str
     value_class: str
@@ -107,7 +103,8 @@ class _Cursor:
 
 
 def read_header(f, path):
-    """Read and check the header at the start of binary file ``f``.
+    """Read and check the header at the start of binary file ``f``. Raises ``SequenceFileError`` if it is not a
+    version-6 SequenceFile header, or is truncated or malformed.
 
     Parameters
     ----------
@@ -119,13 +116,7 @@ def read_header(f, path):
     Returns
     -------
     Header
-        What the header says; ``f`` is left at the first byte after it.
-
-    Raises
-    ------
-    SequenceFileError
-        If it is not a version-6 SequenceFile header, or is truncated or malformed.
-    """
+        What the header says; ``f`` is left at the first byte after it."""
     cur = _Cursor(f, path)
     magic = cur.take(4, "magic 'SEQ' and version")
     if magic[:3] != MAGIC:

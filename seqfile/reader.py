@@ -1,9 +1,4 @@
-"""Reading SequenceFiles, whole or by split, with Hadoop's semantics.
-
-A reader over ``[start, end)`` returns exactly Hadoop's ``SequenceFileRecordReader`` records for that
-split, within ``max_record_size`` of memory; the rules are in the documentation's reference, "The
-SequenceFile format".
-"""
+"""Reading SequenceFiles, whole or by split, with Hadoop's semantics."""
 
 import functools
 import os
@@ -36,42 +31,36 @@ _SCAN_CHUNK = 1 << 20
 
 
 class Reader:
-    """Iterate over the records of a SequenceFile, or of one split of it.
+    """Iterate over the records of a SequenceFile, or of one split of it. Raises ``SequenceFileError`` for a path that
+    is not a regular file (a FIFO, a pipe, a device: they are refused rather than read), an empty file, a malformed
+    header, or (without ``on_error``) a malformed or oversized record.
 
     Parameters
     ----------
     path : str, os.PathLike or binary file object
-        The file to read: a path, or an open binary file that can ``seek``
-        and ``read`` (e.g. a byte-range reader of a remote object). A file
-        object given is not closed by the reader.
+        The file to read: a path, or an open binary file that can ``seek`` and ``read`` (e.g. a byte-range reader of a
+        remote object). A file object given is not closed by the reader.
     start, end : int, optional
         The split's byte range ``[start, end)``; the whole file by default.
     raw : bool
-        If True, keys and values are the serialized Writable bytes; otherwise
-        ``Text`` gives ``str``, ``BytesWritable`` ``bytes``, ``IntWritable`` /
-        ``LongWritable`` ``int``, ``NullWritable`` ``None`` and other classes
-        their serialized bytes.
+        If True, keys and values are the serialized Writable bytes; otherwise ``Text`` gives ``str``,
+        ``BytesWritable`` ``bytes``, ``IntWritable`` / ``LongWritable`` ``int``, ``NullWritable`` ``None`` and other
+        classes their serialized bytes.
     on_error : callable, optional
-        Called with each error met after the header, instead of raising it;
-        nothing is skipped without a call. A :class:`RecordError` (a record
-        whose framing is intact but whose key or value cannot be read, or is
-        over the cap) affects that record only: reading goes on with the next
-        one. Any other :class:`SequenceFileError` means broken framing:
-        reading resumes at the next sync marker, and the error's ``lost``
-        attribute is the byte range ``[start, end)`` skipped. Header errors
-        always raise.
+        Called with each error met after the header, instead of raising it; nothing is skipped without a call. A
+        :class:`RecordError` (a record whose framing is intact but whose key or value cannot be read, or is over the
+        cap) affects that record only: reading goes on with the next one. Any other :class:`SequenceFileError` means
+        broken framing: reading resumes at the next sync marker, and the error's ``lost`` attribute is the byte range
+        ``[start, end)`` skipped. Header errors always raise.
     max_record_size : int, optional
-        The size cap, in bytes: a record (key and value, decompressed) or a
-        block's decompressed data larger than this is refused (as a
-        :class:`RecordError` where framing is intact) before it is read or
-        while it is decompressed. 256 MiB by default.
+        The size cap, in bytes: a record (key and value, decompressed) or a block's decompressed data larger than this
+        is refused (as a :class:`RecordError` where framing is intact) before it is read or while it is decompressed.
+        256 MiB by default.
     values : bool
-        If False, values are not read or kept: each record's ``value`` is the
-        size in bytes of its value (a BytesWritable's payload, otherwise the
-        serialized field), found by seeking past uncompressed and
-        block-compressed values; record-compressed ones are decompressed a
-        piece at a time (within the cap) to measure them, never kept whole.
-        For listings.
+        If False, values are not read or kept: each record's ``value`` is the size in bytes of its value (a
+        BytesWritable's payload, otherwise the serialized field), found by seeking past uncompressed and
+        block-compressed values; record-compressed ones are decompressed a piece at a time (within the cap) to measure
+        them, never kept whole. For listings.
     name : str, optional
         How errors name the file (default: ``path``, or the file object's ``name``).
 
@@ -80,12 +69,18 @@ class Reader:
     header : seqfile.header.Header
     file_size : int
 
-    Raises
-    ------
-    SequenceFileError
-        For a path that is not a regular file (a FIFO, a pipe, a device: they
-        are refused rather than read), an empty file, a malformed header, or
-        (without ``on_error``) a malformed or oversized record.
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from seqfile import Writer
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "frames.seq")
+    >>> with Writer(path) as w:
+    ...     w.append("a.jpg", b"one")
+    >>> with Reader(path, values=False) as reader:  # a listing: each value's size, not its bytes
+    ...     reader.header.key_class, list(reader)
+    ('org.apache.hadoop.io.Text', [Record(key='a.jpg', value=3, offset=87)])
+    >>> folder.cleanup()
     """
 
     def __init__(self, path, start=0, end=None, raw=False, on_error=None,
@@ -137,20 +132,9 @@ class Reader:
 
     # -- positioning -----------------------------------------------------
     def sync_position(self, position):
-        """Where Hadoop's ``Reader.sync(position)`` lands.
-
-        Parameters
-        ----------
-        position : int
-            A byte offset in the file.
-
-        Returns
-        -------
-        int
-            The offset of the first sync escape at or after ``position`` whose
-            16-byte marker is followed by at least one more byte of the file, or
-            the file size when there is none.
-        """
+        """Where Hadoop's ``Reader.sync(position)`` lands: the offset of the first sync escape at or after byte
+        ``position`` whose 16-byte marker is followed by at least one more byte of the file, or the file size when
+        there is none."""
         position = max(position, self.header.size)
         f = self._f
         scan = position + 4
@@ -253,15 +237,7 @@ class Reader:
             yield record
 
     def _peek(self, pread, pos, sync, size):
-        """The well-formed common record at ``pos``, read with two ``pread`` calls.
-
-        For a short Text key and an uncompressed BytesWritable value, one read
-        covers an optional sync entry, both lengths and the key, and a second
-        reads the value straight into its ``bytes``. Returns the record and the
-        position after it, ``_STOP`` where the split ends at a sync entry, or
-        None for anything else, which the general path then reads (and
-        reports, if it is malformed).
-        """
+        """The well-formed common record at ``pos``, read with two ``pread`` calls."""
         head = pread(_PEEK, pos)
         at = 0
         if head[:4] == _ESCAPE and head[4:20] == sync:
@@ -287,11 +263,7 @@ class Reader:
             return None
 
     def _record_body(self, rec_pos, pos, length, key_len):
-        """The record whose lengths were just read; the file is at its key.
-
-        Raises :class:`RecordError` for anything wrong inside the record,
-        whose framing is intact: the caller goes on with the next record.
-        """
+        """The record whose lengths were just read; the file is at its key."""
         read, hdr, cap = self._f.read, self.header, self.max_record_size
         if key_len > cap:
             raise RecordError(self.path, rec_pos, f"key of {key_len} bytes is over the size cap of {cap} bytes")
@@ -376,13 +348,7 @@ class Reader:
         return decode_vlong(first + rest, 0)[0], pos + len(first) + len(rest)
 
     def _block_body(self, block_pos, pos):
-        """Read one block after its sync entry: its records (lazily) and the position after it.
-
-        Raises :class:`SequenceFileError` for a block that cannot be read as
-        a whole (its records are lost); the records it yields are
-        :class:`Record` or, for a record that alone cannot be decoded,
-        :class:`RecordError`.
-        """
+        """Read one block after its sync entry: its records (lazily) and the position after it."""
         cap = self.max_record_size
         count, pos = self._read_vint(pos, "a block's record count")
         if count <= 0:
@@ -518,7 +484,8 @@ def _open_regular(path):
 
 
 def read_records(path, **kwargs):
-    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`).
+    """Yield all records of the SequenceFile at ``path`` (see :class:`Reader`). Raises ``SequenceFileError`` for a
+    malformed file, unless ``on_error`` takes the damage.
 
     Parameters
     ----------
@@ -529,13 +496,20 @@ def read_records(path, **kwargs):
 
     Yields
     ------
-    (object, object)
-        Each record's key and value, decoded by their classes.
+    Record
+        Each record's key and value, decoded by their classes, and its offset.
 
-    Raises
-    ------
-    SequenceFileError
-        For a malformed file, unless ``on_error`` takes the damage.
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from seqfile import Writer
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "frames.seq")
+    >>> with Writer(path, compression="BLOCK") as w:
+    ...     w.append("a.jpg", b"one")
+    >>> [(key, value) for key, value, offset in read_records(path)]
+    [('a.jpg', b'one')]
+    >>> folder.cleanup()
     """
     with Reader(path, **kwargs) as reader:
         yield from reader

@@ -1,6 +1,5 @@
-"""Hadoop Writable encodings used by SequenceFiles: ``Text``, ``BytesWritable``, ``IntWritable``,
-``LongWritable``, ``NullWritable`` and the variable-length integers (``WritableUtils.writeVLong``).
-"""
+"""Hadoop Writable encodings used by SequenceFiles: ``Text``, ``BytesWritable``, ``IntWritable``, ``LongWritable``,
+``NullWritable`` and the variable-length integers (``WritableUtils.writeVLong``)."""
 
 import struct
 
@@ -15,17 +14,13 @@ _INT64 = struct.Struct(">q")
 
 
 def encode_vlong(value):
-    """Return ``value`` in Hadoop's zero-compressed VLong encoding (``WritableUtils.writeVLong``).
+    """``value``, a signed 64-bit int, in Hadoop's zero-compressed VLong encoding (``WritableUtils.writeVLong``): one byte
+    for -112..127, else a length byte and 1 to 8 big-endian bytes.
 
-    Parameters
-    ----------
-    value : int
-        A signed 64-bit integer.
-
-    Returns
-    -------
-    bytes
-        One byte for -112..127, else a length byte and 1 to 8 big-endian bytes.
+    Examples
+    --------
+    >>> list(encode_vlong(127)), list(encode_vlong(128))
+    ([127], [143, 128])
     """
     if -112 <= value <= 127:
         return struct.pack(">b", value)
@@ -38,24 +33,13 @@ def encode_vlong(value):
 
 
 def decode_vlong(buf, pos):
-    """Decode a VLong from ``buf`` at ``pos``.
+    """``(value, position after it)`` of the VLong in ``buf`` at ``pos``. Raises ``ValueError`` if ``buf`` ends inside the
+    number.
 
-    Parameters
-    ----------
-    buf : bytes-like
-        The bytes holding the number.
-    pos : int
-        Offset of its first byte.
-
-    Returns
-    -------
-    (int, int)
-        The value and the position after it.
-
-    Raises
-    ------
-    ValueError
-        If ``buf`` ends inside the number.
+    Examples
+    --------
+    >>> decode_vlong(bytes([143, 128]), 0)
+    (128, 2)
     """
     if pos >= len(buf):
         raise ValueError("truncated variable-length integer")
@@ -74,17 +58,12 @@ def decode_vlong(buf, pos):
 
 
 def vlong_size(first_byte):
-    """Total encoded size of a VLong whose first byte is ``first_byte``.
+    """How many bytes (1 to 9) the whole VLong takes whose first byte (0 to 255) is ``first_byte``.
 
-    Parameters
-    ----------
-    first_byte : int
-        The first byte, 0 to 255.
-
-    Returns
-    -------
-    int
-        1 to 9: how many bytes the whole number takes.
+    Examples
+    --------
+    >>> vlong_size(127), vlong_size(143)
+    (1, 2)
     """
     first = first_byte - 256 if first_byte >= 128 else first_byte
     if first >= -112:
@@ -93,40 +72,25 @@ def vlong_size(first_byte):
 
 
 def encode_text(value):
-    """Serialize a ``Text``: VInt byte length, then UTF-8 bytes.
+    """A serialized ``Text``: its VInt byte length, then its UTF-8 bytes (bytes given are taken as UTF-8 already).
 
-    Parameters
-    ----------
-    value : str or bytes-like
-        The text; bytes are taken as already UTF-8.
-
-    Returns
-    -------
-    bytes
-        The serialized field.
+    Examples
+    --------
+    >>> list(encode_text("hé"))
+    [3, 104, 195, 169]
     """
     data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
     return encode_vlong(len(data)) + data
 
 
 def decode_text(buf):
-    """Deserialize a whole ``Text`` record field to ``str``.
+    """The ``str`` of a whole serialized ``Text`` field. Raises ``ValueError`` if the length does not match the field, or
+    the bytes are not UTF-8 (:class:`UnicodeDecodeError`).
 
-    Parameters
-    ----------
-    buf : bytes-like
-        The whole field: VInt length, then that many UTF-8 bytes.
-
-    Returns
-    -------
-    str
-        The text.
-
-    Raises
-    ------
-    ValueError
-        If the length does not match the field, or the bytes are not UTF-8
-        (:class:`UnicodeDecodeError`).
+    Examples
+    --------
+    >>> decode_text(encode_text("hé"))
+    'hé'
     """
     length, pos = decode_vlong(buf, 0)
     if length < 0 or pos + length != len(buf):
@@ -135,22 +99,13 @@ def decode_text(buf):
 
 
 def decode_bytes_writable(buf):
-    """Deserialize a whole ``BytesWritable`` field: int32 length, then bytes.
+    """The value's bytes of a whole ``BytesWritable`` field (int32 length, then bytes): a slice of ``buf``, no copy for a
+    memoryview. Raises ``ValueError`` if the field is shorter than 4 bytes or its length does not match.
 
-    Parameters
-    ----------
-    buf : bytes-like
-        The whole field.
-
-    Returns
-    -------
-    bytes-like
-        The value's bytes, a slice of ``buf`` (no copy for a memoryview).
-
-    Raises
-    ------
-    ValueError
-        If the field is shorter than 4 bytes or its length does not match.
+    Examples
+    --------
+    >>> bytes(decode_bytes_writable(bytes([0, 0, 0, 2]) + b"hi"))
+    b'hi'
     """
     if len(buf) < 4:
         raise ValueError("BytesWritable shorter than its 4-byte length")
@@ -161,22 +116,14 @@ def decode_bytes_writable(buf):
 
 
 def encode(class_name, value):
-    """Serialize ``value`` as the Writable ``class_name``.
+    """``value`` serialized as the Writable ``class_name`` (a Java class name), as Hadoop's ``write(DataOutput)`` writes
+    it: ``Text`` takes ``str`` (or UTF-8 bytes), ``BytesWritable`` bytes-like, ``IntWritable``/``LongWritable`` ints,
+    ``NullWritable`` ``None``; any other class takes its already-serialized bytes.
 
-    Parameters
-    ----------
-    class_name : str
-        A Java class name: ``Text`` takes ``str`` (or UTF-8 bytes),
-        ``BytesWritable`` bytes-like, ``IntWritable``/``LongWritable`` ints,
-        ``NullWritable`` ``None``; any other class takes its already-serialized
-        bytes.
-    value : object
-        The value, as above.
-
-    Returns
-    -------
-    bytes
-        The serialized field, as Hadoop's ``write(DataOutput)`` writes it.
+    Examples
+    --------
+    >>> list(encode(INT, 7)), encode(NULL, None)
+    ([0, 0, 0, 7], b'')
     """
     if class_name == TEXT:
         return encode_text(value)
@@ -192,26 +139,14 @@ def encode(class_name, value):
 
 
 def decode(class_name, buf):
-    """Deserialize one field of class ``class_name``; unknown classes give raw bytes.
+    """One field of class ``class_name`` (from the file's header): ``Text`` as str, ``BytesWritable`` as bytes,
+    ``IntWritable`` and ``LongWritable`` as int, ``NullWritable`` as None, other classes as their raw bytes. Raises
+    ``ValueError`` if the field does not hold a well-formed value of that class.
 
-    Parameters
-    ----------
-    class_name : str
-        The Java class name from the file's header.
-    buf : bytes-like
-        The whole field.
-
-    Returns
-    -------
-    str, bytes, int or None
-        ``Text`` as str, ``BytesWritable`` as bytes, ``IntWritable`` and
-        ``LongWritable`` as int, ``NullWritable`` as None, other classes as
-        their raw bytes.
-
-    Raises
-    ------
-    ValueError
-        If the field does not hold a well-formed value of that class.
+    Examples
+    --------
+    >>> decode(LONG, encode(LONG, -1)), decode("com.example.Point", b"xy")
+    (-1, b'xy')
     """
     if class_name == TEXT:
         return decode_text(buf)

@@ -1,8 +1,4 @@
-"""Writing SequenceFiles that Hadoop's ``SequenceFile.Reader`` reads.
-
-Records, sync entries and blocks are written where Hadoop's writers put them (``SYNC_INTERVAL``,
-``block_size``); the layout is in the documentation's reference, "The SequenceFile format".
-"""
+"""Writing SequenceFiles that Hadoop's ``SequenceFile.Reader`` reads."""
 
 import errno
 import os
@@ -41,11 +37,6 @@ def _write_all(fd, buffers):
 class Writer:
     """Write key/value records to a new SequenceFile, atomically.
 
-    The file appears at ``path`` only when :meth:`close` succeeds; until then
-    records go to a hidden temporary file beside it, removed by :meth:`abort`
-    or when the ``with`` block is left by an exception
-    (:class:`seqfile.atomic.AtomicFile`).
-
     Parameters
     ----------
     path : str or os.PathLike
@@ -54,8 +45,8 @@ class Writer:
         Java class names; ``Text`` keys and ``BytesWritable`` values by default.
     compression : {"NONE", "RECORD", "BLOCK"}
     codec : str, optional
-        Short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``,
-        ``zstd``) or Hadoop class name; ``default`` (zlib) when compressing.
+        Short name (``default``, ``gzip``, ``bzip2``, ``snappy``, ``lz4``, ``zstd``) or Hadoop class name; ``default``
+        (zlib) when compressing.
     metadata : dict of str to str, optional
     sync_interval : int
         Bytes between sync markers in files without block compression.
@@ -64,10 +55,22 @@ class Writer:
     sync : bytes, optional
         The 16-byte sync marker; random by default, as in Hadoop.
     out : seqfile.atomic.AtomicFile, optional
-        Write through this (anything with ``file``, ``commit()`` and
-        ``abort()``) instead of a new ``AtomicFile(path)``; its ``commit``
-        decides what becomes of an existing file at ``path``. The writer
-        owns it: it is aborted if the writer fails, from its first line on.
+        Write through this (anything with ``file``, ``commit()`` and ``abort()``) instead of a new
+        ``AtomicFile(path)``; its ``commit`` decides what becomes of an existing file at ``path``. The writer owns it:
+        it is aborted if the writer fails, from its first line on.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from seqfile import Reader
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "frames.seq")
+    >>> with Writer(path) as w:
+    ...     w.append("a.jpg", b"one")
+    ...     w.append("b.jpg", b"two")
+    >>> [(r.key, r.value) for r in Reader(path)]
+    [('a.jpg', b'one'), ('b.jpg', b'two')]
+    >>> folder.cleanup()
     """
 
     def __init__(self, path, key_class=TEXT, value_class=BYTES, compression=NONE,
@@ -120,19 +123,13 @@ class Writer:
             self.abort()
 
     def append(self, key, value):
-        """Append one record.
+        """Append one record. Raises ``ValueError`` if the writer is closed.
 
         Parameters
         ----------
         key, value : object
-            As :func:`seqfile.writable.encode` takes them for the header's key and
-            value classes (``str`` for ``Text``, bytes-like for ``BytesWritable``).
-
-        Raises
-        ------
-        ValueError
-            If the writer is closed.
-        """
+            As :func:`seqfile.writable.encode` takes them for the header's key and value classes (``str`` for
+            ``Text``, bytes-like for ``BytesWritable``)."""
         hdr = self.header
         if hdr.value_class == BYTES and hdr.compression == NONE:
             self._append_bytes_value(encode(hdr.key_class, key), value)
@@ -172,20 +169,14 @@ class Writer:
         return self._fd
 
     def append_file(self, key, fd, size):
-        """Append one record whose value is the whole of the open regular file ``fd``, ``size`` bytes, copied by
-        the kernel (``os.sendfile``: the bytes never pass through Python); Text keys and BytesWritable values
-        without compression, values of at least 64 KiB, only.
-
-        Where the file does not hold exactly ``size`` bytes (it grew or
-        shrank since its size was taken), or the kernel cannot copy between
-        these files, nothing is appended and False is returned: the caller
-        reads the file and appends what it reads (:meth:`append`).
+        """Append one record whose value is the whole of the open regular file ``fd``, ``size`` bytes, copied by the
+        kernel (``os.sendfile``: the bytes never pass through Python); Text keys and BytesWritable values without
+        compression, values of at least 64 KiB, only.
 
         Returns
         -------
         bool
-            Whether the record was appended.
-        """
+            Whether the record was appended."""
         if self._f is None:
             raise ValueError("writer is closed")
         hdr = self.header
@@ -224,19 +215,13 @@ class Writer:
         return True
 
     def append_serialized(self, key, value):
-        """Append a record from its already-serialized key and value fields.
+        """Append a record from its already-serialized key and value fields. Raises ``ValueError`` if the writer is
+        closed.
 
         Parameters
         ----------
         key, value : bytes-like
-            The fields as Hadoop serializes the header's classes (what
-            :func:`seqfile.writable.encode` returns).
-
-        Raises
-        ------
-        ValueError
-            If the writer is closed.
-        """
+            The fields as Hadoop serializes the header's classes (what :func:`seqfile.writable.encode` returns)."""
         if self._f is None:
             raise ValueError("writer is closed")
         if self.header.compression == BLOCK:

@@ -12,7 +12,6 @@ import sys
 import tempfile
 
 import pytest
-
 from hadoop import Hadoop, HadoopUnavailable
 
 # Tests never touch this machine's own node-local state: a scheduler service or GPU leases of a
@@ -117,6 +116,7 @@ def altered_kernel(tmp_path, monkeypatch):
     restated with other constants (``MAX_ANGLES``); ``old`` must occur.
     """
     import glob
+
     from gpumr.gpu import kernels
     folder = tmp_path / "altered-cuda"
     folder.mkdir()
@@ -136,6 +136,7 @@ def altered_kernel(tmp_path, monkeypatch):
 def ct_phantom(folder, voxels, angles, name="proj"):
     """Phantom projections ``folder/NAME.seq`` (geometry beside them) and ``gpumr ct reconstruct``'s volume of them."""
     import numpy as np
+
     from gpumr.cli import main
     assert main(["ct", "geometry", "-o", str(folder / "g.json"), "--voxels", str(voxels), "--angles", str(angles)]) == 0
     assert main(["ct", "phantom", "--geometry", str(folder / "g.json"), "-o", str(folder / f"{name}.seq")]) == 0

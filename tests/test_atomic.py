@@ -50,6 +50,7 @@ def test_a_program_writing_by_name(tmp_path):
 
 def test_sample_frames_leave_nothing_behind_on_failure(tmp_path, monkeypatch):
     import cv2
+
     from gpumr.faces import sample
     calls = []
     real = cv2.imencode

@@ -19,8 +19,8 @@ import warnings
 import pytest
 
 from gpumr.boundary import describe, guard
-from gpumr.log import one_line, set_verbosity
 from gpumr.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, GpumrError
+from gpumr.log import one_line, set_verbosity
 
 SECRET = "wJalrXUtnFEMI/K7MDENG"
 

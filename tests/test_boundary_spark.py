@@ -22,8 +22,9 @@ if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
 
 
 def test_ctrl_c_to_gpumr_spark_is_one_line(sample_frames, tmp_path):
-    from gpumr.io.packing import pack
     from test_file_safety import tree_listing as listing
+
+    from gpumr.io.packing import pack
     pack([sample_frames], str(tmp_path / "frames.seq"), progress=False)
     before = listing(tmp_path)
     # A terminal's Ctrl-C goes to the whole foreground process group: the driver, the JVM, the Python workers.

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import seqfile
-from gpumr.io import packing
 from gpumr.cli import main
+from gpumr.io import packing
 
 
 def run(capsys, *argv):

@@ -153,6 +153,7 @@ def test_reconstruct_draws_its_progress_on_a_terminal_only(tmp_path):
     import subprocess
     import sys
     import termios
+
     from gpumr.cli import main
     assert main(["ct", "phantom", "--voxels", "48", "--angles", "60", "-o", str(tmp_path / "p.seq"), "-q"]) == 0
 
@@ -299,8 +300,9 @@ def test_a_sets_tiffs_read_through_the_layout_learnt_from_the_first_are_tifffile
     """A set's projections of one layout are read from their bytes (the parse was half of reading a set);
     files of another layout among them (big-endian of the same length, 16-bit) are decoded by tifffile, each right."""
     import tifffile
-    from seqfile import Writer
+
     from gpumr.ct.projections import read_set
+    from seqfile import Writer
     g = geometry.simple(8, 6, n_detector=12)
     rng = np.random.default_rng(5)
     images = [rng.random(tuple(g.nDetector), np.float32) * 7 for _ in range(6)]

@@ -14,9 +14,9 @@ from gpumr.ct.backproject import backproject
 from gpumr.ct.fdk import filter_projections
 from gpumr.ct.projections import read_set
 from gpumr.ct.slices import assemble
-from gpumr.launch.job import run_job
 from gpumr.errors import GpumrError
 from gpumr.io.joboutput import read_job_output
+from gpumr.launch.job import run_job
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +138,9 @@ def test_assemble_names_missing_and_duplicate_slices(phantom_files, tmp_path):
 
 def test_bad_slab_records_are_error_lines(phantom_files):
     """A record that is not a slab of the volume is its error line (the workload's load refuses it)."""
+    from gpumr.core.badrecord import BadRecord
     from gpumr.ct import geometry
     from gpumr.ct.workload import parse_slab
-    from gpumr.core.badrecord import BadRecord
     g = geometry.load(str(phantom_files / "proj.geometry.json"))
     assert parse_slab("0 6", g) == (0, 6)
     for line in ("nonsense", "30 40", "6 6"):

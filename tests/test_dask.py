@@ -22,7 +22,7 @@ from gpumr.errors import GpumrError
 from gpumr.io.packing import pack
 
 pytest.importorskip("distributed", reason="the Dask engine needs dask.distributed (the dev extra)")
-from conftest import run_workload  # noqa: E402
+from conftest import run_workload
 
 
 def run(kind, argv, client=None):

@@ -3,8 +3,8 @@
 import os
 
 import pytest
-
 from fake_nvml import FakeNVML, gpu
+
 from gpumr.devices import nvml
 from gpumr.devices.chooser import CPU, DeviceChooser
 from gpumr.errors import GpumrError

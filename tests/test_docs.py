@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import missing
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
@@ -174,8 +173,8 @@ def built(tmp_path_factory):
     """``(folder, what the build printed)``: the documentation built with warnings as errors (as ``make docs``),
     its figures made by gpumr."""
     try:
-        import sphinx  # noqa: F401
-        import furo  # noqa: F401
+        import furo  # noqa: F401 (only whether it imports)
+        import sphinx  # noqa: F401 (only whether it imports)
     except ImportError as exc:
         missing("the docs build", f"{exc} (pip install '.[docs]')")
     tmp = tmp_path_factory.mktemp("docs")
@@ -499,6 +498,7 @@ def test_the_architecture_figure_has_every_workload_and_engine():
     in the engines' box; and the parts' imports make no cycle (none drawn red, none to explain)."""
     sys.path.insert(0, os.path.join(DOCS, "_ext"))
     import gpumr_figures
+
     from gpumr import engines
     from gpumr.workloads import BUILT_IN
     parts = gpumr_figures.parts()

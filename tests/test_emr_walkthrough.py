@@ -18,7 +18,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_getting_started import bash_blocks
 
 PAGE = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "how-to", "emr.rst")

@@ -177,7 +177,7 @@ def test_the_header_poisons_what_the_scan_cannot_see(sources):
 def _build_in_child(queue):
     try:
         queue.put(emulate.build("probe")[0])
-    except Exception as exc:  # reported to the parent
+    except Exception as exc:  # noqa: BLE001 (reported to the parent)
         queue.put(repr(exc))
 
 

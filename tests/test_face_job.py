@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import seqfile
-from gpumr.launch.job import run_job
 from gpumr.faces.cpu import detect, load_cascade
 from gpumr.io.packing import pack
+from gpumr.launch.job import run_job
 
 
 def direct_opencv(frames_dir, cascade=None, **params):

@@ -168,6 +168,7 @@ def png_chunk(kind, body, crc=None):
 
 def test_a_huge_png_with_a_bad_text_crc_is_refused_without_decoding(monkeypatch):
     import cv2
+
     from gpumr.core import BadRecord
     from gpumr.core.images import decode_gray
     ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 32000, 32000, 8, 0, 0, 0, 0))
@@ -189,6 +190,7 @@ def test_a_huge_png_with_a_bad_text_crc_is_refused_without_decoding(monkeypatch)
 def test_header_sizes_match_what_opencv_decodes(ext):
     import cv2
     import numpy as np
+
     from gpumr.core.images import decode_gray, image_size
     img = (np.arange(37 * 53) % 251).astype(np.uint8).reshape(37, 53)
     data = cv2.imencode(ext, img)[1].tobytes()

@@ -9,8 +9,8 @@ import pytest
 
 import seqfile
 from gpumr.cli import build_parser, main
-from gpumr.launch.job import run_job
 from gpumr.io.packing import pack
+from gpumr.launch.job import run_job
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,6 +91,7 @@ def test_bad_job_options_are_one_line_errors(packed, tmp_path, args, message):
 def test_a_bundled_cascade_is_taken_by_name_and_shipped(packed, sample_frames, tmp_path):
     import cv2
     import numpy as np
+
     from gpumr.faces.cpu import detect, load_cascade
     from gpumr.jobs.face_detect import MRFaceDetect
     run_job(MRFaceDetect, [packed], str(tmp_path / "out"), "inline", ["--cascade", "haarcascade_frontalface_alt2.xml"])
@@ -188,6 +189,7 @@ def test_ct_flow_carries_one_geometry_file(tmp_path, capsys):
 
 def test_phantom_noise_is_the_same_streamed_or_at_once(tmp_path):
     import numpy as np
+
     from gpumr.ct import geometry, phantom
     from gpumr.ct.projections import read_set
     g = geometry.simple(12, 6)
@@ -279,6 +281,7 @@ def test_a_bug_is_not_dressed_up_as_a_user_error(monkeypatch, capsys):
 
 def test_backprojection_kernel_constants_come_from_the_kernel_source():
     import numpy as np
+
     from gpumr.ct import geometry
     from gpumr.ct.backproject import pad
     from gpumr.ct.backproject_gpu import SlabBackprojector

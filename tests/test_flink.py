@@ -31,7 +31,7 @@ from gpumr.io.packing import pack
 def _flink_python():
     """A Python with PyFlink and gpumr, or None."""
     try:
-        import pyflink.datastream  # noqa: F401
+        import pyflink.datastream  # noqa: F401 (only whether it imports)
         return sys.executable
     except ImportError:
         pass

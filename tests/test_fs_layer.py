@@ -18,8 +18,8 @@ import pytest
 from s3server import BUCKET
 
 from gpumr.io import remote
-from gpumr.io.records import Lost, read_split
 from gpumr.io.packing import pack
+from gpumr.io.records import Lost, read_split
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 

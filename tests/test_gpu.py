@@ -79,6 +79,7 @@ def _iou(a, b):
 def test_gpu_faces_agree_with_opencv(sample_frames, scale_factor):
     import cv2
     from skimage import data
+
     from gpumr.faces.cpu import detect, load_cascade
     from gpumr.faces.gpu import FaceGPU
     gpu = _real_gpu()
@@ -108,6 +109,7 @@ def test_gpu_pyramid_bytes_equal_opencv_resize(scale_factor):
     """The pyramid kernel on the real device: every level byte for byte ``cv2.resize`` (INTER_LINEAR_EXACT),
     the same checks the emulated build passes in test_gpu_pyramid.py, through the real launcher."""
     import test_gpu_pyramid as emulated
+
     from gpumr.gpu import launch
     lx = launch.launcher(_real_gpu())
     with lx.active():
@@ -122,6 +124,7 @@ def test_nvml_and_the_free_check_read_the_real_card():
     """NVML's reading equals nvidia-smi's (name, memory, compute mode, UUID); the free check (an exclusive-mode
     context probe) and the chooser's lease give this idle card to a record. The card's settings are only read."""
     import subprocess
+
     from gpumr.devices.chooser import DeviceChooser
     from gpumr.gpu import context
     gpu = _real_gpu()

@@ -254,6 +254,7 @@ def test_r1_the_slab_profile_uploads_before_its_slabs_read(fresh, capsys):
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     import gpu_phases
+
     from gpumr.ct.backproject_gpu import SlabBackprojector as Real
     results = []
     run = Real.run

@@ -172,12 +172,12 @@ def test_grouping_and_boxes_wait_for_no_lease(monkeypatch):
 
     from gpumr.core import Processor
     from gpumr.core.counters import ON_GPU
+    from gpumr.core.workload import Workload
     from gpumr.faces import gpu as face_gpu
     from gpumr.faces import reference
     from gpumr.faces.gpu import Found
     from gpumr.faces.workload import Faces
     from gpumr.launch.options import task_options
-    from gpumr.core.workload import Workload
     from gpumr.tasks.device import Device
     frames, _, gpu, _ = _faces_case()
     o = argparse.Namespace(**{opt.dest: opt.default for opt in task_options(Faces)})

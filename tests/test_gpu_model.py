@@ -13,7 +13,7 @@ from gpumr.gpu import emulate, kernels
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-import gpu_model  # noqa: E402
+import gpu_model  # noqa: E402 (after the sys.path line that finds it)
 
 PTXAS = """ptxas info    : 0 bytes gmem, 16384 bytes cmem[3]
 ptxas info    : Compiling entry function 'backproject_slab' for 'sm_90'

@@ -12,7 +12,7 @@ from gpumr.gpu.interface import Launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-import gpu_phases  # noqa: E402
+import gpu_phases  # noqa: E402 (after the sys.path line that finds it)
 
 
 class Recording(Launcher):

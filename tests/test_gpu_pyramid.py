@@ -112,6 +112,7 @@ def test_a_part_is_one_upload_of_its_tables_and_frames(sample_frames, monkeypatc
     parts of the same shapes: the taps among them) and its frames' bytes (no pyramid level), nothing else
     sent; the faces are OpenCV's."""
     import os
+
     from gpumr.faces.cpu import detect, load_cascade
     frames = [cv2.resize(cv2.imread(os.path.join(sample_frames, n), cv2.IMREAD_GRAYSCALE), (200, 150))
               for n in sorted(os.listdir(sample_frames))[:3]] * 7

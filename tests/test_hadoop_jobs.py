@@ -20,14 +20,14 @@ import sys
 import cv2
 import numpy as np
 import pytest
+from conftest import missing
+from hadoop import cluster
 
 import seqfile
 from gpumr.cli import main
-from gpumr.launch.job import run_job
 from gpumr.gpu import kernels
 from gpumr.io.packing import pack
-from conftest import missing
-from hadoop import cluster
+from gpumr.launch.job import run_job
 
 # (a real Hadoop job takes 40-90 s here; beside two busy loops and the other pytest worker's jobs one took more
 # than 600 s, pytest-timeout's default)
@@ -128,8 +128,8 @@ def test_ct_job_ships_projections_and_geometry(tmp_path, emulated_kernels, capfd
 
     Hadoop's own report stays: gpumr's counters among Hadoop's, as mrjob shows them, at the job's end; with -v, the
     job's and each task attempt's id as Hadoop gives them (issue 66, finding 10)."""
-    from gpumr.log import set_verbosity
     from gpumr.jobs.backproject import MRBackproject
+    from gpumr.log import set_verbosity
     d = tmp_path
     assert main(["ct", "geometry", "-o", str(d / "g.json"), "--voxels", "32", "--angles", "48"]) == 0
     assert main(["ct", "phantom", "--geometry", str(d / "g.json"), "-o", str(d / "proj.seq")]) == 0

@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import missing
 from hadoop import cluster
 

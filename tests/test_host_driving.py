@@ -9,7 +9,7 @@ from gpumr.gpu.null import NullArray, NullLauncher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-import host_driving  # noqa: E402
+import host_driving  # noqa: E402 (after the sys.path line that finds it)
 
 
 def test_the_null_launcher_takes_every_call_and_holds_no_device_memory():

@@ -1,6 +1,17 @@
 """The tests run against the installed package, as users get it."""
 
+import configparser
+import glob
 import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+
+import pytest
 
 import gpumr
 import gpumr.conf
@@ -25,17 +36,7 @@ def test_package_data_installed():
 
 
 # -- the install story: `make dist`, and the docs' pip lines true as written ---------------------------
-import configparser  # noqa: E402
-import glob  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import venv  # noqa: E402
-import zipfile  # noqa: E402
 
-import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Tools the docs have the reader install beside gpumr (not gpumr's dependencies): PyPI's names.

@@ -106,8 +106,8 @@ def test_summary_counts_bad_records_and_lost_bytes(job_run):
 
 
 def test_max_record_size_reaches_the_tasks(tmp_path):
-    from gpumr.launch.job import run_job
     from gpumr.jobs.face_detect import MRFaceDetect
+    from gpumr.launch.job import run_job
     path = str(tmp_path / "sizes.seq")
     big = cv2.imencode(".png", np.random.default_rng(0).integers(0, 255, (64, 64), np.uint8))[1].tobytes()
     with seqfile.Writer(path, compression="RECORD", codec="default") as w:

@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 
+from gpumr.devices import nvml
 from gpumr.devices.chooser import DeviceChooser
 from gpumr.devices.client import SchedulerClient
 from gpumr.devices.service import Scheduler
-from gpumr.devices import nvml
 
 SIM = {"GPUMR_SIMULATE_GPUS": "2:4GiB"}
 

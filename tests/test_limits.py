@@ -19,9 +19,9 @@ import sys
 
 import numpy as np
 import pytest
+from crafted import many_scan_jpeg, progressive_jpeg
 
 import seqfile
-from crafted import many_scan_jpeg, progressive_jpeg
 from gpumr.cli import main
 from gpumr.io.packing import pack
 
@@ -153,6 +153,7 @@ def test_a_jpeg_of_too_many_scans_is_refused_unread(record_run):
 
 def test_jpeg_scans_are_counted_by_walking_the_segments():
     import cv2
+
     from gpumr.core.images import jpeg_scans
     baseline = cv2.imencode(".jpg", np.zeros((40, 48), np.uint8))[1].tobytes()
     grey, colour = progressive_jpeg(48, 40), _colour_progressive(48, 40)
@@ -177,6 +178,7 @@ def _colour_progressive(width, height):
 
 def test_a_bare_name_is_the_bundled_cascade_only_when_no_such_file_is_here(tmp_path, monkeypatch):
     import cv2
+
     from gpumr.errors import GpumrError
     from gpumr.faces.cpu import cascade_path
     name = "haarcascade_frontalface_alt.xml"
@@ -215,6 +217,7 @@ def test_the_contact_sheet_holds_tiles_not_frames(tmp_path):
     import tracemalloc
 
     import cv2
+
     from gpumr.faces.render import CAPTION, TILE, TITLE, render
     w, h = 2400, 1800
     frame = cv2.imencode(".jpg", np.full((h, w, 3), 90, np.uint8))[1].tobytes()
@@ -253,6 +256,7 @@ def ct(tmp_path_factory):
     import io
 
     import tifffile
+
     from gpumr.ct.projections import encode_tiff
     d = tmp_path_factory.mktemp("ct")
     assert main(["ct", "phantom", "--voxels", "16", "--angles", "12", "-o", str(d / "p.seq")]) == 0

@@ -15,11 +15,11 @@ import time
 import zipfile
 
 import pytest
+from test_file_safety import run
+from test_file_safety import tree_listing as listing
 
 import seqfile
 from gpumr.io.outputs import digest, proof_path, write_file
-from test_file_safety import run
-from test_file_safety import tree_listing as listing
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -187,6 +187,7 @@ def test_a_file_is_replaced_only_while_it_holds_what_gpumr_wrote(tmp_path, capsy
 def test_reading_a_proof_sets_aside_its_size_not_the_cap(tmp_path):
     """A proof was read with ``read(MAX_PROOF + 1)``, which allocates the 256 MiB cap on every check."""
     import tracemalloc
+
     from gpumr.io.outputs import Proof
     write_file(str(tmp_path / "g.json"), b"{}", "gpumr ct geometry")
     tracemalloc.start()

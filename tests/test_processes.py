@@ -122,6 +122,7 @@ def _alive(pid):
 
 def test_on_threads_runs_every_call_once_at_most_n_at_a_time(tmp_path):
     import threading
+
     from gpumr.engines.mrjob.runner import on_threads
     lock, now, most, done = threading.Lock(), [0], [0], []
 
@@ -162,6 +163,7 @@ def test_an_interrupt_while_calls_run_ends_the_processes_in_the_folder(tmp_path)
     """A signal's exception (here SIGUSR1's, as Ctrl-C's KeyboardInterrupt) raised while the calls run: it is
     raised at once, with the calls' processes ended."""
     import threading
+
     from gpumr.engines.mrjob.runner import on_threads
 
     class Stopped(Exception):
@@ -208,6 +210,7 @@ def test_a_child_forked_in_stderr_to_writes_to_the_file_after_the_block_too(tmp_
     printed its traceback when it ended, after the block: through the ``sys.stderr`` it was forked with, which
     under pytest's capture (as in a notebook) does not write to file descriptor 2, and reached the user's stderr."""
     import multiprocessing
+
     from gpumr.engines.processes import stderr_to
     ctx = multiprocessing.get_context("fork")
     go = ctx.Event()
@@ -260,3 +263,19 @@ def test_a_private_temp_dir_goes_with_the_process_that_made_it_however_multiproc
     # each child's folder is gone once it ended; the parent's stays until the parent ends, and then goes
     assert proc.stdout.split("\n")[:3] == [f"{m} 0 False True" for m in ("forkserver", "fork", "spawn")], proc.stdout
     assert os.listdir(tmp_path / "tmp") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts processes as other uids: needs root")
+def test_a_node_is_shared_when_a_persons_account_runs_a_process_not_a_daemons():
+    """SLURM's daemons run as ``slurm`` (Debian: uid 64030, above login.defs' UID_MAX): not a person who could reach
+    the job's ports; a process of uid 1234 (in UID_MIN..UID_MAX) is."""
+    from gpumr.engines.start import other_users, people
+    daemon_uid, person_uid = people().stop + 3000, people().start + 234
+    procs = [subprocess.Popen(["sleep", "60"], user=uid, group=uid) for uid in (daemon_uid, person_uid)]
+    try:
+        found = other_users()
+        assert person_uid in found and daemon_uid not in found, found
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

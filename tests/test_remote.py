@@ -18,24 +18,22 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import run_workload
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
-from conftest import run_workload
+from gpumr.errors import GpumrError
+from gpumr.io import remote
+from gpumr.io.inputs import splits
+from gpumr.io.packing import pack
+from gpumr.io.records import Lost, read_split
+from gpumr.launch.job import run_job
+from gpumr.limits import MAX_SPLITS
 
 
 def run(kind, argv, sc=None):
     """The Spark engine (on the session's cluster where given)."""
     return run_workload(kind, argv, "spark", sc)
-
-
-from gpumr.io.inputs import splits  # noqa: E402
-from gpumr.launch.job import run_job
-from gpumr.errors import GpumrError
-from gpumr.io import remote
-from gpumr.io.packing import pack
-from gpumr.io.records import Lost, read_split
-from gpumr.limits import MAX_SPLITS
 
 
 def lines_of(out_dir):

@@ -3,11 +3,11 @@
 import struct
 
 import pytest
+from conftest import make_records
 
 import seqfile
 from seqfile import SequenceFileError
 from seqfile.errors import RecordError
-from conftest import make_records
 
 
 def _file(tmp_path, comp, codec, n=6):

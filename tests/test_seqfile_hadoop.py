@@ -4,9 +4,9 @@ import os
 import random
 
 import pytest
+from conftest import KINDS, make_records
 
 import seqfile
-from conftest import KINDS, make_records
 
 pytestmark = pytest.mark.hadoop
 

@@ -6,6 +6,7 @@ them would need gigabytes. The library must answer with its own error naming
 the file, the offset and the size, in a few seconds.
 """
 
+import bz2
 import json
 import os
 import struct
@@ -13,7 +14,6 @@ import subprocess
 import sys
 import time
 import zlib
-import bz2
 
 import pytest
 

@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -100,3 +101,26 @@ def test_another_users_side_file_is_copied_not_linked(tmp_path, other_user):
     assert status == 0 and err == [], err
     assert [v["text"] for v in values] == ["the data, as checked"] * 2
     assert data.read_text() == "CHANGEDa, as checked"  # (its owner's change, on their file alone)
+
+
+def test_another_jobs_hard_link_to_a_checked_side_file_is_no_change_but_new_content_is(tmp_path):
+    """A side file's ctime moves when another job hard-links the same file (a built-in cascade, shipped by every job
+    of the node): the task reads it again and goes on; a file whose bytes changed is still refused."""
+    from gpumr.errors import GpumrError
+    from gpumr.launch.ship import content_name
+    from gpumr.tasks import runtime
+    source = tmp_path / "cascade.xml"
+    source.write_bytes(b"<cascade>" + os.urandom(4096) + b"</cascade>")
+    name, size = content_name(str(source))
+    shipped = tmp_path / name
+    os.link(source, shipped)
+    path = runtime._verified(name, lambda n: str(tmp_path / n), size)
+    before = os.stat(path).st_ctime_ns
+    while os.stat(path).st_ctime_ns == before:  # (a link made within the same clock tick leaves ctime as it was)
+        os.link(source, tmp_path / f"link-{time.monotonic_ns()}")
+    runtime._unchanged({name: path}, {name: size})
+    with open(source, "r+b") as f:
+        f.seek(20)
+        f.write(b"X")
+    with pytest.raises(GpumrError, match="changed on this node while the task read it"):
+        runtime._unchanged({name: path}, {name: size})

@@ -170,7 +170,7 @@ def slurm():
         unavailable(line)
     assert r.returncode == 0, line
     try:
-        import dask_jobqueue  # noqa: F401
+        import dask_jobqueue  # noqa: F401 (only whether it imports)
     except ImportError as exc:
         unavailable(f"no dask-jobqueue ({exc}): pip install -e '.[dev]'")
     return line

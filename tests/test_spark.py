@@ -18,20 +18,20 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ASSIGNED, ct_phantom, lines_of
+from conftest import ASSIGNED, ct_phantom, lines_of, run_workload
 
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
-from conftest import run_workload
+from gpumr.errors import GpumrError
+from gpumr.io.outputs import open_output
+from gpumr.io.packing import pack
+from gpumr.launch.job import run_job
 
 
 def run(kind, argv, sc=None):
     """The Spark engine (on the session's cluster where given)."""
     return run_workload(kind, argv, "spark", sc)
-from gpumr.launch.job import run_job
-from gpumr.errors import GpumrError
-from gpumr.io.outputs import open_output
-from gpumr.io.packing import pack
+
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
 pytestmark = pytest.mark.slow
@@ -245,7 +245,7 @@ def test_only_its_own_earlier_output_is_replaced_and_what_appeared_meanwhile_is_
     def job():
         try:
             run("faces", [*args, "-o", str(out)], sc=sc)
-        except BaseException as exc:  # noqa: B902 (reported below)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
             failed.append(exc)
     worker = threading.Thread(target=job)
     worker.start()

@@ -10,17 +10,17 @@ import os
 
 import numpy as np
 import pytest
+from conftest import ASSIGNED, ct_phantom, run_workload
 
-from conftest import ASSIGNED, ct_phantom
 from gpumr.cli import main
-from conftest import run_workload
+from gpumr.io.packing import pack
+from gpumr.launch.job import run_job
 
 
 def run(kind, argv, sc=None):
     """The Spark engine (on the session's cluster where given)."""
     return run_workload(kind, argv, "spark", sc)
-from gpumr.launch.job import run_job
-from gpumr.io.packing import pack
+
 
 pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
 pytestmark = pytest.mark.slow

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 
+from gpumr.io import joboutput
 from gpumr.tasks import output
 
 
@@ -17,7 +18,7 @@ def test_ranges_cover_every_line_once_and_a_range_is_read_from_its_sampled_offse
     runs = []
     every = []
     for r in range(4):
-        lines = sorted(output.line(f"k{rng.randrange(10 ** 6):07d}", {"v": "x" * rng.randrange(200)})
+        lines = sorted(joboutput.line(f"k{rng.randrange(10 ** 6):07d}", {"v": "x" * rng.randrange(200)})
                        for _ in range(2000))
         every += lines
         size, sha, sample = output.write_lines(str(tmp_path), f"map-{r}", lines, output.SAMPLES)
@@ -63,11 +64,11 @@ def test_arrays_are_npy_files_named_by_their_record_and_listed_for_the_launcher(
     ((name, staged, size, sha),) = arrays.written
     assert name == "arrays/z00016.slab.npy" and staged == "arrays/attempt-1/z00016.slab.npy"
     assert np.array_equal(np.load(tmp_path / staged), slab) and size == os.path.getsize(tmp_path / staged)
-    assert json.loads(output.line("z00016", value).split("\t")[1])["n"] == 3  # numpy scalars are JSON numbers
+    assert json.loads(joboutput.line("z00016", value).split("\t")[1])["n"] == 3  # numpy scalars are JSON numbers
     assert output.array_name("a/b c.jpg", "mask").startswith("a_b_c.jpg-") and "/" not in output.array_name("../x", "m")
     assert output.array_name(".hidden", "m").split("-")[0] == "hidden"
 
 
 def test_a_line_is_the_same_bytes_whatever_json_library_is_installed():
-    assert output.line("é/1.jpg", {"faces": [[1, 2, 3, 4]], "device": "cpu"}) == \
+    assert joboutput.line("é/1.jpg", {"faces": [[1, 2, 3, 4]], "device": "cpu"}) == \
         '"\\u00e9/1.jpg"\t{"faces": [[1, 2, 3, 4]], "device": "cpu"}'

@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_trusted_cache import planter  # noqa: F401  (the second user, a fixture)
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
@@ -30,7 +29,7 @@ def _bootstrap(root):
 
 @pytest.mark.parametrize("plant", ["python-foreign", "bin-foreign", "site-packages-open", "python-links-to-foreign",
                                    "bin-sticky-open"])
-def test_bootstrap_runs_nothing_from_an_environment_others_could_change(tmp_path, planter, plant):  # noqa: F811
+def test_bootstrap_runs_nothing_from_an_environment_others_could_change(tmp_path, planter, plant):  # noqa: F811 (a fixture)
     root = tmp_path / "root"
     venv = root / "opt/gpumr/venv"
     site = venv / "lib/python3/site-packages"

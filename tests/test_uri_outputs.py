@@ -21,18 +21,19 @@ import threading
 import time
 
 import pytest
+from conftest import run_workload
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
-from conftest import run_workload
+from gpumr.errors import GpumrError
+from gpumr.io.outputs import UriOutput
+from gpumr.io.packing import pack
 
 
 def run(kind, argv, sc=None, engine="spark"):
     """The Spark engine (on the session's cluster where given)."""
     return run_workload(kind, argv, engine, sc)
-from gpumr.errors import GpumrError
-from gpumr.io.outputs import UriOutput
-from gpumr.io.packing import pack
+
 
 NO_JAVA = not shutil.which("java") and not os.environ.get("JAVA_HOME")
 
@@ -351,7 +352,7 @@ def test_spark_replaces_its_output_at_a_uri_keeps_what_appeared_refuses_foreign_
 def _raised(call, *args, **kwargs):
     try:
         call(*args, **kwargs)
-    except BaseException as exc:  # noqa: B902 (reported by the caller)
+    except BaseException as exc:  # noqa: BLE001 (reported by the caller)
         return [exc]
     return []
 

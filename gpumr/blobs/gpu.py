@@ -1,20 +1,4 @@
-"""The scale-space cube of ``blob_log`` on a GPU (``cuda/blobs.cu``), bit for bit the CPU's.
-
-Per image: the grey image goes to the device once; per scale, four
-separable passes (the second derivative along one axis and the smoothing
-along the other, both ways round) and one pass that writes the scale's
-plane of the cube, ``[rows, cols, scales]`` as ``blob_log`` stacks it. The
-cube comes back whole; its peaks are found on the host after the GPU's
-lease is released (:meth:`gpumr.blobs.workload.Blobs.finish`). The filter
-weights (scipy's, :func:`gpumr.blobs.scalespace.weights`) are uploaded
-once per task and device.
-
-Before a device is trusted, a small built-in image whose every line is
-shorter than the largest kernel (so that the reflections repeat) is run
-through it and compared with scipy's cube (:mod:`gpumr.gpu.trust`); a
-difference over :data:`TOLERANCE` disables the GPU path (records then fall
-back to the CPU, counted).
-"""
+"""The scale-space cube of ``blob_log`` on a GPU (``cuda/blobs.cu``), bit for bit the CPU's."""
 
 import numpy as np
 
@@ -52,8 +36,7 @@ class LoGCube:
     scales : ndarray [num_sigma, 2]
         :func:`gpumr.blobs.scalespace.sigmas`.
     prefer : str, optional
-        ``"cupy"`` to try CuPy before PyCUDA.
-    """
+        ``"cupy"`` to try CuPy before PyCUDA."""
 
     def __init__(self, scales, prefer=None):
         self.scales = scales
@@ -85,13 +68,8 @@ class LoGCube:
         return True if err <= TOLERANCE else f"its scale-space cube differs from scipy's by up to {err:.3g}"
 
     def run(self, image, gpu):
-        """The cube of ``image`` (float64 ``[rows, cols]``) on ``gpu``.
-
-        Raises
-        ------
-        RuntimeError
-            If the device is not trusted (the reason given).
-        """
+        """The cube of ``image`` (float64 ``[rows, cols]``) on ``gpu``. Raises ``RuntimeError`` if the device is not
+        trusted (the reason given)."""
         return self._cube(self._devices.get(gpu), image, gpu)
 
     def _cube(self, st, image, gpu=None):

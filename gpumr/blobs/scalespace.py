@@ -1,13 +1,5 @@
 """The scale space of ``skimage.feature.blob_log``, stated in parts so that a GPU can compute the middle one.
 
-``blob_log`` (scikit-image) does three things: it lists the scales
-(:func:`sigmas`), stacks ``-gaussian_laplace(image, s) * s**2`` for each
-into a cube (:func:`log_cube`, scipy's separable Gaussian derivative
-filters, truncated at 4 sigma, mode ``reflect``) and finds the cube's peaks
-and prunes overlapping blobs (:func:`peaks`). ``cuda/blobs.cu`` computes the
-cube from :func:`weights`, which are scipy's own, bit for bit; the first and
-last parts stay on the host, the same code for both paths.
-
 Examples
 --------
 >>> import numpy as np
@@ -47,12 +39,6 @@ def radius(sigma):
 def weights(sigma, order):
     """scipy's 1-D Gaussian kernel of ``sigma`` and derivative ``order`` (0 or 2), from its centre outwards.
 
-    Returns ``w[0..radius]``: ``w[0]`` the centre, ``w[k]`` the weight at
-    offsets ``-k`` and ``+k`` (the kernels are symmetric). Taken from
-    ``scipy.ndimage.gaussian_filter1d``'s response to a unit impulse, which
-    holds its weights exactly (each output is one weight times one), so
-    that the GPU multiplies by the very numbers scipy does.
-
     Examples
     --------
     >>> w = weights(1.0, 0)
@@ -77,12 +63,7 @@ def log_cube(image, scales):
 
 
 def peaks(cube, scales, threshold, overlap):
-    """The blobs ``[[row, col, sigma], ...]`` (float64 array) of a scale-space cube, as ``blob_log`` finds them.
-
-    Local maxima over 3x3x3 neighbourhoods at or above ``threshold``, none
-    excluded at the border; then blobs overlapping more than ``overlap``
-    pruned (the smaller goes), by scikit-image's own pruning.
-    """
+    """The blobs ``[[row, col, sigma], ...]`` (float64 array) of a scale-space cube, as ``blob_log`` finds them."""
     from skimage.feature import peak_local_max
     found = peak_local_max(cube, threshold_abs=threshold, threshold_rel=None, exclude_border=(0, 0, 0),
                            footprint=np.ones((3, 3, 3)))
@@ -94,13 +75,8 @@ def peaks(cube, scales, threshold, overlap):
 
 def prune():
     """scikit-image's pruning of overlapping blobs (``skimage.feature.blob._prune_blobs``, which ``blob_log`` ends
-    with; not public, so looked up here, in one place).
-
-    Raises
-    ------
-    ImportError
-        If this scikit-image has none (the GPU path then says so and is not used).
-    """
+    with; not public, so looked up here, in one place). Raises ``ImportError`` if this scikit-image has none (the GPU
+    path then says so and is not used)."""
     from skimage.feature import blob
     found = getattr(blob, "_prune_blobs", None)
     if found is None:

@@ -1,14 +1,4 @@
-"""Blob detection (``skimage.feature.blob_log``) as a gpumr workload: ``gpumr run blobs``.
-
-Written on the public contract (:class:`gpumr.Workload`) as a user's own
-workload would be. Each record's image is decoded (colour), made grey by
-``skimage.color.rgb2gray`` (values in [0, 1]) and searched for blobs with
-the Laplacian of Gaussian. Output value: ``{"blobs": [[row, col, sigma],
-...], "device": ...}``, equal to calling ``blob_log`` directly with the
-options' values. On a GPU the scale-space cube is computed by
-``cuda/blobs.cu`` (:mod:`gpumr.blobs.gpu`); its peaks are found on the host
-after the GPU's lease is released (:meth:`Blobs.finish`).
-"""
+"""Blob detection (``skimage.feature.blob_log``) as a gpumr workload: ``gpumr run blobs``."""
 
 from .. import limits
 from ..core.workload import Option, Workload

@@ -1,11 +1,4 @@
-"""The ``gpumr`` command: one entry point, one module per group of subcommands.
-
-It runs inside the error boundary (:mod:`gpumr.boundary`): any error,
-a usage error included, is one line on stderr (``gpumr: error: ...``) and
-exit status 1; Ctrl-C is ``gpumr: interrupted`` and 130; ``--debug``
-shows the traceback above the line. ``-q`` and ``-v`` (on every
-subcommand) choose how much else is said.
-"""
+"""The ``gpumr`` command: one entry point, one module per group of subcommands."""
 
 import argparse
 import sys
@@ -89,11 +82,7 @@ def _chosen(parser, args):
 
 
 def main(argv=None):
-    """Run the ``gpumr`` command; returns the exit status (0, 1 or 130: :mod:`gpumr.errors`).
-
-    Run as the program (``argv`` None: the command line), the process ends without its last collections
-    (:func:`gpumr.boundary.end_without_collecting`); a caller that passes ``argv`` keeps its own ending.
-    """
+    """Run the ``gpumr`` command; returns the exit status (0, 1 or 130: :mod:`gpumr.errors`)."""
     if argv is None:
         end_without_collecting()
         safe_import_path()

@@ -34,13 +34,7 @@ def command(sub, name, help, func, description=None):
 
 
 def add_common(parser):
-    """Give ``parser`` and every subcommand under it ``-q``, ``-v`` and ``--debug`` (where it has none of its own).
-
-    On a subcommand they default to "not given" (``argparse.SUPPRESS``), so
-    that ``gpumr -v ls ...`` and ``gpumr ls -v ...`` mean the same. A
-    subcommand's own ``-q`` (``pack``: no progress bar) keeps its help and
-    also quiets the messages.
-    """
+    """Give ``parser`` and every subcommand under it ``-q``, ``-v`` and ``--debug`` (where it has none of its own)."""
     _add_common(parser, top=True)
 
 

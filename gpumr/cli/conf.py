@@ -1,17 +1,9 @@
-"""``gpumr conf``: gpumr's packaged mrjob configs and deployment scripts, usable from any folder.
-
-The files of ``conf/`` are installed as the package ``gpumr.conf``. ``gpumr
-conf`` lists them; ``gpumr conf NAME`` prints the path of one, so that
-``-c "$(gpumr conf mrjob.local.conf)"`` works from any folder; ``gpumr
-conf NAME -o FILE --package WHEEL`` writes a copy of a config whose bootstrap
-names the installed scripts and the given wheel by absolute path, for ``-c
-FILE`` from any folder (:mod:`gpumr.engines.mrjob.configs`).
-"""
+"""``gpumr conf``: gpumr's packaged mrjob configs and deployment scripts, usable from any folder."""
 
 from .. import __version__
-from ..log import report
 from ..engines.mrjob.configs import folder, localised, packaged, path_of
 from ..errors import GpumrError
+from ..log import report
 
 #: What each packaged file is, for the listing.
 ABOUT = {

@@ -1,9 +1,4 @@
-"""``gpumr ct``: geometry, phantom, plan, reconstruct, assemble.
-
-The flow carries one geometry file, ``<projections>.geometry.json`` beside
-the projections: ``phantom`` writes it there, and ``plan``, ``reconstruct``
-and the backprojection job find it there unless ``--geometry`` is given.
-"""
+"""``gpumr ct``: geometry, phantom, plan, reconstruct, assemble."""
 
 import contextlib
 import math
@@ -12,8 +7,8 @@ import threading
 import time
 
 from .. import limits
-from ..log import quiet, report
 from ..errors import GpumrError
+from ..log import quiet, report
 from .args import command, positive
 
 

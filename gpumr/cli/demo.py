@@ -1,11 +1,4 @@
-"""The end-to-end demo on built-in sample data (``make demo``: :doc:`/getting-started/index`).
-
-Makes the sample frames, packs them into SequenceFiles, runs the
-face-detection job with mrjob's local runner, renders the contact sheet and
-prints a summary. The demo's folder is one output under gpumr's rule
-(:class:`gpumr.io.outputs.FolderOutput`): new, empty or an earlier demo
-output, filled beside it and swapped in complete.
-"""
+"""The end-to-end demo on built-in sample data (``make demo``: :doc:`/getting-started/index`)."""
 
 import os
 
@@ -19,14 +12,9 @@ log = logger(__name__)
 
 
 def demo(output, frames=48, shards=2, runner="local"):
-    """Run the whole demo into folder ``output``, saying each step (stderr) and its summary line (stdout); returns
-    the summary dict.
-
-    Raises
-    ------
-    GpumrError
-        If ``output`` is something other than a new or empty folder or an earlier demo output.
-    """
+    """Run the whole demo into folder ``output``, saying each step (stderr) and its summary line (stdout); returns the
+    summary dict. Raises ``GpumrError`` if ``output`` is something other than a new or empty folder or an earlier demo
+    output."""
     frame_count(frames)
     with FolderOutput(output, "gpumr demo", option="--output") as stage:
         frame_dir = os.path.join(stage, "frames")

@@ -56,6 +56,7 @@ def cmd_serve(args):
     import signal
 
     from seqfile.atomic import interrupts_held
+
     from ..devices.leases import check_slots
     from ..devices.service import make_server, node_scheduler, remove_pid_file, write_pid_file
     check_slots(args.slots_per_gpu, "--slots-per-gpu")
@@ -150,8 +151,8 @@ def _seconds(text):
 
 def register(sub):
     """Add ``probe`` and ``scheduler`` to the ``gpumr`` parser."""
-    from ..limits import MAX_GPU_SLOTS
     from ..devices.protocol import POLICIES
+    from ..limits import MAX_GPU_SLOTS
     s = command(sub, "probe", "show each GPU and whether a task here would get it now", cmd_probe)
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
     s.add_argument("--memory", type=size_arg, default=0, metavar="SIZE",

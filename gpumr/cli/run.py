@@ -1,11 +1,4 @@
-"""``gpumr run WORKLOAD [INPUT...] -o OUT --engine ENGINE``: one command for every workload on every engine.
-
-WORKLOAD is a built-in's name, an installed workload's (entry-point group
-``gpumr.workloads``), or a user's own as ``MODULE:CLASS`` or
-``FILE.py:CLASS``. The launcher (:mod:`gpumr.launch`) parses, checks and
-plans once; the engine only runs the tasks; every engine writes the same
-output and ends with the same one-line summary.
-"""
+"""``gpumr run WORKLOAD [INPUT...] -o OUT --engine ENGINE``: one command for every workload on every engine."""
 
 from ..boundary import UsageError
 from ..log import logger

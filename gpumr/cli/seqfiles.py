@@ -7,10 +7,10 @@ import tempfile
 
 from seqfile.codecs import SHORT_NAMES
 
-from ..log import logger, report
 from ..errors import GpumrError, printable
 from ..io.records import open_reader
 from ..io.remote import locate
+from ..log import logger, report
 from ..sizes import human, size_arg
 from .args import command, positive
 
@@ -45,14 +45,7 @@ def cmd_pack(args):
 
 
 def _pack_to_uri(args, run, uncompressed):
-    """``pack -o URI``: pack into a local temporary folder, then publish it at the URI.
-
-    The output at the URI is gpumr's rule's (:class:`gpumr.io.outputs.UriOutput`):
-    what is there is checked before packing and again before publishing,
-    refused, or with ``--force`` replaced only if it is gpumr pack's own. A
-    shard too large to publish there is refused once packed; ``uncompressed``
-    (its files' bytes are then a lower bound of its size), before any is packed.
-    """
+    """``pack -o URI``: pack into a local temporary folder, then publish it at the URI."""
     from ..io.outputs import UriOutput
     sharded = args.shards is not None or args.shard_size is not None
     output = UriOutput(args.output, "gpumr pack", folder=sharded, inputs=args.sources, replace=args.force,

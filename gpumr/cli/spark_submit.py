@@ -1,10 +1,5 @@
-"""The program spark-submit runs: ``spark-submit [options] .../gpumr/cli/spark_submit.py WORKLOAD ...`` is
-``gpumr run WORKLOAD ... --engine spark`` inside spark-submit's driver.
-
-Run as a script, Python puts this file's folder first on the import path:
-it is taken off before anything is imported, so that none of the command
-line's modules stands in for a package of the same name.
-"""
+"""The program spark-submit runs: ``spark-submit [options] .../gpumr/cli/spark_submit.py WORKLOAD ...`` is ``gpumr run
+WORKLOAD ... --engine spark`` inside spark-submit's driver."""
 
 import os
 import sys

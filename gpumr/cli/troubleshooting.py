@@ -1,11 +1,4 @@
-"""``gpumr help [TOPIC]``: the troubleshooting entry an error line points to, in the terminal.
-
-An error line that the troubleshooting page explains ends with ``(see:
-gpumr help TOPIC)`` (:func:`gpumr.errors.hint`). The entries are those of
-the documentation's troubleshooting page, shipped with gpumr
-(``gpumr/troubleshooting.rst``), so they are there on a cluster node or a
-laptop without the built documentation.
-"""
+"""``gpumr help [TOPIC]``: the troubleshooting entry an error line points to, in the terminal."""
 
 import os
 import re

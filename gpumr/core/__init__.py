@@ -1,12 +1,4 @@
-"""The record-processing core that every engine and workload shares.
-
-One record flows: (key, bytes) -> decode -> choose device -> CPU or GPU
-implementation of the same function -> result or error -> output records.
-A workload (:class:`Workload`, the public contract) supplies decode and the
-implementations; the :class:`Processor` supplies device choice, GPU
-batches, falling back to the CPU when the GPU fails, and the counters.
-The core imports nothing above :mod:`gpumr.io` (a test holds the rule).
-"""
+"""The record-processing core that every engine and workload shares."""
 
 #: Where each public name lives; imported on first use (:func:`__getattr__`), so that a module taking one light
 #: name (an :class:`Option`) does not import the processor and numpy with it.

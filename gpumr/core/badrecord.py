@@ -1,7 +1,4 @@
-"""The one exception of the workload contract: a record that cannot be processed.
-
-Its own module, below both :mod:`.workload` and :mod:`.images`, which raise it.
-"""
+"""The one exception of the workload contract: a record that cannot be processed."""
 
 
 class BadRecord(Exception):

@@ -1,15 +1,4 @@
-"""The gpumr counters: their names, and the one-line summary every engine prints.
-
-Counters (mrjob group ``gpumr``; Spark accumulators of the same names):
-``records on CPU``, ``records on GPU``, ``GPU fallbacks`` (records re-run on
-the CPU after a GPU failure, also counted on the CPU), ``bad records``
-(records that became an ``error`` output), and the time spent in each
-device's implementation, ``CPU milliseconds`` and ``GPU milliseconds``.
-``lost stretches`` and ``lost bytes`` count the stretches of input that broken
-framing made unreadable, and their bytes; each stretch is one ``error`` output
-line naming the file and byte range, counted among the ``bad records`` too, so
-output lines = records on CPU + on GPU + bad records.
-"""
+"""The gpumr counters: their names, and the one-line summary every engine prints."""
 
 GROUP = "gpumr"
 ON_CPU, ON_GPU, FALLBACKS, BAD = "records on CPU", "records on GPU", "GPU fallbacks", "bad records"
@@ -31,8 +20,8 @@ NAMED = 3
 
 
 def summary(counts, seconds=None, bad=()):
-    """One line: how many records ran on which device, fell back, or were bad (the first few named); what input
-    was lost.
+    """One line: how many records ran on which device, fell back, or were bad (the first few named); what input was
+    lost.
 
     Parameters
     ----------

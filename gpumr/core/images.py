@@ -1,18 +1,12 @@
-"""Image records to arrays, refusing what is not a usable image before decoding it.
-
-The decode step of every workload (``decode = "color"`` or ``"gray"``): the
-image's size is read from its header and checked against the cap before a
-pixel is decoded, so a small file that would decode to gigabytes (a
-decompression bomb) never is, and a JPEG's scans are counted first.
-"""
+"""Image records to arrays, refusing what is not a usable image before decoding it."""
 
 import io
 import re
 
 import numpy as np
 
-from .badrecord import BadRecord
 from ..limits import MAX_JPEG_SCANS
+from .badrecord import BadRecord
 
 #: Largest image accepted by default (decompression bombs are refused before decoding).
 MAX_PIXELS = 50_000_000
@@ -24,21 +18,13 @@ _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def image_size(data):
-    """``(width, height)`` from an image header without decoding pixels, or None if it cannot be read.
+    """``(width, height)`` from an image's header, its pixels not decoded, or None where no header gives them.
 
-    PNG (the IHDR chunk, CRCs not checked) and JPEG (the first SOFn
-    segment) are read here; other formats OpenCV decodes (BMP, TIFF, WebP,
-    PNM, GIF, ...) through Pillow's header parsers, which read no pixels.
-
-    Parameters
-    ----------
-    data : bytes
-        The image file's bytes.
-
-    Returns
-    -------
-    (int, int) or None
-        The image's width and height, or None if no header gives them.
+    Examples
+    --------
+    >>> import cv2, numpy as np
+    >>> image_size(cv2.imencode(".png", np.zeros((4, 6), np.uint8))[1].tobytes()), image_size(b"not an image")
+    ((6, 4), None)
     """
     if data[:8] == _PNG:
         if len(data) >= 24 and data[12:16] == b"IHDR":
@@ -51,7 +37,7 @@ def image_size(data):
     try:
         with Image.open(io.BytesIO(data)) as im:
             return im.size
-    except Exception:
+    except Exception:  # noqa: BLE001 (any decoder failure means: size unknown here, the decode says why)
         return None
 
 
@@ -61,15 +47,7 @@ _NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
 def _jpeg_segments(data):
-    """``(marker, offset)`` of each marker segment of a JPEG after SOI, up to EOI (ITU T.81, B.1.1).
-
-    Segments are walked by their lengths; after an SOS segment its
-    entropy-coded data is skipped to the next marker. Fill bytes, stray
-    bytes between segments (libjpeg skips them too) and the standalone
-    markers TEM and RSTn are passed over; a length below 2 ends the walk.
-    Only real segments are seen, never bytes inside another segment that
-    look like a marker.
-    """
+    """``(marker, offset)`` of each marker segment of a JPEG after SOI, up to EOI (ITU T.81, B.1.1)."""
     pos, end = 2, len(data)
     while pos + 4 <= end:
         marker = data[pos + 1]
@@ -104,22 +82,14 @@ def _jpeg_size(data):
 
 
 def jpeg_scans(data, most=MAX_JPEG_SCANS):
-    """How many scans (SOS segments) a JPEG holds, counting stops at ``most + 1``.
+    """How many scans (SOS segments) the JPEG bytes ``data`` hold, counting stops past ``most``
+    (:data:`gpumr.limits.MAX_JPEG_SCANS`).
 
-    Each scan is a pass of the decoder over the whole image, so this bounds
-    a progressive JPEG's decoding time before it is decoded.
-
-    Parameters
-    ----------
-    data : bytes
-        The JPEG file's bytes.
-    most : int, optional
-        The limit (:data:`gpumr.limits.MAX_JPEG_SCANS`): counting stops past it.
-
-    Returns
-    -------
-    int
-        The scans counted, at most ``most + 1``.
+    Examples
+    --------
+    >>> import cv2, numpy as np
+    >>> jpeg_scans(cv2.imencode(".jpg", np.zeros((8, 8), np.uint8))[1].tobytes())
+    1
     """
     scans = 0
     for marker, _ in _jpeg_segments(data):
@@ -131,6 +101,9 @@ def jpeg_scans(data, most=MAX_JPEG_SCANS):
 
 def decode_image(data, mode="color", max_pixels=MAX_PIXELS, check=None):
     """Decode image bytes to an 8-bit array: BGR ``[height, width, 3]`` (``"color"``) or grey ``[height, width]``.
+    Raises ``BadRecord``: empty, undecodable, larger than ``max_pixels``, a JPEG of more than
+    :data:`gpumr.limits.MAX_JPEG_SCANS` scans, or of a size that cannot be read from its header (the size is checked
+    before decoding, so a small file that would decode to gigabytes is never decoded).
 
     Parameters
     ----------
@@ -140,21 +113,12 @@ def decode_image(data, mode="color", max_pixels=MAX_PIXELS, check=None):
     max_pixels : int
         Refuse larger images, from their header.
     check : callable, optional
-        ``check(width, height)``, called with the header's size before
-        decoding; it raises BadRecord to refuse the image unread.
+        ``check(width, height)``, called with the header's size before decoding; it raises BadRecord to refuse the
+        image unread.
 
     Returns
     -------
-    numpy.ndarray
-
-    Raises
-    ------
-    BadRecord
-        Empty, undecodable, larger than ``max_pixels``, a JPEG of more than
-        :data:`gpumr.limits.MAX_JPEG_SCANS` scans, or of a size that cannot
-        be read from its header (the size is checked before decoding, so a
-        small file that would decode to gigabytes is never decoded).
-    """
+    numpy.ndarray"""
     import cv2
     if len(data) == 0:
         raise BadRecord("empty value (zero bytes)")
@@ -199,11 +163,6 @@ def decode_gray(data, max_pixels=MAX_PIXELS, check=None):
 
 def decode_luminance(data, max_pixels=MAX_PIXELS):
     """The image as scikit-image makes a colour image grey: ``skimage.color.rgb2gray`` of its RGB, float64 in [0, 1].
-
-    For workloads built on scikit-image (``blobs``, ``watershed``): the
-    image is decoded in colour (:func:`decode_image`, its size checked from
-    the header first) and weighed as ``rgb2gray`` weighs R, G and B
-    (OpenCV's own grey weighs them otherwise).
 
     Examples
     --------

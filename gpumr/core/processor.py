@@ -1,17 +1,14 @@
 """Running a workload over records, choosing a device per record: the record flow every engine shares.
 
-One record flows: (key, bytes) -> :meth:`Workload.load` (decode) -> choose
-a device -> :meth:`Workload.cpu_batch` or :meth:`Workload.gpu_batch` -> the
-result, or an ``error`` naming the record -> the output value (the
-``device`` it ran on added). Every record comes out exactly once.
-"""
+(key, bytes) -> decode -> choose a device -> the CPU or GPU batch -> the result, or an ``error`` naming the
+record: every record comes out exactly once."""
 
 import time
 
 from ..log import logger, say_once
 from ..sizes import human
-from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .badrecord import BadRecord
+from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
 from .workload import RESERVED
 
 log = logger(__name__)
@@ -29,8 +26,8 @@ def reason_of(exc):
 
 
 def plain_result(key, result, device):
-    """The output value of a result: a dict, with ``device`` added; BadRecord if the result is not a dict, or names
-    a key of the output format's own (:data:`gpumr.core.workload.RESERVED`).
+    """The output value of a result: a dict, with ``device`` added; BadRecord if the result is not a dict, or names a
+    key of the output format's own (:data:`gpumr.core.workload.RESERVED`).
 
     Examples
     --------
@@ -55,20 +52,6 @@ def plain_result(key, result, device):
 class Processor:
     """Runs a workload over records, choosing a device per record.
 
-    Records are decoded as they arrive. Without a usable GPU path they run
-    on the CPU, :attr:`Workload.cpu_records` at a time. With one, decoded
-    records wait in a batch of up to :attr:`Workload.gpu_records`; when it
-    is full (or flushed) the device is chosen for the device memory the
-    batch needs (:meth:`Workload.gpu_memory`; a batch larger than any GPU of
-    the node is halved until it fits one): a free GPU takes the batch, its
-    lease held only while :meth:`Workload.gpu_batch` runs; otherwise the
-    first records run on the CPU and the choice is made again for the rest,
-    so each record goes to whatever is free when its turn comes. A GPU
-    failure re-runs the batch on the CPU (counted as fallbacks). What it has
-    to say (a record too large for every GPU, a GPU failure re-run on the
-    CPU) goes to this module's logger, once per process
-    (:func:`gpumr.log.say_once`).
-
     Parameters
     ----------
     workload : gpumr.core.Workload
@@ -77,15 +60,13 @@ class Processor:
         The options.
     chooser : gpumr.devices.chooser.DeviceChooser
     device_for : callable, optional
-        ``device_for(choice)``: the device object :meth:`Workload.gpu_batch`
-        gets; None: no GPU path here (every record on the CPU).
+        ``device_for(choice)``: the device object :meth:`Workload.gpu_batch` gets; None: no GPU path here (every
+        record on the CPU).
     to_value : callable, optional
-        ``to_value(key, result, device)``: the output value of a result
-        (default :func:`plain_result`); a BadRecord it raises makes the
-        record an error line.
+        ``to_value(key, result, device)``: the output value of a result (default :func:`plain_result`); a BadRecord it
+        raises makes the record an error line.
     count : callable, optional
-        ``count(name, amount)``: the counters.
-    """
+        ``count(name, amount)``: the counters."""
 
     def __init__(self, workload, o, chooser, device_for=None, to_value=plain_result, count=None):
         self.workload, self.o, self.chooser = workload, o, chooser
@@ -114,14 +95,7 @@ class Processor:
             yield from self.flush()
 
     def flush(self):
-        """Run every decoded record still waiting; yield their outputs.
-
-        Records wait together for a GPU only as many as fit one of the
-        node's GPUs (``chooser.fits``): a batch larger than any is halved
-        until it fits. A single record that fits none runs on the CPU (said
-        once in the log), in ``--device gpu`` too, where it would otherwise
-        wait for ever.
-        """
+        """Run every decoded record still waiting; yield their outputs."""
         while self._pending:
             if self.device_for is None:
                 yield from self._cpu(self._take(self.workload.cpu_records))
@@ -155,20 +129,11 @@ class Processor:
         return key, {"error": reason}
 
     def unreadable(self, item):
-        """Count a record that could not be read (a :class:`gpumr.io.records.Unreadable`); return its error output.
-
-        The output is keyed by the record's key bytes, undecodable bytes
-        escaped, and says where the record is.
-        """
+        """Count a record that could not be read (a :class:`gpumr.io.records.Unreadable`); return its error output."""
         return self.bad(item.label, f"unreadable record at byte {item.offset} of {item.name}: {item.reason}")
 
     def lost(self, lost):
-        """Count an unreadable stretch of input (a :class:`gpumr.io.records.Lost`); return its error output.
-
-        Keyed by the file's name; the value gives the byte range ``[start, end)``
-        (``end`` None where unknown). Counted as ``lost stretches`` and ``lost bytes``, and, as every
-        ``error`` output line is, as one of the ``bad records`` (so output lines = CPU + GPU + bad).
-        """
+        """Count an unreadable stretch of input (a :class:`gpumr.io.records.Lost`); return its error output."""
         self.count(BAD, 1)
         self.count(LOST, 1)
         if lost.end is not None:
@@ -192,7 +157,7 @@ class Processor:
         t0 = time.perf_counter()
         try:
             results = self._results(self.workload.cpu_batch(batch, self.o), batch, "cpu_batch")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (the user's code failing, any way: that record's error line)
             if len(batch) > 1:  # which record was it: each on its own
                 for one in batch:
                     yield from self._cpu([one])

@@ -1,10 +1,6 @@
 """The public contract of a workload: one function over records, with a CPU and optionally a GPU path.
 
-A user writes a workload in a module of their own and runs it on every
-engine with ``gpumr run MODULE:CLASS INPUT... -o OUT --engine E``; the
-built-in workloads (``faces``, ``backproject``, ``blobs``, ``watershed``)
-are written on this contract and use nothing else. How to write one:
-:doc:`/how-to/own-workload`.
+How to write one: :doc:`/how-to/own-workload`.
 
 Example
 -------
@@ -46,14 +42,13 @@ class Option:
     type, default, metavar, choices, action
         As argparse's ``add_argument``.
     least, most : number, optional
-        Inclusive limits; ``above``: an exclusive lower limit. A value out of
-        them is refused with one line before any task starts.
+        Inclusive limits; ``above``: an exclusive lower limit. A value out of them is refused with one line before any
+        task starts.
     integer : bool, optional
         Whole numbers only (default: when ``type`` is ``int``).
     side_file : bool
-        The value names a file every task reads (a model, a table): the
-        launcher checks it, ships it to the tasks under a name made of its
-        content's hash, and the tasks see that copy's path.
+        The value names a file every task reads (a model, a table): the launcher checks it, ships it to the tasks
+        under a name made of its content's hash, and the tasks see that copy's path.
 
     Examples
     --------
@@ -97,14 +92,6 @@ class Option:
 class Workload:
     """A function over records that every engine runs, each record on a free GPU or the CPU.
 
-    Subclasses set :attr:`name` and implement :meth:`cpu`; the rest is optional.
-    A result is a dict whose keys are the workload's own, but for the output
-    format's (:data:`RESERVED`), which gpumr writes itself.
-    ``o``, in every method, holds the options' values by ``dest``
-    (``o.ksize``), the shared ones too (``o.device``). Methods run in the
-    tasks (one instance per task process), except :meth:`check` and
-    :meth:`plan`, which run once per job where it is launched.
-
     Attributes
     ----------
     name : str
@@ -114,18 +101,16 @@ class Workload:
     options : tuple of Option
         Its own options.
     decode : {"color", "gray", "raw"}
-        What ``image`` is: BGR uint8, grey uint8, or the record's bytes.
-        Images are decoded by gpumr, their size checked from the header
-        first (:attr:`max_pixels`); one that does not decode is an error
-        line naming the record.
+        What ``image`` is: BGR uint8, grey uint8, or the record's bytes. Images are decoded by gpumr, their size
+        checked from the header first (:attr:`max_pixels`); one that does not decode is an error line naming the
+        record.
     input : {"seqfile", "plan"}
-        Records are those of the SequenceFiles given as inputs, or the
-        ``(key, value)`` pairs :meth:`plan` makes (no inputs are given).
+        Records are those of the SequenceFiles given as inputs, or the ``(key, value)`` pairs :meth:`plan` makes (no
+        inputs are given).
     max_pixels : int
         Images over this many pixels are refused before decoding.
     cpu_records, gpu_records : int
-        How many records :meth:`cpu_batch` and :meth:`gpu_batch` take at once.
-    """
+        How many records :meth:`cpu_batch` and :meth:`gpu_batch` take at once."""
 
     name = None
     summary = ""
@@ -138,30 +123,17 @@ class Workload:
 
     # -- once per job, where it is launched ---------------------------------------------------------
     def resolve(self, o):
-        """Fill in values that follow from others (a default file beside an input), setting them on ``o``.
-
-        Runs first, before any check; reads no file's content and raises
-        nothing (what is wrong is said by :meth:`check`).
-        """
+        """Fill in values that follow from others (a default file beside an input), setting them on ``o``."""
 
     def check(self, o):
-        """Refuse options that cannot work, before any task: raise GpumrError with one line.
-
-        The declared limits are checked before this; here go the checks
-        that read the files the options name.
-        """
+        """Refuse options that cannot work, before any task: raise GpumrError with one line."""
 
     def plan(self, o):
         """The records of a workload whose :attr:`input` is ``"plan"``: a list of ``(key, value)`` strings."""
         raise NotImplementedError(f"{type(self).__name__} takes SequenceFile inputs (input = 'seqfile')")
 
     def task_threads(self, o):
-        """How many cores one task keeps busy on the CPU (default 1).
-
-        An engine that starts its own workers on this machine (Dask's
-        embedded cluster) starts as many as fit: the cores over this
-        number, so that tasks that thread do not crowd each other out.
-        """
+        """How many cores one task keeps busy on the CPU (default 1)."""
         return 1
 
     # -- in each task --------------------------------------------------------------------------------
@@ -177,12 +149,7 @@ class Workload:
         return decode_image(value, self.decode, self.max_pixels)
 
     def cpu(self, key, image, o):
-        """The result for one record on the CPU: a dict of JSON values (numpy arrays are written as .npy files).
-
-        Its keys are the workload's own, but for the output format's
-        (:data:`RESERVED`: ``error``, ``device``, ``lost``, ``simulated``): a
-        result naming one of them is refused, as that record's error line.
-        """
+        """The result for one record on the CPU: a dict of JSON values (numpy arrays are written as .npy files)."""
         raise NotImplementedError(f"{type(self).__name__} has no cpu()")
 
     def cpu_batch(self, records, o):
@@ -198,12 +165,7 @@ class Workload:
         return [self.gpu(key, image, o, device) for key, image in records]
 
     def finish(self, key, result, o):
-        """Host work on a result that needs no device, run after a GPU's lease is released (default: the result).
-
-        A GPU path that leaves CPU work (grouping detections, encoding)
-        returns what it has and finishes here, so that the GPU is free for
-        another task meanwhile.
-        """
+        """Host work on a result that needs no device, run after a GPU's lease is released (default: the result)."""
         return result
 
     def has_gpu(self):

@@ -1,9 +1,4 @@
-"""Voxel-driven cone-beam backprojection of a slab of slices, on the CPU.
-
-:func:`backproject_reference` is the plain numpy statement, :func:`backproject` the fast one
-(all cores: C built by the system compiler, :mod:`gpumr.ct.native`; numba where there is none); the GPU kernel (``cuda/backproject.cu``) computes the same sum. The formula is in
-the documentation's reference, "The geometry file", section "The backprojection".
-"""
+"""Voxel-driven cone-beam backprojection of a slab of slices, on the CPU."""
 
 import os
 
@@ -11,8 +6,7 @@ import numpy as np
 
 #: Slices per call of the kernel. A thread accumulates a row of voxels over every angle for each slice of a
 #: call: for 16 slices those sums and the band of detector rows they reach stay in the processor's caches, where a
-#: whole 256^3 volume in one call thrashed them (2 cores of an AMD EPYC: 6.15 s in one call, 4.52 s in calls of
-#: 16 slices, 4.71 s of 32, 5.49 s of 64; the same volume bit for bit).
+#: whole volume in one call thrashes them (docs/lab-notes/code-figures.rst).
 Z_BLOCK = 16
 
 
@@ -47,8 +41,7 @@ def backproject_reference(filtered, geometry, z0=0, z1=None):
     Returns
     -------
     numpy.ndarray
-        float32 [z, y, x], ``z1 - z0`` slices.
-    """
+        float32 [z, y, x], ``z1 - z0`` slices."""
     z1 = geometry.nVoxel[0] if z1 is None else z1
     k = _scalars(geometry)
     zs, ys, xs = _axes(geometry)
@@ -74,17 +67,13 @@ def backproject_reference(filtered, geometry, z0=0, z1=None):
 
 
 def pad(filtered):
-    """Projections with a one-pixel zero border, so that clamped coordinates read zero outside the detector.
+    """Filtered projections [angle, row, col] with a one-pixel zero border (float32), so that clamped coordinates read zero
+    outside the detector.
 
-    Parameters
-    ----------
-    filtered : numpy.ndarray
-        Filtered projections [angle, row, col].
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 [angle, rows + 2, cols + 2].
+    Examples
+    --------
+    >>> pad(np.ones((2, 3, 4), np.float32)).shape
+    (2, 5, 6)
     """
     na, nv, nu = filtered.shape
     out = np.zeros((na, nv + 2, nu + 2), np.float32)
@@ -190,18 +179,8 @@ def threads():
 
 
 def set_threads(n):
-    """Use ``n`` CPU threads in :func:`backproject`.
-
-    Parameters
-    ----------
-    n : int
-        Threads wanted (``--cpu-threads``); at most the cores this process may run on.
-
-    Returns
-    -------
-    int
-        The number of threads set.
-    """
+    """Use ``n`` CPU threads in :func:`backproject` (``--cpu-threads``), at most the cores this process may run on; returns
+    the number set."""
     global _threads
     _threads = max(1, min(int(n), _cores()))
     if _native() is None:
@@ -222,9 +201,8 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
     Parameters
     ----------
     filtered : ndarray [angle, row, col] or None
-        Output of :func:`gpumr.ct.fdk.filter_projections` (None when ``padded`` is given): every
-        detector row, or the band of rows from ``row0`` that the slab reaches
-        (:func:`gpumr.ct.bands.row_band`).
+        Output of :func:`gpumr.ct.fdk.filter_projections` (None when ``padded`` is given): every detector row, or the
+        band of rows from ``row0`` that the slab reaches (:func:`gpumr.ct.bands.row_band`).
     geometry : gpumr.ct.geometry.Geometry
         The scan's geometry.
     z0, z1 : int, optional
@@ -238,8 +216,8 @@ def backproject(filtered, geometry, z0=0, z1=None, padded=None, out=None, row0=0
     window : (int, int, int, int), optional
         Only voxel rows [y0, y1) and columns [x0, x1) of each slice (the GPU's self-check).
     progress : callable, optional
-        Called with the number of slices just finished, after each block of
-        :data:`Z_BLOCK` (``gpumr ct reconstruct``'s progress bar).
+        Called with the number of slices just finished, after each block of :data:`Z_BLOCK` (``gpumr ct
+        reconstruct``'s progress bar).
 
     Returns
     -------

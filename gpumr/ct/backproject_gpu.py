@@ -1,39 +1,4 @@
-"""The slab backprojector on a GPU (``cuda/backproject.cu``), same function as the CPU one.
-
-Set up once per device and process: the projections go up in chunks of
-angles through two page-locked staging buffers on a stream of their own
-(the host fills one while the other's copy runs), the axes and the angles'
-cosines and sines (read by the kernel from global memory, so that no launch
-waits for constants to be replaced) beside them, and the host waits for all
-of it once, before any stream's kernel may read it.
-
-A call takes a batch of slabs and pipelines them (:meth:`SlabBackprojector.run`)
-through a lane of the caller's own (:class:`Lane`: a stream for the kernels,
-one for the copies back, two device slots reused by every later call): each
-slab's kernels fill a slot, its copy back goes straight into a page-locked
-buffer that is handed to the caller as the slab (:class:`HostSlabs`: reused
-once the caller lets go of it, so no slab is copied on the host and no page
-is touched for the first time), and a slot is refilled only after the copy
-out of it (an event, no host wait). The host queues every slab of the call,
-then waits once per slab, for its copy. Each launch's angles are cut into the parts that fill the device's
-waves of blocks (:func:`split_for_waves`; ``bench/gpu_model.py`` predicts
-the gain). A slab whose output does not fit the free device memory is cut
-into smaller slabs (halving) rather than failing.
-
-Before a device is trusted (:mod:`gpumr.gpu.trust`), two cases are
-compared with the CPU backprojector, whose side is computed when the
-backprojector is made, before any GPU is leased: a window of
-:data:`CHECK_WINDOW` voxels of 2 ZB + 3 slices around the volume's centre
-(every one of the ZB slices a kernel thread keeps), and a strip of the
-first production slab (its first :data:`STRIP_ROWS` rows, every column, the
-volume's edge) launched as production launches it (the same cut of the
-angles, through a lane); one of the two takes the kernel's atomic path and
-the other its plain one. The bound (:func:`check_tolerance`) is a few times
-the rounding a correct device shows; a mismatch disables the GPU path
-(slabs then fall back to the CPU, counted). A failure while slabs are in
-flight is settled (:func:`gpumr.gpu.trust.settled`) before the lane's
-buffers are reused or the lease released.
-"""
+"""The slab backprojector on a GPU (``cuda/backproject.cu``), same function as the CPU one."""
 
 import threading
 import weakref
@@ -63,20 +28,6 @@ ROUNDING_SCALE, ROUNDING_FLOOR = 1.5, 8
 def check_tolerance(geometry):
     """The self-check's bound on the device's difference from the CPU, relative to the terms' magnitude.
 
-    Both backprojectors sum ``n_angles`` bilinear samples in float32, in
-    different orders and with different fused multiply-adds. A detector
-    coordinate near ``N`` pixels is exact to about ``N * eps`` pixels, so each
-    sample may differ by that fraction of its neighbours' difference; the
-    ``n_angles`` samples' roundings add up like a random walk while their
-    magnitudes add up, so the L2 difference divided by the L2 norm of the
-    backprojection of ``|q|`` (which filtered projections do not cancel) is
-    about ``c * N * eps / sqrt(n_angles)``, ``c`` under a half on the
-    emulated device and on the GPUs measured (``docs/benchmarks.rst``). The
-    bound is :data:`ROUNDING_SCALE` times ``N * eps / sqrt(n_angles)``, and at least
-    :data:`ROUNDING_FLOOR` epsilons (the sums' own rounding). An indexing,
-    bounds or ordering error in even a small part of the voxels checked
-    (a quarter of one slice off by a fraction of a percent) exceeds it.
-
     Examples
     --------
     >>> from gpumr.ct import geometry
@@ -88,14 +39,7 @@ def check_tolerance(geometry):
 
 
 class HostSlabs:
-    """Page-locked host buffers that slabs are copied into and handed out as the slabs themselves.
-
-    A buffer comes back here once the caller lets go of its slab (every view
-    of it) and is reused for a later slab, so its pages are touched once, when
-    it is made; at most ``keep`` are kept. ``out``: how many are lent now (a
-    caller holding more than ``keep`` gets copies instead, :meth:`SlabBackprojector.run`,
-    so that page-locked memory stays bounded).
-    """
+    """Page-locked host buffers that slabs are copied into and handed out as the slabs themselves."""
 
     def __init__(self, lx, keep=None):
         self.lx, self.keep = lx, HOST_SLABS if keep is None else keep
@@ -137,9 +81,9 @@ class _Lent:
 
 
 class Lane:
-    """One caller's way to a device: a stream for the kernels, one for the copies back, and two device slots
-    (buffers of slab height), made once and reused; ``freed[i]``: the event after the last copy out of slot
-    ``i`` (None: none queued)."""
+    """One caller's way to a device: a stream for the kernels, one for the copies back, and two device slots (buffers
+    of slab height), made once and reused; ``freed[i]``: the event after the last copy out of slot ``i`` (None: none
+    queued)."""
 
     def __init__(self, lx):
         self.compute, self.copy = lx.stream(), lx.stream()
@@ -168,8 +112,7 @@ class SlabBackprojector:
     prefer : str, optional
         ``"cupy"`` to try CuPy before PyCUDA.
     slab : int, optional
-        The slab height production runs (the self-check's strip is launched as one of these is).
-    """
+        The slab height production runs (the self-check's strip is launched as one of these is)."""
 
     def __init__(self, padded, geometry, prefer=None, slab=PRODUCTION_SLAB):
         self.padded = np.ascontiguousarray(padded, np.float32)
@@ -236,12 +179,8 @@ class SlabBackprojector:
         return (0, self.slab), (0, min(STRIP_ROWS, ny), 0, nx)
 
     def _check_case(self):
-        """The CPU's side of the self-check: the window's and the strip's voxels backprojected on the CPU, each
-        with the L2 norm of the backprojection of the projections' magnitudes there (:func:`check_tolerance`).
-
-        Computed once when the backprojector is made (:class:`gpumr.gpu.trust.DeviceStates` starts it
-        then), so that no GPU lease waits for it.
-        """
+        """The CPU's side of the self-check: the window's and the strip's voxels backprojected on the CPU, each with
+        the L2 norm of the backprojection of the projections' magnitudes there (:func:`check_tolerance`)."""
         from .backproject import backproject
         from .bands import row_band
         g = self.geometry
@@ -255,9 +194,9 @@ class SlabBackprojector:
         return cases
 
     def _self_check(self, st, case):
-        """The window and the strip on the device against the CPU's (see the module's text): the strip through a
-        lane, its angles cut as production cuts a slab's; the window with the other of the kernel's paths
-        (atomic where the strip's is plain, plain where the strip's is atomic)."""
+        """The window and the strip on the device against the CPU's (see the module's text): the strip through a lane,
+        its angles cut as production cuts a slab's; the window with the other of the kernel's paths (atomic where the
+        strip's is plain, plain where the strip's is atomic)."""
         (window_cpu, window_mag), (strip_cpu, strip_mag) = case
         lx = st["lx"]
         (z0, z1), (y0, y1, x0, x1) = self._check_window()
@@ -284,30 +223,15 @@ class SlabBackprojector:
         return True
 
     def state(self, gpu):
-        """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use.
-
-        Raises
-        ------
-        RuntimeError
-            If the device is not trusted (the reason given).
-        """
+        """``gpu``'s state (launcher, kernel, uploads), set up and self-checked on first use. Raises ``RuntimeError``
+        if the device is not trusted (the reason given)."""
         return self._devices.get(gpu)
 
     # -- slabs ----------------------------------------------------------------------------------------
     def run(self, slabs, gpu):
         """The slabs ``[(z0, z1), ...]`` backprojected on ``gpu``, in order: page-locked arrays lent to the caller
-        (:class:`HostSlabs`), each reused once the caller lets go of it (copies, where the caller holds more
-        than the buffers kept).
-
-        Pipelined through the caller's lane (:class:`Lane`): each slab's
-        zeroing and launches go on its compute stream into one of two device
-        slots, its copy back on the copy stream after them; a slot is refilled
-        once the copy out of it is done (the compute stream waits for it, not
-        the host), so the host queues every slab before it waits for the first
-        one's copy. A slab that does not fit beside the slots runs alone, cut
-        in halves if need be (:meth:`_slab`). A failure is settled before the
-        lane is reused (:func:`gpumr.gpu.trust.settled`).
-        """
+        (:class:`HostSlabs`), each reused once the caller lets go of it (copies, where the caller holds more than the
+        buffers kept)."""
         st = self.state(gpu)
         lx = st["lx"]
         plane = (st["ys"].shape[0], st["xs"].shape[0])
@@ -372,14 +296,7 @@ class SlabBackprojector:
         return [split_for_waves(blocks, st["wave"], a1 - a0) for a0, a1 in self._parts(st)]
 
     def launch(self, st, z0, z1, out, stream=None, ys=None, xs=None, splits=None):
-        """Queue the kernel launches for slab [z0, z1) into zeroed device array ``out`` on ``stream``.
-
-        Angles go in launches of at most ``MAX_ANGLES`` (:meth:`_parts`), and
-        each launch's angles in the parts that fill its waves best
-        (:func:`split_for_waves`), or as ``splits`` says (one per launch).
-        ``ys``, ``xs``: the voxel rows and columns to compute (device arrays;
-        default: all of them).
-        """
+        """Queue the kernel launches for slab [z0, z1) into zeroed device array ``out`` on ``stream``."""
         lx, k = st["lx"], _scalars(self.geometry)
         ys = st["ys"] if ys is None else ys
         xs = st["xs"] if xs is None else xs
@@ -400,13 +317,7 @@ MAX_SPLIT, MIN_PART_ANGLES = 8, 16
 
 
 def split_for_waves(blocks, wave, angles):
-    """Into how many parts to cut a launch's ``angles`` so that its ``blocks`` (per part) fill whole waves.
-
-    ``wave``: blocks the device runs at once (None: unknown, no cut). The
-    part count that leaves the smallest idle tail wins; a cut must win more
-    than 2% of the waves, and every part keeps at least
-    :data:`MIN_PART_ANGLES` angles.
-    """
+    """Into how many parts to cut a launch's ``angles`` so that its ``blocks`` (per part) fill whole waves."""
     if not wave:
         return 1
 

@@ -1,15 +1,4 @@
-"""The detector rows a slab of slices needs, and projections filtered only where slabs need them.
-
-A voxel at height ``z`` is seen at detector row ``z * DSD / (DSO - t) / dv + cv``
-(``t``: its distance towards the source), and its bilinear read takes that
-row's floor and the row after. Over a slab [z0, z1), all its voxels and all
-angles, the rows read therefore lie between the values at the slab's first and
-last slice and the nearest and farthest ``t`` of the volume's corners
-(:func:`row_band`). Ramp filtering works along each row alone, so filtering
-that band of rows gives exactly the band of filtering every row
-(:func:`gpumr.ct.fdk.filter_projections` with ``rows``): a task needs to
-filter only the rows its slabs reach (:class:`FilteredRows`).
-"""
+"""The detector rows a slab of slices needs, and projections filtered only where slabs need them."""
 
 import threading
 
@@ -24,10 +13,6 @@ MARGIN = 1
 
 def row_band(geometry, z0, z1):
     """Detector rows [r0, r1) the voxels of slices [z0, z1) read over all angles (bilinear, both rows).
-
-    Exact in float64 and widened by :data:`MARGIN` row on each side for the
-    kernels' float32 rounding; clipped to the detector (rows beyond it read
-    the zero border).
 
     Parameters
     ----------
@@ -67,23 +52,11 @@ def row_band(geometry, z0, z1):
 class FilteredRows:
     """A task's projections, filtered in place a band of rows at a time, when a slab first needs them.
 
-    One buffer, :attr:`padded`, of the shape of
-    ``pad(filter_projections(raw))``: the line integrals inside a zero
-    border, each detector row replaced by its filtered row when a slab's
-    band first needs it (:meth:`need`), so a task filters the union of its
-    slabs' bands and no more, each row once. Rows no slab reaches stay line
-    integrals: no voxel reads them. Reading the projections straight into
-    it (:meth:`read`) holds them once: a second array of the raw ones cost
-    a task as much memory again (1.5 GB at 1024 x 1024 x 360) and, here, a
-    quarter of a second of page faults at 256^3. Safe to call from several
-    threads.
-
     Parameters
     ----------
     raw : numpy.ndarray or None
-        Line integrals [angle, row, col] of the geometry's shape, copied into
-        the buffer; None: the caller reads them into ``padded[:, 1:-1, 1:-1]``
-        (as :meth:`read` does).
+        Line integrals [angle, row, col] of the geometry's shape, copied into the buffer; None: the caller reads them
+        into ``padded[:, 1:-1, 1:-1]`` (as :meth:`read` does).
     geometry : gpumr.ct.geometry.Geometry
         The scan's geometry.
     filter_name : str, optional
@@ -110,7 +83,8 @@ class FilteredRows:
 
     @classmethod
     def read(cls, paths, geometry, i0=None, filter_name="ram-lak"):
-        """The projections of the SequenceFiles ``paths`` read into the buffer (:func:`gpumr.ct.projections.read_set`).
+        """The projections of the SequenceFiles ``paths`` read into the buffer
+        (:func:`gpumr.ct.projections.read_set`).
 
         Examples
         --------
@@ -140,8 +114,7 @@ class FilteredRows:
         Returns
         -------
         numpy.ndarray
-            float32 [angle, rows + 2, cols + 2], the zero border included.
-        """
+            float32 [angle, rows + 2, cols + 2], the zero border included."""
         return self.rows(*row_band(self.geometry, z0, z1))
 
     def rows(self, r0, r1, progress=None):

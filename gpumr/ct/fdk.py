@@ -1,8 +1,4 @@
-"""FDK pre-processing: cosine weighting and ramp filtering of cone-beam projections.
-
-The method, its scaling and the filter windows are in the documentation's
-reference, "The geometry file", section "The reconstruction".
-"""
+"""FDK pre-processing: cosine weighting and ramp filtering of cone-beam projections."""
 
 import numpy as np
 
@@ -14,24 +10,13 @@ FILTER_BUFFER = 16 << 20
 
 
 def window(name, f):
-    """The apodisation window ``name`` at frequencies ``f`` (cycles per sample).
+    """The apodisation window ``name`` (one of :data:`FILTERS`) at frequencies ``f`` (cycles per sample, ``|f| <= 1/2``).
+    Raises ``GpumrError`` for an unknown filter name (the message lists the known ones).
 
-    Parameters
-    ----------
-    name : str
-        One of :data:`FILTERS`: ``ram-lak`` (1), ``shepp-logan``, ``cosine``, ``hamming``, ``hann``.
-    f : numpy.ndarray
-        Frequencies, ``|f| <= 1/2``.
-
-    Returns
-    -------
-    numpy.ndarray
-        The window's value at each frequency.
-
-    Raises
-    ------
-    GpumrError
-        For an unknown filter name (the message lists the known ones).
+    Examples
+    --------
+    >>> window("hann", np.array([0, 0.25]))
+    array([1. , 0.5])
     """
     if name == "ram-lak":
         return np.ones_like(f)
@@ -47,22 +32,14 @@ def window(name, f):
 
 
 def ramp(n_cols, tau, name="ram-lak"):
-    """Frequency response of the windowed ramp filter, times ``tau``.
+    """Frequency response of the ramp filter windowed by ``name`` (:func:`window`), times ``tau`` (the detector pitch at the
+    rotation axis, mm): ``N`` real values in numpy's FFT order, ``N`` the power of two at least ``2 n_cols`` (zero
+    padding against wrap-around).
 
-    Parameters
-    ----------
-    n_cols : int
-        Detector columns; the response has length ``N``, the power of two at
-        least ``2 n_cols`` (zero padding against wrap-around).
-    tau : float
-        Detector pitch scaled to the rotation axis, mm.
-    name : str, optional
-        The window (:func:`window`).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``N`` real values, in numpy's FFT order.
+    Examples
+    --------
+    >>> ramp(100, 1.0).shape
+    (256,)
     """
     n = 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
     k = np.fft.fftfreq(n, d=1.0 / n).astype(int)  # 0, 1, ..., -1 : circular sample offsets
@@ -75,17 +52,13 @@ def ramp(n_cols, tau, name="ram-lak"):
 
 
 def angle_weights(angles):
-    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans.
+    """Each angle's share of the turn (``d_beta``), for equally or unequally spaced full scans: half the gaps to its two
+    neighbours around the circle; they sum to ``2 pi``.
 
-    Parameters
-    ----------
-    angles : array_like
-        Projection angles, radians, in any order.
-
-    Returns
-    -------
-    numpy.ndarray
-        Half the gaps to each angle's two neighbours around the circle; they sum to ``2 pi``.
+    Examples
+    --------
+    >>> angle_weights([0, np.pi / 2, np.pi, 3 * np.pi / 2]) * 2 / np.pi
+    array([1., 1., 1., 1.])
     """
     a = np.unwrap(np.asarray(angles, dtype=np.float64))
     if len(a) == 1:
@@ -100,7 +73,8 @@ def angle_weights(angles):
 
 
 def parker_weights(angles, gamma):
-    """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns.
+    """Parker's short-scan weights [angle, col] for fan angles ``gamma`` of the columns. Raises ``GpumrError`` if the
+    scan covers less than ``pi + 2 delta``.
 
     Parameters
     ----------
@@ -112,13 +86,7 @@ def parker_weights(angles, gamma):
     Returns
     -------
     numpy.ndarray
-        Weights in [0, 1], shape (angles, columns): each ray measured twice counts once in total.
-
-    Raises
-    ------
-    GpumrError
-        If the scan covers less than ``pi + 2 delta``.
-    """
+        Weights in [0, 1], shape (angles, columns): each ray measured twice counts once in total."""
     a = np.unwrap(np.asarray(angles, np.float64))
     direction = 1.0 if len(a) < 2 or a[-1] >= a[0] else -1.0
     beta = (a - a[0]) * direction  # angle travelled from the start of the scan
@@ -142,17 +110,13 @@ def parker_weights(angles, gamma):
 
 
 def is_short_scan(angles):
-    """Whether ``angles`` cover less than a full turn.
+    """Whether ``angles`` (radians) cover less than a full turn (their arc plus one step): such a scan needs Parker's
+    weights.
 
-    Parameters
-    ----------
-    angles : array_like
-        Projection angles, radians.
-
-    Returns
-    -------
-    bool
-        True when the arc they span (plus one step) is short of ``2 pi``: such a scan needs Parker's weights.
+    Examples
+    --------
+    >>> bool(is_short_scan(np.linspace(0, np.pi, 10))), bool(is_short_scan(np.arange(8) * np.pi / 4))
+    (True, False)
     """
     a = np.sort(np.unwrap(np.asarray(angles, np.float64)))
     if len(a) < 2:
@@ -161,14 +125,8 @@ def is_short_scan(angles):
 
 
 def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None, progress=None):
-    """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col].
-
-    The ramp filter runs along each detector row on its own, and the weights
-    are per pixel, so filtering a band of rows gives exactly those rows of
-    filtering them all: a slab needs only the rows its voxels reach
-    (:func:`gpumr.ct.bands.row_band`). ``out`` may be those rows of ``proj``
-    itself (filtered in place: each block of angles is read before it is
-    written, and no two blocks share an angle).
+    """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col]. Raises ``GpumrError`` if the
+    projections' shape is not the geometry's, or ``rows`` is not a band of the detector.
 
     Parameters
     ----------
@@ -181,25 +139,19 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     rows : (int, int), optional
         Filter only detector rows [r0, r1) (default: all).
     threads : int, optional
-        Threads that filter the angles, a share each (numpy's transforms
-        let go of the interpreter's lock); the result is the same for any
-        number, bit for bit.
+        Threads that filter the angles, a share each (numpy's transforms let go of the interpreter's lock); the result
+        is the same for any number, bit for bit.
     out : numpy.ndarray, optional
-        float32 [angle, r1 - r0, col] to write the result into (a view of a
-        larger array, or of ``proj``'s own rows) instead of a new array.
+        float32 [angle, r1 - r0, col] to write the result into (a view of a larger array, or of ``proj``'s own rows)
+        instead of a new array.
     progress : callable, optional
-        Called with the number of angles just filtered, after each block of
-        them, from the filtering threads (``gpumr ct reconstruct``'s progress bar).
+        Called with the number of angles just filtered, after each block of them, from the filtering threads (``gpumr
+        ct reconstruct``'s progress bar).
 
     Returns
     -------
     numpy.ndarray
         float32 [angle, rows, col]: all rows, or the ``r1 - r0`` rows asked for (``out``, where given).
-
-    Raises
-    ------
-    GpumrError
-        If the projections' shape is not the geometry's, or ``rows`` is not a band of the detector.
 
     Examples
     --------
@@ -243,7 +195,7 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     if r1 == r0:
         return out
     # A few angles at a time (a bounded buffer, one transform over all their rows), in float32: the
-    # projections' precision (float64 moved no value by more than 5e-7 of the largest, and took 2.5x as long).
+    # projections' precision (float64 moved no value by more than 5e-7 of the largest, and took longer).
     step = max(1, FILTER_BUFFER // ((r1 - r0) * (n // 2 + 1) * 8))
     response = H[: n // 2 + 1].astype(np.float32)
 

@@ -1,11 +1,4 @@
-"""Circular cone-beam geometry with TIGRE-style names, stored as JSON.
-
-Fields: ``DSO`` (source to rotation axis), ``DSD`` (source to detector),
-``nDetector`` [rows, cols], ``dDetector`` [row pitch, col pitch],
-``nVoxel`` [z, y, x], ``dVoxel`` [z, y, x]; optional ``offOrigin`` [z, y, x]
-(volume centre), ``offDetector`` [row, col] (detector centre shift) and
-``angles`` (radians; default: ``nAngles`` equally spaced over a full turn).
-"""
+"""Circular cone-beam geometry with TIGRE-style names, stored as JSON."""
 
 import json
 import math
@@ -18,8 +11,17 @@ import numpy as np
 from .. import limits
 from ..errors import GpumrError
 from ..io.outputs import write_file
-from ..limits import (MAX_ANGLE_RAD, MAX_ANGLES, MAX_DETECTOR_PIXELS, MAX_DETECTOR_SIDE, MAX_GEOMETRY_BYTES,
-                      MAX_LENGTH_MM, MAX_PROJECTION_SAMPLES, MAX_VOXEL_SIDE, MAX_VOXELS)
+from ..limits import (
+    MAX_ANGLE_RAD,
+    MAX_ANGLES,
+    MAX_DETECTOR_PIXELS,
+    MAX_DETECTOR_SIDE,
+    MAX_GEOMETRY_BYTES,
+    MAX_LENGTH_MM,
+    MAX_PROJECTION_SAMPLES,
+    MAX_VOXEL_SIDE,
+    MAX_VOXELS,
+)
 from ..log import logger, say_once
 
 _REQUIRED = ("DSO", "DSD", "nDetector", "dDetector", "nVoxel", "dVoxel")
@@ -55,18 +57,8 @@ class Geometry:
                     offDetector=list(self.offDetector), angles=[float(a) for a in self.angles])
 
     def save(self, path):
-        """Write the geometry as JSON under gpumr's output rule (:func:`gpumr.io.outputs.write_file`).
-
-        Parameters
-        ----------
-        path : str
-            The JSON file; replaced only if gpumr wrote it.
-
-        Raises
-        ------
-        GpumrError
-            If a file of someone else's is in the way.
-        """
+        """Write the geometry as JSON to ``path`` under gpumr's output rule (:func:`gpumr.io.outputs.write_file`: replaced only
+        if gpumr wrote it). Raises ``GpumrError`` if a file of someone else's is in the way."""
         write_file(path, json.dumps(self.to_dict(), indent=1).encode(), "gpumr ct geometry")
 
 
@@ -99,12 +91,9 @@ def _angles(d, source):
 
 
 def from_dict(d, source="geometry", warn=True):
-    """Build and check a :class:`Geometry`.
-
-    Every field is checked, before anything is allocated from it, against
-    :mod:`gpumr.limits`: numbers must be JSON numbers (not strings, lists or
-    objects), finite, counts whole; sizes and distances positive; the
-    detector, the projection set and the volume within their limits.
+    """Build and check a :class:`Geometry`. Raises ``GpumrError`` naming the field: missing, of the wrong
+    type or shape, out of its limits, ``DSD <= DSO``, a volume reaching the source, or a detector that misses the
+    volume entirely; ``A volume partly outside the field of view is a warning`` or ``said once``.
 
     Parameters
     ----------
@@ -113,24 +102,13 @@ def from_dict(d, source="geometry", warn=True):
     source : str, optional
         What to name in an error (the file).
     warn : bool, optional
-        Warn when part of the volume lies outside the field of view; False
-        where the launcher checked the geometry and said so already (a task).
+        Warn when part of the volume lies outside the field of view; False where the launcher checked the geometry and
+        said so already (a task).
 
     Returns
     -------
     Geometry
-        The checked geometry.
-
-    Raises
-    ------
-    GpumrError
-        One line naming the field: missing, of the wrong type or shape, out
-        of its limits, ``DSD <= DSO``, a volume reaching the source, or a
-        detector that misses the volume entirely.
-
-    A volume partly outside the field of view is a warning, said once
-    (normal cone-beam CT: its corners are not fully measured).
-    """
+        The checked geometry."""
     if not isinstance(d, dict):
         raise GpumrError(f"{source}: a geometry must be a JSON object")
     missing = [k for k in _REQUIRED if k not in d]
@@ -158,11 +136,7 @@ def from_dict(d, source="geometry", warn=True):
 
 
 def _shadow(g):
-    """Detector coordinates (mm, from the detector's centre line) of the volume box's corners at every angle.
-
-    Returns ``(u, v)``, each [angle, corner]: ``u`` along the columns, ``v``
-    along the rows, by the cone-beam projection of :mod:`gpumr.ct`.
-    """
+    """Detector coordinates (mm, from the detector's centre line) of the volume box's corners at every angle."""
     sz, sy, sx = g.volume_size
     oz, oy, ox = g.offOrigin
     corners = np.array([(ox + i * sx / 2, oy + j * sy / 2, oz + k * sz / 2)
@@ -176,14 +150,7 @@ def _shadow(g):
 
 
 def _check_coverage(g, warn=True):
-    """Refuse what cannot be reconstructed; warn once when part of the volume is not fully measured.
-
-    Cone-beam scanners commonly leave the corners of a square volume outside
-    the field of view at some angles (TIGRE, ASTRA and RTK reconstruct such
-    volumes; those voxels are simply not fully measured), so that is a
-    warning. A volume that reaches the source, or a detector (offsets
-    included) that misses the volume's shadow at every angle, is an error.
-    """
+    """Refuse what cannot be reconstructed; warn once when part of the volume is not fully measured."""
     where = g.source or "geometry"
     sz, sy, sx = g.volume_size
     radius = math.hypot(sx / 2 + abs(g.offOrigin[2]), sy / 2 + abs(g.offOrigin[1]))
@@ -208,23 +175,19 @@ def _check_coverage(g, warn=True):
 
 
 def beside(projections):
-    """Where the geometry of the projections file ``projections`` lives: ``<name>.geometry.json`` beside it.
+    """Where the geometry of the projections file ``projections`` (a path or a URI) lives: ``NAME.geometry.json`` beside it.
 
-    Parameters
-    ----------
-    projections : str
-        The projections' SequenceFile (a path or a URI), e.g. ``scan.seq``.
-
-    Returns
-    -------
-    str
-        ``scan.geometry.json`` in the same folder.
+    Examples
+    --------
+    >>> beside("data/scan.seq")
+    'data/scan.geometry.json'
     """
     return os.path.splitext(projections)[0] + ".geometry.json"
 
 
 def load(path, warn=True):
-    """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`).
+    """Read a geometry JSON file (at most :data:`gpumr.limits.MAX_GEOMETRY_BYTES`). Raises ``GpumrError``: unreadable,
+    not a regular file, too large, bad JSON, or an invalid geometry (file named).
 
     Parameters
     ----------
@@ -236,14 +199,7 @@ def load(path, warn=True):
     Returns
     -------
     Geometry
-        The checked geometry (:func:`from_dict`).
-
-    Raises
-    ------
-    GpumrError
-        Unreadable, not a regular file, too large, bad JSON, or an invalid
-        geometry (file named).
-    """
+        The checked geometry (:func:`from_dict`)."""
     from ..io.remote import kind
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO is refused, not waited on
@@ -287,15 +243,14 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
     dso, dsd : float, optional
         Source to axis and source to detector, mm (default 4 x the volume's largest side, and 1.5 x DSO).
     n_detector, pitch : int / float, or [rows, cols], optional
-        Detector pixels and their pitch in mm (default: enough to see the whole volume, 15% more pixels
-        than voxels across).
+        Detector pixels and their pitch in mm (default: enough to see the whole volume, 15% more pixels than voxels
+        across).
     off_detector : [row, col]
         Detector centre shift, mm. ``off_origin`` [z, y, x]: volume centre shift, mm.
     short_scan : bool
         Make ``arc`` the shortest that Parker's weights allow: pi plus twice the half fan angle.
     source : str, optional
-        What a warning or an error names: the file the geometry is written to.
-    """
+        What a warning or an error names: the file the geometry is written to."""
     nz, ny, nx = (limits.number("--voxels", n, 1, MAX_VOXEL_SIDE, integer=True) for n in _triple(n_voxel, 3))
     dz, dy, dx = (float(limits.number("--voxel-size", d, above=0, most=MAX_LENGTH_MM)) for d in _triple(voxel, 3))
     n_angles = limits.number("--angles", n_angles, 1, MAX_ANGLES, integer=True)
@@ -327,25 +282,14 @@ def build(n_voxel=128, voxel=1.0, n_angles=180, dso=None, dsd=None, n_detector=N
 
 
 def simple(n_voxel=128, n_angles=180, n_detector=None, voxel=1.0, dso=None, dsd=None):
-    """A cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, a full turn, a square detector that covers it.
+    """A checked cubic volume of ``n_voxel``^3 voxels of ``voxel`` mm, ``n_angles`` projections over a full turn, a square
+    detector that covers it (by default 15% more pixels than voxels across; ``dso`` 4 times the volume's side, ``dsd``
+    1.5 times ``dso``).
 
-    Parameters
-    ----------
-    n_voxel : int, optional
-        Voxels per side.
-    n_angles : int, optional
-        Projections, equally spaced over a full turn.
-    n_detector : int, optional
-        Detector pixels per side (default: 15% more than the voxels across).
-    voxel : float, optional
-        Voxel size, mm.
-    dso, dsd : float, optional
-        Source to axis and source to detector, mm (defaults: 4 times the
-        volume's side, and 1.5 times DSO).
-
-    Returns
-    -------
-    Geometry
-        The checked geometry.
+    Examples
+    --------
+    >>> g = simple(64, 90)
+    >>> g.nDetector, g.DSO, g.DSD, len(g.angles)
+    ((74, 74), 256.0, 384.0, 90)
     """
     return build(n_voxel, voxel, n_angles, dso, dsd, n_detector)

@@ -1,16 +1,4 @@
-"""numba's builds of gpumr's CPU kernels, kept in gpumr's trusted kernel cache and keyed by the source.
-
-numba's own ``cache=True`` keeps a build beside the source (or in a folder
-named after the source's path), and finds it again only at that path: a task
-that runs gpumr from a fresh copy (an unpacked bundle, a new virtual
-environment) compiles again (seconds per task process). :func:`cached` gives
-one ``@njit`` function a cache that lives in :func:`folder`, a folder of the
-kernel cache (:func:`gpumr.gpu.kernels.cache_dir`, which :mod:`gpumr.trusted`
-checks: yours, no link, nobody else may write in it), and that is keyed by
-the SHA-256 of the source file's content, not by its path or time: any copy
-of the same gpumr finds the build. numba's index holds the compiled code as a
-pickle, so only a folder the rule trusts is ever used.
-"""
+"""numba's builds of gpumr's CPU kernels, kept in gpumr's trusted kernel cache and keyed by the source."""
 
 import hashlib
 import os
@@ -19,20 +7,8 @@ from .. import trusted
 
 
 def folder():
-    """The folder numba's builds of gpumr's kernels are kept in: ``numba-UID`` in the kernel cache.
-
-    Made (mode 0700) if missing and checked under :mod:`gpumr.trusted`'s rule;
-    one of this user's own even where the kernel cache is a shared folder.
-
-    Returns
-    -------
-    str
-        The folder's path.
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        If the rule refuses it (a link, another user's, writable by others).
+    """The path of the folder numba's builds of gpumr's kernels are kept in: ``numba-UID`` in the kernel cache. Raises
+    ``gpumr.trusted.Untrusted`` if the rule refuses it (a link, another user's, writable by others).
 
     Examples
     --------
@@ -50,10 +26,6 @@ def _digest(path):
 
 def cached(dispatcher):
     """``dispatcher`` (an ``@njit`` function) with its builds cached in :func:`folder`, keyed by its source.
-
-    Where the folder cannot be used (the rule refuses it; one warning says
-    why) or numba's caching classes are not as expected, the function is
-    returned as it is: compiled in each process, never failing for it.
 
     Parameters
     ----------

@@ -1,22 +1,4 @@
-"""The CPU backprojector built from C (``gpumr/ct/backproject.c``) by the system compiler, loaded with ctypes.
-
-The same loops as the numba kernel of :mod:`gpumr.ct.backproject`, without
-numba: a task process that backprojects loads a shared library from gpumr's
-kernel cache (milliseconds) instead of importing numba and loading its build
-(seconds). Built once per machine and compiler on first use, under gpumr's
-output rule, into the kernel cache (:func:`gpumr.gpu.kernels.cached`: kept
-where :mod:`gpumr.trusted` trusts it, loaded only where its proof vouches for
-it), keyed by the source's content, the flags, the compiler and the
-processor's features (the build uses every instruction this processor has:
-``-march=native``). Where no C compiler is found or the build fails,
-:func:`kernel` returns None and the numba kernel serves.
-
-Float rounding: no fast-math (a shared library built with it would change
-the whole process's handling of subnormal numbers); multiply-adds may be
-fused (``-ffp-contract=fast``), as numba's ``fastmath`` kernel fuses them.
-The two differ by float32 rounding only, each as far from the float64
-reference as the other (``tests/test_ct_simd.py``).
-"""
+"""The CPU backprojector built from C (``gpumr/ct/backproject.c``) by the system compiler, loaded with ctypes."""
 
 import ctypes
 import functools
@@ -58,13 +40,8 @@ def _compiler_id(cc):
 
 
 def build():
-    """The shared library's path in the kernel cache, built if missing.
-
-    Raises
-    ------
-    gpumr.errors.GpumrError
-        No compiler, or it failed (its first error quoted).
-    """
+    """The shared library's path in the kernel cache, built if missing. Raises ``gpumr.errors.GpumrError``: no
+    compiler, or it failed (its first error quoted)."""
     from ..errors import GpumrError
     from ..gpu import kernels
     cc = compiler()
@@ -92,8 +69,8 @@ _loaded = []
 
 def kernel():
     """``run(flat, width, height, row0, cosb, sinb, zs, ys, xs, dso, dsd, cu, cv, inv_du, inv_dv, nv, nu, out,
-    threads)``, the C backprojector (the numba kernel's arguments, and the threads), or None where it cannot be
-    built here (no compiler, a failed build) or :data:`ENABLED` is False."""
+    threads)``, the C backprojector (the numba kernel's arguments, and the threads), or None where it cannot be built
+    here (no compiler, a failed build) or :data:`ENABLED` is False."""
     if _loaded:
         return _loaded[0]
     run = None

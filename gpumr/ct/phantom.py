@@ -1,15 +1,19 @@
-"""The 3D modified Shepp-Logan phantom and its exact cone-beam projections.
-
-The phantom is a sum of ten ellipsoids (Kak & Slaney's 3D Shepp-Logan with
-the "modified" contrasts of Toft), each of value ``A`` inside. Coordinates of
-the table are normalised: [-1, 1] spans the volume on each axis. Rotations
-are ``Rz(phi) Rx(theta) Rz(psi)``, in degrees.
-
-A projection value is the exact line integral: for each ellipsoid, ``A``
-times the chord length of the ray inside it.
-"""
+"""The 3D modified Shepp-Logan phantom and its exact cone-beam projections."""
 
 import numpy as np
+
+from ..docstrings import shared
+
+# Parameter text several functions here share (gpumr.docstrings.shared formats it into their docstrings).
+_SHARED = {
+    "geometry": "geometry : Geometry\n    The scan's geometry (the volume's size and place, the detector).",
+    "table": "table : sequence, optional\n    Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to "
+             "the volume's half side\n    (default: the 3D modified Shepp-Logan phantom).",
+    "angle": "angle : float\n    The source's angle, radians.",
+    "noise": "noise_i0 : float, optional\n    Incident photon count per ray for Poisson noise (:func:`add_noise`); "
+             "None: exact.\nmu_scale : float, optional\n    Line integrals are scaled by this before the noise is "
+             "drawn.\nseed : int, optional\n    The noise's random seed.",
+}
 
 #: A, a, b, c, x0, y0, z0, phi, theta, psi
 MODIFIED_SHEPP_LOGAN = np.array([
@@ -37,21 +41,14 @@ def _rotation(phi, theta, psi):
     return rz(np.radians(phi)) @ rx(np.radians(theta)) @ rz(np.radians(psi))
 
 
+@shared(**_SHARED)
 def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
-    """Each ellipsoid in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``.
+    """Each ellipsoid of ``table`` scaled to the volume, in mm: ``(A, centre[x, y, z], semi-axes[x, y, z], rotation)``.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
-
-    Returns
-    -------
-    list of tuple
-        The ellipsoids scaled to the volume.
+    {geometry}
+    {table}
     """
     sz, sy, sx = geometry.volume_size
     half = np.array([sx, sy, sz]) / 2
@@ -63,20 +60,15 @@ def ellipsoids(geometry, table=MODIFIED_SHEPP_LOGAN):
     return out
 
 
+@shared(**_SHARED)
 def voxel_centres(geometry, z0=0, z1=None):
-    """World coordinates (x, y, z) of the voxel centres of slices [z0, z1).
+    """World coordinates x, y and z (mm, each of shape (nz, ny, nx)) of the voxel centres of slices [z0, z1).
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
+    {geometry}
     z0, z1 : int, optional
         The first slice and the one after the last (default: all).
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        x, y and z, each of shape (nz, ny, nx), mm.
     """
     nz, ny, nx = geometry.nVoxel
     dz, dy, dx = geometry.dVoxel
@@ -89,23 +81,14 @@ def voxel_centres(geometry, z0=0, z1=None):
     return x, y, z
 
 
+@shared(**_SHARED)
 def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     """The phantom sampled at the voxel centres, float32 [z, y, x].
 
-    Sampled a slice at a time: besides the volume, memory holds one slice's coordinates.
-
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
-
-    Returns
-    -------
-    numpy.ndarray
-        The true volume, float32 [z, y, x].
+    {geometry}
+    {table}
     """
     shapes = ellipsoids(geometry, table)
     vol = np.zeros(tuple(geometry.nVoxel), np.float32)
@@ -117,20 +100,14 @@ def volume(geometry, table=MODIFIED_SHEPP_LOGAN):
     return vol
 
 
+@shared(**_SHARED)
 def detector_pixels(geometry, angle):
-    """World coordinates of every detector pixel centre at ``angle``.
+    """World coordinates of every detector pixel centre at ``angle``, mm, shape (rows, cols, 3).
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    angle : float
-        The source's angle, radians.
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape (rows, cols, 3), mm.
+    {geometry}
+    {angle}
     """
     nv, nu = geometry.nDetector
     dv, du = geometry.dDetector
@@ -143,23 +120,15 @@ def detector_pixels(geometry, angle):
     return centre + uu[..., None] * np.array([-s, c, 0.0]) + vv[..., None] * np.array([0.0, 0.0, 1.0])
 
 
+@shared(**_SHARED)
 def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
-    """Exact line integrals through the phantom for one angle.
+    """Exact line integrals through the phantom for one angle, float32 [rows, cols].
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    angle : float
-        The source's angle, radians.
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 [rows, cols].
+    {geometry}
+    {angle}
+    {table}
     """
     source = geometry.DSO * np.array([np.cos(angle), np.sin(angle), 0.0])
     d = detector_pixels(geometry, angle) - source
@@ -176,70 +145,37 @@ def project(geometry, angle, table=MODIFIED_SHEPP_LOGAN):
 
 
 def add_noise(projection, i0, mu_scale=0.01, rng=None):
-    """Poisson noise on line integrals: counts ``Poisson(I0 exp(-mu_scale p))`` back to ``-log(counts / I0) / mu_scale``.
-
-    Parameters
-    ----------
-    projection : ndarray
-        Line integrals in phantom units times mm.
-    i0 : float
-        Photons per detector pixel without the object.
-    mu_scale : float
-        Attenuation per phantom unit per mm.
-    rng : numpy.random.Generator
-        Draws the counts; one generator used over the angles in order gives the same noise
-        whether projections are made one at a time or all at once.
-    """
+    """Poisson noise on the line integrals ``projection`` (phantom units times mm), float32: counts ``Poisson(i0
+    exp(-mu_scale p))`` (``i0`` photons per pixel without the object, ``mu_scale`` the attenuation per phantom unit
+    per mm) back to ``-log(counts / i0) / mu_scale``. One generator ``rng`` used over the angles in order gives the
+    same noise whether projections are made one at a time or all at once."""
     counts = rng.poisson(i0 * np.exp(-mu_scale * np.asarray(projection, np.float64)))
     return (-np.log(np.maximum(counts, 1) / i0) / mu_scale).astype(np.float32)
 
 
+@shared(**_SHARED)
 def projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """All projections of the phantom, with optional Poisson noise.
+    """All projections of the phantom, float32 [angle, row, col], with optional Poisson noise.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    noise_i0 : float, optional
-        Incident photon count per ray for Poisson noise (:func:`add_noise`); None: exact.
-    mu_scale : float, optional
-        Line integrals are scaled by this before the noise is drawn.
-    seed : int, optional
-        The noise's random seed.
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 [angle, row, col].
+    {geometry}
+    {noise}
+    {table}
     """
     return np.stack(list(iter_projections(geometry, noise_i0, mu_scale, seed, table)))
 
 
+@shared(**_SHARED)
 def iter_projections(geometry, noise_i0=None, mu_scale=0.01, seed=0, table=MODIFIED_SHEPP_LOGAN):
-    """The projections one angle at a time, so that memory holds one: optional Poisson noise.
+    """The projections one angle at a time, float32 [row, col] in angle order, so that memory holds one: optional
+    Poisson noise.
 
     Parameters
     ----------
-    geometry : Geometry
-        The scan's geometry (the volume's size and place, the detector).
-    noise_i0 : float, optional
-        Incident photon count per ray for Poisson noise (:func:`add_noise`); None: exact.
-    mu_scale : float, optional
-        Line integrals are scaled by this before the noise is drawn.
-    seed : int, optional
-        The noise's random seed.
-    table : sequence, optional
-        Rows of ``A, a, b, c, x0, y0, z0, phi, theta, psi``, sizes relative to the volume's half side
-        (default: the 3D modified Shepp-Logan phantom).
-
-    Yields
-    ------
-    numpy.ndarray
-        float32 [row, col], in angle order.
+    {geometry}
+    {noise}
+    {table}
     """
     rng = np.random.default_rng(seed) if noise_i0 else None
     for angle in geometry.angles:

@@ -1,13 +1,4 @@
-"""The picture of a reconstructed volume that people look at first: three central slices, labelled.
-
-``gpumr ct assemble`` and ``gpumr ct reconstruct --preview`` write it (through
-:func:`gpumr.ct.slices.preview`). Each slice (axial, coronal, sagittal
-through the centre) is drawn large enough to read (its longest side at
-least :data:`MIN_SIDE` pixels, whole voxels as square blocks), titled with
-its plane and index, framed by axes whose ticks are voxel indices, and the
-grey scale is explained by a colour bar with its values. OpenCV (a gpumr
-dependency) draws it, so the nodes that make previews need nothing more.
-"""
+"""The picture of a reconstructed volume that people look at first: three central slices, labelled."""
 
 import numpy as np
 
@@ -91,8 +82,8 @@ def preview_image(volume):
     Returns
     -------
     numpy.ndarray
-        uint8 BGR picture: axial (z = nz // 2), coronal (y = ny // 2) and
-        sagittal (x = nx // 2) slices side by side, then the colour bar.
+        uint8 BGR picture: axial (z = nz // 2), coronal (y = ny // 2) and sagittal (x = nx // 2) slices side by side,
+        then the colour bar.
 
     Examples
     --------

@@ -1,10 +1,4 @@
-"""Projection images in and out: float TIFF, 16-bit TIFF/PNG, .npy; one SequenceFile record each.
-
-Records are keyed by file name (``proj_0000.tif``...); projections are taken
-in sorted key order, one per angle of the geometry. Values are line
-integrals unless ``i0`` is given, in which case raw intensities are turned
-into line integrals as ``-log(I / I0)``.
-"""
+"""Projection images in and out: float TIFF, 16-bit TIFF/PNG, .npy; one SequenceFile record each."""
 
 import io
 import os
@@ -19,17 +13,12 @@ from ..io.outputs import FileOutput
 
 
 def encode_tiff(image):
-    """A 32-bit float TIFF of ``image``.
+    """The bytes of a 32-bit float TIFF of the 2-D projection ``image``.
 
-    Parameters
-    ----------
-    image : array_like
-        A 2-D projection.
-
-    Returns
-    -------
-    bytes
-        The TIFF file's bytes.
+    Examples
+    --------
+    >>> encode_tiff(np.zeros((2, 2)))[:2]
+    b'II'
     """
     import tifffile
     buf = io.BytesIO()
@@ -38,23 +27,14 @@ def encode_tiff(image):
 
 
 def header_shape(name, data):
-    """The shape a projection file's header declares, read without decoding pixels.
+    """The shape the header of a projection file declares (its format from the extension of ``name``, the record's key),
+    read without decoding pixels; None if the header gives none.
 
-    ``.npy``: the array header; PNG: the IHDR chunk (height, width). (A
-    TIFF's, its one page's shape, is read where its pixels are: it is
-    parsed once for both.)
-
-    Parameters
-    ----------
-    name : str
-        The record's key; its extension says the format.
-    data : bytes
-        The file's bytes.
-
-    Returns
-    -------
-    tuple of int or None
-        The declared shape, or None if the header does not give one.
+    Examples
+    --------
+    >>> buf = io.BytesIO(); np.save(buf, np.zeros((2, 4), np.float32))
+    >>> header_shape("proj_0000.npy", buf.getvalue())
+    (2, 4)
     """
     ext = os.path.splitext(name)[1].lower()
     try:
@@ -67,7 +47,7 @@ def header_shape(name, data):
             from ..core.images import image_size
             size = image_size(data)
             return None if size is None else (size[1], size[0])
-    except Exception:
+    except Exception:  # noqa: BLE001 (any decoder failure means: size unknown here, the decode says why)
         return None
     return None
 
@@ -83,19 +63,8 @@ def _check_declared(name, declared, shape):
 
 
 class Layout:
-    """The layout of a set's TIFF projections, learnt from one that tifffile decoded: the others that share it
-    are read straight from their bytes.
-
-    A scanner (and ``gpumr ct phantom``) writes every projection of a set
-    with the same tags: only the pixels differ. A TIFF reader reads the
-    header, the directory and the tags' values, then the pixels; so where
-    all of the structure lies before pixels that run to the file's end, a
-    file of the same length whose bytes before the pixels are the same
-    holds its pixels where the learnt one does, in the same type and
-    shape. The layout is learnt only from a file of that form, one page,
-    uncompressed, whose pixels read that way are tifffile's own bit for
-    bit; any other file is decoded by tifffile. (tifffile's parse was half
-    of what reading a set cost: 0.25 ms of 0.5 ms a projection.)
+    """The layout of a set's TIFF projections, learnt from one that tifffile decoded: the others that share it are
+    read straight from their bytes.
 
     Examples
     --------
@@ -122,7 +91,7 @@ class Layout:
             mine = np.frombuffer(data, dtype, pixels.size, start).reshape(pixels.shape)
             if mine.tobytes() != np.ascontiguousarray(pixels, dtype).tobytes():
                 return
-        except Exception:  # (a tag or attribute this tifffile lacks: no layout, tifffile decodes every file)
+        except Exception:  # noqa: BLE001 (a tag or attribute this tifffile lacks: no layout, every file decoded)
             return
         self.head, self.size, self.dtype, self.shape = bytes(data[:start]), len(data), dtype, pixels.shape
 
@@ -135,16 +104,7 @@ class Layout:
 
 
 def _tiff(name, data, shape, layout=None):
-    """A TIFF projection's pixels, its header parsed once: the declared shape checked, then the pixels read.
-
-    (Parsing it twice, for the shape and again for the pixels, was half of
-    what reading a set of projections cost. The page is read as it is:
-    working out the file's series first, as ``tif.series`` does, was a
-    fifth of the rest, 0.26 ms against 0.21 ms a projection. A file of
-    several pages declares them as a first dimension, and is refused.)
-    A file of the ``layout`` learnt from an earlier one is read from its
-    bytes; the first is learnt from (:class:`Layout`).
-    """
+    """A TIFF projection's pixels, its header parsed once: the declared shape checked, then the pixels read."""
     if layout is not None:
         pixels = layout.pixels(data)
         if pixels is not None:
@@ -154,7 +114,7 @@ def _tiff(name, data, shape, layout=None):
     import tifffile
     try:
         tif = tifffile.TiffFile(io.BytesIO(data))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (tifffile's own errors, whatever their class: the file named in one line)
         if shape is not None:
             _check_declared(name, None, shape)
         raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
@@ -163,12 +123,12 @@ def _tiff(name, data, shape, layout=None):
         if shape is not None:
             try:
                 declared = tuple(page.shape) if len(tif.pages) == 1 else (len(tif.pages), *page.shape)
-            except Exception:
+            except Exception:  # noqa: BLE001 (a shape tifffile cannot give: none declared)
                 declared = None
             _check_declared(name, declared, shape)
         try:
             pixels = page.asarray()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (tifffile's own errors: the file named in one line)
             raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
         if layout is not None and layout.head is None:
             layout.learn(data, tif, page, pixels)
@@ -176,25 +136,17 @@ def _tiff(name, data, shape, layout=None):
 
 
 def decode(name, data, i0=None, shape=None, layout=None):
-    """One projection from file bytes, as float32 line integrals.
+    """One projection from file bytes, as float32 line integrals. Raises ``GpumrError``: unknown extension, a header
+    that does not declare ``shape``, or undecodable data (the name is given).
 
     Parameters
     ----------
     shape : (int, int), optional
-        The detector's (rows, cols): the file's header must declare this
-        shape, checked before any pixel is decoded (a small file cannot
-        make a large allocation).
+        The detector's (rows, cols): the file's header must declare this shape, checked before any pixel is decoded (a
+        small file cannot make a large allocation).
     layout : Layout, optional
-        A set's TIFF layout, learnt from the first of its files tifffile
-        decodes and used for the others (:func:`read_set`). The result may
-        then be read-only.
-
-    Raises
-    ------
-    GpumrError
-        Unknown extension, a header that does not declare ``shape``, or
-        undecodable data (the name is given).
-    """
+        A set's TIFF layout, learnt from the first of its files tifffile decodes and used for the others
+        (:func:`read_set`). The result may then be read-only."""
     ext = os.path.splitext(name)[1].lower()
     if ext not in (".npy", ".tif", ".tiff", ".png"):
         raise GpumrError(f"{name}: projections must be .tif, .tiff, .png or .npy")
@@ -211,7 +163,7 @@ def decode(name, data, i0=None, shape=None, layout=None):
                 img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
                 if img is None:
                     raise ValueError("undecodable PNG")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the decoders' own errors: the file named in one line)
             raise GpumrError(f"{name}: cannot decode projection: {exc}") from None
     img = np.asarray(img)
     if img.ndim != 2:
@@ -223,58 +175,27 @@ def decode(name, data, i0=None, shape=None, layout=None):
 
 
 def write_set(path, projections, prefix="proj_", inputs=()):
-    """Write projections as float TIFF records ``proj_0000.tif``... into one SequenceFile.
-
-    The SequenceFile is written under gpumr's output rule
-    (:class:`gpumr.io.outputs.FileOutput`; never replacing one of ``inputs``).
-
-    Parameters
-    ----------
-    path : str
-        The SequenceFile.
-    projections : iterable of numpy.ndarray
-        2-D projections, in angle order.
-    prefix : str, optional
-        The keys' prefix; the key is ``PREFIX0000.tif`` and so on.
-    inputs : sequence of str, optional
-        The command's inputs, which are never replaced.
-
-    Raises
-    ------
-    GpumrError
-        If a file is in the way that gpumr did not write, or is an input.
-    """
+    """Write ``projections`` (2-D, in angle order) as float TIFF records ``proj_0000.tif``... (the keys' ``prefix``)
+    into the SequenceFile ``path``, under gpumr's output rule: the command's ``inputs`` are never replaced. Raises
+    ``GpumrError`` if a file is in the way that gpumr did not write, or is an input."""
     with Writer(path, out=FileOutput(path, "gpumr ct phantom", inputs=inputs).begin()) as w:
         for i, p in enumerate(projections):
             w.append(f"{prefix}{i:04d}.tif", encode_tiff(p))
 
 
 def read_set(paths, geometry, i0=None, keep=True, out=None):
-    """All projections of the SequenceFiles ``paths``, float32 [angle, row, col], in key order.
-
-    The keys are read first (values skipped): there must be one per angle
-    of the geometry. Then each record is decoded in turn, its size checked
-    from its header first, and refused if a pixel is not finite (a NaN or
-    an infinity would spread through the filter and the backprojection to
-    every voxel its rays cross).
+    """All projections of the SequenceFiles ``paths``, float32 [angle, row, col], in key order. Raises ``GpumrError``:
+    A count or size that does not match the geometry, a repeated key, an unreadable record or file, or a projection
+    with NaN or infinite pixels (named, with its angle).
 
     Parameters
     ----------
     keep : bool
-        False: check every projection the same way but keep none, holding
-        one at a time (the launcher's check before any task); returns None.
+        False: check every projection the same way but keep none, holding one at a time (the launcher's check before
+        any task); returns None.
     out : numpy.ndarray, optional
-        float32 [angle, row, col] to read them into (a view of a larger
-        array: :class:`gpumr.ct.bands.FilteredRows` reads them into its
-        zero-bordered buffer) instead of a new array; returned.
-
-    Raises
-    ------
-    GpumrError
-        A count or size that does not match the geometry, a repeated key, an
-        unreadable record or file, or a projection with NaN or infinite
-        pixels (named, with its angle).
-    """
+        float32 [angle, row, col] to read them into (a view of a larger array: :class:`gpumr.ct.bands.FilteredRows`
+        reads them into its zero-bordered buffer) instead of a new array; returned."""
     from seqfile import SequenceFileError
     if i0 is not None:
         limits.number("--i0", i0, above=0, most=limits.MAX_I0)

@@ -1,14 +1,4 @@
-"""The CT job's output read back: slabs of binary float32, joined into one volume at disk speed.
-
-A slab leaves its task as an ``.npy`` file of the output (``arrays/z00016.slab.npy``,
-float32 ``[slices, ny, nx]``) named by its line:
-``"z00016"<TAB>{"z": [16, 32], "nz": 256, "slab": {"array": "arrays/z00016.slab.npy",
-"shape": [16, ny, nx], "dtype": "<f4"}, "device": ...}``. Each slab opens directly
-(``numpy.load``); :func:`assemble` joins them into one ``.npy`` by copying
-their bytes in slice order, checking every slice is there exactly once and
-every slab is the one its job wrote: the size and SHA-256 the output's proof
-lists (:mod:`gpumr.io.proofs`), the shape and dtype its line names.
-"""
+"""The CT job's output read back: slabs of binary float32, joined into one volume at disk speed."""
 
 import hashlib
 
@@ -35,13 +25,8 @@ def slab_key(z0):
 
 
 def _proof(folder, proofs):
-    """The proof beside the job output ``folder`` (read once, kept in ``proofs``).
-
-    Raises
-    ------
-    GpumrError
-        When there is none: without it no slab can be checked.
-    """
+    """The proof beside the job output ``folder`` (read once, kept in ``proofs``). Raises ``GpumrError`` when there is
+    none: without it no slab can be checked."""
     if folder not in proofs:
         from ..io.remote import shown
         where = proof_path(folder)
@@ -54,23 +39,17 @@ def _proof(folder, proofs):
 
 def slabs(results, folders):
     """``[(z0, z1, nz, location of the .npy, the proof beside its output, its name there)]`` of a job's slab lines,
-    sorted, and the volume's shape, after checking they cover the volume.
+    sorted, and the volume's shape, after checking they cover the volume. Raises ``GpumrError`` naming what is wrong:
+    a line that is not a slab (an ``error`` line's reason included), slabs of different volumes or sizes, missing or
+    overlapping slices, a volume over :data:`gpumr.limits.MAX_VOXELS`, an output without its proof, a slab its proof
+    does not list at that size.
 
     Parameters
     ----------
     results : iterable of (str, dict)
         ``(key, value)`` of every line of the job's output (:func:`gpumr.io.joboutput.read_job_output`).
     folders : list of str
-        The output folders (or URIs) the lines came from: their ``arrays/`` hold the slabs.
-
-    Raises
-    ------
-    GpumrError
-        Naming what is wrong: a line that is not a slab (an ``error`` line's
-        reason included), slabs of different volumes or sizes, missing or
-        overlapping slices, a volume over :data:`gpumr.limits.MAX_VOXELS`,
-        an output without its proof, a slab its proof does not list at that size.
-    """
+        The output folders (or URIs) the lines came from: their ``arrays/`` hold the slabs."""
     from ..io.remote import locate
     found, nz, shape, proofs = [], None, None, {}
     for key, value in results:
@@ -127,26 +106,13 @@ def slabs(results, folders):
 
 
 def assemble(results, folders, path, inputs=()):
-    """Join a job's slabs into the volume ``path`` (.npy, float32 ``[z, y, x]``), copying their bytes in order.
-
-    Written under gpumr's output rule (:class:`gpumr.io.outputs.FileOutput`):
-    whole or not at all, never over an input. Each slab's own header is
-    checked against its line before its bytes are copied, through one
-    buffer filled again (a fresh chunk each read cost as much in page
-    faults as the copy), and the slab is hashed as it is copied: one that
-    is not what the output's proof lists (copied in from another job,
-    changed since) ends the command, naming it, and nothing is written.
+    """Join a job's slabs into the volume ``path`` (.npy, float32 ``[z, y, x]``), copying their bytes in order. Raises
+    ``GpumrError`` as :func:`slabs`; and naming a slab that is not the one its job wrote.
 
     Returns
     -------
     tuple of int
-        The volume's shape.
-
-    Raises
-    ------
-    GpumrError
-        As :func:`slabs`; and naming a slab that is not the one its job wrote.
-    """
+        The volume's shape."""
     from concurrent.futures import ThreadPoolExecutor
     parts, shape = slabs(results, folders)
     header = {"descr": "<f4", "fortran_order": False, "shape": shape}
@@ -212,27 +178,9 @@ def _check_header(f, loc, z0, z1, shape):
 
 
 def save_volume(volume, path, tiff=None, inputs=()):
-    """Write ``volume`` as .npy (and a float32 TIFF stack at ``tiff``) under gpumr's output rule.
-
-    Each file appears whole or not at all and replaces only an earlier
-    gpumr output, never one of ``inputs`` (:class:`gpumr.io.outputs.FileOutput`).
-
-    Parameters
-    ----------
-    volume : numpy.ndarray
-        The volume [z, y, x].
-    path : str
-        The ``.npy`` file.
-    tiff : str, optional
-        A multi-page TIFF to write as well.
-    inputs : sequence of str, optional
-        The command's inputs, which are never replaced.
-
-    Raises
-    ------
-    GpumrError
-        If a file is in the way that gpumr did not write, or is an input.
-    """
+    """Write ``volume`` [z, y, x] as the .npy file ``path`` (and a float32 multi-page TIFF at ``tiff``) under gpumr's
+    output rule: the command's ``inputs`` are never replaced. Raises ``GpumrError`` if a file is in the way that gpumr
+    did not write, or is an input."""
     with FileOutput(path, "gpumr ct", inputs=inputs) as f:
         np.save(f, volume.astype(np.float32, copy=False))
     if tiff:
@@ -247,25 +195,8 @@ def save_tiff(volume, path, inputs=()):
 
 
 def preview(volume, path, inputs=()):
-    """A PNG of the three central orthogonal slices (axial, coronal, sagittal), labelled, with a colour bar.
-
-    Drawn by :func:`gpumr.ct.preview.preview_image` (each slice at least 256
-    pixels, axes in voxel indices, grey levels from the 1st to the 99.5th
-    percentile of the slices shown); the file is written as :func:`save_volume` writes.
-
-    Parameters
-    ----------
-    volume : numpy.ndarray
-        The volume [z, y, x].
-    path : str
-        The PNG file.
-    inputs : sequence of str, optional
-        The command's inputs, which are never replaced.
-
-    Raises
-    ------
-    GpumrError
-        If a file is in the way that gpumr did not write, or is an input.
-    """
+    """Write a PNG of ``volume``'s three central orthogonal slices (axial, coronal, sagittal), labelled, with a colour
+    bar, at ``path`` under gpumr's output rule: the command's ``inputs`` are never replaced. Raises ``GpumrError`` if
+    a file is in the way that gpumr did not write, or is an input."""
     from .preview import preview_png
     write_file(path, preview_png(volume), "gpumr ct", inputs=inputs, option="--preview")

@@ -1,14 +1,4 @@
-"""Slab backprojection (FDK) as a gpumr workload: one record = one slab [z0, z1) of slices.
-
-Written on the public contract (:class:`gpumr.Workload`). The launcher
-makes the records (:meth:`Backproject.plan`: slab lines ``z0 z1``); each
-task loads the geometry and the projections once, filters (FDK weighting
-and ramp) only the detector rows its slabs reach, each row once
-(:class:`gpumr.ct.bands.FilteredRows`), and backprojects the slabs it is
-given on the CPU or a GPU (several slabs per GPU call). A slab leaves the task as binary float32 (``arrays/z00000.slab.npy``
-in the output, named by its line), which ``gpumr ct assemble`` joins into
-one volume (:mod:`gpumr.ct.slices`).
-"""
+"""Slab backprojection (FDK) as a gpumr workload: one record = one slab [z0, z1) of slices."""
 
 from .. import limits
 from ..core.badrecord import BadRecord
@@ -20,7 +10,6 @@ from .backproject import backproject
 from .bands import FilteredRows
 from .projections import read_set
 from .slices import slab_key
-
 
 #: The geometries this process loaded, by file (device, inode, size, modification time), each with whether its
 #: warnings were said: the launcher's check and plan and the tasks of the launcher's own process (the inline
@@ -51,14 +40,8 @@ def load_geometry(path, warn=False):
 
 
 def check_slab(geometry, slices, name="--slab"):
-    """Refuse slabs of ``slices`` slices (at most the volume's) holding more than
-    :data:`gpumr.limits.MAX_SLAB_VOXELS` voxels.
-
-    Raises
-    ------
-    GpumrError
-        Naming ``name`` (the option, or the plan line) and the slab's size.
-    """
+    """Refuse slabs of ``slices`` slices (at most the volume's) holding more than :data:`gpumr.limits.MAX_SLAB_VOXELS`
+    voxels. Raises ``GpumrError`` naming ``name`` (the option, or the plan line) and the slab's size."""
     nz, ny, nx = geometry.nVoxel
     slices = min(slices, nz)  # a plan's slabs are at most the volume
     limits.at_most(f"{name}: a slab of {slices} slices of {ny}x{nx}", slices * ny * nx, limits.MAX_SLAB_VOXELS,

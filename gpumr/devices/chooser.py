@@ -1,15 +1,6 @@
 """Per-record device choice: a GPU if one is free, or will be before the CPU would finish; otherwise the CPU.
 
-"Free" means a CUDA context this process can own (exclusive modes) or, in
-default mode, no foreign compute process, enough free memory and a
-node-local lease on one of the GPU's slots: from the scheduler service when
-it answers, else from lock files (a slot is never held twice). Modes:
-``auto`` (per record: a free GPU; a busy one waited for only while it would
-still finish sooner than the CPU, by the rates measured, :class:`Rates`),
-``cpu`` (never touches CUDA), ``gpu`` (waits for a GPU; fails clearly
-without one). What "free" means, the service's timeouts and the fallback:
-:doc:`/concepts/devices`.
-"""
+What "free" means, the service's timeouts and the fallback: :doc:`/concepts/devices`."""
 
 import os
 import time
@@ -36,8 +27,8 @@ RATE_WEIGHT = 0.3
 
 
 class Rates:
-    """How long work takes on each device, as measured by one chooser over its job: seconds per record on the
-    CPU, per batch on a GPU (moving averages, :data:`RATE_WEIGHT`).
+    """How long work takes on each device, as measured by one chooser over its job: seconds per record on the CPU, per
+    batch on a GPU (moving averages, :data:`RATE_WEIGHT`).
 
     Examples
     --------
@@ -70,8 +61,7 @@ class Choice:
     ----------
     device : str
         ``"cpu"`` or ``"gpu:N"`` (N the NVML index).
-    gpu : gpumr.devices.nvml.GPU or None
-    """
+    gpu : gpumr.devices.nvml.GPU or None"""
 
     def __init__(self, gpu=None, lease=None, release=None):
         self.gpu = gpu
@@ -107,17 +97,8 @@ def _no_gpu(reason):
 
 
 def require_gpu(nvml=None, env=None):
-    """Refuse ``--device gpu`` where the tasks will run on this node and it has no GPU.
-
-    The launcher calls it when it knows the tasks run here (inline and local
-    runners, a local Spark master), so that the refusal comes before any
-    task; elsewhere each task's :class:`DeviceChooser` refuses the same way.
-
-    Raises
-    ------
-    GpumrError
-        Saying why there is no GPU (no driver, no device, none simulated).
-    """
+    """Refuse ``--device gpu`` where the tasks will run on this node and it has no GPU. Raises ``GpumrError``: saying
+    why there is no GPU (no driver, no device, none simulated)."""
     found = _nvml.discover(nvml, env)
     if not found.gpus:
         raise _no_gpu(found.reason)
@@ -131,8 +112,7 @@ class DeviceChooser:
     ----------
     mode : {"auto", "cpu", "gpu"}
     memory : int, optional
-        Device memory a GPU batch needs, for every choice (``--gpu-memory``);
-        None: as each :meth:`choose` says.
+        Device memory a GPU batch needs, for every choice (``--gpu-memory``); None: as each :meth:`choose` says.
     slots : int
         Concurrent tasks per GPU (``--gpu-slots``), for lock-file leases.
     lease_dir : str, optional
@@ -144,10 +124,9 @@ class DeviceChooser:
     wait_timeout : float, optional
         In ``gpu`` mode, give up after this many seconds.
     only : iterable of int, optional
-        Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default.
-        Such a task takes lock-file leases on them, never the service's: the service, which does
-        not know the assignment, would pick among all the node's GPUs (and honours the lock files).
-    """
+        Use only the GPUs with these indices (e.g. the addresses Spark gave a task); all by default. Such a task takes
+        lock-file leases on them, never the service's: the service, which does not know the assignment, would pick
+        among all the node's GPUs (and honours the lock files)."""
 
     def __init__(self, mode="auto", memory=None, slots=1, lease_dir=None, scheduler=None,
                  nvml=None, probe=None, env=None, wait_timeout=None, only=None):
@@ -230,26 +209,14 @@ class DeviceChooser:
         return out
 
     def fits(self, memory=0):
-        """Whether GPU work needing ``memory`` bytes (or the one figure given for all) fits a GPU here.
-
-        That is, some GPU of the node has that much memory in all; work that
-        fits none is never waited for (:meth:`choose` gives it the CPU).
-        """
+        """Whether GPU work needing ``memory`` bytes (or the one figure given for all) fits a GPU here."""
         return self.has_gpus and self._need(memory) <= self._largest
 
     def _need(self, memory):
         return int(memory) if self.memory is None else self.memory
 
     def choose(self, memory=0):
-        """The device for the next record or batch: a :class:`Choice` (``CPU`` when none is free).
-
-        ``memory``: the device memory its GPU work needs (bytes), unless the
-        chooser was given one figure for all. Work that no GPU here could
-        hold (:meth:`fits`) gets the CPU at once, in ``gpu`` mode too: no
-        wait would ever end; so does all work once every GPU here is lost
-        to a CUDA error in this process (:func:`gpumr.gpu.trust.untrusted`),
-        which is never leased again.
-        """
+        """The device for the next record or batch: a :class:`Choice` (``CPU`` when none is free)."""
         now = time.monotonic()
         if self._cpu_since is not None:  # the record given the CPU last is done: the task asks again
             self.rates.add("cpu", now - self._cpu_since)

@@ -1,12 +1,6 @@
 """The client side of the node's scheduler service (see :mod:`gpumr.devices.protocol`).
 
-Every connect and every reply has a time limit (``$GPUMR_SCHEDULER_TIMEOUT``
-seconds, 10 by default), so a stopped or overloaded service never hangs a
-task (failures are :class:`SchedulerUnavailable` naming the socket); a
-grant's locked slot descriptor (its ``claim``) is kept until the lease is
-released, whatever happens to the connection or the service meanwhile
-(:doc:`/concepts/devices`).
-"""
+Its time limits and failures: :doc:`/concepts/devices`."""
 
 import array
 import json
@@ -53,9 +47,8 @@ class SchedulerClient:
     tcp_port : int, optional
         Connect to 127.0.0.1:port instead.
     timeout : float, optional
-        Seconds for the connect and for each reply (default :func:`default_timeout`).
-        A blocking acquire waits its own timeout on top.
-    """
+        Seconds for the connect and for each reply (default :func:`default_timeout`). A blocking acquire waits its own
+        timeout on top."""
 
     def __init__(self, path=None, tcp_port=None, timeout=None):
         self.timeout = default_timeout() if timeout is None else timeout
@@ -94,14 +87,10 @@ class SchedulerClient:
     def request(self, obj, wait=0.0):
         """Send one request; return the reply object.
 
-        A connection the service closed (idle timeout) while this client
-        held no lease is opened again once, transparently.
-
         Parameters
         ----------
         wait : float
-            Extra seconds the reply may take (a blocking acquire's own timeout).
-        """
+            Extra seconds the reply may take (a blocking acquire's own timeout)."""
         for attempt in (0, 1):
             if self._sock is None:
                 self._connect()
@@ -181,15 +170,9 @@ class SchedulerClient:
         return None if self.tcp_port is not None else peer_credentials(self._sock)
 
     def acquire(self, memory=0, block=False, timeout=None):
-        """``(gpu index, lease id)``, or None when no GPU is free (or the node has none).
-
-        Raises
-        ------
-        RequestError
-            Any other error reply (its ``code`` says which).
-        SchedulerUnavailable
-            No answer in time, or the connection failed.
-        """
+        """``(gpu index, lease id)``, or None when no GPU is free (or the node has none). Raises ``RequestError``: any
+        other error reply (its ``code`` says which); ``SchedulerUnavailable``: no answer in time, or the connection
+        failed."""
         wait = (P.MAX_TIMEOUT if timeout is None else timeout) if block else 0.0
         reply = self.request(dict(op="acquire", memory=int(memory), block=bool(block), timeout=timeout), wait)
         if reply.get("ok"):
@@ -205,18 +188,8 @@ class SchedulerClient:
         raise RequestError(f"scheduler at {self.where}: {reply.get('error')}", reply.get("code"))
 
     def release(self, lease):
-        """End ``lease``: let go of our claim on its slot, then tell the service.
-
-        Nothing is asked when the connection that held the lease is gone (the
-        lease ended with it; a restarted service never knew it), nor is a
-        service that no longer knows the lease an error. A connection that
-        fails now is closed, which ends the lease too.
-
-        Raises
-        ------
-        RequestError
-            The service refused for another reason (its ``code`` says which).
-        """
+        """End ``lease``: let go of our claim on its slot, then tell the service. Raises ``RequestError``: the service
+        refused for another reason (its ``code`` says which)."""
         claim = self._claims.pop(lease, None)
         if claim is not None:
             claim.release()  # first, so that the slot is free when the service hears of it
@@ -235,11 +208,7 @@ class SchedulerClient:
         return self.request(dict(op="status"))
 
     def disconnect(self):
-        """Close the connection (the service ends its leases) but keep the claims not yet released.
-
-        For a caller whose records may still be on those GPUs: each claim is
-        let go by :meth:`release` (or at exit).
-        """
+        """Close the connection (the service ends its leases) but keep the claims not yet released."""
         self._drop()
 
     def close(self):

@@ -1,10 +1,4 @@
-"""Whether a GPU is free for a task, as far as NVML can tell (leases aside).
-
-"Free" follows ``shared/DESIGN.md``: in exclusive-process (or -thread)
-compute mode, free if this process can own a context (probed elsewhere);
-in default mode, no compute process of another program and at least the
-task's memory free. Prohibited mode is never free.
-"""
+"""Whether a GPU is free for a task, as far as NVML can tell (leases aside)."""
 
 import os
 from dataclasses import dataclass
@@ -33,8 +27,7 @@ def check(gpu, memory=0, siblings=(), own_pid=None):
     siblings : set of int
         Pids of gpumr processes on this node (their contexts are not foreign).
     own_pid : int, optional
-        This process's pid (default: ``os.getpid()``).
-    """
+        This process's pid (default: ``os.getpid()``)."""
     own_pid = os.getpid() if own_pid is None else own_pid
     if gpu.compute_mode == _nvml.PROHIBITED:
         return Verdict(gpu, False, "compute mode is prohibited")

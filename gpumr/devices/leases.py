@@ -1,13 +1,6 @@
 """Node-local GPU leases held as ``fcntl`` locks on files in a node-wide folder.
 
-Each GPU has ``slots`` lock files; holding the lock on one is holding a
-lease on a slot of that GPU, and the kernel drops it however the process
-exits. The scheduler service takes the same files, so lock-file and service
-leases are one system; ``ctx-`` files tell sibling gpumr tasks' CUDA
-contexts from foreign programs'. Files are opened under
-:mod:`gpumr.trusted`'s rule in a folder :func:`gpumr.devices.paths.check_dir`
-accepts. The rule, the folder and sharing it: :doc:`/concepts/devices`.
-"""
+The rule, the folder and sharing it: :doc:`/concepts/devices`."""
 
 import errno
 import fcntl
@@ -18,18 +11,15 @@ from .. import limits
 from ..trusted import Untrusted, open_regular, warn_once
 from .paths import lease_dir
 
+
 def _skip(exc, then="that slot is treated as taken"):
     """Warn once per path that a lock or context file is refused (:class:`gpumr.trusted.Untrusted`)."""
     warn_once(f"{exc}; {then}")
 
 
 def check_slots(value, option="--gpu-slots"):
-    """``value`` as a slot count from 1 to :data:`gpumr.limits.MAX_GPU_SLOTS`, else a one-line error naming ``option``.
-
-    Raises
-    ------
-    GpumrError
-    """
+    """``value`` as a slot count from 1 to :data:`gpumr.limits.MAX_GPU_SLOTS`, else a one-line error naming
+    ``option``. Raises ``GpumrError``."""
     return limits.number(option, value, 1, limits.MAX_GPU_SLOTS, integer=True)
 
 
@@ -38,12 +28,7 @@ def _safe(uuid):
 
 
 class FileLease:
-    """A held slot lock; :meth:`release` (or process exit) gives it back.
-
-    The lock belongs to the open file, not to one descriptor: a copy of the
-    descriptor passed to another process (the scheduler service hands one to
-    the task it grants the slot to) holds it too, until every copy is closed.
-    """
+    """A held slot lock; :meth:`release` (or process exit) gives it back."""
 
     def __init__(self, gpu, slot, fd, path):
         self.gpu, self.slot, self._fd, self.path = gpu, slot, fd, path
@@ -80,8 +65,7 @@ class LockFileLeases:
     directory : str
         Node-wide directory shared by all map tasks of the node.
     slots : int
-        Leases per GPU (``--gpu-slots``).
-    """
+        Leases per GPU (``--gpu-slots``)."""
 
     def __init__(self, directory=None, slots=1):
         self.slots = check_slots(slots)
@@ -124,11 +108,7 @@ class LockFileLeases:
         return None
 
     def held_slots(self, gpu):
-        """How many of ``gpu``'s slots are leased by any process now (this one included).
-
-        Only looks, and only at the slot files that exist (one folder listing):
-        a slot without a file is free, and no file is created.
-        """
+        """How many of ``gpu``'s slots are leased by any process now (this one included)."""
         prefix = self.slot_name(gpu, "")[:-len(".lock")]
         busy = 0
         for name in os.listdir(self.directory):

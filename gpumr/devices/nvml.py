@@ -1,10 +1,4 @@
-"""What NVML says about this node's GPUs, or simulated GPUs.
-
-Discovery never raises: no driver, no NVML library, no GPU all give an empty
-list and the reason. ``GPUMR_SIMULATE_GPUS=N`` or ``N:MEM`` (``2:16GiB``)
-replaces NVML with N virtual GPUs, each with MEM bytes (16 GiB by default),
-for tests and dry runs.
-"""
+"""What NVML says about this node's GPUs, or simulated GPUs."""
 
 import os
 from dataclasses import dataclass, field
@@ -29,8 +23,7 @@ class GPU:
     index : int
         NVML index.
     processes : list of (int, int)
-        Compute processes: ``(pid, used bytes)``.
-    """
+        Compute processes: ``(pid, used bytes)``."""
 
     index: int
     name: str
@@ -54,13 +47,8 @@ class Discovery:
 
 
 def simulated_gpus(spec):
-    """GPUs described by a ``GPUMR_SIMULATE_GPUS`` value such as ``"2"`` or ``"2:16GiB"``.
-
-    Raises
-    ------
-    GpumrError
-        If the value is not ``N`` or ``N:SIZE``.
-    """
+    """GPUs described by a ``GPUMR_SIMULATE_GPUS`` value such as ``"2"`` or ``"2:16GiB"``. Raises ``GpumrError`` if
+    the value is not ``N`` or ``N:SIZE``."""
     count, _, mem = str(spec).partition(":")
     try:
         n = int(count)
@@ -98,8 +86,7 @@ def discover(nvml=None, env=None):
     nvml : module, optional
         The ``pynvml`` module or a stand-in with the same functions (tests).
     env : mapping, optional
-        Environment to read ``GPUMR_SIMULATE_GPUS`` and ``CUDA_VISIBLE_DEVICES`` from.
-    """
+        Environment to read ``GPUMR_SIMULATE_GPUS`` and ``CUDA_VISIBLE_DEVICES`` from."""
     env = os.environ if env is None else env
     if nvml is None and env.get(SIMULATE_ENV):
         return Discovery(simulated_gpus(env[SIMULATE_ENV]), simulated=True)
@@ -111,12 +98,12 @@ def discover(nvml=None, env=None):
     if id(nvml) not in _initialised:  # once per process: device choice asks for every record
         try:
             nvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except Exception as exc:  # noqa: BLE001 (NVMLError_LibraryNotFound, DriverNotLoaded, ...: no NVML, said)
             return Discovery([], f"NVML unavailable: {exc}")
         _initialised.add(id(nvml))
     try:
         gpus = [query(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any NVML error: no GPU seen, said)
         return Discovery([], f"NVML query failed: {exc}")
     gpus = _visible(gpus, env)
     for ordinal, gpu in enumerate(gpus):
@@ -130,7 +117,7 @@ def query(nvml, index):
     mem = nvml.nvmlDeviceGetMemoryInfo(h)
     try:
         util = nvml.nvmlDeviceGetUtilizationRates(h).gpu
-    except Exception:
+    except Exception:  # noqa: BLE001 (a GPU that keeps its utilisation to itself)
         util = 0
     procs = [(p.pid, p.usedGpuMemory or 0) for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)]
     return GPU(index, _text(nvml.nvmlDeviceGetName(h)), _text(nvml.nvmlDeviceGetUUID(h)),

@@ -1,12 +1,8 @@
 """Where node-local device state lives: leases (lock files) and the scheduler's socket.
 
-Both default to one private per-user folder, ``$TMPDIR/gpumr-<uid>`` (made
-0700); ``$GPUMR_LEASE_DIR`` and ``$GPUMR_SCHEDULER_SOCKET`` (or
-``--lease-dir`` / ``--socket``) move them to a documented shared folder the
-administrator chose, trusted under :mod:`gpumr.trusted`'s one rule (yours
-or root's, no link, sticky if others may write in it: the EMR bootstrap's
-``root:GROUP 3770``). The rule and sharing a folder: :doc:`/concepts/devices`.
-"""
+Both default to a private per-user folder, ``$TMPDIR/gpumr-<uid>``; ``$GPUMR_LEASE_DIR`` and
+``$GPUMR_SCHEDULER_SOCKET`` move them to a shared folder the administrator chose, trusted under :mod:`gpumr.trusted`'s
+rule (:doc:`/concepts/devices`)."""
 
 import os
 import tempfile
@@ -40,13 +36,8 @@ WHAT = "gpumr's leases and socket"
 
 
 def check_dir(path):
-    """``path`` if :mod:`gpumr.trusted` trusts it for leases and a socket (private or shared, see above).
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        One line naming the folder and what is wrong with it.
-    """
+    """``path`` if :mod:`gpumr.trusted` trusts it for leases and a socket (private or shared). Raises
+    ``gpumr.trusted.Untrusted``: one line naming the folder and what is wrong with it."""
     check_folder(path, WHAT, shared=not _is_user_dir(path))
     return path
 

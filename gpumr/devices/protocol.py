@@ -1,12 +1,6 @@
 """The scheduler service's protocol, shared by the service and its clients.
 
-One JSON object per line each way over a Unix-domain socket (TCP on
-loopback on request): ``acquire``, ``release`` and ``status`` requests,
-error replies with a machine-readable ``code`` (clients decide by the code,
-never the text), and a grant's ``claim``: the slot's locked lock-file
-descriptor passed with ``SCM_RIGHTS``. Every field and code:
-:doc:`/reference/scheduler-protocol`.
-"""
+Every field and code: :doc:`/reference/scheduler-protocol`."""
 
 import math
 import socket
@@ -49,13 +43,8 @@ class RequestError(ValueError):
 
 
 def number(req, name, default, low, high, integer=False):
-    """``req[name]`` checked to be a finite number in [low, high] (an int if ``integer``).
-
-    Raises
-    ------
-    RequestError
-        ``bad-request`` naming the field and what it must be.
-    """
+    """``req[name]`` checked to be a finite number in [low, high] (an int if ``integer``). Raises ``RequestError``:
+    ``bad-request`` naming the field and what it must be."""
     value = req.get(name, default)
     if value is None and default is None:
         return None
@@ -74,11 +63,7 @@ def number(req, name, default, low, high, integer=False):
 
 
 def peer_credentials(sock):
-    """``(pid, uid, gid)`` of the process at the other end of a Unix socket, as the kernel says (else None).
-
-    The kernel records them when the connection is made (``SO_PEERCRED``):
-    unlike anything a reply says, a process cannot forge them.
-    """
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket, as the kernel says (else None)."""
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return struct.unpack("3i", creds)

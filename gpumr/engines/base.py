@@ -1,13 +1,4 @@
-"""What an engine is: a name, its declared options, where its tasks run, and how it runs a plan's tasks.
-
-The launcher (:mod:`gpumr.launch`) hands an engine a checked
-:class:`~gpumr.launch.plan.Plan` and a :class:`Job` (the stage to write
-into, the progress display, the job's private folder, how its framework's
-processes start); the engine returns an :class:`Outcome` or raises, having
-ended every task it started. The run skeleton does the rest: publishing,
-the summary, the exit status. Engines that run a pool of Python tasks get
-their ``run`` from :class:`gpumr.engines.mapreduce.PoolEngine`.
-"""
+"""What an engine is: a name, its declared options, where its tasks run, and how it runs a plan's tasks."""
 
 from dataclasses import dataclass, field
 
@@ -19,14 +10,13 @@ class Outcome:
     Attributes
     ----------
     parts : dict
-        ``{name in the output: (name in the stage, size, sha256)}``: the
-        part files and arrays to publish (one attempt of each).
+        ``{name in the output: (name in the stage, size, sha256)}``: the part files and arrays to publish (one attempt
+        of each).
     counts : dict
         The gpumr counters, summed.
     bad : list of (str, str) or None
-        The first bad records' keys and reasons; None where the engine
-        cannot say (the launcher then reads them from the output).
-    """
+        The first bad records' keys and reasons; None where the engine cannot say (the launcher then reads them from
+        the output)."""
 
     parts: dict
     counts: dict
@@ -50,10 +40,8 @@ class Job:
     debug : bool
         ``--debug``: keep the framework's own log.
     start : gpumr.engines.start.Start or None
-        How the job's framework processes start (folder, import path,
-        environment, logs, secrets): every process an engine starts goes
-        through it.
-    """
+        How the job's framework processes start (folder, import path, environment, logs, secrets): every process an
+        engine starts goes through it."""
 
     stage: str
     folder: str
@@ -79,10 +67,8 @@ class Engine:
     reports_tasks : bool
         Whether the launcher hears of each task as it finishes.
     passthrough : object or None
-        For an engine that hands its framework's own options on as given
-        (mrjob's ``-c``, ``--jobconf``): ``title``, ``switches()`` (declared
-        in the one parser) and ``check(extra)``. Any other engine refuses them.
-    """
+        For an engine that hands its framework's own options on as given (mrjob's ``-c``, ``--jobconf``):
+        ``title``, ``switches()`` (declared in the one parser) and ``check(extra)``. Any other engine refuses them."""
 
     name = "engine"
     help = ""
@@ -103,13 +89,7 @@ class Engine:
         return True
 
     def start_early(self, argv, module, start, started):
-        """Begin, before the command line is parsed, what takes longest to start; nothing by default.
-
-        ``argv`` names this engine exactly; ``module`` is a built-in
-        workload's module (None for another). What begins goes to
-        ``started`` (an :class:`contextlib.ExitStack` the launcher closes),
-        so that a command line refused later leaves nothing running.
-        """
+        """Begin, before the command line is parsed, what takes longest to start; nothing by default."""
 
     def start(self, o, workload, start, started):
         """Begin, while the launcher checks the side files, what the job needs before its first task; nothing by

@@ -1,27 +1,17 @@
-"""What the engines on a JVM share (Spark and Flink, both driven through Py4J): a quiet start, one line for a
-Java failure, a quiet Ctrl-C.
-
-Both frameworks start a Java process that writes to the terminal before
-its own log settings apply, answer a task's failure with a Java stack
-trace wrapping the task's Python traceback, and answer Ctrl-C with
-tracebacks from Py4J's threads. gpumr shows none of that: its one line,
-unless ``--debug``.
-"""
+"""What the engines on a JVM share (Spark and Flink, both driven through Py4J): a quiet start, one line for a Java
+failure, a quiet Ctrl-C."""
 
 import atexit
 import os
 import tempfile
 
-from ..log import silence
 from ..errors import redact
+from ..log import silence
 from .mapreduce import one_line
+
 
 def failure(exc, engine, what=None):
     """One line saying why ``engine``'s job failed (or ``what`` else did), from its Java error ``exc``.
-
-    The failing task's Python error where the Java error holds one
-    (:func:`gpumr.engines.mapreduce.one_line`), else the first line of the
-    Java error.
 
     Parameters
     ----------
@@ -53,11 +43,7 @@ def last_words(f):
 
 
 def quiet_log4j():
-    """A log4j2 configuration file (in the temp folder, made once per process, removed at exit) that logs nothing.
-
-    A JVM logs before a framework's own log level applies; given this
-    (``-Dlog4j2.configurationFile``), it logs nothing at all.
-    """
+    """A log4j2 configuration file (in the temp folder, made once per process, removed at exit) that logs nothing."""
     global _QUIET_LOG4J
     if _QUIET_LOG4J is None:
         fd, path = tempfile.mkstemp(prefix="gpumr-log4j2-", suffix=".properties")
@@ -73,15 +59,7 @@ _QUIET_LOG4J = None
 
 
 def quiet_interrupt():
-    """On Ctrl-C: silence Py4J's and the framework's loggers and threads, so the boundary's line is the last.
-
-    Spark and Flink answer an interrupt with tracebacks from several
-    places (the call in progress, Py4J's callback and gateway threads as the
-    JVM goes, pyspark's SIGINT handler); none of them says more than
-    ``gpumr: interrupted``. The loggers are turned off and the threads'
-    exceptions are dropped; the JVM's own stderr is already quiet unless
-    ``--debug``.
-    """
+    """On Ctrl-C: silence Py4J's and the framework's loggers and threads, so the boundary's line is the last."""
     import logging
     import threading
     # Py4J logs through the root logger too (logging.exception(...)): all but gpumr's own logger go quiet.

@@ -1,23 +1,11 @@
 """The map and reduce phases every task-pool engine shares (Spark, Dask, Flink, RADICAL-Pilot), its failure path and
-the one line a framework's error becomes.
-
-A pool engine (:class:`PoolEngine`) gives only a :class:`Pool` for the
-job: ``execute(phase, function, calls)`` runs ``function(*args)`` for each
-of ``calls`` as its own task and yields each task's return value as it
-finishes (any order); ``end(exc)`` ends every task it started. Here: one map
-task per task of the plan (:func:`gpumr.tasks.runtime.map_task`, a sorted
-run when there are reducers), then ``--reducers`` reduce tasks merging the
-runs over ranges of keys cut at the runs' sampled keys
-(:func:`gpumr.tasks.runtime.reduce_task`). Each task writes a file of its
-own attempt into the stage and returns its name; only returned attempts are
-published, with their counters, so every record comes out exactly once.
-"""
+the one line a framework's error becomes."""
 
 import contextlib
 import re
 
-from ..log import logger
 from ..errors import GpumrError, redact
+from ..log import logger
 from .base import Engine, Outcome
 
 log = logger(__name__)
@@ -31,12 +19,6 @@ _USER_ERRORS = frozenset({"GpumrError", "Unavailable", "KeyRefused", "SequenceFi
 
 def one_line(exc, engine, fallback=None):
     """The one line a failed job of ``engine`` ends with, from the error ``exc`` its framework raised.
-
-    A gpumr error's message as it is; else the failing task's Python error
-    where the framework's text holds its traceback (a gpumr error's message,
-    another error as ``Type: message``); else ``fallback`` (the framework's
-    own first line) or ``Type: message``. Redacted, at most 300 characters
-    of a message.
 
     Examples
     --------
@@ -69,11 +51,6 @@ def add_up(counts):
         for name, n in part.items():
             total[name] = total.get(name, 0) + n
     return total
-
-
-def task_bytes(items):
-    """Input bytes a map task's items cover (0 for planned records)."""
-    return sum((end or 0) - start for kind, *rest in items if kind == "split" for _, start, end in [rest])
 
 
 def call(phase, function, args, find=None, gpus=None):
@@ -109,16 +86,15 @@ def map_reduce(plan, job, execute):
     plan : gpumr.launch.plan.Plan
     job : gpumr.engines.base.Job
     execute : callable
-        ``execute(phase, function, calls)``, ``phase`` ``"map"`` or
-        ``"reduce"``, ``calls`` a list of argument tuples: yields each
-        task's result as it finishes.
-    """
+        ``execute(phase, function, calls)``, ``phase`` ``"map"`` or ``"reduce"``, ``calls`` a list of argument tuples:
+        yields each task's result as it finishes."""
     from ..tasks import output  # (here: they import numpy, and an engine's package is loaded to start early)
+    from ..tasks.items import input_bytes
     from ..tasks.runtime import BAD_NAMED, map_task, reduce_task
     spec, sort = plan.spec, plan.o.reducers > 0
     maps = []
     for result in execute("map", map_task, [(spec, i, items, sort) for i, items in enumerate(plan.tasks)]):
-        job.progress.done(result["counts"], task_bytes(plan.tasks[result["index"]]))
+        job.progress.done(result["counts"], input_bytes(plan.tasks[result["index"]]))
         log.debug("map task %d done: %s", result["index"], result["counts"])
         maps.append(result)
     maps.sort(key=lambda m: m["index"])
@@ -154,10 +130,7 @@ class Pool:
 
 
 class PoolEngine(Engine):
-    """An engine that runs a plan as pools of Python tasks: map tasks, then reduce tasks (:func:`map_reduce`).
-
-    It gives :meth:`session`; the run, the failure path and the one line are here.
-    """
+    """An engine that runs a plan as pools of Python tasks: map tasks, then reduce tasks (:func:`map_reduce`)."""
 
     reports_tasks = True
 

@@ -1,11 +1,4 @@
-"""What engines do around the processes and threads they start, whatever the framework.
-
-Children that never hear the terminal's Ctrl-C (the launcher ends them,
-so no worker prints its traceback), a framework's stderr sent to a file,
-how many task processes an engine starts here, and the processes a job
-left in its own folder ended. How each process starts (folder, import
-path, environment, logs, listeners) is :mod:`gpumr.engines.start`.
-"""
+"""What engines do around the processes and threads they start, whatever the framework."""
 
 import contextlib
 import os
@@ -29,19 +22,6 @@ def main_thread():
 @contextlib.contextmanager
 def children_deaf():
     """SIGINT blocked for the block: processes and threads started meanwhile never hear Ctrl-C; this one does, after.
-
-    Threads started meanwhile keep SIGINT blocked, and every process they or
-    this thread start inherits the blocked mask across fork and exec (Python
-    leaves it blocked). This process still hears a Ctrl-C that comes
-    meanwhile, from any of its threads: it is held and raised when the block
-    ends, so a clean-up inside is not cut short. (Ignoring SIGINT instead would
-    lose it: the kernel hands a process's signal to a thread that does not block
-    it, and an ignored one is dropped there.) Outside the main thread this does
-    nothing.
-
-    The block starts Python's multiprocessing resource tracker before it
-    blocks anything: starting the tracker unblocks SIGINT in the thread that
-    starts it, and the processes that thread spawned afterwards would hear.
 
     Examples
     --------
@@ -72,14 +52,6 @@ def workers_here(o, workload):
     """How many task processes an engine starts on this machine for ``workload`` (its own workers, where the user
     named no number): as many as the cores hold its tasks, and at least one per GPU slot its records may use.
 
-    One task keeps :meth:`gpumr.Workload.task_threads` cores busy. The
-    backprojection's tasks thread over every core, so one process runs
-    them all and reads and filters its projections once (two processes of
-    two threads on two cores filtered nearly every row twice); the faces
-    get one process per core. Where records may run on a GPU (``--device``
-    ``auto`` or ``gpu``), every GPU slot (``--gpu-slots`` per GPU) gets a
-    process to feed it.
-
     Examples
     --------
     >>> import argparse, os
@@ -100,13 +72,6 @@ def workers_here(o, workload):
 def stderr_to(f):
     """Give the processes started in the block (a framework's JVM, RP's session) ``f`` as their stderr (None: this
     process's); what this process writes to its stderr meanwhile goes there too.
-
-    Both levels: file descriptor 2, and ``sys.stderr``, which may not
-    write to it (pytest's capture, a notebook's stream). A process forked
-    meanwhile (RP's proxy forks a worker per session from a thread of this
-    process) writes its traceback through the ``sys.stderr`` it was forked
-    with, whenever it ends: a late proxy worker's reached the terminal, past
-    the descriptor.
 
     Examples
     --------
@@ -141,24 +106,12 @@ def end_processes_in(folder, timeout=30, ask=False):
     """Wait until no process of the job's is left (one naming ``folder`` in its command line or working in it, or
     started by such a one); then kill those left.
 
-    For frameworks whose helpers outlive their session by a few seconds
-    (RADICAL-Pilot's bootstrap), or for ever once their own manager is gone
-    (RP's agent components, whose titles name no folder, after a SIGTERM to
-    the process group): they run from the job's private ``folder``, so every
-    process naming it or working in it is the job's, and so is every process
-    such a one started, whatever it names (PyFlink's gateway JVM names the
-    folder, the Python workers it starts do not, and one outlived its killed
-    JVM by more than 30 s). Once seen, a process stays the job's until it
-    ends, its parent gone or not.
-
     Parameters
     ----------
     timeout : float
         Seconds they get to end by themselves; then SIGKILL.
     ask : bool
-        SIGTERM them first, at once (a stopped job's helpers: some ignore
-        Ctrl-C, as PyFlink starts its gateway JVM).
-    """
+        SIGTERM them first, at once (a stopped job's helpers: some ignore Ctrl-C, as PyFlink starts its gateway JVM)."""
     deadline, mark = time.monotonic() + timeout, os.path.join(folder, "")
     marks = (mark.encode(), folder.rstrip("/").encode() + b"\0")  # (a path in it, or the folder as an argument's end)
     job = {}  # pid -> its start time (so that a pid used again by another process is not taken for the job's)

@@ -1,25 +1,8 @@
 """How every framework process of a job starts: its folder, import path, environment, logs and listeners.
 
-Engines borrow frameworks that start processes of their own (Dask's fork
-server and workers, Spark's and Flink's JVMs and Python workers,
-RADICAL-Pilot's session, pilot and tasks, mrjob's task processes). None of
-them starts at its framework's defaults; each starts through the job's one
-:class:`Start`, which decides, the same way for every engine:
-
-- **folder**: the job's private folder (mode 0700), never the user's
-  current folder;
-- **import path**: never the current folder (``PYTHONSAFEPATH=1`` and
-  ``-P`` where the interpreter has them; the private folder as working
-  folder where it has not);
-- **environment**: an allow-list of what tasks need (:func:`environment`);
-  secrets (credentials, tokens) reach only frameworks that keep them in
-  memory, never one that writes its environment to disk;
-- **logs**: the frameworks' own logs go to a folder of the job's (0700),
-  removed with it, unless the user names a place (``--framework-logs``);
-- **listeners**: every port the job opens takes only the job's own
-  connections (a per-job secret, or TLS), or, where a framework cannot
-  authenticate a port, the job is refused on a node other users share
-  (:func:`other_users`) unless the user accepts it (``--allow-open-ports``).
+No framework starts at its defaults: each process runs in the job's private folder, never imports from the current
+folder, gets an allow-listed environment (secrets never written to disk), logs into the job's folder, and listens
+only for the job's own connections.
 
 Examples
 --------
@@ -52,8 +35,9 @@ ALLOWED_PREFIXES = ("LC_", "GPUMR_", "CUDA_", "NVIDIA_", "OMP_", "MKL_", "OPENBL
                     "MRJOB_", "ARROW_", "AWS_", "SLURM_", "PBS_")
 #: Names that hold a secret, whatever their prefix: handed on only where ``secrets`` is true.
 SECRET = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY(_|$)", re.I)
-#: The uid from which local accounts are people's (login.defs' ``UID_MIN``), and ``nobody``'s.
-UID_MIN, NOBODY = 1000, 65534
+#: The uids of people's accounts where ``/etc/login.defs`` does not say (its ``UID_MIN``, ``UID_MAX``); above
+#: them, system accounts of packages (Debian's 60000-64999: ``slurm``'s daemons) and ``nobody``.
+UID_MIN, UID_MAX = 1000, 60000
 
 
 def environment(base=None, secrets=True, extra=None, folder=None):
@@ -127,17 +111,33 @@ def safe_sys_path(path=None, cwd=None):
     return [p for p in path if p and os.path.isabs(p) and os.path.realpath(p) != cwd]
 
 
-def other_users():
-    """The uids of people other than this process's user with processes on this node (root and system accounts aside).
+def people(defs="/etc/login.defs"):
+    """``range`` of the uids of people's accounts: ``UID_MIN`` to ``UID_MAX`` of ``defs``, else 1000 to 60000.
 
-    A framework whose ports take anyone's connections is refused where this
-    is not empty (:meth:`Start.require_private_ports`).
+    Examples
+    --------
+    >>> people("/nonexistent")
+    range(1000, 60001)
     """
-    me, found = os.getuid(), set()
+    found = {"UID_MIN": UID_MIN, "UID_MAX": UID_MAX}
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(defs, encoding="utf-8") as f:
+            for line in f:
+                words = line.partition("#")[0].split()
+                if len(words) == 2 and words[0] in found and words[1].isdigit():
+                    found[words[0]] = int(words[1])
+    return range(found["UID_MIN"], found["UID_MAX"] + 1)
+
+
+def other_users():
+    """The uids of people other than this process's user with processes on this node (:func:`people`: root, system
+    and daemons' accounts aside); a framework with open ports is refused where any is.
+    """
+    me, found, accounts = os.getuid(), set(), people()
     for name in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             uid = os.stat(f"/proc/{name}").st_uid
-            if uid >= UID_MIN and uid not in (me, NOBODY):
+            if uid in accounts and uid != me:
                 found.add(uid)
     return found
 
@@ -159,8 +159,7 @@ class Start:
     secret : str
         A per-job random token for listeners that take one; never on a command line or on disk.
     open_ports_ok : bool
-        ``--allow-open-ports``: the user accepts a framework's unauthenticated ports on a shared node.
-    """
+        ``--allow-open-ports``: the user accepts a framework's unauthenticated ports on a shared node."""
 
     folder: str
     logs: str
@@ -189,13 +188,7 @@ class Start:
     @contextlib.contextmanager
     def inherited(self, secrets=True, extra=None, chdir=True):
         """For the block, this process's environment, ``sys.path`` and (``chdir``) working folder are the ones a
-        framework process must start with; then as they were.
-
-        For frameworks that start their processes from this one with no say
-        over how (multiprocessing's fork server, RADICAL-Pilot's session,
-        PyFlink's gateway): what they start in the block inherits them.
-        Only for blocks that run no other work of this process's.
-        """
+        framework process must start with; then as they were."""
         saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), os.getcwd()
         env = self.environment(secrets=secrets, extra=extra)
         try:

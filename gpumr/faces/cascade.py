@@ -1,11 +1,4 @@
-"""Haar cascades as flat arrays, read from OpenCV's XML.
-
-The cascade XML (OpenCV's current format: BOOST stages of HAAR trees or
-stumps) is read with OpenCV's own ``cv2.FileStorage`` into arrays a GPU
-kernel can take: per stage (first tree, tree count, threshold), per tree
-(first node, first leaf), per node (feature, children, threshold), per
-feature three rectangles and their weights.
-"""
+"""Haar cascades as flat arrays, read from OpenCV's XML."""
 
 import numpy as np
 
@@ -16,10 +9,6 @@ THRESHOLD_EPS = np.float32(1e-5)
 
 class Cascade:
     """A boosted Haar cascade of small trees (stumps included) as flat arrays.
-
-    A tree is walked from its first node: a node sends the window left when
-    the feature value is below its threshold, else right; a child index
-    above 0 is another node of the tree, 0 or below is leaf ``-index``.
 
     Attributes
     ----------
@@ -37,8 +26,7 @@ class Cascade:
     leaves : ndarray float32 [n_leaves]
     rects : ndarray int32 [n_features, 3, 4]
         x, y, w, h of up to three rectangles (unused ones are zero).
-    weights : ndarray float32 [n_features, 3]
-    """
+    weights : ndarray float32 [n_features, 3]"""
 
     def __init__(self, path):
         import cv2
@@ -99,29 +87,13 @@ class Cascade:
             raise GpumrError(f"{path}: a node refers to a feature that does not exist")
 
     def packed(self, layout):
-        """The cascade as ``cuda/haar.cu``'s stage kernels read it: ``(stages, nodes)``, int32 [n, 4] each.
-
-        A stage row: its trees' first node, the node after its last, its
-        threshold's float32 bits, 0. A node row (16 bytes, so that OpenCV's
-        default cascade fits constant memory): its threshold's bits; a
-        ``meta`` word holding whether the left and the right child is a node
-        (bits ``NODE_LEFT_BIT`` and ``NODE_RIGHT_BIT``), the node count of its
-        tree (from ``NODE_SIZE_BIT``) and its feature (from
-        ``NODE_FEATURE_BIT``); then each child: a node's index from its
-        tree's root, or the leaf's value as float32 bits (so a stump needs
-        no leaf table).
+        """The cascade as ``cuda/haar.cu``'s stage kernels read it: ``(stages, nodes)``, int32 [n, 4] each. Raises
+        ``GpumrError`` if a tree or the feature count is too large for those fields.
 
         Parameters
         ----------
         layout : dict
-            The bit positions above, as ``cuda/haar.cu`` defines them
-            (:func:`gpumr.gpu.kernels.defines`).
-
-        Raises
-        ------
-        GpumrError
-            If a tree or the feature count is too large for those fields.
-        """
+            The bit positions above, as ``cuda/haar.cu`` defines them (:func:`gpumr.gpu.kernels.defines`)."""
         size_bit, feature_bit = layout["NODE_SIZE_BIT"], layout["NODE_FEATURE_BIT"]
         n_nodes = len(self.nodes)
         starts = self.trees[:, 0].astype(np.int64)

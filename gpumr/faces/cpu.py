@@ -1,43 +1,34 @@
-"""Face detection on the CPU: OpenCV's ``CascadeClassifier.detectMultiScale``.
-
-Results equal a direct OpenCV call with the same parameters. Defaults
-(:data:`DEFAULTS`): ``scale_factor`` 1.1, ``min_neighbors`` 3, ``min_size``
-24 (pixels, square), no ``max_size``; the cascade is OpenCV's
-``haarcascade_frontalface_default.xml`` from the installed opencv. A cascade
-is a file path or the name of one that opencv ships (``cv2.data.haarcascades``).
-"""
+"""Face detection on the CPU: OpenCV's ``CascadeClassifier.detectMultiScale``."""
 
 import os
 
+from ..docstrings import shared
 from ..errors import GpumrError
 from ..limits import MAX_CASCADE_BYTES
 
 DEFAULT_CASCADE = "haarcascade_frontalface_default.xml"
 #: Detection parameters and their defaults, as ``detectMultiScale`` takes them.
 DEFAULTS = dict(scale_factor=1.1, min_neighbors=3, min_size=24, max_size=None)
+# The detection's parameters, as the docstrings of detect and gpumr.faces.reference.detect_reference give them.
+DETECTION = """gray : numpy.ndarray
+    A grey image, uint8 [y, x].
+scale_factor : float, optional
+    Pyramid step between scales (``--scale-factor``).
+min_neighbors : int, optional
+    Overlapping detections a face needs (``--min-neighbors``).
+min_size, max_size : int, optional
+    Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit."""
 
 
 def cascade_path(name=None):
-    """Path of a cascade file: ``name`` if it is a file, else the bundled cascade a bare name names.
+    """The path of a cascade file: ``name`` (``--cascade`` as given) if it is a file, else the cascade OpenCV bundles
+    under that bare name (by default ``haarcascade_frontalface_default.xml``). Raises ``GpumrError`` naming
+    ``--cascade`` and what is wrong.
 
-    Only a bare file name (no folder in it) that is not a file here may
-    name one of opencv's bundled cascades (``cv2.data.haarcascades``): a
-    path to a missing file is an error, never a bundled file of the same name.
-
-    Parameters
-    ----------
-    name : str, optional
-        ``--cascade`` as given; None: OpenCV's ``haarcascade_frontalface_default.xml``.
-
-    Returns
-    -------
-    str
-        The cascade file's path.
-
-    Raises
-    ------
-    GpumrError
-        Naming ``--cascade`` and what is wrong.
+    Examples
+    --------
+    >>> os.path.basename(cascade_path())
+    'haarcascade_frontalface_default.xml'
     """
     import cv2
     name = name or DEFAULT_CASCADE
@@ -55,23 +46,14 @@ def cascade_path(name=None):
 
 
 def load_cascade(path=None):
-    """A ready ``cv2.CascadeClassifier``.
+    """A ready ``cv2.CascadeClassifier`` of ``path`` (a file or bundled name, as :func:`cascade_path` takes it). Raises
+    ``GpumrError`` if the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`, or is not a cascade
+    OpenCV can load.
 
-    Parameters
-    ----------
-    path : str, optional
-        A cascade file or bundled name, as :func:`cascade_path` takes it.
-
-    Returns
-    -------
-    cv2.CascadeClassifier
-        The loaded classifier.
-
-    Raises
-    ------
-    GpumrError
-        If the file is missing, larger than :data:`gpumr.limits.MAX_CASCADE_BYTES`,
-        or is not a cascade OpenCV can load.
+    Examples
+    --------
+    >>> type(load_cascade()).__name__
+    'CascadeClassifier'
     """
     import cv2
     path = cascade_path(path)
@@ -90,6 +72,7 @@ def load_cascade(path=None):
     return clf
 
 
+@shared(detection=DETECTION)
 def detect(classifier, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
            min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"]):
     """Faces in a grey image, as OpenCV's ``detectMultiScale`` finds them.
@@ -98,20 +81,12 @@ def detect(classifier, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbor
     ----------
     classifier : cv2.CascadeClassifier
         A loaded cascade (:func:`load_cascade`).
-    gray : numpy.ndarray
-        A grey image, uint8 [y, x].
-    scale_factor : float, optional
-        Pyramid step between scales (``--scale-factor``).
-    min_neighbors : int, optional
-        Overlapping detections a face needs (``--min-neighbors``).
-    min_size, max_size : int, optional
-        Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit.
+    {detection}
 
     Returns
     -------
     list of list of int
-        ``[[x, y, w, h], ...]`` in image pixels.
-    """
+        ``[[x, y, w, h], ...]`` in image pixels."""
     kwargs = dict(scaleFactor=scale_factor, minNeighbors=min_neighbors, minSize=(min_size, min_size))
     if max_size:
         kwargs["maxSize"] = (max_size, max_size)

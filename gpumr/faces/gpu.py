@@ -1,41 +1,4 @@
-"""Face detection on a GPU (``cuda/haar.cu``): the same faces as OpenCV on the CPU.
-
-Per batch of frames (sent in turns when their integral images would hold
-more elements than the kernels' ``int`` offsets reach), in parts of
-:data:`PART` frames. The host copies a part's grey frames, behind the
-part's tables (levels, resize taps, the kernels' row and column lists:
-made once per run of frame sizes, :meth:`FaceGPU.plan`), into page-locked
-memory and sends them in one copy (the frames alone where the device's
-slot holds that plan's tables already); the part's launches, views and
-copy back are made once per plan (:meth:`FaceGPU._program`); on the GPU every pyramid level of every
-frame is resized from its frame bit for bit as OpenCV's
-``INTER_LINEAR_EXACT`` (what ``detectMultiScale`` uses: the ``pyramid``
-kernel, from per-level column and row taps, :func:`resize_taps`), then
-integral images, the first stage over every window, OpenCV's row-order skip
-rule and the remaining stages in groups, survivors appended to a list
-between groups whose length stays on the device. One copy brings back the
-last list and its length. The host waits once per part (twice when more
-than :data:`RESULT_WINDOWS` windows survive), and queues the next part
-before it waits for this one.
-
-What the device leaves (:class:`Found`: the surviving windows of each
-frame) becomes boxes, grouped by OpenCV's ``groupRectangles``, on the host
-after the GPU's lease is released (:meth:`Found.faces`; the face workload's
-``finish``).
-
-Each caller (a task; several threads of one process each) drives the device
-through a lane of its own (:class:`Lane`): its own stream, device buffer and
-page-locked buffers, made once and reused. Tasks that share one GPU
-(``--gpu-slots N``) then queue their parts on their own streams: their
-copies and kernels interleave on the device (between processes, as the
-driver time-slices their contexts, or concurrently under MPS), while each
-task's host work (decoding, grouping) runs beside the others' device work.
-
-Before a device is trusted, a built-in photo is run through it and compared
-with OpenCV's faces in it, computed when the detector is made, before any
-lease (:mod:`gpumr.gpu.trust`); a mismatch disables the GPU path (every
-batch then falls back to the CPU, and is counted).
-"""
+"""Face detection on a GPU (``cuda/haar.cu``): the same faces as OpenCV on the CPU."""
 
 import collections
 import functools
@@ -75,11 +38,7 @@ ALIGN = 256
 
 
 def levels(shape, window, scale_factor, min_size=None, max_size=None):
-    """The pyramid levels the GPU path scans in a frame of ``shape`` ``(height, width)``.
-
-    Those of :func:`gpumr.faces.reference.scales` whose scaled image holds
-    the window: ``(scale, (width, height), step, box size, rows)`` each.
-    """
+    """The pyramid levels the GPU path scans in a frame of ``shape`` ``(height, width)``."""
     h, w = shape
     return [lv for lv in scales((w, h), window, scale_factor, min_size, max_size)
             if lv[1][0] >= window[0] and lv[1][1] >= window[1]]
@@ -94,15 +53,7 @@ def window_grid(level, window):
 
 
 def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None, features=0):
-    """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes.
-
-    What a lane's device buffer holds for the batch (:func:`layout`):
-    :data:`SLOTS` slots of the largest part's upload and last list, and the
-    largest part's scratch arrays, over every run of :data:`PART`
-    consecutive frames (the parts may be cut anywhere); plus
-    :data:`MEMORY_MARGIN` (the cascade, rounding, a buffer kept a little
-    larger than needed).
-    """
+    """Device memory (bytes) :class:`FaceGPU` needs for a batch of frames of these ``(height, width)`` shapes."""
     runs = [shapes[a:a + PART] for a in range(max(1, len(shapes) - PART + 1))]
     slot = scratch = 0
     for run in runs:
@@ -113,14 +64,7 @@ def batch_memory(shapes, window, scale_factor, min_size=None, max_size=None, fea
 
 
 def part_counts(frame_levels, window):
-    """What one part's arrays hold, from its frames' ``[(shape, levels), ...]`` (:func:`levels`): a dict.
-
-    ``levels``, ``taps`` (the resize taps of its distinct frame sizes),
-    ``irows`` and ``icols`` (integral-image rows and columns), ``grows``
-    (window rows on the step grid), ``pix`` (pyramid pixels), ``int``
-    (integral-image elements), ``win`` (windows), ``widths`` (distinct level
-    widths: one feature table each), ``frame_bytes``.
-    """
+    """What one part's arrays hold, from its frames' ``[(shape, levels), ...]`` (:func:`levels`): a dict."""
     n = dict(levels=0, taps=0, irows=0, icols=0, grows=0, pix=0, int=0, win=0, frame_bytes=0)
     widths, sizes = set(), set()
     for shape, lvs in frame_levels:
@@ -143,21 +87,8 @@ def part_counts(frame_levels, window):
 
 
 class Layout:
-    """Where one part's arrays lie in a lane's buffers: ``slot`` and ``scratch`` map a name to
-    ``(byte offset, count, dtype)``.
-
-    A slot (one per part in flight) holds what is uploaded, in this order,
-    ``upload`` bytes in one copy: the level table (``Level``: 10 int32
-    each), the levels' sources (4 int32), the resize taps, the integral
-    rows, columns and window rows (``int2`` each), the distinct level
-    widths, each level's feature table index, the frames' pixels, and
-    :data:`HEAD` counters (zeros); then, right after the counters, the last
-    list of surviving windows, so that one copy reads both back. The
-    scratch (shared by the slots, used in the stream's order) holds the
-    pyramid, the sum and squared-sum integrals, the first stage's codes, two
-    lists of windows between stage groups, and the feature tables
-    (:data:`FEATURE_BYTES` each).
-    """
+    """Where one part's arrays lie in a lane's buffers: ``slot`` and ``scratch`` map a name to ``(byte offset, count,
+    dtype)``."""
 
     def __init__(self, slot, scratch):
         self.slot, self.scratch = self._place(slot), self._place(scratch)
@@ -183,10 +114,7 @@ class Layout:
 
 
 def layout(n, features):
-    """The :class:`Layout` of a part holding ``n`` (:func:`part_counts`), for a cascade of ``features`` features.
-
-    Every array has at least one element of its kind (a kernel is never given an empty one).
-    """
+    """The :class:`Layout` of a part holding ``n`` (:func:`part_counts`), for a cascade of ``features`` features."""
     i4, u1 = np.int32, np.uint8
     lv = max(n["levels"], 1)
     slot = [("table", 10 * lv, i4, ALIGN), ("sources", 4 * lv, i4, ALIGN), ("taps", 2 * max(n["taps"], 1), i4, ALIGN),
@@ -214,22 +142,7 @@ def cascade_features(path):
 
 
 def resize_taps(src, dst):
-    """One axis of OpenCV's 8-bit ``INTER_LINEAR_EXACT`` resize from ``src`` to ``dst`` pixels: int32 [dst, 2].
-
-    Per destination pixel ``d``: the first source index ``i`` and the weight
-    ``c1`` (in 1/256) of source pixel ``i + 1``; source pixel ``i`` weighs
-    ``256 - c1``. As OpenCV computes them (``interpolationLinear`` in
-    ``resize.cpp``, its coefficients ``ufixedpoint16``, 8 fractional bits):
-    ``f = (d + 0.5) * (1 / (dst / src)) - 0.5`` in double (IEEE, as its
-    ``softdouble``), ``i = floor(f)``, ``c1 = round(256 * (f - i))`` half to
-    even; where ``i < 0`` (or the source is one pixel) the first pixel is
-    taken alone, where ``i >= src - 1`` the last (``c1 = 0``). The
-    ``pyramid`` kernel (``cuda/haar.cu``) then does only integer arithmetic.
-    Also what OpenCV's shortcuts give: an equal size is a copy (``c1 = 0``)
-    and an exact halving its 2x2 area mean ((a + b + c + d + 2) >> 2).
-    Not cached here: a detector keeps each frame size's taps, all levels
-    together (:meth:`FaceGPU._shape_taps`), the one cache of them.
-    """
+    """One axis of OpenCV's 8-bit ``INTER_LINEAR_EXACT`` resize from ``src`` to ``dst`` pixels: int32 [dst, 2]."""
     scale = 1.0 / (dst / src)
     f = scale * (np.arange(dst, dtype=np.float64) + 0.5) - 0.5
     first = np.floor(f)
@@ -243,13 +156,7 @@ def resize_taps(src, dst):
 
 
 def turns(frame_levels, limit):
-    """Cut a batch into runs of frames sent to the device at once: ``(first, end)`` each.
-
-    ``frame_levels`` holds each frame's :func:`levels`. Each run's integral
-    images hold at most ``limit`` elements (:data:`MAX_ELEMENTS`: every
-    offset the kernels take then fits an ``int``); a frame over it alone,
-    which the face workload's pyramid limit rules out, is a run of its own.
-    """
+    """Cut a batch into runs of frames sent to the device at once: ``(first, end)`` each."""
     return cut([integral_elements(lvs) for lvs in frame_levels], limit)
 
 
@@ -271,11 +178,7 @@ def cut(counts, limit):
 
 
 def per_level(counts):
-    """``(level, i)`` for ``i`` in ``range(counts[level])``, level after level: int32 [sum(counts), 2].
-
-    The kernels' one-thread-per-item lists (integral rows and columns, window
-    rows), built without a loop over levels (a frame has dozens).
-    """
+    """``(level, i)`` for ``i`` in ``range(counts[level])``, level after level: int32 [sum(counts), 2]."""
     counts = np.asarray(counts, np.int64)
     level = np.repeat(np.arange(len(counts)), counts)
     starts = np.repeat(np.cumsum(counts) - counts, counts)
@@ -318,8 +221,7 @@ class Plan:
     meta : list of tuple
         Per level: ``(frame, scale, window)``.
     frame_windows : numpy.ndarray of int64
-        Each frame's first window id, and the part's window count last.
-    """
+        Each frame's first window id, and the part's window count last."""
 
     def __init__(self, shapes, **kw):
         self.shapes = shapes
@@ -331,8 +233,8 @@ class Plan:
 
 
 class Found:
-    """The windows of one frame that passed every stage, as the device leaves them; boxes and faces are
-    made from them on the host, after the GPU is released (:meth:`faces`).
+    """The windows of one frame that passed every stage, as the device leaves them; boxes and faces are made from them
+    on the host, after the GPU is released (:meth:`faces`).
 
     Attributes
     ----------
@@ -341,8 +243,7 @@ class Found:
     plan : Plan
         The part's plan.
     frame : int
-        The frame's index in its part.
-    """
+        The frame's index in its part."""
 
     __slots__ = ("windows", "plan", "frame")
 
@@ -355,9 +256,9 @@ class Found:
         return self.plan.shapes[self.frame]
 
     def boxes(self):
-        """The windows as boxes ``(x, y, w, h)`` in the frame's pixels, in window order, as OpenCV scales them:
-        a window's corner ``x``, ``y`` on its level times the level's float scale, rounded
-        (``cvRound(x * scalingFactor)``), and the level's box size."""
+        """The windows as boxes ``(x, y, w, h)`` in the frame's pixels, in window order, as OpenCV scales them: a
+        window's corner ``x``, ``y`` on its level times the level's float scale, rounded (``cvRound(x *
+        scalingFactor)``), and the level's box size."""
         p, w = self.plan, self.windows.astype(np.int64)
         win_off = p.table[:, 9]
         lv = np.searchsorted(win_off, w, side="right") - 1
@@ -376,15 +277,7 @@ class Found:
 
 
 class Lane:
-    """One caller's way to a device: a stream, a device buffer and page-locked buffers, made once and reused.
-
-    The device buffer holds :data:`SLOTS` slots and the scratch of a
-    :class:`Layout`; a part in flight has a slot on the device and, on the
-    host, a page-locked upload buffer and read-back buffer of the same
-    index. Grown when a batch needs more; made anew, smaller, when a batch
-    needs less than the buffer by over half of :data:`MEMORY_MARGIN` (what
-    the lane holds stays within what the batch declared).
-    """
+    """One caller's way to a device: a stream, a device buffer and page-locked buffers, made once and reused."""
 
     def __init__(self, lx):
         self.stream = lx.stream()
@@ -419,13 +312,7 @@ class Lane:
 
 
 class FaceGPU:
-    """``run(grey frames, gpu)`` -> faces per frame, as the CPU path (``detectMultiScale``) gives them.
-
-    The cascade's stages and nodes go to constant memory where they fit
-    (OpenCV's frontal-face cascades do; ``haarcascade_frontalface_alt_tree``
-    does not) and are read from global memory otherwise, or when
-    ``constant`` is False.
-    """
+    """``run(grey frames, gpu)`` -> faces per frame, as the CPU path (``detectMultiScale``) gives them."""
 
     def __init__(self, cascade_file, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
                  min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], prefer=None, constant=True):
@@ -485,11 +372,11 @@ class FaceGPU:
         return self._kept(self._shapes, shape, make)
 
     def plan(self, shapes):
-        """The :class:`Plan` of a part whose frames have these ``(height, width)`` shapes, made once per run of
-        the same shapes: the level table (int32 [n, 10]: pixel, integral and window offsets, sizes and grids),
-        each level's source (int32 [n, 4]: its frame's offset and row length in the packed frames, its first
-        column and row tap), the taps of the part's frame sizes (in order of first appearance), the kernels'
-        lists, and the upload's bytes before the frames."""
+        """The :class:`Plan` of a part whose frames have these ``(height, width)`` shapes, made once per run of the
+        same shapes: the level table (int32 [n, 10]: pixel, integral and window offsets, sizes and grids), each
+        level's source (int32 [n, 4]: its frame's offset and row length in the packed frames, its first column and row
+        tap), the taps of the part's frame sizes (in order of first appearance), the kernels' lists, and the upload's
+        bytes before the frames."""
         shapes = tuple(tuple(int(v) for v in s) for s in shapes)
         return self._kept(self._plans, shapes, lambda: self._make_plan(shapes))
 
@@ -596,40 +483,19 @@ class FaceGPU:
 
     # -- detection -------------------------------------------------------
     def run(self, grays, gpu):
-        """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``.
-
-        :meth:`found`, then each frame's :meth:`Found.faces` (here, not after a lease).
-
-        Raises
-        ------
-        RuntimeError
-            If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
-        """
+        """Faces per frame (``[[x, y, w, h], ...]`` each) in the grey frames ``grays``, on ``gpu``. Raises
+        ``RuntimeError`` if ``gpu`` is not trusted (set-up or self-check failed; the reason given)."""
         return [f.faces(self.params["min_neighbors"]) for f in self.found(grays, gpu)]
 
     def found(self, grays, gpu):
-        """What the device finds in each of the grey frames ``grays``, on ``gpu``: a :class:`Found` per frame,
-        which makes the frame's faces without the device (:meth:`Found.faces`).
-
-        Raises
-        ------
-        RuntimeError
-            If ``gpu`` is not trusted (set-up or self-check failed; the reason given).
-        """
+        """What the device finds in each of the grey frames ``grays``, on ``gpu``: a :class:`Found` per frame, which
+        makes the frame's faces without the device (:meth:`Found.faces`). Raises ``RuntimeError`` if ``gpu`` is not
+        trusted (set-up or self-check failed; the reason given)."""
         return self._found(self._devices.get(gpu), grays, gpu)
 
     def _found(self, st, grays, gpu=None):
         """A :class:`Found` per frame; the frames sent in parts of at most :data:`PART`, in turns that keep the
-        kernels' offsets within ``int`` (:func:`turns`).
-
-        Each part is queued on the lane's stream (:meth:`_queue`) before the
-        host waits for the one before it (:meth:`_collect`): the device runs
-        a part while the host copies the next part's frames into page-locked
-        memory and collects the last one's windows. A failure is settled
-        (:func:`gpumr.gpu.trust.settled`: nothing of the lane's is still
-        queued, a CUDA error distrusts ``gpu``) before it propagates, and the
-        lane is let go of.
-        """
+        kernels' offsets within ``int`` (:func:`turns`)."""
         parts = [(a, min(a + PART, end)) for first, end in cut([self._elements(g.shape) for g in grays], MAX_ELEMENTS)
                  for a in range(first, end, PART)]
         if not parts:
@@ -699,8 +565,8 @@ class FaceGPU:
 
     def _program(self, st, lane, slot, plan):
         """What queues a part of ``plan`` in ``slot`` of ``lane``: ``(upload, frames, [(kernel, grid, args), ...],
-        back)``, the device views its upload fills (all of it, or from its frames on) and its copy back reads, and
-        its launches; made once per lane, plan and slot, and kept while the lane's buffers stay (:meth:`Lane.fit`)."""
+        back)``, the device views its upload fills (all of it, or from its frames on) and its copy back reads, and its
+        launches; made once per lane, plan and slot, and kept while the lane's buffers stay (:meth:`Lane.fit`)."""
         key = (plan, slot, RESULT_WINDOWS)
         got = lane.programs.get(key)
         if got is not None:
@@ -752,11 +618,7 @@ class FaceGPU:
         return got
 
     def _collect(self, st, lane, slot, plan, token):
-        """Wait for a part's copy back; its windows (sorted), split by frame: a :class:`Found` per frame.
-
-        Where more than :data:`RESULT_WINDOWS` windows survive, the rest come
-        in a second copy (the slot is not reused before this returns).
-        """
+        """Wait for a part's copy back; its windows (sorted), split by frame: a :class:`Found` per frame."""
         lx = st["lx"]
         lx.wait(token)
         got = lane.back[slot]

@@ -1,9 +1,4 @@
-"""How much work one face detection asks for: the scales of its image pyramid and their pixels.
-
-:class:`Pyramid` checks the detection parameters once, before any task, against :mod:`gpumr.limits`,
-then each image from the size in its header, before it is decoded. Why: the documentation's Concepts,
-"Size caps and bounds".
-"""
+"""How much work one face detection asks for: the scales of its image pyramid and their pixels."""
 
 import math
 
@@ -14,22 +9,17 @@ from .reference import scales
 
 
 class Pyramid:
-    """The bounds of one detection's image pyramids.
+    """The bounds of one detection's image pyramids. Raises ``GpumrError``: a parameter out of its range, a search
+    that can find nothing (``--max-size`` below ``--min-size`` or below the window, ``--min-size`` larger than any
+    image ``--max-pixels`` allows), or more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face
+    searched.
 
     Parameters
     ----------
     window : (int, int)
         The cascade's window (``CascadeClassifier.getOriginalWindowSize()``).
     scale_factor, min_size, max_size, max_pixels
-        As the face job's options (``max_size`` None: no limit).
-
-    Raises
-    ------
-    GpumrError
-        A parameter out of its range, a search that can find nothing (``--max-size`` below ``--min-size``
-        or below the window, ``--min-size`` larger than any image ``--max-pixels`` allows), or more than
-        :data:`gpumr.limits.MAX_PYRAMID_LEVELS` scales up to the largest face searched.
-    """
+        As the face job's options (``max_size`` None: no limit)."""
 
     def __init__(self, window, scale_factor, min_size, max_size, max_pixels):
         scale_factor = limits.number("--scale-factor", scale_factor, above=1.0, most=limits.MAX_SCALE_FACTOR)
@@ -65,35 +55,15 @@ class Pyramid:
         self.budget = limits.PYRAMID_PIXELS_PER_PIXEL * max_pixels
 
     def pixels(self, width, height):
-        """Pixels of the pyramid of a ``width`` x ``height`` image: every visited scale's resized image.
-
-        Parameters
-        ----------
-        width, height : int
-            The image's size, from its header.
-
-        Returns
-        -------
-        int
-            The sum of the resized images' pixels over the scales visited.
-        """
+        """Pixels of the pyramid of a ``width`` x ``height`` image (its size from its header): the sum of every
+        visited scale's resized image."""
         p = self.params
         return sum(sw * sh for _, (sw, sh), _, _, _ in scales((width, height), self.window, p["scale_factor"],
                                                            p["min_size"], p["max_size"]))
 
     def check(self, width, height):
-        """Refuse an image whose pyramid is over :attr:`budget`, from its size alone.
-
-        Parameters
-        ----------
-        width, height : int
-            The image's size, from its header.
-
-        Raises
-        ------
-        BadRecord
-            Naming the image's size, the pyramid's and the limit.
-        """
+        """Refuse an image whose pyramid is over :attr:`budget`, from its ``width`` and ``height`` alone (from its
+        header). Raises ``BadRecord`` naming the image's size, the pyramid's and the limit."""
         n = self.pixels(width, height)
         if n > self.budget:
             raise BadRecord(f"image of {width}x{height} pixels: its pyramid at --scale-factor "

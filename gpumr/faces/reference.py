@@ -1,62 +1,28 @@
-"""OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel.
-
-:func:`detect_reference` restates ``CascadeClassifier.detectMultiScale`` of OpenCV 4 step for step,
-as the CPU reference of the CUDA kernel (``cuda/haar.cu``); the steps are in the documentation's
-Concepts, "Device choice and leases", section "The face detector, step by step".
-"""
+"""OpenCV's Haar detection procedure restated: the CPU reference of the GPU kernel."""
 
 import functools
 import itertools
 
 import numpy as np
 
+from ..docstrings import shared
 from ..errors import GpumrError
 from ..limits import MAX_PYRAMID_LEVELS
-from .cpu import DEFAULTS
+from .cpu import DEFAULTS, DETECTION
 
 GROUP_EPS = 0.2
 
 
 def scales(image_size, window, scale_factor, min_size=None, max_size=None):
-    """The scales detectMultiScale visits: ``(scale, scaled size, step, box size, rows)`` each.
+    """The scales detectMultiScale visits for an image of ``image_size`` ``(W, H)`` and a cascade ``window`` (24 x 24
+    for OpenCV's frontal-face cascades): ``(scale, scaled size, step, box size, rows)`` each. Raises ``GpumrError``
+    when more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below ``min_size`` included): the walk
+    is bounded whatever the scale factor.
 
-    A tuple, kept for the last :data:`SCALES_KEPT` sizes and parameters asked
-    for: one record's pyramid check, memory figure and GPU table, and the
-    frames of a job (mostly of one size), ask for the same walk.
-
-    As OpenCV 4: the factor grows in double, and the window rounded from it
-    decides where the scales stop and which are too small; the scan then
-    takes the factor as a float ``s``: the scaled image is ``round(W / s) x
-    round(H / s)`` and a box found there is ``round(24 * s)`` wide, both in
-    float arithmetic (``cvRound(origWinSize.width * scalingFactor)``).
-
-    ``rows``: window rows ``y < rows`` are scanned. OpenCV cuts each scale's
-    rows into ``nstripes`` stripes (``ceil(w0 / 32)``, ``w0`` the first
-    scale's number of window columns) of ``max((h // step + nstripes - 1) //
-    nstripes, 1) * step`` rows, ``h`` the scale's number of window rows, and
-    scans only what the stripes cover: a last row can be left out.
-
-    Parameters
-    ----------
-    image_size : (int, int)
-        The image's ``(W, H)``.
-    window : (int, int)
-        The cascade's window (24 x 24 for OpenCV's frontal-face cascades).
-    scale_factor : float
-        The pyramid step.
-    min_size, max_size : int, optional
-        Smallest and largest face side in pixels.
-
-    Returns
-    -------
-    tuple
-        One ``(scale, scaled size, step, box size, rows)`` per scale visited.
-
-    Raises
-    ------
-    GpumrError
-        When more than :data:`gpumr.limits.MAX_PYRAMID_LEVELS` windows fit (those below
-        ``min_size`` included): the walk is bounded whatever the scale factor.
+    Examples
+    --------
+    >>> [(float(s), size) for s, size, *_ in scales((64, 48), (24, 24), 1.25)][:2]
+    [(1.0, (64, 48)), (1.25, (51, 38))]
     """
     return _scales(tuple(image_size), tuple(window), scale_factor, min_size, max_size)
 
@@ -94,17 +60,13 @@ def _scales(image_size, window, scale_factor, min_size, max_size):
 
 
 def integrals(img):
-    """Sum and squared-sum integral images (int64), one row and column of zeros first.
+    """The sum and squared-sum integral images (int64, each (H + 1, W + 1): a row and a column of zeros first) of the
+    grey image ``img``.
 
-    Parameters
-    ----------
-    img : array_like
-        A grey image [y, x].
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray)
-        The sum and squared-sum integral images, each (H + 1, W + 1).
+    Examples
+    --------
+    >>> integrals(np.ones((2, 3)))[0].tolist()
+    [[0, 0, 0, 0], [0, 1, 2, 3], [0, 2, 4, 6]]
     """
     i = np.asarray(img, np.int64)
     s = np.zeros((i.shape[0] + 1, i.shape[1] + 1), np.int64)
@@ -194,8 +156,7 @@ def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=No
     Returns
     -------
     list of tuple
-        ``(x, y, w, h)`` of every window that passed every stage.
-    """
+        ``(x, y, w, h)`` of every window that passed every stage."""
     import cv2
     interpolation = cv2.INTER_LINEAR_EXACT if interpolation is None else interpolation
     h, w = gray.shape
@@ -212,25 +173,13 @@ def candidates(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_size=No
 
 
 def group(boxes, min_neighbors, image_size):
-    """What detectMultiScale does last: group, then clip to the image.
+    """What detectMultiScale does last: the ``(x, y, w, h)`` candidates grouped (a group of fewer than
+    ``min_neighbors`` is dropped), then clipped to the image's ``(W, H)``: the faces, ``[[x, y, w, h], ...]``.
 
-    OpenCV's own ``groupRectangles`` with eps 0.2 (nothing is grouped when
-    ``min_neighbors`` is 0), then each box cut to the image ``(W, H)`` and
-    dropped if nothing is left, as OpenCV 4's ``clipObjects`` does.
-
-    Parameters
-    ----------
-    boxes : list of tuple
-        ``(x, y, w, h)`` candidates (:func:`candidates`).
-    min_neighbors : int
-        Candidates a group needs to become a face.
-    image_size : (int, int)
-        The image's ``(W, H)``.
-
-    Returns
-    -------
-    list of list of int
-        The faces, ``[[x, y, w, h], ...]``.
+    Examples
+    --------
+    >>> group([(10, 10, 24, 24), (11, 10, 24, 24), (10, 11, 24, 24), (100, 100, 24, 24)], 2, (64, 64))
+    [[10, 10, 24, 24]]
     """
     import cv2
     if min_neighbors > 0 and boxes:
@@ -244,6 +193,7 @@ def group(boxes, min_neighbors, image_size):
     return out
 
 
+@shared(detection=DETECTION)
 def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_neighbors=DEFAULTS["min_neighbors"],
                      min_size=DEFAULTS["min_size"], max_size=DEFAULTS["max_size"], interpolation=None):
     """Faces by the restated OpenCV procedure: the CPU reference of the GPU kernel.
@@ -252,21 +202,13 @@ def detect_reference(cascade, gray, scale_factor=DEFAULTS["scale_factor"], min_n
     ----------
     cascade : Cascade
         The cascade as arrays (:class:`gpumr.faces.cascade.Cascade`).
-    gray : numpy.ndarray
-        A grey image, uint8 [y, x].
-    scale_factor : float, optional
-        Pyramid step between scales (``--scale-factor``).
-    min_neighbors : int, optional
-        Overlapping detections a face needs (``--min-neighbors``).
-    min_size, max_size : int, optional
-        Smallest and largest face side in pixels; ``max_size`` 0 or None: no limit.
+    {detection}
     interpolation : int, optional
         OpenCV's resize interpolation (default ``INTER_LINEAR_EXACT``, as ``detectMultiScale``).
 
     Returns
     -------
     list of list of int
-        ``[[x, y, w, h], ...]`` in image pixels, equal to :func:`gpumr.faces.cpu.detect`'s.
-    """
+        ``[[x, y, w, h], ...]`` in image pixels, equal to :func:`gpumr.faces.cpu.detect`'s."""
     return group(candidates(cascade, gray, scale_factor, min_size, max_size, interpolation), min_neighbors,
                  gray.shape[::-1])

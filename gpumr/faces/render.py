@@ -1,9 +1,4 @@
-"""Pictures of face-detection results: boxes drawn on the frames, and a contact sheet.
-
-People look at these, not at JSON: each frame gets white boxes around its
-faces (as in the original CUDA-Hadoop work's figure), and the first frames
-are laid out as a contact sheet PNG.
-"""
+"""Pictures of face-detection results: boxes drawn on the frames, and a contact sheet."""
 
 import os
 
@@ -12,31 +7,23 @@ import numpy as np
 from seqfile.atomic import write_bytes
 
 from .. import limits
+from ..core.images import MAX_PIXELS, image_size
 from ..errors import GpumrError
 from ..io.inputs import expand_inputs
 from ..io.joboutput import read_job_output
 from ..io.keyfiles import KeyFiles
 from ..io.outputs import FolderOutput
 from ..io.records import open_reader
-from ..core.images import MAX_PIXELS, image_size
 
 
 def draw_boxes(image, faces, thickness=2):
-    """A copy of ``image`` with a white box around each face.
+    """A copy of the BGR ``image`` with a white box, ``thickness`` pixels wide, around each of the job's ``faces`` for
+    it.
 
-    Parameters
-    ----------
-    image : numpy.ndarray
-        A BGR image.
-    faces : iterable of [x, y, w, h]
-        The job's ``faces`` for this image.
-    thickness : int, optional
-        Line width in pixels.
-
-    Returns
-    -------
-    numpy.ndarray
-        The drawn copy; ``image`` is unchanged.
+    Examples
+    --------
+    >>> draw_boxes(np.zeros((4, 4, 3), np.uint8), [[0, 0, 4, 4]], 1)[0, :, 0].tolist()
+    [255, 255, 255, 255]
     """
     import cv2
     out = image.copy()
@@ -64,8 +51,7 @@ def tile(image):
     Returns
     -------
     numpy.ndarray
-        A 320 x 240 image: ``image`` scaled (area interpolation) to fit,
-        centred on the sheet's dark background.
+        A 320 x 240 image: ``image`` scaled (area interpolation) to fit, centred on the sheet's dark background.
 
     Examples
     --------
@@ -110,16 +96,15 @@ def contact_sheet(tiles, columns=4, labels=None, title=None):
     columns : int, optional
         Tiles per row.
     labels : list of str, optional
-        One caption per tile; a newline starts its second line. Each line is
-        shortened to the tile's width (:func:`fit_text`), so captions never overlap.
+        One caption per tile; a newline starts its second line. Each line is shortened to the tile's width
+        (:func:`fit_text`), so captions never overlap.
     title : str, optional
         A line above the grid (e.g. which frames of how many the sheet shows).
 
     Returns
     -------
     numpy.ndarray
-        The sheet, a BGR image.
-    """
+        The sheet, a BGR image."""
     import cv2
     w, h = TILE
     rows = max(1, -(-len(tiles) // columns))
@@ -141,11 +126,6 @@ def contact_sheet(tiles, columns=4, labels=None, title=None):
 def render(outputs, images, directory, sheet_frames=12, columns=4):
     """Draw every result's boxes onto its frame; write the frames and ``contact_sheet.png``.
 
-    Frames are drawn one at a time; only the ``sheet_frames`` first (by key)
-    are kept for the sheet, each as a :data:`TILE`-sized copy, so memory
-    grows neither with the number of frames nor with their size. A frame is decoded only if its header's size is within
-    :data:`gpumr.core.images.MAX_PIXELS`, as in the job.
-
     Parameters
     ----------
     outputs : list of str
@@ -153,9 +133,8 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     images : list of str
         The SequenceFiles the job read (local paths or URIs).
     directory : str
-        The folder of ``<key>`` pictures (boxes drawn, JPEG) and
-        ``contact_sheet.png``: one output (:class:`gpumr.io.outputs.FolderOutput`),
-        new, empty or an earlier ``gpumr faces render`` folder, never one
+        The folder of ``<key>`` pictures (boxes drawn, JPEG) and ``contact_sheet.png``: one output
+        (:class:`gpumr.io.outputs.FolderOutput`), new, empty or an earlier ``gpumr faces render`` folder, never one
         holding the inputs.
     sheet_frames : int
         Frames on the contact sheet, at most :data:`gpumr.limits.MAX_SHEET_FRAMES`.
@@ -163,10 +142,8 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
     Returns
     -------
     dict
-        ``frames`` drawn, ``records`` in the job output, ``faces`` drawn,
-        ``errors`` (records with an error), ``sheet`` path, ``on_sheet``
-        (frames on the sheet: the first by key).
-    """
+        ``frames`` drawn, ``records`` in the job output, ``faces`` drawn, ``errors`` (records with an error),
+        ``sheet`` path, ``on_sheet`` (frames on the sheet: the first by key)."""
     import heapq
 
     import cv2
@@ -193,10 +170,7 @@ def render(outputs, images, directory, sheet_frames=12, columns=4):
 
 
 def _draw(results, images, out, counts):
-    """Draw each result's boxes onto its frame, written through ``out`` (a KeyFiles), counted in ``counts``.
-
-    Yields ``(key, boxed image as a sheet tile, faces, device)`` one frame at a time.
-    """
+    """Draw each result's boxes onto its frame, written through ``out`` (a KeyFiles), counted in ``counts``."""
     import cv2
     for path in expand_inputs(images):
         with open_reader(path) as reader:  # a local path or a URI, through the filesystem layer

@@ -1,11 +1,4 @@
-"""Built-in sample data: video-like frames made from real photographs.
-
-scikit-image ships real photographs, among them a portrait (``astronaut``)
-and 100 face crops from Labeled Faces in the Wild (``lfw_subset``). A frame
-is a 640x480 view panning across a mosaic of those photos, with faces pasted
-in that drift from frame to frame, saved as JPEG of about 70 KB, like frames
-cut from a video. Nothing is downloaded.
-"""
+"""Built-in sample data: video-like frames made from real photographs."""
 
 import os
 
@@ -52,54 +45,21 @@ def _faces():
 
 
 def frame_count(count):
-    """``count`` if it is a number of sample frames within :data:`gpumr.limits.MAX_SAMPLE_FRAMES`.
+    """``count`` (``gpumr sample -n``, ``gpumr demo --frames``) if it is a whole number from 1 to
+    :data:`gpumr.limits.MAX_SAMPLE_FRAMES`. Raises ``GpumrError`` otherwise.
 
-    Parameters
-    ----------
-    count : int
-        ``gpumr sample -n`` or ``gpumr demo --frames``.
-
-    Returns
-    -------
-    int
-        ``count``.
-
-    Raises
-    ------
-    GpumrError
-        If ``count`` is not a whole number from 1 to the limit.
+    Examples
+    --------
+    >>> frame_count(48)
+    48
     """
     return limits.number("sample frames (-n, --frames)", count, 1, limits.MAX_SAMPLE_FRAMES, integer=True)
 
 
 def make_frames(dest, count=48, seed=0, quality=90):
-    """Write ``count`` sample frames ``frame_00000.jpg``... as the folder ``dest``.
-
-    ``dest`` is one output (:class:`gpumr.io.outputs.FolderOutput`): it must
-    be new, empty or an earlier ``gpumr sample`` folder, and appears with
-    all its frames or not at all.
-
-    Parameters
-    ----------
-    dest : str
-        The folder to write.
-    count : int, optional
-        Frames to make (at most :data:`gpumr.limits.MAX_SAMPLE_FRAMES`).
-    seed : int, optional
-        Seed of where the faces are placed and how they move: the same seed gives the same frames.
-    quality : int, optional
-        JPEG quality, 0 to 100.
-
-    Returns
-    -------
-    list of str
-        The paths written, in order.
-
-    Raises
-    ------
-    GpumrError
-        ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``.
-    """
+    """Write ``count`` sample frames ``frame_00000.jpg``... (JPEG ``quality`` 0 to 100) as the folder ``dest``; return
+    their paths in order. The same ``seed`` (where the faces are placed and how they move) gives the same frames.
+    Raises ``GpumrError``: ``count`` over :data:`gpumr.limits.MAX_SAMPLE_FRAMES`, or a negative ``seed``."""
     count = frame_count(count)
     limits.number("--seed", seed, least=0, integer=True)
     with FolderOutput(dest, "gpumr sample") as stage:

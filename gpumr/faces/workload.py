@@ -1,9 +1,4 @@
-"""Face detection as a gpumr workload: one image record in, its faces out, on the CPU or a GPU.
-
-Written on the public contract (:class:`gpumr.Workload`) as a user's own
-workload would be. Output value: ``{"faces": [[x, y, w, h], ...], "width":
-W, "height": H, "device": ...}``, equal to OpenCV's ``detectMultiScale``.
-"""
+"""Face detection as a gpumr workload: one image record in, its faces out, on the CPU or a GPU."""
 
 from .. import limits
 from ..core.images import MAX_PIXELS, decode_gray

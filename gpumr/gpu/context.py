@@ -1,10 +1,4 @@
-"""CUDA contexts through PyCUDA, imported only when a GPU is actually used.
-
-One context per device per process, created on first use and kept for the
-process's life (creating one costs far more than a record). In
-exclusive-process compute mode, creating the context *is* the free check:
-the driver refuses a second process.
-"""
+"""CUDA contexts through PyCUDA, imported only when a GPU is actually used."""
 
 import os
 
@@ -12,13 +6,8 @@ _state = {"cuda": None, "error": None, "contexts": {}}
 
 
 def driver():
-    """The initialised ``pycuda.driver`` module.
-
-    Raises
-    ------
-    RuntimeError
-        If PyCUDA is not installed or the CUDA driver cannot be initialised.
-    """
+    """The initialised ``pycuda.driver`` module. Raises ``RuntimeError`` if PyCUDA is not installed or the CUDA driver
+    cannot be initialised."""
     if _state["cuda"] is None:
         if _state["error"]:
             raise RuntimeError(_state["error"])
@@ -29,7 +18,7 @@ def driver():
         except ImportError:
             _state["error"] = "PyCUDA is not installed: pip install 'gpumr[gpu]' (built against a CUDA toolkit)"
             raise RuntimeError(_state["error"]) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any driver error: no CUDA here, said)
             _state["error"] = f"CUDA driver unavailable: {exc}"
             raise RuntimeError(_state["error"]) from None
         _state["cuda"] = cuda
@@ -37,13 +26,8 @@ def driver():
 
 
 def context(ordinal):
-    """This process's context on device ``ordinal``, made current.
-
-    Raises
-    ------
-    RuntimeError
-        If it cannot be created (busy in exclusive mode, out of memory, no driver).
-    """
+    """This process's context on device ``ordinal``, made current. Raises ``RuntimeError`` if it cannot be created
+    (busy in exclusive mode, out of memory, no driver)."""
     cuda = driver()
     ctx = _state["contexts"].get(ordinal)
     if ctx is None:
@@ -78,11 +62,7 @@ def has_context(ordinal):
 
 
 def probe(gpu):
-    """Exclusive-mode free check: can this process own a context on ``gpu``?
-
-    Through PyCUDA, or CuPy's runtime where PyCUDA is missing; with neither,
-    no GPU can be used, so the answer is no.
-    """
+    """Exclusive-mode free check: can this process own a context on ``gpu``?"""
     if has_context(gpu.ordinal):
         return True
     try:
@@ -98,7 +78,7 @@ def probe(gpu):
             cupy.empty(1)  # creating the primary context is the probe
         _state["contexts"][gpu.ordinal] = "cupy"
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 (any driver error: the GPU is not usable now)
         return False
 
 
@@ -107,5 +87,5 @@ def _detach(ordinal):
     if ctx not in (None, "cupy"):
         try:
             ctx.detach()
-        except Exception:
+        except Exception:  # noqa: BLE001 (a context the driver already lost)
             pass

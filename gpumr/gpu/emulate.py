@@ -1,44 +1,4 @@
-"""gpumr's CUDA kernels executed on the host: the launcher of simulated GPUs.
-
-The way ``nvcc -deviceemu`` once ran kernels on the host: each ``cuda/NAME.cu``
-is compiled as C++ by the system compiler (``$CXX``, else ``g++``) against
-``cuda/host_emulation.cuh``, which restates what the kernels use of CUDA
-(indices, vector types, qualifiers, ``__ldg``, atomics, constant memory,
-min/max). A launch runs its blocks on a pool of host threads and the threads
-of a block one after another. The build has no fast maths, and no
-floating-point contraction for a kernel nvcc builds with ``-fmad=false``
-(``-ffp-contract=off``); one nvcc may fuse is built with contraction on
-(:func:`host_flags`), so that each kernel's float arithmetic is what it states.
-
-The source is scanned first: a CUDA feature the header does not restate
-(dynamic shared memory, warp votes, textures, ...) is refused by name (and
-the header poisons those names too). A source with block barriers, shared
-memory or warp shuffles is built so that each block's threads run as fibers
-that meet at them (:func:`uses_fibers`); a barrier or shuffle used wrongly
-(threads at different barriers, a shuffle reading a lane not taking part)
-fails the launch with :class:`LaunchError`. A generated wrapper per
-``extern "C" __global__`` kernel unpacks the argument array by the kernel's
-own parameter types and runs the grid; ``__constant__`` symbols are reached
-through generated accessors. Builds are cached in :func:`kernels.cache_dir`,
-keyed by the hash of the source as read, header, wrappers, flags and compiler,
-and loaded only where their proof vouches for them (:func:`kernels.cached`).
-
-At each launch the argument checks a driver makes are made: the argument
-count, a numpy scalar of the exact type for each scalar parameter, a device
-array for each pointer (a bare integer address is refused, as PyCUDA refuses
-it; so is a host array) whose dtype matches the pointee where that is an
-arithmetic type, the grid and block limits, and the constant memory size.
-Device memory is host memory from ``malloc``, counted against the simulated
-device's size (``GPUMR_SIMULATE_GPUS=N:MEM``): beyond it an allocation raises
-:class:`DeviceOutOfMemory`.
-
-Streams are asynchronous (:class:`EmulatedLauncher`): queued work runs late,
-in an order CUDA allows, so that a wait a driver leaves out gives a wrong
-result here, not only on a GPU; faults (a launch failure, a sticky error) are
-injected at chosen calls (:data:`FAULTS_ENV`). With ``GPUMR_EMULATE_ASAN=1`` the kernels are
-built with AddressSanitizer (the process must run with gcc's ``libasan``
-preloaded), whose redzones then guard every device allocation.
-"""
+"""gpumr's CUDA kernels executed on the host: the launcher of simulated GPUs."""
 
 import collections
 import ctypes
@@ -123,13 +83,8 @@ POISON = 0xFF
 
 
 def parse_order(text):
-    """``(order, seed)`` of an :data:`ORDER_ENV` value (empty: ``late``).
-
-    Raises
-    ------
-    GpumrError
-        If it is none of ``late``, ``eager``, ``random[:SEED]``.
-    """
+    """``(order, seed)`` of an :data:`ORDER_ENV` value (empty: ``late``). Raises ``GpumrError`` if it is none of
+    ``late``, ``eager``, ``random[:SEED]``."""
     name, _, seed = (text or "late").partition(":")
     if name in ("late", "eager") and not seed:
         return name, 0
@@ -139,12 +94,8 @@ def parse_order(text):
 
 
 def parse_faults(text):
-    """``{(call, n): kind}`` of an :data:`FAULTS_ENV` value.
-
-    Raises
-    ------
-    GpumrError
-        Naming the first entry that is not ``KIND@CALL#N``.
+    """``{(call, n): kind}`` of an :data:`FAULTS_ENV` value. Raises ``GpumrError`` naming the first entry that is not
+    ``KIND@CALL#N``.
 
     Examples
     --------
@@ -175,11 +126,7 @@ def available():
 
 
 def host_flags(name):
-    """Host compiler flags that make kernel ``name``'s float rounding follow its nvcc flags.
-
-    ``-fmad=false`` (:func:`kernels.flags`) keeps :data:`FLAGS`' ``-ffp-contract=off``; a kernel nvcc may
-    contract into fused multiply-adds is built with contraction on (and FMA instructions) here too.
-    """
+    """Host compiler flags that make kernel ``name``'s float rounding follow its nvcc flags."""
     with open(kernels.source_path(name), encoding="utf-8") as f:
         fibers = ("-DGPUMR_FIBERS",) if uses_fibers(f.read()) else ()
     if "-fmad=false" in kernels.flags(name):
@@ -206,14 +153,9 @@ def _blank(match):
 
 
 def scan(path, text):
-    """The ``extern "C" __global__`` kernels and ``__constant__`` symbols of source ``text`` (from ``path``).
-
-    Raises
-    ------
-    GpumrError
-        Naming the file, the line and the CUDA feature, if the source uses
-        one that the host emulation does not restate.
-    """
+    """The ``extern "C" __global__`` kernels and ``__constant__`` symbols of source ``text`` (from ``path``). Raises
+    ``GpumrError``: naming the file, the line and the CUDA feature, if the source uses one that the host emulation
+    does not restate."""
     code = _COMMENT.sub(_blank, text)
     for pattern, what in UNSUPPORTED:
         found = pattern.search(code)
@@ -241,19 +183,9 @@ def _unit(path, text, names, constants):
 
 
 def build(name, sanitize=False):
-    """The host build of kernel ``name``: ``(shared library path, kernel names, constant names)``.
-
-    Compiled on first use and cached, written under gpumr's output rule
-    (:class:`gpumr.io.outputs.FileOutput`: whole or not at all); of tasks
-    starting at once, one builds and the others use its build
-    (:func:`gpumr.gpu.kernels.cached`).
-
-    Raises
-    ------
-    GpumrError
-        If the source uses what the emulation does not restate, or the
-        compiler fails (its first error quoted), or there is no compiler.
-    """
+    """The host build of kernel ``name``: ``(shared library path, kernel names, constant names)``. Raises
+    ``GpumrError`` if the source uses what the emulation does not restate, or the compiler fails (its first error
+    quoted), or there is no compiler."""
     source = kernels.source_path(name)
     with open(source, encoding="utf-8") as f:
         text = f.read()
@@ -299,11 +231,7 @@ _SCALARS = {"i1": (np.int8, ctypes.c_int8), "i2": (np.int16, ctypes.c_int16), "i
 
 
 class _Block:
-    """Emulated device memory itself: freed once neither its :class:`Allocation` nor queued work refers to it.
-
-    ``users``: queued operations on a stream other than the legacy default stream that use it, by
-    their numbers (a stream-ordered pool hands memory out again in the legacy stream's order, not theirs).
-    """
+    """Emulated device memory itself: freed once neither its :class:`Allocation` nor queued work refers to it."""
 
     __slots__ = ("ptr", "nbytes", "users", "__weakref__")
 
@@ -317,8 +245,8 @@ class _Block:
 
 
 class Allocation:
-    """One allocation of emulated device memory; given back (to the simulated device's count) when nothing
-    refers to it any more. Given back while work queued on another stream still uses it: a violation
+    """One allocation of emulated device memory; given back (to the simulated device's count) when nothing refers to
+    it any more. Given back while work queued on another stream still uses it: a violation
     (:meth:`EmulatedLauncher.violations`), as a pool may hand it out again while that work runs."""
 
     def __init__(self, launcher, nbytes):
@@ -373,9 +301,9 @@ class DeviceArray:
 
 
 class Stream:
-    """A stream of a simulated device: its work runs in the order queued. The legacy default stream
-    (``legacy``) orders work around it on blocking streams (``blocking``); :meth:`EmulatedLauncher.stream`
-    makes non-blocking ones, as the real launchers do, which nothing orders but events."""
+    """A stream of a simulated device: its work runs in the order queued. The legacy default stream (``legacy``)
+    orders work around it on blocking streams (``blocking``); :meth:`EmulatedLauncher.stream` makes non-blocking ones,
+    as the real launchers do, which nothing orders but events."""
 
     def __init__(self, launcher, blocking=False, legacy=False):
         self.launcher, self.blocking, self.legacy = launcher, blocking or legacy, legacy
@@ -406,11 +334,7 @@ def _describe(kind):
 
 
 class Kernel:
-    """One ``extern "C" __global__`` function, called as PyCUDA's: ``fn(*args, grid=..., block=...)``.
-
-    Called directly, it runs at once, after the work queued on the legacy default stream before it (an
-    order CUDA allows); :meth:`EmulatedLauncher.launch` and :meth:`~EmulatedLauncher.launch_on` queue it.
-    """
+    """One ``extern "C" __global__`` function, called as PyCUDA's: ``fn(*args, grid=..., block=...)``."""
 
     def __init__(self, module, name):
         self.module = module
@@ -502,16 +426,7 @@ _LOADED = iter(range(1 << 62))  # (each copy's name is new in this process: the 
 
 
 def _load_own_copy(path, keep=False):
-    """Load a copy of host build ``path`` that only one :class:`Module` loads; the copy is removed once loaded.
-
-    The loader maps a file once per process however often it is opened, and
-    its globals (the kernels' ``__constant__`` symbols) with it; a module of
-    its own copy has constant memory of its own, as each module loaded on a
-    GPU has. A loaded library needs no name on disk, so nothing stays behind
-    even in a process that never exits cleanly (a killed worker), except
-    with ``keep`` (AddressSanitizer's reports read the file for symbols: it
-    stays in a private folder removed at exit).
-    """
+    """Load a copy of host build ``path`` that only one :class:`Module` loads; the copy is removed once loaded."""
     import tempfile
 
     from ..trusted import private_temp_dir
@@ -559,28 +474,11 @@ class Module:
 class EmulatedLauncher(Launcher):
     """The launcher of a simulated GPU: the kernels built for and run on the host, its streams asynchronous.
 
-    Work is queued on streams and run late, in an order CUDA allows (:data:`ORDER_ENV`): by default
-    only when the host waits for it (:meth:`synchronize`, :meth:`wait`, a blocking copy back), and
-    then, of the work that must run, the latest queued first wherever no stream or event orders two
-    operations. So a wait the driver leaves out shows as a wrong result: the host reads a page-locked
-    buffer before its copy landed, a kernel reads an upload still queued on another stream or the
-    constants of before, a buffer is refilled while work queued before still reads it. The legacy
-    default stream (``None``) orders what it orders in CUDA: its work after the work queued before
-    on blocking streams, theirs after its; non-blocking streams (:meth:`stream`, as the real
-    launchers make them) only through events. An upload from pageable memory (:meth:`to_device`)
-    and :meth:`set_constant` copy the host's data before they return and land late. Fresh device and
-    page-locked memory holds ``0xff`` bytes (NaN, -1), not zeros.
-
-    Faults (:data:`FAULTS_ENV`, :meth:`inject`): a launch failure raises from the call chosen; a sticky
-    error is raised when the chosen call's work runs, and from every call after it, as a CUDA
-    context lost to an illegal address is.
-
     Parameters
     ----------
     ordinal : int
     memory : int
-        The simulated device's memory (bytes); allocations beyond it raise
-        :class:`DeviceOutOfMemory`.
+        The simulated device's memory (bytes); allocations beyond it raise :class:`DeviceOutOfMemory`.
     sanitize : bool, optional
         Build with AddressSanitizer (default: ``$GPUMR_EMULATE_ASAN`` is ``1``).
     order : str, optional
@@ -593,14 +491,13 @@ class EmulatedLauncher(Launcher):
     used, peak : int
         Bytes of device memory allocated now, and at most so far (see :meth:`reset_peak`).
     calls : collections.Counter
-        The driver calls made through this launcher, by the interface's method name (``launch``,
-        ``to_device``, ``pinned``, ``synchronize`` ...): what a driver would be asked to do, counted
-        so that tests can hold a driver's calls per unit of work (see :attr:`syncs`).
+        The driver calls made through this launcher, by the interface's method name (``launch``, ``to_device``,
+        ``pinned``, ``synchronize`` ...): what a driver would be asked to do, counted so that tests can hold a
+        driver's calls per unit of work (see :attr:`syncs`).
     violations : list of str
         CUDA's rules the driver broke that a GPU would not report (memory given back under queued work).
     sticky : DeviceError or None
-        The sticky error the device is lost to, once one happened.
-    """
+        The sticky error the device is lost to, once one happened."""
 
     #: The calls after which the host waits for the device: a synchronisation, waiting for a copy, a
     #: blocking copy back (PyCUDA's ``get``), and a blocking copy to the device (``to_gpu`` from pageable

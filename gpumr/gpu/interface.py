@@ -1,9 +1,4 @@
-"""The one interface every kernel launcher offers (PyCUDA, CuPy, the host emulation).
-
-The drivers of the kernels (:mod:`gpumr.faces.gpu`, :mod:`gpumr.ct.backproject_gpu`)
-use only these methods, so that the same driver code runs on a real GPU and,
-on simulated GPUs, with the kernels executed on the host.
-"""
+"""The one interface every kernel launcher offers (PyCUDA, CuPy, the host emulation)."""
 
 import contextlib
 
@@ -13,17 +8,12 @@ import numpy as np
 class Launcher:
     """Kernels, device arrays and launches on one device.
 
-    Device arrays are what :meth:`to_device` and :meth:`zeros` return; a
-    driver may slice one along its first axis (``proj[a0:a1]``) and pass the
-    slice to a kernel as a pointer to its first element.
-
     Attributes
     ----------
     name : str
         ``pycuda``, ``cupy`` or ``emulated``.
     out_of_memory : type
-        The exception a device allocation raises when the device is full.
-    """
+        The exception a device allocation raises when the device is full."""
 
     name = "launcher"
 
@@ -66,14 +56,9 @@ class Launcher:
         return self.zeros(shape, dtype)
 
     def view(self, dev, offset, count, dtype):
-        """A device array of ``count`` elements of ``dtype`` inside device array ``dev``, from byte ``offset``
-        (a multiple of the dtype's size): one allocation cut into a part's arrays, no driver call.
-
-        Raises
-        ------
-        ValueError
-            If the view reaches past ``dev``'s end.
-        """
+        """A device array of ``count`` elements of ``dtype`` inside device array ``dev``, from byte ``offset`` (a
+        multiple of the dtype's size): one allocation cut into a part's arrays, no driver call. Raises ``ValueError``
+        if the view reaches past ``dev``'s end."""
         raise NotImplementedError
 
     def to_device_async(self, host, dev, stream):
@@ -111,15 +96,7 @@ class Launcher:
         return False
 
     def launch(self, fn, grid, block, *args):
-        """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call).
-
-        ``args`` are numpy scalars of the parameters' exact types, and device
-        arrays (whole or sliced) for pointers. They go to the driver as they
-        are: PyCUDA (and the emulation, which takes the same call) takes a
-        device array's pointer itself, a slice's included. Its ``gpudata``
-        would not do: a slice's is a bare integer address, which PyCUDA
-        refuses ("invalid type on parameter").
-        """
+        """Launch kernel ``fn`` on ``grid`` blocks of ``block`` threads (PyCUDA's call)."""
         fn(*args, grid=tuple(grid), block=tuple(block))
 
     def launch_on(self, stream, fn, grid, block, *args):
@@ -129,13 +106,8 @@ class Launcher:
         fn(*args, grid=tuple(grid), block=tuple(block), stream=stream)
 
     def set_constant(self, module, name, host):
-        """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``.
-
-        Raises
-        ------
-        ValueError
-            If it is larger than the symbol.
-        """
+        """Copy the host array ``host`` to the start of ``module``'s ``__constant__`` symbol ``name``. Raises
+        ``ValueError`` if it is larger than the symbol."""
         ptr, size = module.get_global(name)
         data = np.ascontiguousarray(host)
         if data.nbytes > size:

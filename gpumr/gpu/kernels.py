@@ -1,27 +1,8 @@
 """CUDA kernel sources and their compiled fatbins.
 
-Sources are package data (``gpumr.cuda``). ``gpumr build-kernels`` compiles
-them with ``nvcc`` into fatbins for the common architectures, so worker
-nodes need no ``nvcc``. At run time a fatbin is looked for in
-``$GPUMR_KERNEL_DIR``, beside the sources, then in the per-user cache
-(keyed by the source's hash); failing all three, the source is compiled for
-the device at hand and cached.
-
-``$GPUMR_CUDA_SOURCES`` names a folder whose ``.cu`` files replace the
-installed ones (for kernel work, and for tests that give a broken kernel);
-``$GPUMR_KERNEL_CACHE`` replaces the per-user cache folder. The host builds
-of the kernels for simulated GPUs (:mod:`gpumr.gpu.emulate`) share that cache.
-
-The cache holds code that every job loads, so it is trusted only under
-:mod:`gpumr.trusted`'s rule (yours or root's, no link, nobody else may write
-in it; ``$GPUMR_KERNEL_CACHE`` may be a shared folder with the sticky bit),
-and a cached build is used only when it is a regular file of yours whose
-proof beside it (:mod:`gpumr.io.outputs`) names the hash of the sources and
-flags it was built from and the size and SHA-256 of the build itself
-(:func:`cached`). A cache the rule refuses, or one this process may not
-write in, is one warning naming it and why, and the kernels are built into
-a private temporary cache: the GPU path never quietly turns into the CPU's.
-"""
+``gpumr build-kernels`` compiles the sources into fatbins so that worker nodes need no ``nvcc``; at run time a fatbin
+is looked for in ``$GPUMR_KERNEL_DIR``, beside the sources, then in the kernel cache, which is trusted under
+:mod:`gpumr.trusted`'s rule and whose builds load only where their proof vouches for them (:func:`cached`)."""
 
 import contextlib
 import fcntl
@@ -60,14 +41,8 @@ def stem(name):
 
 
 def source_path(name):
-    """The ``.cu`` source of kernel ``name``: from ``$GPUMR_CUDA_SOURCES`` when set, else the installed one; a
-    path to a ``.cu`` file (a user workload's own kernel) as it is.
-
-    Raises
-    ------
-    GpumrError
-        If that folder has no such file.
-    """
+    """The ``.cu`` source of kernel ``name``: from ``$GPUMR_CUDA_SOURCES`` when set, else the installed one; a path to
+    a ``.cu`` file (a user workload's own kernel) as it is. Raises ``GpumrError`` if that folder has no such file."""
     if name.endswith(".cu"):
         if not os.path.isfile(name):
             raise GpumrError(f"{name}: no such kernel source")
@@ -81,10 +56,7 @@ def source_path(name):
 
 
 def installed():
-    """The kernels gpumr ships: the stem of every ``.cu`` file among the installed sources, sorted.
-
-    A built-in workload's kernel is its file there; nothing else names it.
-    """
+    """The kernels gpumr ships: the stem of every ``.cu`` file among the installed sources, sorted."""
     folder = os.path.dirname(package_path("__init__.py"))
     return tuple(sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".cu")))
 
@@ -93,13 +65,8 @@ _FLAGS_LINE = re.compile(r"^//\s*nvcc:\s*(.*?)\s*$", re.M)
 
 
 def declared_flags(name):
-    """The extra nvcc flags kernel ``name``'s source declares in a line ``// nvcc: FLAGS (why)`` (none: nvcc's defaults).
-
-    The Haar kernel declares ``-fmad=false`` (it must round like OpenCV's CPU
-    code: no fused multiply-add), as does the blobs kernel (scipy's sums, bit
-    for bit); backprojection may fuse (within 1e-5 of the CPU, its
-    self-check proves it), and its host build contracts too
-    (:func:`gpumr.gpu.emulate.host_flags`).
+    """The extra nvcc flags kernel ``name``'s source declares in a line ``// nvcc: FLAGS (why)`` (none: nvcc's
+    defaults).
 
     Examples
     --------
@@ -124,11 +91,7 @@ def flags(name):
 
 
 def defines(name):
-    """The integer ``#define`` constants of kernel ``name``'s source, e.g. ``{"ZB": 8}``.
-
-    The ``.cu`` file is the one place such constants are stated; the host
-    code that launches the kernel reads them from here.
-    """
+    """The integer ``#define`` constants of kernel ``name``'s source, e.g. ``{"ZB": 8}``."""
     with open(source_path(name), encoding="utf-8") as f:
         return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*#define\s+(\w+)\s+(\d+)\s*$", f.read(), re.M)}
 
@@ -158,12 +121,7 @@ def _private():
 
 
 def cache_dir():
-    """The kernel cache in use: :func:`configured_cache_dir`, made if missing, where :mod:`gpumr.trusted` trusts it.
-
-    Otherwise (another user's, writable by others without the sticky bit, a
-    link, read-only ...) one :class:`gpumr.trusted.TrustWarning` names it and
-    why, and this process builds into a private temporary cache instead.
-    """
+    """The kernel cache in use: :func:`configured_cache_dir`, made if missing, where :mod:`gpumr.trusted` trusts it."""
     configured = configured_cache_dir()
     if configured not in _IN_USE:
         _IN_USE[configured] = trusted.usable_folder(configured, "gpumr's kernel cache", instead=_private,
@@ -185,17 +143,9 @@ def _proof_of(path, wait=PROOF_WAIT):
 
 
 def _vouched(path, made_by):
-    """Whether cached build ``path`` may be loaded: a regular file of yours that its proof vouches for.
-
-    A file of yours that its proof does not vouch for (truncated, changed,
-    built from other sources or flags, no proof) is moved aside as
-    ``.NAME.bad`` beside it, with one warning, so that it is built again.
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        When the rule refuses the file itself (another user's, a link, a FIFO ...): it is left alone.
-    """
+    """Whether cached build ``path`` may be loaded: a regular file of yours that its proof vouches for. Raises
+    ``gpumr.trusted.Untrusted`` when the rule refuses the file itself (another user's, a link, a FIFO ...): it is left
+    alone."""
     try:
         os.close(trusted.open_regular(path, what="a cached kernel"))
     except FileNotFoundError:
@@ -219,24 +169,14 @@ def _vouched(path, made_by):
 def cached(file, made_by, make):
     """The path of the cached build ``file``: as found where its proof vouches for it, else built by ``make(path)``.
 
-    A cached file that the rule refuses (another user's in a shared cache, a
-    link ...) is never loaded nor touched: one warning, and the build goes to
-    this process's private temporary cache.
-
-    Tasks of one node starting at once build each file once: a builder holds
-    the cache's lock (:func:`one_builder`) and the others, waiting for it,
-    find its build vouched for when they get the lock.
-
     Parameters
     ----------
     file : str
         Its name in the cache (holding the hash of what it is built from).
     made_by : str
-        What its proof must name: the builder and the full hash of the
-        sources and flags (see :func:`_vouched`).
+        What its proof must name: the builder and the full hash of the sources and flags (see :func:`_vouched`).
     make : callable
-        ``make(path)`` builds it at ``path`` under the output rule (:func:`compile_into`).
-    """
+        ``make(path)`` builds it at ``path`` under the output rule (:func:`compile_into`)."""
     path = os.path.join(cache_dir(), file)
     try:
         if _vouched(path, made_by):
@@ -255,16 +195,7 @@ def cached(file, made_by, make):
 
 @contextlib.contextmanager
 def one_builder(folder, wait=BUILD_WAIT):
-    """Hold the build lock of cache ``folder`` for the ``with`` block: one builder at a time on this node.
-
-    The lock is an ``flock`` on the folder itself, so nothing is left in the
-    cache, and the kernel drops it whatever ends the holder. Without it,
-    tasks starting at once would each compile the same file and race to
-    publish it and its proof. A lock held ``wait`` seconds by someone else
-    (a hung compiler, another user of a shared cache), or a file system
-    without locks, and the block runs without it:
-    :func:`built_meanwhile` then settles who built first.
-    """
+    """Hold the build lock of cache ``folder`` for the ``with`` block: one builder at a time on this node."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -299,16 +230,8 @@ def nvcc():
 
 
 def compile_fatbin(name, out_path, archs=ARCHS, ptx=True):
-    """Compile kernel ``name`` into a fatbin at ``out_path``, under gpumr's output rule.
-
-    The fatbin appears whole or not at all, and replaces only an earlier
-    one that gpumr made (:class:`gpumr.io.outputs.FileOutput`).
-
-    Raises
-    ------
-    GpumrError
-        If ``nvcc`` is missing or fails (its message included), or ``out_path`` may not be written.
-    """
+    """Compile kernel ``name`` into a fatbin at ``out_path``, under gpumr's output rule. Raises ``GpumrError`` if
+    ``nvcc`` is missing or fails (its message included), or ``out_path`` may not be written."""
     compiler = nvcc()
     if compiler is None:
         raise GpumrError("nvcc not found: install the CUDA toolkit or ship fatbins made by 'gpumr build-kernels'")
@@ -327,17 +250,8 @@ def _made_by(name):
 
 
 def compile_into(path, made_by, cmd, failed, stdin=None, env=None):
-    """Run compiler ``cmd`` with ``-o`` naming the temporary file of ``path``, under gpumr's output rule.
-
-    What it builds appears whole at ``path`` or not at all, and replaces
-    only an earlier build gpumr made (:class:`gpumr.io.outputs.FileOutput`,
-    recorded as ``made_by``). Returns ``path``.
-
-    Raises
-    ------
-    GpumrError
-        ``failed(compiler's stderr)`` when the compiler fails.
-    """
+    """Run compiler ``cmd`` with ``-o`` naming the temporary file of ``path``, under gpumr's output rule. Raises
+    ``GpumrError``: ``failed(compiler's stderr)`` when the compiler fails."""
     out = FileOutput(path, made_by)
     with out as f:
         f.close()  # the compiler writes the temporary file by name
@@ -348,10 +262,7 @@ def compile_into(path, made_by, cmd, failed, stdin=None, env=None):
 
 
 def built_meanwhile(path, made_by, make):
-    """``make()``, or ``path`` when it failed because another task on this node built ``path`` meanwhile.
-
-    Theirs serves only where its proof vouches for it (:func:`_vouched`).
-    """
+    """``make()``, or ``path`` when it failed because another task on this node built ``path`` meanwhile."""
     try:
         return make()
     except GpumrError:
@@ -364,11 +275,7 @@ def built_meanwhile(path, made_by, make):
 
 
 def build(out_dir=None, archs=ARCHS, names=KERNELS):
-    """``gpumr build-kernels``: fatbins of every kernel into ``out_dir`` (default: the cache).
-
-    Every destination is checked before the first compilation, so a file
-    there that gpumr did not make stops the command before any work.
-    """
+    """``gpumr build-kernels``: fatbins of every kernel into ``out_dir`` (default: the cache)."""
     from ..io.outputs import check_output
     out_dir = out_dir or cache_dir()
     paths = [os.path.join(out_dir, f"{n}-{_digest(n)}.fatbin") for n in names]
@@ -391,13 +298,10 @@ def locate(name):
     Returns
     -------
     (str or None, str)
-        Its absolute path (None when no place holds one) and where it was
-        found: ``$GPUMR_KERNEL_DIR`` (e.g. a folder shipped through Hadoop's
-        distributed cache), ``beside the sources`` or ``the per-user cache``.
-        A folder named through a link is given by the path it was opened at
-        (:func:`gpumr.trusted.open_folder`), never through the link; load it
-        with :func:`image` (or by :func:`fatbin`'s path), not by this one.
-    """
+        Its absolute path (None when no place holds one) and where it was found: ``$GPUMR_KERNEL_DIR`` (e.g. a folder
+        shipped through Hadoop's distributed cache), ``beside the sources`` or ``the per-user cache``. A folder named
+        through a link is given by the path it was opened at (:func:`gpumr.trusted.open_folder`), never through the
+        link; load it with :func:`image` (or by :func:`fatbin`'s path), not by this one."""
     file = f"{stem(name)}-{_digest(name)}.fatbin"
     for place, folder in _places(name):
         if folder and _usable(name, os.path.join(folder, file), place):
@@ -406,13 +310,7 @@ def locate(name):
 
 
 def _usable(name, path, place):
-    """Whether fatbin ``path`` of kernel ``name`` may be loaded.
-
-    In the cache, one its proof vouches for (:func:`_vouched`; one the rule
-    refuses is left to :func:`cached`, which says so); elsewhere (shipped
-    folders need not be writable, and ship no proofs) a regular file of yours
-    or root's, else one warning.
-    """
+    """Whether fatbin ``path`` of kernel ``name`` may be loaded."""
     try:
         if place == "the per-user cache":
             return _vouched(path, _made_by(name))
@@ -431,12 +329,7 @@ def _usable(name, path, place):
 
 
 def describe(names=KERNELS):
-    """One line saying where each kernel's fatbin comes from, for a task's log.
-
-    A task logs it at start, so that a job's log shows whether the kernels
-    shipped with it (``$GPUMR_KERNEL_DIR``) were found on the node, before
-    any GPU is used.
-    """
+    """One line saying where each kernel's fatbin comes from, for a task's log."""
     parts = []
     for name in names:
         try:
@@ -455,9 +348,9 @@ _FOLDERS = {}  # a kernel folder -> (its descriptor, the path it was opened at),
 
 
 def _folder_fd(folder, place):
-    """The descriptor of a folder fatbins are loaded from: a shipped one (``$GPUMR_KERNEL_DIR``) opened and judged
-    by the trusted-paths rule (:func:`gpumr.trusted.open_folder`); the installed sources' as it is (gpumr's own
-    install)."""
+    """The descriptor of a folder fatbins are loaded from: a shipped one (``$GPUMR_KERNEL_DIR``) opened and judged by
+    the trusted-paths rule (:func:`gpumr.trusted.open_folder`); the installed sources' as it is (gpumr's own install).
+    """
     if folder not in _FOLDERS:
         if place == f"${KERNEL_DIR_ENV}":
             _FOLDERS[folder] = trusted.open_folder(folder, "kernels to load", shared=True)
@@ -474,14 +367,9 @@ def _opened(folder, place):
 
 def image(name, arch=None):
     """The bytes of the fatbin of kernel ``name`` to load: from ``$GPUMR_KERNEL_DIR`` or beside the sources, read
-    relative to the folder opened once (a link to it followed once, never again); else the per-user cache's
-    (compiled for ``arch`` first where none is there).
-
-    Raises
-    ------
-    gpumr.trusted.Untrusted
-        Where the rule refuses the shipped folder or the file in it.
-    """
+    relative to the folder opened once (a link to it followed once, never again); else the per-user cache's (compiled
+    for ``arch`` first where none is there). Raises ``gpumr.trusted.Untrusted`` where the rule refuses the shipped
+    folder or the file in it."""
     file = f"{stem(name)}-{_digest(name)}.fatbin"
     for place, folder in _places(name)[:2]:
         if not folder:
@@ -497,13 +385,8 @@ def image(name, arch=None):
 
 
 def fatbin(name, arch=None):
-    """A path this process may load the fatbin of kernel ``name`` by, compiling for ``arch`` (e.g. "90") if none exists.
-
-    A shipped fatbin (``$GPUMR_KERNEL_DIR``) or one beside the sources is
-    named relative to its folder's descriptor, opened and judged once
-    (``/proc/self/fd/N/FILE``): whatever a link to the folder names later,
-    the path reaches the folder that was judged. A cached one is named in
-    the cache, a trusted folder. :func:`image` gives the bytes instead.
+    """A path this process may load the fatbin of kernel ``name`` by, compiling for ``arch`` (e.g. "90") if none
+    exists.
 
     Examples
     --------

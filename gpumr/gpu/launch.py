@@ -1,11 +1,4 @@
-"""Launching gpumr's CUDA kernels: PyCUDA, or CuPy where PyCUDA is missing; the host for simulated GPUs.
-
-PyCUDA is the launcher the product names (gpumr's ``gpu`` extra; it
-builds against a CUDA toolkit). CuPy installs from wheels and serves behind
-the same small interface (:class:`gpumr.gpu.interface.Launcher`) when PyCUDA
-is not importable. A simulated GPU's launcher runs the same kernels on the
-host (:mod:`gpumr.gpu.emulate`). Nothing here is imported on the CPU path.
-"""
+"""Launching gpumr's CUDA kernels: PyCUDA, or CuPy where PyCUDA is missing; the host for simulated GPUs."""
 
 import contextlib
 
@@ -228,12 +221,7 @@ _CUPY_ATTRS = {"MULTIPROCESSOR_COUNT": "MultiProcessorCount",
 
 
 def _resident(attrs, regs, smem, threads, key):
-    """Blocks of ``threads`` threads using ``regs`` registers and ``smem`` bytes the whole device runs at once.
-
-    Registers are given out per warp in 256-register granules; the block
-    count per SM is the fewest that registers, threads and shared memory
-    allow (CUDA's occupancy rule, without the per-SM block cap's 16-32).
-    """
+    """Blocks of ``threads`` threads using ``regs`` registers and ``smem`` bytes the whole device runs at once."""
     warps = -(-threads // 32)
     per_warp = -(-max(int(regs), 1) * 32 // 256) * 256
     by_regs = attrs[key("MAX_REGISTERS_PER_MULTIPROCESSOR")] // per_warp // warps
@@ -246,17 +234,8 @@ _launchers = {}
 
 
 def launcher(gpu, prefer=None):
-    """The launcher for ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), one per device and process.
-
-    A simulated GPU's is :class:`gpumr.gpu.emulate.EmulatedLauncher` (its
-    memory the simulated size); a real GPU's PyCUDA if importable, else CuPy
-    (``prefer="cupy"`` tries CuPy first).
-
-    Raises
-    ------
-    RuntimeError
-        If neither PyCUDA nor CuPy is usable for a real GPU (with both reasons).
-    """
+    """The launcher for ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), one per device and process. Raises
+    ``RuntimeError`` if neither PyCUDA nor CuPy is usable for a real GPU (with both reasons)."""
     key = ("emulated", gpu.index, gpu.memory_total) if gpu.simulated else (gpu.ordinal, prefer)
     if key in _launchers:
         return _launchers[key]
@@ -269,7 +248,7 @@ def launcher(gpu, prefer=None):
         try:
             _launchers[key] = cls(gpu.ordinal)
             return _launchers[key]
-        except Exception as exc:  # ImportError, driver errors
+        except Exception as exc:  # noqa: BLE001 (ImportError, driver errors: each named in the error raised below)
             errors.append(f"{cls.name}: {exc}")
     raise RuntimeError("no CUDA launcher: " + "; ".join(errors))
 
@@ -281,11 +260,7 @@ def use(gpu, lx):
 
 
 def available(simulated=False):
-    """``(True, name)`` if kernels can be launched here (without touching a GPU), else ``(False, why)``.
-
-    For real GPUs: PyCUDA or CuPy importable. For simulated GPUs: a C++
-    compiler to build the kernels for the host.
-    """
+    """``(True, name)`` if kernels can be launched here (without touching a GPU), else ``(False, why)``."""
     if simulated:
         from .emulate import available as host
         return host()

@@ -1,15 +1,4 @@
-"""A launcher whose kernels and copies cost nothing: the host's own cost of driving a device, as a figure.
-
-Every call of :class:`gpumr.gpu.interface.Launcher` is taken and counted; no
-kernel runs, no byte is copied and no device memory exists (a device array
-is its shape and type). What a driver's call then costs is the driver's own
-host work: its Python, its planning, its host copies (into page-locked
-buffers, out of them), its allocations, and none of the device's time, so
-that ``bench/host_driving.py`` can put the host's share of a GPU path beside
-the model's budget on a machine without a GPU. Page-locked buffers are real
-host memory (zero-filled), as the driver reads and writes them; nothing a
-device would have written lands in them.
-"""
+"""A launcher whose kernels and copies cost nothing: the host's own cost of driving a device, as a figure."""
 
 import collections
 import math

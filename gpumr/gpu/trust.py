@@ -1,26 +1,4 @@
-"""A GPU implementation's per-device state, trusted only once its self-check has passed; devices lost to
-CUDA errors.
-
-Each GPU implementation (faces, CT, blobs) sets a device up once per
-process (launcher, kernels, uploads) and then compares a built-in case with
-its CPU reference before any record runs there. A device whose set-up or
-self-check fails, or whose self-check raises, stays untrusted by that
-implementation, with the reason: every batch given to it then fails with
-that reason, and the core re-runs its records on the CPU (counted as GPU
-fallbacks).
-
-A failure while work is queued on a device is settled (:func:`settled`)
-before anything else happens: the host waits until nothing queued can still
-run, so that the driver's buffers may be reused and the lease released;
-and a CUDA error (a launch failure, a sticky error that loses the context)
-makes the device untrusted for the rest of the process, by every
-implementation and by device choice (:func:`untrusted`), which then gives
-its records the CPU without leasing it.
-
-The CPU's side of a self-check (its expected answer) is started when the
-implementation is made, in a thread of its own, before any GPU is leased:
-a lease then waits only for the device's side.
-"""
+"""A GPU implementation's per-device state, trusted only once its self-check has passed; devices lost to CUDA errors."""
 
 import contextlib
 import threading
@@ -61,8 +39,8 @@ def any_untrusted():
 
 def settle(lx, gpu, exc):
     """After a call on ``gpu`` raised ``exc``: wait until nothing queued on it can still run, and distrust it where
-    ``exc`` or that wait is a CUDA error (``gpu`` None: a device not yet trusted anyway). Returns whether it is
-    still trusted."""
+    ``exc`` or that wait is a CUDA error (``gpu`` None: a device not yet trusted anyway). Returns whether it is still
+    trusted."""
     why = f"a CUDA error: {type(exc).__name__}: {exc}" if lx.is_device_error(exc) else None
     try:
         lx.synchronize()
@@ -107,13 +85,11 @@ class DeviceStates:
     setup : callable
         ``setup(gpu) -> dict``: the device's state (launcher, kernels, uploads).
     check : callable
-        ``check(state) -> True`` when the device computes what the CPU does,
-        else a sentence saying how it differs; ``check(state, expected)``
-        where ``expected`` is given.
+        ``check(state) -> True`` when the device computes what the CPU does, else a sentence saying how it differs;
+        ``check(state, expected)`` where ``expected`` is given.
     expected : callable, optional
-        ``expected() -> value``: the CPU's side of the check, started now in
-        a thread of its own (outside any GPU lease) and computed once.
-    """
+        ``expected() -> value``: the CPU's side of the check, started now in a thread of its own (outside any GPU
+        lease) and computed once."""
 
     def __init__(self, what, setup, check, expected=None):
         self.what = what
@@ -131,13 +107,7 @@ class DeviceStates:
 
     def get(self, gpu):
         """The state of ``gpu`` (a :class:`gpumr.devices.nvml.GPU`), set up and checked on first use, once however
-        many threads ask at once.
-
-        Raises
-        ------
-        RuntimeError
-            If the device is not trusted, with the reason.
-        """
+        many threads ask at once. Raises ``RuntimeError`` if the device is not trusted, with the reason."""
         key = device_key(gpu)
         if key not in self._verdicts:
             with self._lock:
@@ -156,13 +126,13 @@ class DeviceStates:
         """``(state, verdict)`` of a device set up and self-checked now."""
         try:
             state = self._setup(gpu)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure: the device is not trusted, and the verdict says why)
             return None, f"setting it up failed: {type(exc).__name__}: {exc}"
         try:
             with settled(state["lx"], gpu):
                 verdict = self._check(state) if self._expected is None else \
                     self._check(state, self._expected.result())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure: the device is not trusted, and the verdict says why)
             verdict = f"its self-check raised {type(exc).__name__}: {exc}"
         return state, verdict
 

@@ -1,11 +1,4 @@
-"""Input paths as users give them: files, or folders of files, local or at URIs.
-
-A folder stands for its visible files (not those starting with ``.`` or
-``_``, which Hadoop also hides: ``_SUCCESS``, ``.crc`` files), sorted; files
-are taken as given. A URI (``s3://``, ``hdfs://``, ``file://`` ...) is listed
-the same way through :mod:`gpumr.io.remote`. Every command and job expands
-its inputs here.
-"""
+"""Input paths as users give them: files, or folders of files, local or at URIs."""
 
 
 import os
@@ -19,28 +12,13 @@ from .remote import READ_FLAGS, locate, shown  # noqa: F401 (READ_FLAGS: where g
 
 
 def expand_inputs(paths):
-    """The files named by ``paths``: files as given, folders' visible files sorted.
-
-    Only regular files are read (a FIFO or a device could block or never
-    end); anything else, given or found in a folder, is refused by name
-    rather than skipped. Sub-folders of a folder are not entered. URIs
-    stay URIs (see :func:`expand_sized`).
-
-    Raises
-    ------
-    GpumrError
-        If a path does not exist, is not a regular file, or no file is found.
-    """
+    """The files named by ``paths``: files as given, folders' visible files sorted. Raises ``GpumrError`` if a path
+    does not exist, is not a regular file, or no file is found."""
     return [path for path, _ in expand_sized(paths)]
 
 
 def expand_sized(paths):
-    """Like :func:`expand_inputs`, as ``(path, size in bytes)`` pairs.
-
-    Each path is listed through the filesystem layer
-    (:meth:`gpumr.io.remote.Location.list_files`); a size is None where the
-    ``hadoop fs`` fallback listed a URI.
-    """
+    """Like :func:`expand_inputs`, as ``(path, size in bytes)`` pairs."""
     out = []
     for p in paths:
         out += [(str(loc), size) for loc, size in locate(p).list_files()]
@@ -56,17 +34,8 @@ def expand_sized(paths):
 
 
 def splits(files, split_size):
-    """``(path, start, end)`` byte ranges of at most ``split_size`` covering each file, Hadoop's splits.
-
-    ``files`` are ``(path or URI, size)`` pairs; a file of unknown size
-    (listed through ``hadoop fs``) is one range ``(path, 0, None)``. The
-    number of ranges is counted before any is made and refused above
-    :data:`gpumr.limits.MAX_SPLITS`.
-
-    Raises
-    ------
-    GpumrError
-        Naming the split size that keeps the job within the limit.
+    """``(path, start, end)`` byte ranges of at most ``split_size`` covering each file, Hadoop's splits. Raises
+    ``GpumrError``: naming the split size that keeps the job within the limit.
 
     Examples
     --------
@@ -95,10 +64,6 @@ def splits(files, split_size):
 def pack_command(folder):
     """The ``gpumr pack`` command that packs ``folder``'s files into one SequenceFile beside the folder.
 
-    The hint of the errors that find images where SequenceFiles belong. A
-    folder named ``.`` or ``..`` is named by its own name on the output's side
-    (``gpumr pack . -o ../frames.seq``, not ``-o ..seq``).
-
     Examples
     --------
     >>> pack_command("frames/")
@@ -125,13 +90,8 @@ def pack_command(folder):
 
 def require_sequencefiles(files, given=None):
     """Refuse inputs none of which is a SequenceFile (their first bytes are read until one is), with the hint to pack
-    (the folder of ``given``, the first input as the user gave it, where there is one).
-
-    Raises
-    ------
-    GpumrError
-        ``no SequenceFile among the inputs: a.jpg (a JPEG image), ...; pack files first: gpumr pack ...``.
-    """
+    (the folder of ``given``, the first input as the user gave it, where there is one). Raises ``GpumrError``: ``no
+    SequenceFile among the inputs: a.jpg (a JPEG image), ...; pack files first: gpumr pack ...``."""
     if any(looks_like_sequencefile(f) for f in files):
         return
     kinds = [describe_file(f) for f in files]

@@ -1,9 +1,7 @@
-"""Reading job output: ``"key"<TAB>{json}`` lines, as every gpumr job writes them.
+"""The job output format, written and read here only: ``json(key)<TAB>json(value)`` lines.
 
-mrjob's ``JSONProtocol`` writes each output record as the JSON-encoded key,
-a tab, and the JSON-encoded value; Hadoop and the local runners put them in
-``part-NNNNN`` files of the output folder.
-"""
+Every engine's tasks write each record's line with :func:`line`, and everything that reads output lines back reads
+them with :func:`key_of`, :func:`parse` or :func:`read_job_output`: one format, the same bytes everywhere."""
 
 import io
 import json
@@ -12,27 +10,62 @@ from ..errors import GpumrError
 from .inputs import expand_inputs
 from .remote import locate
 
+#: A numpy array of at most this many elements nested inside a result (not a top-level field) becomes a JSON list.
+NESTED_ELEMENTS = 65536
+
+
+def _default(value):
+    """JSON for numpy scalars and small nested arrays (``json.dumps``'s ``default``)."""
+    import numpy as np  # (only for values JSON cannot take; readers of the format never import numpy)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.size <= NESTED_ELEMENTS:
+        return value.tolist()
+    raise TypeError(f"a {type(value).__name__} is not JSON (return numbers, strings, lists, dicts or numpy arrays)")
+
+
+def line(key, value):
+    """One output line, without its newline: ``json(key)<TAB>json(value)``.
+
+    Examples
+    --------
+    >>> line("a.jpg", {"faces": [], "device": "cpu"})
+    '"a.jpg"\\t{"faces": [], "device": "cpu"}'
+    """
+    return json.dumps(key) + "\t" + json.dumps(value, default=_default, allow_nan=False)
+
+
+def key_of(text):
+    """The JSON key of an output line, as text (what the lines are sorted and split by)."""
+    return text.partition("\t")[0]
+
+
+def parse(text):
+    """``(key, value)`` of one output line; ValueError where it is not one.
+
+    Examples
+    --------
+    >>> parse('"a.jpg"\\t{"faces": [], "device": "cpu"}\\n')
+    ('a.jpg', {'faces': [], 'device': 'cpu'})
+    """
+    key, tab, value = text.rstrip("\n").partition("\t")
+    if not tab:
+        raise ValueError("no tab")
+    return json.loads(key), json.loads(value)
+
 
 def read_job_output(paths):
     """Yield ``(key, value)`` from job output files or folders (local paths or URIs), in file order, duplicates kept.
-
-    Each file is read through the filesystem layer (:mod:`gpumr.io.remote`), as a stream.
-
-    Raises
-    ------
-    GpumrError
-        For a line that is not a job output line (file and line named).
-    """
+    Raises ``GpumrError`` for a line that is not a job output line (file and line named)."""
     for path in expand_inputs(paths):
         loc = locate(path)
         with loc.open_input() as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
             try:
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
+                for n, text in enumerate(f, 1):
+                    if not text.strip():
                         continue
                     try:
-                        k, v = line.rstrip("\n").split("\t", 1)
-                        yield json.loads(k), json.loads(v)
+                        yield parse(text)
                     except ValueError:
                         raise GpumrError(f"{loc.shown}: line {n} is not a job output line (\"key\"<TAB>{{json}})") \
                             from None

@@ -1,20 +1,4 @@
-"""Writing records as files named by their keys, inside one folder and nowhere else.
-
-``gpumr unpack`` writes record ``key`` to ``DIR/key``. Keys come from files
-that anyone may have written, so each is checked before anything is made:
-it must be a relative ``/``-separated path of ordinary names (no empty,
-``.`` or ``..`` part, no NUL byte, each name within the file system's limit,
-at most :data:`MAX_DEPTH` folders deep). Folders and files are then made
-one name at a time relative to an open descriptor of the folder above
-(``dir_fd``), never following a symbolic link (``O_NOFOLLOW``): a link
-inside DIR, planted before or during the run, is refused, not written
-through. Each file is written atomically (:class:`seqfile.atomic.AtomicFile`)
-under gpumr's ownership rule (:mod:`gpumr.io.outputs`): an existing file is
-replaced only when asked (``force``) and only if the proof beside DIR
-(``.DIR.gpumr``, where the files written are recorded, outside the folder so
-that packing the folder again packs only the files) vouches that gpumr wrote
-what it holds.
-"""
+"""Writing records as files named by their keys, inside one folder and nowhere else."""
 
 import errno
 import hashlib
@@ -24,8 +8,8 @@ import stat
 from seqfile.atomic import AtomicFile, NotReplaced
 
 from ..errors import GpumrError, printable
-from .remote import kind
 from .outputs import FOLDER_PROOF, Proof, Rule, is_proof, local_output, proof_path, warn
+from .remote import kind
 
 #: The most folders a key may name before its file (deeper keys are refused).
 MAX_DEPTH = 255
@@ -40,26 +24,18 @@ class KeyRefused(GpumrError):
 class KeyFiles:
     """Writes ``(key, bytes)`` records as files under ``directory``.
 
-    Use as a context manager; :meth:`write` raises :class:`KeyRefused` for a
-    key that is not written, after which further keys may still be written.
-
     Parameters
     ----------
     directory : str
-        The folder written into (made if missing). It may itself be a
-        symbolic link (the user named it); nothing inside it is followed.
+        The folder written into (made if missing). It may itself be a symbolic link (the user named it); nothing
+        inside it is followed.
     force : bool
-        Replace existing regular files that gpumr wrote (its proof vouches
-        for them), never anything else; without it an existing file is a
-        refused key.
+        Replace existing regular files that gpumr wrote (its proof vouches for them), never anything else; without it
+        an existing file is a refused key.
     record : bool
-        Record the files written in the proof beside ``directory``
-        (``.NAME.gpumr``) when closing (False inside a folder output's
-        stage, whose own proof lists everything in it). A proof that an
-        earlier gpumr kept inside the folder (``directory/.gpumr``) still
-        vouches, and moves beside it.
-
-    """
+        Record the files written in the proof beside ``directory`` (``.NAME.gpumr``) when closing (False inside a
+        folder output's stage, whose own proof lists everything in it). A proof that an earlier gpumr kept inside the
+        folder (``directory/.gpumr``) still vouches, and moves beside it."""
 
     def __init__(self, directory, force=False, record=True):
         self.directory = os.fspath(directory)

@@ -1,15 +1,7 @@
 """Every output gpumr writes, under one rule and through this one output transaction.
 
-An output appears complete or not at all (staged under a hidden name, then
-published); only what carries gpumr's proof of authorship (``.NAME.gpumr``
-beside it, or a packed SequenceFile's own header) is replaced or deleted;
-and an old output is set aside and checked against its proof before it
-goes, so nothing written meanwhile is lost. The sequence is written once,
-in :class:`_Transaction`; :class:`FileOutput`, :class:`FolderOutput` and
-:class:`UriOutput` are its policies (where they stage, how they publish),
-on the filesystem layer (:mod:`gpumr.io.remote`). The rule, the proof, the
-publish on S3 and its interrupt windows: :doc:`/concepts/outputs`.
-"""
+An output appears complete or not at all (staged under a hidden name, then published), and only what carries
+gpumr's proof of authorship is replaced or deleted, so nothing of the user's is lost (:doc:`/concepts/outputs`)."""
 
 import hashlib
 import os
@@ -21,8 +13,8 @@ import stat
 from seqfile import SequenceFileError
 from seqfile.atomic import AtomicFile, aside_name, interrupts_held, swap_into_place, temp_dir_beside, temp_name
 
-from ..log import logger
 from ..errors import GpumrError, printable
+from ..log import logger
 from ..sizes import human
 from .proofs import Proof, is_proof
 from .remote import READ_FLAGS, S3_COPY_LIMIT, locate, shown
@@ -104,19 +96,8 @@ _hasher = None  # (pid, the hashing thread's executor) of this process
 
 class HashingWriter:
     """A binary file that hashes what is written to it, in order: :meth:`digest` is the file's ``(size, SHA-256)``
-    without reading it back, or None once anything else could have changed it (a seek, a write through its
-    descriptor, a write by name after the writer closed it): then it is read back.
-
-    A write of :data:`HASH_AHEAD` bytes or more is hashed in a second
-    thread (hashlib lets go of the interpreter's lock, so a second core
-    hashes): given as ``bytes``, which nobody can change once given, while
-    the caller goes on to its next read or computation; given as another
-    buffer (one the caller fills again), while it is written, and the write
-    returns once both are done. Smaller writes are hashed at once, after
-    what is pending, so the order holds; at most :data:`HASH_PENDING` writes
-    wait their hash.
-
-    Every other attribute is the file's own.
+    without reading it back, or None once anything else could have changed it (a seek, a write through its descriptor,
+    a write by name after the writer closed it): then it is read back.
 
     Examples
     --------
@@ -207,8 +188,7 @@ class Rule:
     pack_parts : bool
         ``part-NNNNN.seq`` files whose headers say ``gpumr pack`` wrote them are gpumr's without a proof.
     also : tuple of str
-        Other names ``output``'s command had (an output of any of them is one of ``output``'s).
-    """
+        Other names ``output``'s command had (an output of any of them is one of ``output``'s)."""
 
     def __init__(self, shown, output, proof, pack_parts, also=()):
         self.shown = shown
@@ -231,10 +211,8 @@ class Rule:
                          "another name or remove it yourself")
 
     def check_entry(self, rel, what, size, path):
-        """Refuse unless entry ``rel`` of an existing output folder (at ``path``) is gpumr's by its size or its header.
-
-        ``what`` is "file", "folder", or what else the entry is, in words.
-        """
+        """Refuse unless entry ``rel`` of an existing output folder (at ``path``) is gpumr's by its size or its
+        header."""
         proof, output = self.proof, self.output
         if proof is not None and proof.output != output and proof.output not in self.also:
             raise GpumrError(f"{self.shown}: an output of {proof.output}, not of {output}; choose another folder")
@@ -262,12 +240,7 @@ class Rule:
         return (rel == "" or (self.pack_parts and PACK_PART.match(rel) is not None)) and marked_sequencefile(path)
 
     def sweep(self, old):
-        """Remove from an old output folder set aside at ``old`` (a location) what this rule vouches for.
-
-        Returns ``old`` (a path or URI) if anything else is left in it (it is
-        then kept), else None. A link, or anything but a folder, is not the
-        folder that was checked: nothing in it is touched.
-        """
+        """Remove from an old output folder set aside at ``old`` (a location) what this rule vouches for."""
         if old.is_link() or old.stat()[0] != "folder":
             return str(old)
         entries = old.entries()
@@ -293,10 +266,7 @@ def _changed_meanwhile(path, where=""):
 
 # -- the checks -------------------------------------------------------------------------------------
 def local_output(path, option):
-    """The local path an output that is written here only names; one line naming the option for any other URI.
-
-    ``file:///PATH`` names the local path PATH.
-    """
+    """The local path an output that is written here only names; one line naming the option for any other URI."""
     local = locate(path).local
     if local is None:
         raise GpumrError(f"{option} {shown(path)}: a URI; this output is written to a local path only")
@@ -327,18 +297,14 @@ def _words(what):
 
 
 def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", pack_parts=False, also=()):
-    """Refuse ``path`` (a path or URI) as the destination of a new output unless it is free or an earlier gpumr output.
-
-    A cheap check, made before any work starts: sizes, not contents, are
-    compared with the proof (the contents are checked when the old output
-    is set aside, see the module's rule).
+    """Refuse ``path`` (a path or URI) as the destination of a new output unless it is free or an earlier gpumr
+    output. Raises ``GpumrError`` naming ``path`` and saying why it is not replaced.
 
     Parameters
     ----------
     path : str
     output : str
-        The command writing it (``"gpumr spark"``); an existing folder is
-        replaced only if that command made it.
+        The command writing it (``"gpumr spark"``); an existing folder is replaced only if that command made it.
     folder : bool
         Whether the output is a folder (else a file).
     replace : bool
@@ -350,13 +316,7 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
     pack_parts : bool
         Also accept a folder of ``part-NNNNN.seq`` files whose headers say ``gpumr pack`` wrote them.
     also : tuple of str
-        Other names of ``output``'s command, whose outputs it replaces too.
-
-    Raises
-    ------
-    GpumrError
-        One line naming ``path`` and saying why it is not replaced.
-    """
+        Other names of ``output``'s command, whose outputs it replaces too."""
     loc = locate(path).stripped()
     proof = Proof.load(proof_path(loc))
     link = loc.is_link()
@@ -386,24 +346,12 @@ def check_output(path, output, *, folder, replace=True, inputs=(), option="-o", 
 class _Transaction:
     """The one proof-and-publish sequence; each kind of output is a policy of it.
 
-    A policy (:class:`FileOutput`, :class:`FolderOutput`, :class:`UriOutput`)
-    says where the output is staged (:meth:`begin`), how the staged files are
-    made ready and listed (:meth:`_ready`), how they are made visible under
-    the rule (:meth:`_publish`, which returns where the rest of an old output
-    was kept) and how the stage is dropped (:meth:`abort`). The sequence, here
-    and nowhere else: the proof beside the output is saved vouching for the
-    new output and the old one while either may be visible; the output is
-    published, removing of the old one only what its proof vouches for and
-    keeping the rest; the proof is trimmed to the new output (or removed,
-    when the parts prove themselves); what was kept is named in a warning.
-
     Attributes
     ----------
     loc : gpumr.io.remote.Location
         The destination.
     kept : str or None
-        After :meth:`commit`: where the rest of the old output was kept.
-    """
+        After :meth:`commit`: where the rest of the old output was kept."""
 
     folder = False
     proves_itself = False
@@ -419,13 +367,7 @@ class _Transaction:
         self.kept = None
 
     def commit(self, parts=None):
-        """Publish the staged output under the rule; return :attr:`kept`.
-
-        ``parts`` (for folders): ``{name: (staged name, size, sha256)}``, the
-        files of the stage to publish and under which names (a Spark job's
-        parts, one task attempt each); the rest of the stage goes. The stage
-        is gone after, whatever happened.
-        """
+        """Publish the staged output under the rule; return :attr:`kept`."""
         ppath = locate(proof_path(self.loc))
         proof = old_proof = None
         try:
@@ -460,7 +402,8 @@ class _Transaction:
 
 
 class FileOutput(_Transaction):
-    """One local output file: checked now, written under a hidden name, given its name under the rule.
+    """One local output file: checked now, written under a hidden name, given its name under the rule. Nothing is made
+    until :meth:`begin`; as a context manager it yields :attr:`file` and commits on success.
 
     Parameters
     ----------
@@ -476,15 +419,8 @@ class FileOutput(_Transaction):
     Attributes
     ----------
     file : io.BufferedWriter
-        Set by :meth:`begin`: write the contents here, or close it and have a
-        program write :attr:`tmp` by name.
-    tmp : str
-
-    Nothing is made until :meth:`begin`, so the check comes first and costs
-    nothing to drop. Use it as a context manager (yields :attr:`file`;
-    commits on success), or pass ``begin()``'s result to
-    :class:`seqfile.Writer` (``out=``), which commits or aborts it.
-    """
+        Set by :meth:`begin`: write the contents here, or close it and have a program write :attr:`tmp` by name.
+    tmp : str"""
 
     def __init__(self, path, made_by="gpumr", *, inputs=(), replace=True, option="-o", proves_itself=False):
         self._setup(local_output(path, option), made_by, proves_itself=proves_itself)
@@ -543,28 +479,26 @@ def write_file(path, data, made_by="gpumr", **checks):
 
 
 class FolderOutput(_Transaction):
-    """One local output folder of parts: checked now, filled in a hidden folder beside it, swapped in whole.
+    """One local output folder of parts: checked now, filled in a hidden folder beside it, swapped in whole (``with
+    FolderOutput(...) as stage:``).
 
     Parameters
     ----------
     path : str
         The destination folder (a local path, or ``file:///PATH``).
     output : str
-        The command writing it (``"gpumr spark"``); an existing folder is
-        replaced only if that command made it (and its proof vouches for it).
+        The command writing it (``"gpumr spark"``); an existing folder is replaced only if that command made it (and
+        its proof vouches for it).
     inputs, replace, option, pack_parts
-        As :func:`check_output`. With ``pack_parts`` the parts prove
-        themselves (their headers) and no proof file is written.
+        As :func:`check_output`. With ``pack_parts`` the parts prove themselves (their headers) and no proof file is
+        written.
 
     Attributes
     ----------
     stage : str
         Where to write the parts (inside a hidden folder beside ``path``), set by :meth:`begin`.
     kept : str or None
-        After :meth:`commit`: where the rest of the old folder was kept, if anything was left in it.
-
-    Use it as a context manager: ``with FolderOutput(...) as stage:``.
-    """
+        After :meth:`commit`: where the rest of the old folder was kept, if anything was left in it."""
 
     folder = True
 
@@ -632,7 +566,8 @@ def _marker(rel):
 
 
 class UriOutput(_Transaction):
-    """One output at a URI (``s3://``, ``hdfs://``, ``file://``): checked now, staged, published under the rule.
+    """One output at a URI (``s3://``, ``hdfs://``, ``file://``): checked now, staged, published under the rule. Fill
+    its :attr:`stage`, then :meth:`commit` the listing of the parts (or :meth:`abort`).
 
     Parameters
     ----------
@@ -645,21 +580,15 @@ class UriOutput(_Transaction):
     inputs, replace, option
         As :func:`check_output` (inputs may be URIs).
     proves_itself : bool
-        The parts are SequenceFiles that ``gpumr pack`` wrote, whose headers
-        are their proof (:data:`SEQFILE_MARK`): no proof object is written.
+        The parts are SequenceFiles that ``gpumr pack`` wrote, whose headers are their proof (:data:`SEQFILE_MARK`):
+        no proof object is written.
 
     Attributes
     ----------
     stage : str
-        The hidden URI beside the destination to write the parts under
-        (``.NAME.<hex>.tmp``), set by :meth:`begin`.
+        The hidden URI beside the destination to write the parts under (``.NAME.<hex>.tmp``), set by :meth:`begin`.
     kept : str or None
-        Where objects of the old output that gpumr did not make were kept.
-
-    Fill the stage (Spark's tasks write into it, :meth:`put` uploads a local
-    copy), then :meth:`commit` with the listing of the parts; :meth:`abort`
-    drops the stage. See the module's rule for how each filesystem publishes.
-    """
+        Where objects of the old output that gpumr did not make were kept."""
 
     def __init__(self, uri, output, *, folder, inputs=(), replace=True, option="-o", proves_itself=False, also=()):
         self._setup(uri, output, proves_itself, also)
@@ -685,12 +614,7 @@ class UriOutput(_Transaction):
                      pack_parts=proves_itself, also=also)
 
     def check_size(self, size, name=""):
-        """Refuse a file of ``size`` bytes (``name`` in the output; ``""``: the output itself) too large to publish.
-
-        S3 copies :data:`gpumr.io.remote.S3_COPY_LIMIT` bytes at most. A
-        writer that knows its sizes before writing (``gpumr pack``) asks
-        here first, so that the refusal comes before the work.
-        """
+        """Refuse a file of ``size`` bytes (``name`` in the output; ``""``: the output itself) too large to publish."""
         if self.mode == "copy" and size > S3_COPY_LIMIT:
             raise GpumrError(f"{self.shown}: {name or self.name} is {human(size)}, over 5 GiB, the most S3 publishes "
                              "in one copy; cut the output into smaller parts (pack --shard-size, spark --reducers)")
@@ -726,11 +650,7 @@ class UriOutput(_Transaction):
         return self.commit(parts)
 
     def commit(self, parts):
-        """Publish the staged files ``{name: (staged name, size, sha256)}`` under the rule (``""``: a file output).
-
-        Staged files not named (task attempts that were not chosen) go with
-        the stage. Returns :attr:`kept`; the stage is gone after, whatever happened.
-        """
+        """Publish the staged files ``{name: (staged name, size, sha256)}`` under the rule (``""``: a file output)."""
         if self.mode == "hadoop":
             try:
                 if self.loc.exists():
@@ -846,8 +766,8 @@ def _quietly(action, *args):
 
 
 def open_output(path, output, *, folder, **checks):
-    """The output at ``path`` (a path or URI) under the rule: a :class:`FolderOutput` or :class:`FileOutput` where
-    it names a local path (``file:///PATH`` too), a :class:`UriOutput` elsewhere (``checks`` as :func:`check_output`;
+    """The output at ``path`` (a path or URI) under the rule: a :class:`FolderOutput` or :class:`FileOutput` where it
+    names a local path (``file:///PATH`` too), a :class:`UriOutput` elsewhere (``checks`` as :func:`check_output`;
     ``pack_parts`` is the local policies' name for ``proves_itself``)."""
     loc = locate(path)
     if loc.local is not None:

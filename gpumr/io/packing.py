@@ -1,9 +1,4 @@
-"""Packing many small files into SequenceFiles and getting them back out.
-
-Keys are the files' paths relative to the root they were found under,
-``/``-separated; values are the files' bytes. Sharding balances shards by
-bytes, placing the largest files first, each on the lightest shard so far.
-"""
+"""Packing many small files into SequenceFiles and getting them back out."""
 
 import fnmatch
 import heapq
@@ -18,12 +13,12 @@ from .. import __version__
 from ..errors import GpumrError, printable
 from ..sizes import human
 from .inputs import READ_FLAGS, expand_inputs
-from .remote import kind
 from .keyfiles import KeyFiles, KeyRefused
-from .records import open_reader
 from .outputs import PACK_PART as PART
 from .outputs import SEQFILE_MARK as OWN
 from .outputs import FileOutput, FolderOutput, is_proof, marked_sequencefile
+from .records import open_reader
+from .remote import kind
 
 # A SequenceFile written by :func:`pack` carries its proof of authorship in its header (metadata
 # OWN, "gpumr.pack": gpumr's version), so that an output folder holds nothing but its shards; a
@@ -32,45 +27,28 @@ from .outputs import FileOutput, FolderOutput, is_proof, marked_sequencefile
 
 
 def collect(sources, include=(), exclude=(), skipped=None, output=None, linked=None):
-    """Find the files to pack.
-
-    Only regular files are packed, so that packing never blocks on a FIFO
-    or reads a device forever. Inside a folder, the symbolic-link policy is:
-    a link to a file is followed only when its target is a regular file
-    inside the same folder given as a source (the key is the link's own path);
-    any other link (to a folder, outside that folder, broken, to a device) is
-    skipped, and so are FIFOs, sockets and devices, each named in
-    ``skipped``. A source named directly (not found by walking) is read
-    wherever a link points, as long as it ends at a regular file.
+    """Find the files to pack. Raises ``GpumrError`` for a missing source, a source that is not a regular file or
+    folder, a file name that is not UTF-8, two files with one key, or nothing to pack.
 
     Parameters
     ----------
     sources : list of str
-        Files (key: their base name) and directories (walked in sorted order;
-        keys relative to the directory).
+        Files (key: their base name) and directories (walked in sorted order; keys relative to the directory).
     include, exclude : list of str
-        Glob patterns matched against keys; a file is kept if it matches some
-        ``include`` (or there are none) and no ``exclude``.
+        Glob patterns matched against keys; a file is kept if it matches some ``include`` (or there are none) and no
+        ``exclude``.
     skipped : list, optional
         Receives ``(path, reason)`` for every entry passed over inside a folder.
     linked : list, optional
         Receives the path of every symbolic link followed inside a folder.
     output : str, optional
-        The pack's own output: never taken as an input, nor its temporary twins.
-        Folders of shards written by :func:`pack` (earlier outputs) are passed over too.
+        The pack's own output: never taken as an input, nor its temporary twins. Folders of shards written by
+        :func:`pack` (earlier outputs) are passed over too.
 
     Returns
     -------
     list of (str, str, int)
-        ``(key, path to read, size)`` sorted by key; for a followed link, the
-        path to read is its target's.
-
-    Raises
-    ------
-    GpumrError
-        For a missing source, a source that is not a regular file or folder,
-        a file name that is not UTF-8, two files with one key, or nothing to pack.
-    """
+        ``(key, path to read, size)`` sorted by key; for a followed link, the path to read is its target's."""
     found = {}
     skipped = [] if skipped is None else skipped
     linked = [] if linked is None else linked
@@ -182,28 +160,18 @@ def pack(sources, out, shards=None, shard_size=None, include=(), exclude=(), com
          codec=None, force=False, progress=True, plan=None):
     """Pack files into one SequenceFile, or a directory of ``part-NNNNN.seq`` shards.
 
-    The output is written and published under gpumr's ownership rule
-    (:mod:`gpumr.io.outputs`): complete or not at all, and with ``force`` an
-    existing ``out`` is replaced only if it is an earlier output of this
-    function (a SequenceFile, or a folder of shards, whose headers carry
-    :data:`OWN`), never the current folder, an input or a folder holding
-    one; of an old folder only its own shards are removed. What is packed
-    follows :func:`collect`'s policy.
-
     Parameters
     ----------
     plan : callable, optional
-        Called with the bytes of the files going into each shard (into the
-        one file), before anything is written: it may refuse the plan
-        (``gpumr pack -o URI``: a shard too large to publish there).
+        Called with the bytes of the files going into each shard (into the one file), before anything is written: it
+        may refuse the plan (``gpumr pack -o URI``: a shard too large to publish there).
 
     Returns
     -------
     dict
-        ``files``, ``bytes``, ``shards``, ``seconds``, the output ``paths``,
-        ``skipped`` (``(path, reason)`` pairs), ``linked`` (symbolic links
-        followed) and ``kept`` (an old output folder that held more than its shards, kept, or None).
-    """
+        ``files``, ``bytes``, ``shards``, ``seconds``, the output ``paths``, ``skipped`` (``(path, reason)`` pairs),
+        ``linked`` (symbolic links followed) and ``kept`` (an old output folder that held more than its shards, kept,
+        or None)."""
     from tqdm import tqdm
     skipped, linked = [], []
     sharded = shards is not None or shard_size is not None
@@ -279,26 +247,13 @@ def _read_fd(path, fd, size):
 
 
 def unpack(files, directory, progress=True, force=False, on_refused=None, max_record_size=None):
-    """Write every record of ``files`` as ``directory/<key>``, each file atomically.
-
-    ``max_record_size`` is the reader's size cap (256 MiB by default).
-
-    Nothing is written outside ``directory``, through a symbolic link, or
-    over an existing file (unless ``force``, and then only over a regular
-    file); see :class:`gpumr.io.keyfiles.KeyFiles`. A refused key (and a
-    duplicate key: the first record is kept) is passed to ``on_refused``
-    as a one-line message and the other records are still written.
+    """Write every record of ``files`` as ``directory/<key>``, each file atomically. Raises ``GpumrError``: a refused
+    key, when ``on_refused`` is None.
 
     Returns
     -------
     dict
-        ``records`` and ``bytes`` written, ``refused`` (how many keys).
-
-    Raises
-    ------
-    GpumrError
-        A refused key, when ``on_refused`` is None.
-    """
+        ``records`` and ``bytes`` written, ``refused`` (how many keys)."""
     from tqdm import tqdm
     count = nbytes = refused = 0
     with KeyFiles(directory, force=force) as out:

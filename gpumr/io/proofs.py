@@ -1,26 +1,4 @@
-"""Proofs of authorship, read and written as streams, in memory bounded whatever their size.
-
-A proof (``.NAME.gpumr`` beside an output, ``DIR/.gpumr`` in a folder of
-key files) is the JSON ``{"gpumr": VERSION, "output": COMMAND, "versions":
-[{REL: [SIZE, SHA256], ...}, ...]}`` (see :mod:`gpumr.io.outputs`). One
-output may hold millions of files, so a proof may be large (up to
-:data:`MAX_PROOF`); it is never held whole:
-
-* reading parses it a chunk at a time (:class:`_Scanner`) and keeps, per
-  listed file, 16 bytes: a keyed 8-byte hash of ``(rel, size, sha256)`` (is
-  this content gpumr's?), and 4-byte hashes of ``(rel, size)`` and of
-  ``rel`` (the cheap size check made before any work, and the wording of a
-  refusal). These are sorted arrays (:mod:`numpy`), searched by bisection.
-  Which folders the proof lists is answered for the folders asked about, in
-  one more pass over the file (:meth:`Proof.listed_folders`);
-* writing streams the versions into a temporary file, the earlier versions
-  copied entry by entry from the proof they were read from, and the
-  temporary file is then published whole (:meth:`Proof.save`).
-
-At :data:`MAX_PROOF` (256 MiB, at least 76 bytes per listed file) that is at
-most about 56 MiB of index; a 57 MB proof of 520,000 files took 305 MiB
-and 2.0 s to read as one JSON document, and takes about 8 MiB now.
-"""
+"""Proofs of authorship, read and written as streams, in memory bounded whatever their size."""
 
 import array
 import codecs
@@ -39,8 +17,7 @@ from seqfile.atomic import AtomicFile
 
 from .. import __version__
 from ..errors import GpumrError
-from .remote import kind
-from .remote import READ_FLAGS, locate, shown
+from .remote import READ_FLAGS, kind, locate, shown
 
 #: The largest proof file read or written (about two million files listed); a larger one is not gpumr's.
 MAX_PROOF = 256 * 1024 * 1024
@@ -306,11 +283,9 @@ class Proof:
     output : str
         The command that made the output, e.g. ``"gpumr spark"``.
     versions : list
-        Listings ``{relative path: [size, sha256]}`` (``""`` for a file
-        output itself), newest first: during a replacement, the new one and
-        the old one. A loaded proof's versions stay in its file (they are
-        copied from it when a proof holding them is saved).
-    """
+        Listings ``{relative path: [size, sha256]}`` (``""`` for a file output itself), newest first: during a
+        replacement, the new one and the old one. A loaded proof's versions stay in its file (they are copied from it
+        when a proof holding them is saved)."""
 
     def __init__(self, path, output, versions=(), dir_fd=None):
         self.path = path
@@ -322,10 +297,7 @@ class Proof:
 
     @classmethod
     def load(cls, path, dir_fd=None):
-        """The proof at ``path`` (in open folder ``dir_fd``), None if there is none; GpumrError if not a proof.
-
-        Read as a stream: memory grows by 16 bytes per listed file, never with the file's text.
-        """
+        """The proof at ``path`` (in open folder ``dir_fd``), None if there is none; GpumrError if not a proof."""
         events = _scan(path, dir_fd)
         if events is None:
             return None
@@ -448,8 +420,8 @@ class Proof:
 
     def _copy(self, src, wanted):
         """Each wanted version of the proof file ``src``, written out (less its drops, plus its extras) into a
-        temporary file: one pass over ``src``; ``{index: open temporary file}``. The files have no name (nothing
-        stays behind, whatever ends the process); closed by the reader."""
+        temporary file: one pass over ``src``; ``{index: open temporary file}``. The files have no name (nothing stays
+        behind, whatever ends the process); closed by the reader."""
         files = {}
         events = _scan(*src)
         if events is None:

@@ -1,13 +1,4 @@
-"""Records of one input split, for every engine: each record, or a note of what could not be read.
-
-The engines (mrjob's tasks, Spark's Python workers) read SequenceFiles, at
-local paths or URIs (through :mod:`gpumr.io.remote`, only the byte ranges a
-split needs), with :func:`read_split` and hand each item to the core: a
-:class:`seqfile.reader.Record` is processed, an :class:`Unreadable` record
-becomes one ``error`` output line keyed by its key's bytes, and a
-:class:`Lost` stretch one ``error`` line naming the file and the byte range,
-so nothing is skipped silently.
-"""
+"""Records of one input split, for every engine: each record, or a note of what could not be read."""
 
 import contextlib
 from collections import namedtuple
@@ -27,11 +18,7 @@ SequenceFile) loses a stretch; the records in it cannot be named."""
 
 
 class Unreadable(namedtuple("Unreadable", "name key offset reason")):
-    """One record whose framing is intact but whose key or value cannot be read (or is over the size cap).
-
-    ``key`` is the key's stored bytes (None if even they could not be read),
-    ``offset`` the record's (or its block's) byte offset in ``name``.
-    """
+    """One record whose framing is intact but whose key or value cannot be read (or is over the size cap)."""
 
     __slots__ = ()
 
@@ -57,13 +44,7 @@ def max_record_size_arg(text):
 
 @contextlib.contextmanager
 def open_reader(path, **kwargs):
-    """A :class:`seqfile.Reader` of the SequenceFile at ``path``, a local path or a URI; a context manager.
-
-    The file is opened through the filesystem layer (:func:`gpumr.io.remote.locate`):
-    a local file directly, a remote one by byte ranges (pyarrow; else a
-    ``hadoop fs`` copy). Errors name ``kwargs["name"]`` if given, else ``path``
-    (user-info hidden). ``kwargs`` are the reader's.
-    """
+    """A :class:`seqfile.Reader` of the SequenceFile at ``path``, a local path or a URI; a context manager."""
     loc = remote.locate(path)
     if loc.local is not None:
         with Reader(loc.local, **{"name": kwargs.pop("name", None) or str(path), **kwargs}) as reader:
@@ -87,8 +68,8 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
     Parameters
     ----------
     path : str
-        Local path or URI of the file (a URI is read through :mod:`gpumr.io.remote`,
-        fetching only the byte ranges the split needs).
+        Local path or URI of the file (a URI is read through :mod:`gpumr.io.remote`, fetching only the byte ranges the
+        split needs).
     start, end : int, optional
         The split, with Hadoop's semantics (see :class:`seqfile.Reader`); the whole file by default.
     name : str, optional
@@ -99,10 +80,8 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
     Yields
     ------
     seqfile.reader.Record, Unreadable or Lost
-        In file order. A file that cannot be opened or has no valid header
-        gives one :class:`Lost` covering the whole file, from the split that
-        starts at byte 0 only (so it is reported once over all splits).
-    """
+        In file order. A file that cannot be opened or has no valid header gives one :class:`Lost` covering the whole
+        file, from the split that starts at byte 0 only (so it is reported once over all splits)."""
     name = redact(str(name or path))
     problems = []
 
@@ -141,18 +120,13 @@ def read_split(path, start=0, end=None, name=None, max_record_size=DEFAULT_MAX_R
 def process(processor, items, at=None):
     """Hand every item :func:`read_split` yields to ``processor``; yield the outputs ready.
 
-    The one place an engine turns a split's items into output: a record is
-    fed to the core, an :class:`Unreadable` record and a :class:`Lost`
-    stretch each become their error line.
-
     Parameters
     ----------
     processor : gpumr.core.Processor
     items : iterable
         What :func:`read_split` yields.
     at : callable, optional
-        ``at(offset)`` before each record (progress).
-    """
+        ``at(offset)`` before each record (progress)."""
     for item in items:
         if isinstance(item, Lost):
             yield processor.lost(item)

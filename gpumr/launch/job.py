@@ -1,14 +1,6 @@
-"""The one run skeleton: prepare, submit and gather through the engine, end tasks and abort on failure, publish,
-add up. Written once, as mrjob keeps ``MRJobRunner.run``; an engine gives only how its tasks are submitted and
-ended (:class:`gpumr.engines.base.Engine`).
-
-The outcome's rule, the same on every engine: the output is published when
-the job ran to its end, whatever its records held: a record that could not
-be processed is an ``error`` line of the output, counted and named in the
-summary (exit status 0). A job refused before any task, or that failed, or
-was stopped, publishes nothing and leaves nothing visible (exit status 1,
-or 130 / 143 for SIGINT / SIGTERM: :mod:`gpumr.errors`).
-"""
+"""The one run skeleton: prepare, submit and gather through the engine, end tasks and abort on failure, publish, add
+up. Written once, as mrjob keeps ``MRJobRunner.run``; an engine gives only how its tasks are submitted and ended
+(:class:`gpumr.engines.base.Engine`)."""
 
 import contextlib
 import dataclasses
@@ -21,12 +13,12 @@ from dataclasses import dataclass
 
 from seqfile.atomic import interrupts_held
 
-from ..log import logger, quiet
 from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
 from ..engines.processes import AFTER_SIGNAL, end_processes_in
 from ..engines.start import Start
 from ..io.remote import locate
+from ..log import logger, quiet
 from ..tasks.progress import Display
 
 log = logger(__name__)
@@ -52,20 +44,7 @@ class Result:
 
 @contextlib.contextmanager
 def job_folder():
-    """The job's private folder on this machine (mode 0700), removed whatever happens.
-
-    A job stopped by a signal first ends the processes working for it in
-    the folder (:func:`gpumr.engines.processes.end_processes_in`: SIGTERM,
-    then SIGKILL after :data:`~gpumr.engines.processes.AFTER_SIGNAL`
-    seconds): Flink's gateway JVM, interrupted while it started (it ignores
-    Ctrl-C), made its scratch folders in the job's folder after the folder
-    was removed, and they stayed in TMPDIR.
-
-    The folder is made with signals held (:func:`seqfile.atomic.interrupts_held`):
-    a Ctrl-C as it was made left it in TMPDIR, or left the empty file that
-    Python's ``tempfile`` makes and removes again to test TMPDIR on its first
-    use (2 to 3 runs in 40 with Ctrl-C 0.1-0.45 s after the start).
-    """
+    """The job's private folder on this machine (mode 0700), removed whatever happens."""
     folder = None
     try:
         with interrupts_held():
@@ -92,26 +71,19 @@ def launch(argv, session=None, debug=False, verbosity=None):
     debug : bool
         ``--debug``: frameworks keep their own log.
     verbosity : str, optional
-        ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``.
-    """
+        ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``."""
     with job_folder() as folder, contextlib.ExitStack() as started:  # (what the engine started, closed first)
         if session is None:
             start_early(getattr(argv, "argv", argv), Start.make(folder, debug), started)
-        from .plan import make_plan  # (imported after the early start: it imports numpy, 0.12 s here)
+        from .plan import make_plan  # (imported after the early start: it imports numpy)
         plan = make_plan(argv, folder, verbosity, elsewhere=session is not None, started=started, debug=debug)
         return run(plan, session=session, debug=debug)
 
 
 def start_early(argv, start, started):
     """The engine ``argv`` names exactly (``--engine E``, ``--engine=E``) begins what it can before the launcher
-    imports its plan (:meth:`gpumr.engines.base.Engine.start_early`); nothing where it names none, or one that is
-    not known (the parser says so next).
-
-    What begins here waits for nothing of the plan: the Dask engine's fork
-    server, whose import of Dask (0.7 s here) is what the first worker
-    waits for. The plan's own modules import numpy (0.12 s); the server now
-    starts before them, at 0.1 s of the launcher's life instead of 0.27 s.
-    ``started`` ends what began if the plan is refused.
+    imports its plan (:meth:`gpumr.engines.base.Engine.start_early`); nothing where it names none, or one that is not
+    known (the parser says so next).
 
     Examples
     --------
@@ -171,9 +143,7 @@ def named_bad(stage, parts, counts):
     """The first bad records' keys and reasons, read from the staged parts (for engines whose tasks cannot say)."""
     if not counts.get(BAD):
         return []
-    import json
-
-    from ..tasks.output import key_of  # (here: it imports numpy, which start_early comes before)
+    from ..io.joboutput import parse
     found, read = [], 0
     for rel, (staged, _, _) in sorted(parts.items()):
         if not rel.startswith("part-"):
@@ -182,36 +152,18 @@ def named_bad(stage, parts, counts):
             for raw in f:
                 read += len(raw)
                 if b'"error": ' in raw:
-                    text = raw.decode("utf-8")
-                    value = json.loads(text.partition("\t")[2])
+                    key, value = parse(raw.decode("utf-8"))
                     if "error" in value:
-                        found.append((json.loads(key_of(text)), value["error"]))
+                        found.append((key, value["error"]))
                 if len(found) >= NAMED or read > BAD_SCAN_BYTES:
                     return found
     return found
 
 
 def run_job(job_class, inputs, output_dir, runner="local", extra=(), conf=None):
-    """Run a gpumr job class of ``jobs/`` from Python, through the one launcher.
-
-    Parameters
-    ----------
-    job_class : type
-        ``gpumr.jobs.face_detect.MRFaceDetect`` or ``gpumr.jobs.backproject.MRBackproject``.
-    inputs : list of str
-    output_dir : str
-    runner : str
-        An engine: inline, local, hadoop, emr (or any other of :data:`gpumr.engines.NAMES`).
-    extra : list of str
-        More options of the job.
-    conf : str, optional
-        An mrjob.conf (default: none, ``--no-conf``).
-
-    Returns
-    -------
-    (dict, float)
-        The summed gpumr counters and the wall time in seconds.
-    """
+    """Run the gpumr job class ``job_class`` of ``jobs/`` (``gpumr.jobs.face_detect.MRFaceDetect``...) over ``inputs``
+    into ``output_dir`` on the engine ``runner``, with the job's ``extra`` options and mrjob.conf ``conf`` (default
+    none), through the one launcher; return the summed gpumr counters and the wall time in seconds."""
     args = [*(["-c", conf] if conf else ["--no-conf"])] if runner in ("inline", "local", "hadoop", "emr") else []
     result = launch([job_class.WORKLOAD, *inputs, "-o", output_dir, "--engine", runner, *args, *extra])
     return result.counts, result.seconds

@@ -1,11 +1,6 @@
-"""The options every workload takes on every engine, declared once with their limits.
+"""The options every workload takes on every engine, declared once with their limits."""
 
-Device choice (``--device``, ``--gpu-slots``, ``--gpu-memory``), the job's
-shape (``--reducers``, ``--split-size``) and the record size cap
-(``--max-record-size``). The one parser (:mod:`gpumr.launch.parser`) adds
-them beside the workload's own and the engines'; the launcher checks each
-against its limit once per job (:func:`check_limits`).
-"""
+import argparse
 
 from .. import limits
 from ..core.workload import Option
@@ -65,3 +60,29 @@ def check_limits(workload_cls, o):
         value = option.check(getattr(o, option.dest, None))
         if value is not None:
             setattr(o, option.dest, value)
+
+
+class Checked(argparse.Namespace):
+    """The job's options once the launcher checked them (:attr:`gpumr.launch.plan.Plan.o`): read, never changed."""
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"the job's options are fixed once checked ({name!r} cannot be set)")
+
+    __delattr__ = __setattr__
+
+
+def checked(o):
+    """``o``'s values as :class:`Checked` options.
+
+    Examples
+    --------
+    >>> o = checked(argparse.Namespace(reducers=1))
+    >>> o.reducers
+    1
+    >>> o.reducers = 2
+    Traceback (most recent call last):
+    AttributeError: the job's options are fixed once checked ('reducers' cannot be set)
+    """
+    fixed = Checked.__new__(Checked)
+    fixed.__dict__.update(vars(o))
+    return fixed

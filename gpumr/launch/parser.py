@@ -1,12 +1,4 @@
-"""The one parser of ``gpumr run WORKLOAD``: the workload's options, the shared ones and every engine's, in groups.
-
-``gpumr run WORKLOAD --help`` prints it; the docs' reference is generated
-from it (``docs/_ext/gpumr_argparse.py``); ``python -m gpumr.jobs.X``
-parses with it too. mrjob's runner options (``-c mrjob.conf``,
-``--jobconf``) are declared in it from mrjob's own table and kept as given
-(``mrjob_args``), for an mrjob engine to hand on; any other engine refuses
-them.
-"""
+"""The one parser of ``gpumr run WORKLOAD``: the workload's options, the shared ones and every engine's, in groups."""
 
 import argparse
 from typing import NamedTuple
@@ -38,11 +30,7 @@ def _add(group, options):
 
 
 def run_parser(cls, prog=None):
-    """The parser of ``gpumr run`` for workload class ``cls``.
-
-    Groups: inputs and output; the workload's options; device choice; the
-    job; then one per engine with that engine's own options.
-    """
+    """The parser of ``gpumr run`` for workload class ``cls``."""
     engine_list = engines.all_engines()
     p = Parser(prog=prog or f"gpumr run {cls.name}", description=cls.summary, add_help=True,
                formatter_class=argparse.RawDescriptionHelpFormatter,

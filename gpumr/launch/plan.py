@@ -1,26 +1,21 @@
 """The launcher: a command line in, one checked :class:`Plan` out, the same for every engine.
 
-:func:`make_plan` parses (:mod:`gpumr.launch.parser`), then checks in one
-order, once per job wherever the job runs: the declared limits (reading no
-file), the inputs, the output (:mod:`gpumr.io.outputs`: new, empty, or an
-earlier output of ``gpumr run``), the workload's own checks of the files
-its options name (:meth:`gpumr.Workload.check`), then ships the side files
-by content (:mod:`gpumr.launch.ship`) and cuts the work into tasks. The
-plan is all an engine gets.
-"""
+The limits, inputs, output and the workload's own files are checked once per job, before any task starts, and the
+plan is all an engine gets."""
 
 import argparse
 from dataclasses import dataclass, field
 
 from ..boundary import UsageError
-from ..log import logger
 from ..engines.start import Start
 from ..errors import GpumrError
 from ..io.inputs import expand_sized, require_sequencefiles, splits
 from ..io.outputs import open_output
 from ..io.remote import locate
+from ..log import logger
+from ..tasks.items import Record, Split
 from ..tasks.runtime import Spec
-from .options import check_limits, task_options
+from .options import check_limits, checked, task_options
 from .parser import Parsed, parse_run
 from .ship import fetch, named_ahead, ship
 
@@ -42,13 +37,13 @@ class Plan:
         Where the workload is.
     workload : gpumr.Workload
         An instance, on the launcher's side (its ``check`` and ``plan`` ran).
-    o : argparse.Namespace
-        Every option's value, checked.
+    o : gpumr.launch.options.Checked
+        Every option's value, checked; setting one raises.
     engine : gpumr.engines.base.Engine
     inputs : list of (str, int)
         The input files and their sizes (SequenceFile workloads).
     tasks : list of list
-        Each task's items: ``["split", path, start, end]`` or ``["record", key, value]``.
+        Each task's items (:mod:`gpumr.tasks.items`).
     out : gpumr.io.outputs._Transaction
         The output, checked, not yet begun.
     side : list of gpumr.launch.ship.SideFile
@@ -60,8 +55,7 @@ class Plan:
     folder : str
         The job's private folder on this machine.
     start : gpumr.engines.start.Start
-        How the job's framework processes start.
-    """
+        How the job's framework processes start."""
 
     ref: object
     workload: object
@@ -103,7 +97,9 @@ def verbosity(o):
 
 
 def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None, debug=False):
-    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``).
+    """The checked :class:`Plan` of the command line ``argv`` (``WORKLOAD [INPUT...] -o OUT [options]``). Raises
+    ``GpumrError``: one line, before any task: a usage error, an option out of its limit, a missing or unreadable
+    input, an output gpumr may not replace, a side file that does not check.
 
     Parameters
     ----------
@@ -115,21 +111,13 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     verbosity_given : str, optional
         The ``gpumr`` command's own ``-q``/``-v``, where they were given before ``run``.
     elsewhere : bool
-        The tasks run on a cluster the caller handed in (a SparkContext, a Dask client): ``--device gpu`` is then
-        not refused for want of a GPU on this machine.
+        The tasks run on a cluster the caller handed in (a SparkContext, a Dask client): ``--device gpu`` is then not
+        refused for want of a GPU on this machine.
     started : contextlib.ExitStack, optional
-        Where the engine's early start goes (:meth:`gpumr.engines.base.Engine.start`: an embedded Dask cluster
-        starts while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
+        Where the engine's early start goes (:meth:`gpumr.engines.base.Engine.start`: an embedded Dask cluster starts
+        while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
     debug : bool
-        ``--debug`` (what the engine starts early keeps its frameworks' log).
-
-    Raises
-    ------
-    GpumrError
-        One line, before any task: a usage error, an option out of its
-        limit, a missing or unreadable input, an output gpumr may not
-        replace, a side file that does not check.
-    """
+        ``--debug`` (what the engine starts early keeps its frameworks' log)."""
     from .. import engines
     parsed = argv if isinstance(argv, Parsed) else parse_run(argv)
     argv, ref, cls, parser, o = parsed
@@ -177,14 +165,13 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         workload.check(o)  # the files the options name, once per job
         side = [ship(opt.name, getattr(o, opt.dest), folder, named.get(here[getattr(o, opt.dest)]))
                 for opt, _ in values]
-        workload_ref = list(ref)
+        shipped = None
         if ref.file is not None:  # a user's module, shipped as a side file too
-            module = ship("workload", ref.file, folder, named.get(here[ref.file]))
-            side.append(module)
-            workload_ref[2] = module.name
+            shipped = ship("workload", ref.file, folder, named.get(here[ref.file]))
+            side.append(shipped)
     names = {f.option: f.name for f in side}
-    tasks = ([[["split", path, start, end]] for path, start, end in splits(files, o.split_size)]
-             if cls.input == "seqfile" else [[["record", k, v]] for k, v in workload.plan(o)])
+    tasks = ([[Split(path, start, end)] for path, start, end in splits(files, o.split_size)]
+             if cls.input == "seqfile" else [[Record(k, v)] for k, v in workload.plan(o)])
     if o.device == "gpu" and engine.tasks_here(o) and not elsewhere:
         from ..devices.chooser import require_gpu
         require_gpu()
@@ -193,6 +180,6 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         cache_dir()  # a kernel cache gpumr may not use is said here, once, before any task (gpumr.trusted)
     options = {opt.dest: getattr(o, opt.dest, None) for opt in task_options(cls)}
     options.update({opt.dest: names[opt.name] for opt, _ in values})
-    spec = Spec(workload=workload_ref, options=options, side={f.name: f.size for f in side},
-                verbosity=verbosity_given or verbosity(o))
-    return Plan(ref, workload, o, engine, files, tasks, out, side, spec, extra, folder, start)
+    spec = Spec(workload=list(ref._replace(file=None)), module=shipped and shipped.name, options=options,
+                side={f.name: f.size for f in side}, verbosity=verbosity_given or verbosity(o))
+    return Plan(ref, workload, checked(o), engine, files, tasks, out, side, spec, extra, folder, start)

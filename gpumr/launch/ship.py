@@ -1,15 +1,5 @@
-"""Side files, content-addressed: what every task of a job reads besides its records (a cascade, projections,
-a geometry, a user's module), each shipped under a name made of its content's hash.
-
-Two jobs on one cluster never see each other's files: a different content
-is a different name, the same content the same bytes. Every cache in the
-tasks is keyed by these names (:class:`gpumr.tasks.runtime.Spec`), so a
-worker that built a workload for one job's projections never serves it to
-another's. The launcher checks the file (the workload's ``check``), then keeps its
-shipped copy in the job's own folder (a hard link to a file of yours where it
-can, else a copy) and names it by the hash of what it read; tasks use a copy
-only when its content is what its name holds (:func:`gpumr.tasks.runtime.built`).
-"""
+"""Side files, content-addressed: what every task of a job reads besides its records (a cascade, projections, a
+geometry, a user's module), each shipped under a name made of its content's hash."""
 
 import contextlib
 import hashlib
@@ -38,8 +28,7 @@ class SideFile:
         Its copy in the job's folder, on this machine.
     name : str
         Its content name: ``<sha256, 24 hex digits>-<its file name>``.
-    size : int
-    """
+    size : int"""
 
     option: str
     path: str
@@ -48,9 +37,9 @@ class SideFile:
 
 
 def content_name(path, label=None, stop=None):
-    """``(name, size)`` of the regular file at ``path``: its SHA-256 (24 hex digits), a dash, then ``label``
-    (its file name by default). ``stop``: a :class:`threading.Event` that, once set, ends the reading
-    (:class:`Stopped`) within a chunk (:func:`named_ahead`).
+    """``(name, size)`` of the regular file at ``path``: its SHA-256 (24 hex digits), a dash, then ``label`` (its file
+    name by default). ``stop``: a :class:`threading.Event` that, once set, ends the reading (:class:`Stopped`) within
+    a chunk (:func:`named_ahead`).
 
     Examples
     --------
@@ -84,14 +73,6 @@ class Stopped(Exception):
 def named_ahead(paths):
     """``{path: future}``: each file's :func:`content_name`, read and hashed in a thread while the block runs.
 
-    The launcher checks the side files (each workload's ``check`` reads
-    them whole) while their content names are computed: SHA-256 and the
-    reads run outside the GIL, so on two cores the names cost nothing
-    more (the 125 MB of a 256^3 job's projections: 0.09 s, before its
-    0.2 s check). A block that ends on an error stops the reading within
-    a chunk; a name's own error (a missing file) is raised by its future's
-    ``result()``, in :func:`ship`, as it was raised there before.
-
     Examples
     --------
     >>> import tempfile
@@ -122,18 +103,8 @@ def fetch(loc, folder):
 
 
 def ship(option, value, folder, named=None):
-    """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``.
-
-    A URI is fetched first (through the filesystem layer); a local file of
-    yours is hard-linked, any other copied (another user's file stays theirs
-    to change: the copy holds what was read; and where no link can be made,
-    another filesystem). ``named``: its content name's future (:func:`named_ahead`), else it is computed here.
-
-    Raises
-    ------
-    GpumrError
-        Naming the option and the file: missing, not a regular file, unreadable.
-    """
+    """The :class:`SideFile` of the file ``value`` (a path or URI) names, its copy made in ``folder``. Raises
+    ``GpumrError``: naming the option and the file: missing, not a regular file, unreadable."""
     loc = locate(value)
     os.makedirs(folder, exist_ok=True)
     source = loc.local or fetch(loc, folder)

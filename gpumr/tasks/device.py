@@ -20,8 +20,7 @@ class Device:
     name : str
         ``gpu:N``, as output lines say it.
     simulated : bool
-        Simulated (``GPUMR_SIMULATE_GPUS``): kernels run on the host, by the emulating launcher.
-    """
+        Simulated (``GPUMR_SIMULATE_GPUS``): kernels run on the host, by the emulating launcher."""
 
     def __init__(self, choice):
         self.gpu = choice.gpu
@@ -30,20 +29,15 @@ class Device:
         self.simulated = bool(choice.gpu.simulated)
 
     def module(self, source):
-        """A workload's own CUDA C kernels, compiled for this GPU (nvcc, cached) or, on a simulated GPU, for the
-        host: its functions by ``launcher.function(module, NAME)``.
-
-        ``source`` is the kernels' CUDA C text (kept in the workload's
-        module, so that it travels with it to every task), or the path of a
-        ``.cu`` file every node has.
+        """A workload's own CUDA C kernels, compiled for this GPU (nvcc, cached) or, on a simulated GPU, for the host:
+        its functions by ``launcher.function(module, NAME)``.
 
         Examples
         --------
         In a workload's ``gpu_batch``::
 
             m = device.module(SHARPEN_CU)   # a string of CUDA C in the module
-            fn = device.launcher.function(m, "sharpen")
-        """
+            fn = device.launcher.function(m, "sharpen")"""
         if "__global__" in source:  # the text itself: filed in the kernel cache under its hash
             import hashlib
 

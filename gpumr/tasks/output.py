@@ -1,19 +1,7 @@
 """What a task writes: output lines, arrays as .npy files, sorted runs and the parts merged from them.
 
-Every engine's tasks write through these functions into the output
-transaction's hidden stage (:mod:`gpumr.io.outputs`), each file under a
-name of its own attempt, so that two attempts of one task never write one
-file and the launcher publishes exactly one attempt of each.
-
-- A line is ``json(key)<TAB>json(value)`` (the standard library's JSON, the
-  same bytes on every engine).
-- A result's numpy arrays leave the task as binary ``.npy`` files
-  (``arrays/<key>.<field>.npy``), the line naming each (:func:`encode`).
-- A map task writes its lines sorted (a run), with a sample of keys and
-  their byte offsets; a reduce task merges the runs over a range of keys,
-  reading each run from the sampled offset nearest below the range, one
-  line at a time (memory and reads bounded by the range, not the output).
-"""
+Each file goes into the output's hidden stage under a name of its own attempt, so that two attempts of one task
+never write one file and the launcher publishes exactly one attempt of each."""
 
 import bisect
 import hashlib
@@ -23,6 +11,7 @@ import re
 
 import numpy as np
 
+from ..io.joboutput import key_of
 from ..io.outputs import HashingWriter
 from ..io.remote import locate
 
@@ -35,40 +24,13 @@ ARRAYS = "arrays"
 #: The file an attempt that finished writes beside its arrays, listing them (engines that publish every attempt
 #: that finished, as mrjob's do, publish the arrays listed there).
 ARRAYS_DONE = ".done"
-#: A numpy array of at most this many elements nested inside a result (not a top-level field) becomes a JSON list.
-NESTED_ELEMENTS = 65536
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def _default(value):
-    """JSON for numpy scalars and small nested arrays (``json.dumps``'s ``default``)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray) and value.size <= NESTED_ELEMENTS:
-        return value.tolist()
-    raise TypeError(f"a {type(value).__name__} is not JSON (return numbers, strings, lists, dicts or numpy arrays)")
-
-
-def line(key, value):
-    """One output line, without its newline: ``json(key)<TAB>json(value)``.
-
-    Examples
-    --------
-    >>> line("a.jpg", {"faces": [], "device": "cpu"})
-    '"a.jpg"\\t{"faces": [], "device": "cpu"}'
-    """
-    return json.dumps(key) + "\t" + json.dumps(value, default=_default, allow_nan=False)
-
-
-def key_of(text):
-    """The JSON key of an output line (the text before its tab)."""
-    return text.partition("\t")[0]
-
-
 def array_name(key, field):
-    """The file name of array ``field`` of record ``key``: the key made safe for any filesystem (a hash added where
-    it had to change), then the field: ``z00000.slab.npy``.
+    """The file name of array ``field`` of record ``key``: the key made safe for any filesystem (a hash added where it
+    had to change), then the field: ``z00000.slab.npy``.
 
     Examples
     --------
@@ -96,8 +58,7 @@ class Arrays:
     Attributes
     ----------
     written : list of (str, str, int, str)
-        ``(name in the output, name in the stage, size, sha256)`` of each array written.
-    """
+        ``(name in the output, name in the stage, size, sha256)`` of each array written."""
 
     def __init__(self, stage, attempt):
         self.stage, self.attempt = stage, attempt
@@ -125,13 +86,7 @@ class Arrays:
 
 
 def write_lines(stage, name, lines, samples=0):
-    """Write ``lines`` (str, without newlines) as file ``name`` in ``stage``.
-
-    Returns ``(size, sha256, sample)``, ``sample`` being up to ``samples``
-    ``(key, byte offset)`` pairs of lines spread over the file (a run's
-    index; empty when ``samples`` is 0). ``lines`` may be any iterable;
-    they are written in chunks of :data:`WRITE_CHUNK` bytes.
-    """
+    """Write ``lines`` (str, without newlines) as file ``name`` in ``stage``."""
     offsets = []  # (key, offset) of every line while the file is small, thinned as it grows
     step, count = 1, 0
     with locate(stage).child(name).open_output() as f:
@@ -182,11 +137,7 @@ def _run_lines(stage, name, sample, low, high):
 
 
 def merge(stage, runs, low, high):
-    """The lines of the sorted ``runs`` (``[(name, sample)]``) with keys in ``[low, high)``, merged in order.
-
-    Lines are ordered as wholes (key, then value), as mrjob and Hadoop's
-    sort order them, so every engine writes the same bytes.
-    """
+    """The lines of the sorted ``runs`` (``[(name, sample)]``) with keys in ``[low, high)``, merged in order."""
     return heapq.merge(*(_run_lines(stage, name, sample, low, high) for name, sample in runs))
 
 

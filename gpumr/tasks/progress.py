@@ -1,16 +1,6 @@
 """Progress of a running job, on every engine: tasks report, the launcher shows.
 
-Two sources, summed field by field as the larger of the two: each finished
-task's counts (every engine hands them back), and, for tasks running on
-the launcher's machine, one small file of counts each task rewrites in a
-private folder the launcher made (:attr:`gpumr.tasks.runtime.Spec.progress`),
-both sides under :mod:`gpumr.trusted`. The launcher shows a bar on a
-terminal (tqdm: input bytes, records, bad, on GPU), cleared when the job
-ends however it ends; where stderr is not a terminal (a log, a pipe), a
-line every :data:`LINE_EVERY` seconds with ``-v`` only, so that a job that
-fails, after however long, says its one error line alone
-(:doc:`/concepts/record-path`).
-"""
+What the bar and lines show: :doc:`/concepts/record-path`."""
 
 import logging
 import os
@@ -30,10 +20,7 @@ _WIDTH = 20
 
 
 class TaskProgress:
-    """A task's side: counts kept in memory and written to its progress file now and then.
-
-    Does nothing when ``folder`` is None or not on this machine (a task on another node).
-    """
+    """A task's side: counts kept in memory and written to its progress file now and then."""
 
     def __init__(self, folder=None, every=0.5):
         self.counts = dict.fromkeys(FIELDS, 0)
@@ -106,13 +93,8 @@ class Display:
     label : str
     stream : file, optional
     shown : bool
-        Whether to show anything (nothing where no task can report).
-        stderr by default; a bar on a terminal, plain lines otherwise.
-
-    Notes
-    -----
-    Engines tell it each finished task's counts (:meth:`done`).
-    """
+        Whether to show anything (nothing where no task can report). stderr by default; a bar on a terminal, plain
+        lines otherwise."""
 
     def __init__(self, folder=None, total_bytes=None, label="gpumr", stream=None, shown=True):
         self.folder, self.total, self.label, self.shown = folder, total_bytes, label, shown

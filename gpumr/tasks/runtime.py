@@ -1,16 +1,8 @@
 """The one task runtime: how every task of every engine runs its records.
 
-A task gets the job's :class:`Spec` (made once by the launcher) and its
-items: SequenceFile splits ``["split", path, start, end]`` or the
-workload's own records ``["record", key, value]``. It builds the workload
-once per process (keyed by the spec's content, side files by their
-content's hash), chooses a device per record (:class:`gpumr.core.Processor`),
-writes arrays and lines into the output's stage, and counts. It logs
-through the ``gpumr`` logger at the job's verbosity, so ``-q`` and ``-v``
-reach it on every engine. Engines call :func:`map_task` and
-:func:`reduce_task` (Spark, Dask, RADICAL-Pilot, Flink), or
-:meth:`Task.lines` (mrjob's tasks).
-"""
+A task builds the workload once per process from the job's :class:`Spec`, runs the records of its items
+(:mod:`gpumr.tasks.items`) through :class:`gpumr.core.Processor` and writes their lines into the output's stage, so
+that every engine gives the same output, counters and messages."""
 
 import argparse
 import hashlib
@@ -22,9 +14,11 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..boundary import install
-from ..log import logger, say_once, set_verbosity
 from ..errors import GpumrError
+from ..io.joboutput import line
+from ..log import logger, say_once, set_verbosity
 from . import output
+from .items import Record, Split, describe
 
 log = logger(__name__)
 
@@ -39,24 +33,26 @@ class Spec:
     Attributes
     ----------
     workload : list
-        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]``;
-        a shipped module's ``file`` is its content name (see ``side``).
+        The :class:`gpumr.workloads.Ref` fields ``[name, ref, file, how]`` (``file`` None: a task finds a shipped
+        module by ``module``).
     options : dict
         Every option's value by ``dest``; a side file's value is its content name.
     side : dict
         ``{content name: size}`` of the files shipped to the tasks.
+    module : str or None
+        The content name of the user's module, shipped among ``side``.
     stage : str or None
         The output transaction's hidden stage, which tasks write into.
     verbosity : {"quiet", "info", "debug"}
     progress : str or None
         A folder on the launcher's machine where tasks there report progress.
     job : str
-        The job's token: attempt names and engine keys start with it.
-    """
+        The job's token: attempt names and engine keys start with it."""
 
     workload: list
     options: dict
     side: dict = field(default_factory=dict)
+    module: str = None
     stage: str = None
     verbosity: str = "info"
     progress: str = None
@@ -72,7 +68,7 @@ class Spec:
     @property
     def key(self):
         """What identifies the built workload in a process: everything but where output goes."""
-        return json.dumps([self.workload, self.options, self.side], sort_keys=True)
+        return json.dumps([self.workload, self.module, self.options, self.side], sort_keys=True)
 
 
 def here(name):
@@ -83,10 +79,6 @@ def here(name):
 class SideFiles:
     """How a task finds the side files its engine put on its node: ``find(name)`` is ``name`` in the first of
     ``folders`` that holds it (the first folder where none does, so that the error names where it should be).
-
-    The one finder of every engine: the job's folder (tasks on the launcher's
-    machine), Spark's files folder, the pilot's sandbox, mrjob's cache, the
-    folders Flink puts on the import path.
 
     Examples
     --------
@@ -124,12 +116,7 @@ def _signature(st, path):
 
 def _verified(name, find, size):
     """This node's path of shipped file ``name``, its size and content checked: ``size`` bytes whose SHA-256 its
-    content name holds (:func:`gpumr.launch.ship.content_name`); a copy cut short, changed or swapped is never used.
-
-    The content is read once per process per file (:data:`_CHECKED`, keyed by
-    what ``stat`` says of it, so a file changed since is read again), through
-    the link a framework may show it as (Hadoop's distributed cache).
-    """
+    content name holds (:func:`gpumr.launch.ship.content_name`); a copy cut short, changed or swapped is never used."""
     path = find(name)
     got = os.path.getsize(path) if os.path.isfile(path) else None
     deadline = time.monotonic() + 30
@@ -155,17 +142,20 @@ def _verified(name, find, size):
     return path
 
 
-def _unchanged(paths):
-    """Raise unless every checked side file in ``paths`` is as it was when checked (a workload read it meanwhile)."""
+def _unchanged(paths, sizes):
+    """Raise unless every checked side file in ``paths`` still holds what was checked (a workload read it meanwhile)."""
     for name, path in paths.items():
         if _signature(os.stat(path), path) not in _CHECKED:
-            raise GpumrError(f"the shipped file {name} changed on this node while the task read it")
+            try:
+                _verified(name, lambda _: path, sizes[name])
+            except GpumrError:
+                raise GpumrError(f"the shipped file {name} changed on this node while the task read it") from None
 
 
 def built(spec, find=here):
     """``(o, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
-    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content and paths of its files
-    (a worker serving several jobs keeps the last :data:`KEEP_BUILT`)."""
+    workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content and paths of its files (a worker
+    serving several jobs keeps the last :data:`KEEP_BUILT`)."""
     from ..workloads import Ref, load
     paths = {name: find(name) for name in spec.side}
     key = json.dumps([spec.key, paths], sort_keys=True)
@@ -175,7 +165,7 @@ def built(spec, find=here):
         return got
     ref = Ref(*spec.workload)
     paths = {name: _verified(name, find, size) for name, size in spec.side.items()}
-    cls = load(ref, paths.get(ref.file) if ref.file else None)
+    cls = load(ref, paths[spec.module] if spec.module else None)
     o = argparse.Namespace(**spec.options)
     for opt in cls.options:
         value = getattr(o, opt.dest, None)
@@ -183,7 +173,7 @@ def built(spec, find=here):
             setattr(o, opt.dest, paths[value])
     workload = cls()
     workload.setup(o)
-    _unchanged(paths)  # (what setup read is what was checked)
+    _unchanged(paths, spec.side)  # (what setup read is what was checked)
     while len(_BUILT) >= KEEP_BUILT:
         _BUILT.pop(next(iter(_BUILT)))
     _BUILT[key] = (o, workload)
@@ -211,8 +201,7 @@ class Task:
         The gpumr counters, complete once the items are done.
     bad : list of (str, str)
         The first :data:`BAD_NAMED` bad records' keys and reasons.
-    arrays : gpumr.tasks.output.Arrays
-    """
+    arrays : gpumr.tasks.output.Arrays"""
 
     def __init__(self, spec, find=here, gpus=None, attempt=None, count=None):
         install()
@@ -241,7 +230,7 @@ class Task:
         if device != "cpu" and self._simulated:
             value["simulated"] = True
         try:
-            return output.line(key, value)
+            return line(key, value)
         except (TypeError, ValueError) as exc:
             from ..core.badrecord import BadRecord
             raise BadRecord(f"the result is not JSON: {exc}") from None
@@ -277,19 +266,17 @@ class Task:
     def feed(self, item):
         """Yield the output lines of one item (a split's records, or one record) that are ready."""
         from ..io.records import process, read_split
-        kind = item[0]
-        if kind == "record":
-            yield from self._named(self._processor.feed(item[1], item[2]))
-        elif kind == "split":
-            _, path, start, end = item
+        if isinstance(item, Record):
+            yield from self._named(self._processor.feed(item.key, item.value))
+        elif isinstance(item, Split):
             done = self.progress.counts["input bytes"]
-            records = read_split(path, start, end, path, max_record_size=self.o.max_record_size)
+            records = read_split(item.path, item.start, item.end, item.path, max_record_size=self.o.max_record_size)
             yield from self._named(process(self._processor, records,
-                                           at=lambda at: self.progress.set_bytes(done + at - start)))
-            if end is not None:
-                self.progress.set_bytes(done + end - start)
+                                           at=lambda at: self.progress.set_bytes(done + at - item.start)))
+            if item.end is not None:
+                self.progress.set_bytes(done + item.end - item.start)
         else:
-            raise GpumrError(f"a task item of unknown kind {kind!r}")
+            raise GpumrError(f"a task item of unknown kind {type(item).__name__}")
 
     def refuse(self, key, reason):
         """The error line of a record that cannot be given to the workload (counted as bad)."""
@@ -304,7 +291,7 @@ class Task:
             self.progress.close()
 
     def lines(self, items):
-        """Yield the output line (:func:`gpumr.tasks.output.line`) of every record of ``items`` (splits or
+        """Yield the output line (:func:`gpumr.io.joboutput.line`) of every record of ``items`` (splits or
         records), each exactly once."""
         self.open()
         ended = False
@@ -326,18 +313,13 @@ class Task:
                 continue
             if len(self.bad) < BAD_NAMED:
                 self.bad.append((key, value["error"]))
-            yield output.line(key, value)
+            yield line(key, value)
 
 
 
 class Said:
     """The workload as a task's processor runs it: each record's decode and computation inside
-    :func:`gpumr.tasks.stderr.captured`, so what a library writes to fd 2 meanwhile is the record's.
-
-    A record refused (:class:`gpumr.core.badrecord.BadRecord`) gets it in its error
-    line (``not a decodable image (PNG input buffer is incomplete)``); any
-    other record, a debug line naming it. Everything else is the workload's own.
-    """
+    :func:`gpumr.tasks.stderr.captured`, so what a library writes to fd 2 meanwhile is the record's."""
 
     def __init__(self, workload):
         self.workload = workload
@@ -389,13 +371,10 @@ def _said(keys, text):
 
 def map_task(spec, index, items, sort, find=here, gpus=None):
     """Run one task over ``items``; write its lines into the stage as this attempt's file; return what the launcher
-    needs: the file (``name``, ``size``, ``sha``), its key ``sample`` (sorted runs), ``counts``, ``bad``, ``arrays``.
-
-    ``sort``: write the lines sorted (a run a reduce task merges), else as a part of its own.
-    """
+    needs: the file (``name``, ``size``, ``sha``), its key ``sample`` (sorted runs), ``counts``, ``bad``, ``arrays``."""
     t0 = time.perf_counter()
     task = Task(spec, find, gpus)
-    log.debug("task %d started: %s", index, describe_items(items))
+    log.debug("task %d started: %s", index, describe(items))
     lines = task.lines(items)
     if sort:
         lines = sorted(lines)
@@ -415,10 +394,3 @@ def reduce_task(spec, index, runs, low, high):
     return {"index": index, "name": name, "size": size, "sha": sha}
 
 
-def describe_items(items):
-    """A few words on a task's items, for its log lines."""
-    if items and items[0][0] == "split":
-        _, path, start, end = items[0]
-        more = f" and {len(items) - 1} more" if len(items) > 1 else ""
-        return f"{path} bytes {start}-{end}{more}"
-    return f"{len(items)} record{'s' if len(items) != 1 else ''}"

@@ -1,21 +1,4 @@
-"""What a record's own code writes to file descriptor 2, captured: a library's message becomes the record's.
-
-Libraries a workload calls write to the process's fd 2 themselves, under
-gpumr's logger (libpng's ``libpng error: ...`` and OpenCV's ``[ WARN:0@...]``
-lines for a truncated PNG): on a terminal, such a line names no record and
-shows through ``-q``. The task runtime runs each record's decode and
-computation inside :func:`captured`, which points fd 2 at a private
-in-memory file for the block and hands back what was written there, to go
-into the record's error line or a debug line naming it.
-
-Fd 2 belongs to the whole process. Blocks of several threads may overlap
-(a Dask worker of several threads): the first to begin points fd 2 at the
-file, the last to end points it back, and each block gets what was written
-while it ran (where blocks overlap, what any of them wrote). Lines in
-gpumr's own format (``gpumr: ...``, and a progress bar's ``\\r`` updates),
-which another thread may write meanwhile, are not a record's: they go on
-to the real fd 2 when the block ends.
-"""
+"""What a record's own code writes to file descriptor 2, captured: a library's message becomes the record's."""
 
 import os
 import re
@@ -109,8 +92,8 @@ _OPENCV = re.compile(r"^\[\s*\w+:\d+@[\d.]+\]\s+(?:global\s+)?\S+:\d+\s+\S+\s+")
 
 
 def said(data):
-    """What a block captured (bytes), as one line: each non-empty line stripped, OpenCV's log prefixes dropped,
-    joined by semicolons; "" for nothing.
+    """What a block captured (bytes), as one line: each non-empty line stripped, OpenCV's log prefixes dropped, joined
+    by semicolons; "" for nothing.
 
     Examples
     --------
@@ -126,7 +109,7 @@ def said(data):
     return text if len(text) <= SAID_CHARS else text[:SAID_CHARS - 3] + "..."
 
 
-class captured:  # noqa: N801 (used as a function: ``with captured() as text``)
+class captured:
     """Point fd 2 at a private file for the block; give a list that then holds what was written to it (:func:`said`:
     one line, "" for nothing), gpumr's own lines let through.
 

@@ -1,11 +1,5 @@
 """The watershed segmentation of one grey image, as scikit-image's gallery separates touching objects.
 
-Foreground by Otsu's threshold; the Euclidean distance of each foreground
-pixel to the background; markers at the distance's local maxima
-(``peak_local_max`` within each connected foreground region); then
-``watershed`` of the negated distance from those markers, within the
-foreground. Every step is scipy's or scikit-image's.
-
 Examples
 --------
 >>> import numpy as np
@@ -30,8 +24,7 @@ def segment(gray, min_distance=1, footprint=3, dark=False):
     footprint : int
         Side of the square neighbourhood a marker is the maximum of.
     dark : bool
-        The objects are darker than the background (the foreground is at or below Otsu's threshold).
-    """
+        The objects are darker than the background (the foreground is at or below Otsu's threshold)."""
     from scipy import ndimage as ndi
     from skimage.feature import peak_local_max
     from skimage.filters import threshold_otsu

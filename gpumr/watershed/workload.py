@@ -1,12 +1,4 @@
-"""Watershed segmentation as a gpumr workload: ``gpumr run watershed`` (CPU only).
-
-Written on the public contract (:class:`gpumr.Workload`), as a user's own
-CPU-only workload would be. Each record's image is decoded (colour) and made
-grey by ``skimage.color.rgb2gray`` (values in [0, 1]), then segmented
-(:func:`gpumr.watershed.segment.segment`). Output value: ``{"regions": N,
-"areas": [pixels of region 1, ..., of region N], "device": "cpu"}``, equal
-to the direct calls.
-"""
+"""Watershed segmentation as a gpumr workload: ``gpumr run watershed`` (CPU only)."""
 
 from .. import limits
 from ..core.workload import Option, Workload

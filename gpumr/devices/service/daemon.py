@@ -15,14 +15,9 @@ from .transport import BACKLOG, IDLE_TIMEOUT, MAX_CONNECTIONS, Server
 
 
 def clear_stale_socket(path):
-    """Remove ``path`` if it is a socket that no server answers on; refuse anything else.
-
-    Raises
-    ------
-    GpumrError
-        When ``path`` is not a socket (a user's file is never removed), or a
-        server answers there (or might: it does not refuse the connection).
-    """
+    """Remove ``path`` if it is a socket that no server answers on; refuse anything else. Raises ``GpumrError`` when
+    ``path`` is not a socket (a user's file is never removed), or a server answers there (or might: it does not refuse
+    the connection)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -72,9 +67,8 @@ def make_server(scheduler, path=None, tcp_port=None, mode=None, backlog=BACKLOG,
     Parameters
     ----------
     mode : int, optional
-        Permissions of the socket file; by default they follow the umask
-        (``0777 & ~umask``) and the folder decides who may reach it.
-    """
+        Permissions of the socket file; by default they follow the umask (``0777 & ~umask``) and the folder decides
+        who may reach it."""
     if tcp_port is not None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

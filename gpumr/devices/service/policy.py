@@ -6,7 +6,6 @@ import random
 import secrets
 import time
 
-
 from .. import nvml as _nvml
 from .. import protocol as P
 from ..free import check
@@ -30,10 +29,8 @@ class Scheduler:
     refresh : float
         Seconds a ``discover()`` answer is reused.
     leases : gpumr.devices.leases.LockFileLeases, optional
-        The node's lock-file leases: each granted lease holds a slot's lock
-        file, and slots held by others are not granted. Without it (tests of
-        the policies) slots are counted in memory only.
-    """
+        The node's lock-file leases: each granted lease holds a slot's lock file, and slots held by others are not
+        granted. Without it (tests of the policies) slots are counted in memory only."""
 
     def __init__(self, discover, policy="least-processes", slots=1, siblings=None, rng=None, refresh=0.2,
                  leases=None):
@@ -91,13 +88,8 @@ class Scheduler:
         return min(eligible, key=lambda e: (e[1], e[0].index))[0]
 
     def try_acquire(self, memory=0, owner=None, pid=None):
-        """Grant a lease now: ``(gpu index, lease id)``.
-
-        Raises
-        ------
-        RequestError
-            Code ``no-gpu`` when the node has no GPU, ``no-gpu-free`` when none is eligible.
-        """
+        """Grant a lease now: ``(gpu index, lease id)``. Raises ``RequestError``: code ``no-gpu`` when the node has no
+        GPU, ``no-gpu-free`` when none is eligible."""
         if not self._snapshot():
             raise RequestError("this node has no GPU", P.NO_GPU)
         eligible = self._eligible(memory)
@@ -117,11 +109,7 @@ class Scheduler:
         raise RequestError("no GPU is free", P.NO_GPU_FREE)
 
     def acquire(self, memory=0, block=False, timeout=None, owner=None, pid=None, poll=0.05):
-        """:meth:`try_acquire`, waiting up to ``timeout`` seconds (None: forever) when ``block``.
-
-        For callers in one thread outside the server (the server keeps
-        blocking requests as waiters instead).
-        """
+        """:meth:`try_acquire`, waiting up to ``timeout`` seconds (None: forever) when ``block``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:

@@ -9,7 +9,6 @@ import selectors
 import socket
 import time
 
-
 from ...errors import GpumrError
 from .. import protocol as P
 from ..protocol import RequestError, peer_credentials
@@ -30,13 +29,8 @@ FDS_PER_SEND = 16
 
 
 def parse(line):
-    """One request line -> a checked request dict.
-
-    Raises
-    ------
-    RequestError
-        With the code saying what is wrong (``bad-json``, ``bad-request``, ``unknown-op``).
-    """
+    """One request line -> a checked request dict. Raises ``RequestError`` with the code saying what is wrong
+    (``bad-json``, ``bad-request``, ``unknown-op``)."""
     try:
         req = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -88,8 +82,7 @@ class Server:
         The socket path, or ``(host, port)`` actually bound.
     max_connections : int
     idle_timeout : float
-        Seconds a connection holding no lease and waiting for nothing may stay silent.
-    """
+        Seconds a connection holding no lease and waiting for nothing may stay silent."""
 
     def __init__(self, scheduler, listener, address, max_connections=MAX_CONNECTIONS, idle_timeout=IDLE_TIMEOUT,
                  identity=None):
@@ -341,11 +334,7 @@ class Server:
                 self._process(conn)  # requests that came in behind the blocking one
 
     def _grant(self, gpu, lease):
-        """The reply granting ``lease`` and, over a Unix socket, a copy of its slot's lock to send with it.
-
-        The copy is ours to close once sent (or when the connection closes
-        first), whatever happens to the lease meanwhile.
-        """
+        """The reply granting ``lease`` and, over a Unix socket, a copy of its slot's lock to send with it."""
         reply = dict(ok=True, gpu=gpu, lease=lease)
         fd = self.scheduler.claim(lease) if self._unix else None
         if fd is None:

@@ -1,27 +1,13 @@
 """The Dask engine: a job's tasks on ``dask.distributed``, an embedded ``LocalCluster`` or a running scheduler.
 
-Run::
-
-    gpumr run faces frames.seq/ -o out/ --engine dask [--workers N]
-    gpumr run faces /shared/frames.seq -o /shared/out --engine dask --scheduler tls://HOST:8786
-
-An embedded cluster (:mod:`.cluster`) takes only the job's own connections
-(TLS, a certificate made for the job) and its workers read the side files
-where the launcher keeps them; a running cluster's workers (SLURM through
-dask-jobqueue: :doc:`/how-to/slurm`; Kubernetes) get them streamed under
-their content names (:mod:`.sidefiles`) and must reach the inputs and the output
-(a shared filesystem or URIs). With ``--device gpu``, tasks ask for one unit
-of the workers' ``GPU`` resource where workers declare one. A failed or
-stopped job cancels its tasks and waits for them to end (an embedded
-cluster is stopped) before the stage is dropped.
-"""
+SLURM through dask-jobqueue: :doc:`/how-to/slurm`."""
 
 import contextlib
 import time
 
-from ...log import logger, silence
 from ...core.workload import Option
 from ...errors import GpumrError, redact
+from ...log import logger, silence
 from ..mapreduce import Pool, PoolEngine
 from ..processes import children_deaf
 from .cluster import Starting, close, embedded, embedded_workers, end_fork_server, fork_server_for
@@ -87,23 +73,15 @@ class DaskEngine(PoolEngine):
 
     def start_early(self, argv, module, start, started):
         """The fork server (see :meth:`start`) starts as the launcher begins (:func:`gpumr.launch.job.start_early`),
-        before it imports the plan, the workload and numpy: its imports are what the first worker waits for. Not
-        for ``--scheduler`` (a running cluster's workers) or ``--dry-run`` (nothing runs)."""
+        before it imports the plan, the workload and numpy: its imports are what the first worker waits for. Not for
+        ``--scheduler`` (a running cluster's workers) or ``--dry-run`` (nothing runs)."""
         if any(a in ("--scheduler", "--dry-run") or a.startswith("--scheduler=") for a in argv):
             return
         started.callback(end_fork_server)
         fork_server_for(module, start)
 
     def start(self, o, workload, start, started):
-        """An embedded cluster starts here, in a thread, while the launcher reads and checks the side files.
-
-        The fork server its workers are forked from starts first (if
-        :meth:`start_early` did not), importing Dask, the task runtime and a
-        built-in workload's module beside the launcher's own import of Dask,
-        which happens in this thread: imported in the other, it held the GIL
-        the checks need. ``started`` closes the cluster if the plan is
-        refused after this.
-        """
+        """An embedded cluster starts here, in a thread, while the launcher reads and checks the side files."""
         if o.scheduler is not None:
             return
         started.callback(end_fork_server)  # (registered first: it ends a server that a Ctrl-C cut short too)
@@ -185,14 +163,7 @@ class DaskPool(Pool):
             yield future.result()
 
     def end(self, exc):
-        """Stop every task of the job, so that none writes into the stage once it is dropped.
-
-        An embedded cluster is stopped on the way out, its workers with it. On
-        a running one, a cancelled task leaves the scheduler's ``processing``
-        at once while its worker's thread runs it to its end (Dask cannot stop
-        a running thread), so the wait is for the workers to say that none of
-        the job's tasks still executes (at most :data:`END_TASKS_TIMEOUT` seconds).
-        """
+        """Stop every task of the job, so that none writes into the stage once it is dropped."""
         if self.embedded:
             return
         self.client.cancel(self.futures, force=True)

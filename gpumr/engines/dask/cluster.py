@@ -1,17 +1,5 @@
 """The Dask engine's embedded cluster: a ``LocalCluster`` of this machine whose ports take only the job's own
-connections, its workers forked from a fork server that started through the job's :class:`gpumr.engines.start.Start`.
-
-Every listener of the cluster (scheduler, nannies, workers) speaks TLS with
-a certificate made for the job and held in memory (Dask's
-``Security.temporary()``): a peer without the job's key, another local user
-among them, cannot connect, so nobody else can ask the cluster to run code.
-No dashboard runs; the HTTP servers Dask starts anyway serve no route. The
-workers are forked from multiprocessing's fork server (Dask, the task
-runtime and a built-in workload's module imported already), which started in
-the job's private folder with the allowed environment and an import path
-without the current folder; each worker then works in the job's folder
-(:func:`dask_setup`, Dask's worker preload).
-"""
+connections, its workers forked from a fork server that started through the job's :class:`gpumr.engines.start.Start`."""
 
 import contextlib
 import logging
@@ -43,14 +31,7 @@ def dask_setup(worker):
 
 
 def embedded(o, workload, start):
-    """``(cluster, client)``: a new embedded ``LocalCluster`` of this machine and a client of it.
-
-    Its scratch is in the job's folder (``start.folder``); its settings are
-    :data:`EMBEDDED_CONFIG`; every port speaks TLS with a certificate made
-    for this job. The caller blocks SIGINT meanwhile
-    (:func:`gpumr.engines.processes.children_deaf`): the workers must not hear
-    a terminal's Ctrl-C (each would print its traceback), the launcher ends them.
-    """
+    """``(cluster, client)``: a new embedded ``LocalCluster`` of this machine and a client of it."""
     fork_server_for(type(workload).__module__, start)  # (started by DaskEngine.start already, where it planned)
     import dask
     from distributed import Client, LocalCluster
@@ -75,14 +56,8 @@ def fork_server_for(module, start=None):
 
 
 def close(client, cluster):
-    """Close a client, then its cluster (either may be None), then the fork server its workers came from; a part
-    that fails to close is passed over.
-
-    The server ends only once a cluster has closed: without one (a Ctrl-C
-    while the launcher waited for the cluster's start), a worker may be
-    still starting, and without its server it failed and printed its
-    traceback; the start's own close, or the launcher's, ends it then.
-    """
+    """Close a client, then its cluster (either may be None), then the fork server its workers came from; a part that
+    fails to close is passed over."""
     for part in (client, cluster):
         if part is not None:
             with contextlib.suppress(Exception):
@@ -106,14 +81,8 @@ def embedded_workers(o, workload):
 
 class Starting:
     """A part of an engine started in a thread while the launcher plans (:meth:`gpumr.engines.base.Engine.start`):
-    :meth:`take` hands it over once made; :meth:`close` closes it (``close(made)``) if nobody took it, after
-    waiting for its start to end.
-
-    The thread blocks SIGINT (:func:`children_deaf`), and so do the threads
-    and processes it starts. The waits are on an event, not
-    ``Thread.join``: Python 3.11's join, cut by a Ctrl-C, marks the thread as
-    ended while it still runs (bpo-45274's repair), and a second join then
-    returns at once.
+    :meth:`take` hands it over once made; :meth:`close` closes it (``close(made)``) if nobody took it, after waiting
+    for its start to end.
 
     Examples
     --------
@@ -175,23 +144,6 @@ class Starting:
 def fork_server(preload, start=None):
     """Start multiprocessing's fork server now, with ``preload`` imported, deaf to Ctrl-C like what it forks.
 
-    An engine whose framework starts its worker processes through
-    multiprocessing (Dask's nanny, with ``multiprocessing-method:
-    forkserver``) then forks each worker from a Python that has imported
-    them already, instead of spawning one that imports them again: a Dask
-    worker spawned by the launcher of a CT job took 0.3-0.4 s to import Dask
-    before its first task. Started before the launcher imports the
-    framework itself, the server's imports run beside the launcher's, on
-    another core. A server already running is kept, with its own preload.
-    The one started here ends at :func:`end_fork_server`, or with this
-    process (it reads the end of a pipe only this process and its children
-    hold). It starts through the job's :class:`gpumr.engines.start.Start`
-    (``start``): in the job's folder, with the allowed environment and an
-    import path without the current folder, which the workers it forks keep.
-
-    A module of ``preload`` that does not import is passed over by the
-    server (multiprocessing's rule); the workers then import it themselves.
-
     Examples
     --------
     >>> import multiprocessing
@@ -238,13 +190,6 @@ def _short_socket_folder():
 
 def end_fork_server():
     """End the fork server :func:`fork_server` started, at once (its workers gone); the next one starts anew.
-
-    Left to end with this process, it ended 0.09 s after it, tearing down
-    the modules it had imported, and held this process's stdout and stderr
-    meanwhile: whoever reads them through a pipe (a script, CI, ``| tee``)
-    waited that long for the job. SIGTERM ends it without the tear-down (it
-    has no handler for it). A fork server that this process started for its
-    own ends is left as it is.
 
     Examples
     --------

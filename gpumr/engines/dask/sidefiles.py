@@ -1,25 +1,5 @@
 """Side files to a running Dask cluster's workers (``--scheduler``): streamed a chunk at a time under their content
-names, kept by each worker for the next job, fetched from another worker by one that joins later.
-
-Dask's ``Client.upload_file``, which gpumr used before, is made for a small
-module: it reads the whole file into memory twice and registers it as two
-plugins whose bytes the scheduler keeps for as long as it runs (and sends to
-every worker that ever joins), one pair per job. A 256^3 CT job's 125 MB of
-projections took 4.9 s to ship that way and left 245 MB more in the
-scheduler after every job. Here the launcher asks the workers which of them
-hold the file already (a second job of the same projections ships nothing),
-sends the others :data:`CHUNK` bytes at a time (``Client.run``: those
-125 MB in 0.6 s), and each worker writes them through
-:class:`seqfile.atomic.AtomicFile` and publishes its copy only once its size
-and SHA-256 match the content name (:mod:`gpumr.launch.ship`): a task never
-opens a copy cut short, and two jobs shipping the same file to one worker
-publish the same bytes. Nothing is left on the scheduler. A worker that
-joins after the launcher shipped (dask-jobqueue starts workers as their
-batch jobs begin) fetches the file from one that holds it, a chunk at a
-time, when its first task asks for it (:func:`found`). The copies are in
-each worker's own folder (``local_directory``), which Dask removes when the
-worker ends.
-"""
+names, kept by each worker for the next job, fetched from another worker by one that joins later."""
 
 import contextlib
 import functools
@@ -33,7 +13,7 @@ from seqfile.atomic import AtomicFile
 
 from ...errors import GpumrError
 
-#: Bytes of a side file sent in one message (8 MiB shipped 125 MB in 0.62 s here, 4 MiB in 1.10 s, 32 MiB in 1.64 s).
+#: Bytes of a side file sent in one message (the fastest of those tried: docs/lab-notes/code-figures.rst).
 CHUNK = 8 << 20
 #: Seconds between two looks for a worker, while a running cluster has none yet.
 WORKER_POLL = 0.5
@@ -46,18 +26,8 @@ _fetching = threading.Lock()  # (on a worker) one task at a time fetches a missi
 
 def ship(client, sides, timeout):
     """Put every side file of ``sides`` (:class:`gpumr.launch.ship.SideFile`) on the cluster's workers; the tasks'
-    ``find(name)`` (:func:`found`, told which workers hold each file).
-
-    Waits for a first worker where the cluster has none yet (Ctrl-C stops
-    the wait). Each call into the cluster is given ``timeout`` seconds. A
-    worker that fails to take a copy is passed over (its tasks fetch the file
-    from another); with no worker holding a file, the job ends in one line.
-
-    Raises
-    ------
-    GpumrError
-        No worker took the file's copy, or the scheduler did not answer.
-    """
+    ``find(name)`` (:func:`found`, told which workers hold each file). Raises ``GpumrError``: no worker took the
+    file's copy, or the scheduler did not answer."""
     workers = _workers(client, timeout)
     holders = {}
     for side in sides:
@@ -177,14 +147,9 @@ def _read(name, offset, n, dask_worker=None):
 
 
 def found(holders, name):
-    """This worker's copy of the shipped file ``name``: the one the launcher sent, or, on a worker that joined
-    after that, one fetched now from a worker that holds it (``holders``: name -> (size, their addresses)).
-
-    Raises
-    ------
-    GpumrError
-        No worker that held the file could send it.
-    """
+    """This worker's copy of the shipped file ``name``: the one the launcher sent, or, on a worker that joined after
+    that, one fetched now from a worker that holds it (``holders``: name -> (size, their addresses)). Raises
+    ``GpumrError``: no worker that held the file could send it."""
     from distributed import get_client, get_worker
     worker = get_worker()
     path = os.path.join(worker.local_directory, name)
@@ -223,9 +188,6 @@ def _fetch(client, peer, path, name, size):
 
 def bounded(call, timeout, what):
     """``call()`` given at most ``timeout`` seconds, else one line: ``what`` did not answer.
-
-    A peer that accepts a connection and never answers would hold the job
-    for ever; the call goes on in a daemon thread, which exit drops.
 
     Examples
     --------

@@ -1,38 +1,15 @@
-"""The Flink engine: a job's tasks as a PyFlink DataStream job in BATCH mode, on Flink's embedded cluster or a
-running one.
+"""The Flink engine: a job's tasks as a PyFlink DataStream job in BATCH mode, on Flink's embedded cluster or a running
+one.
 
-Run::
-
-    gpumr run faces frames.seq/ -o out/ --engine flink [--parallelism N]
-    gpumr run faces /shared/frames.seq -o /shared/out --engine flink --jobmanager HOST:8081
-
-Each phase is one Flink job: the calls' indices are a bounded source,
-spread over ``--parallelism`` subtasks, and the task function is a map in
-Python workers of their own (processes, also on the embedded cluster), whose
-results the launcher collects. Side files reach a running cluster's workers
-with the job (``add_python_file``). A failed subtask (a killed worker) ends the job in one
-line, nothing published: Flink's collect sink cannot take a restarted job's
-results without checkpoints (:data:`RESTARTS`). With ``--device gpu``
-the map asks for Flink's ``gpu`` external resource, so that it runs only
-in task slots of TaskManagers that declare GPUs (the embedded cluster
-declares this machine's).
-
-PyFlink's gateway (a JVM the launcher drives through Py4J) takes no
-authentication, nor do the embedded cluster's own ports: on a node that
-other people use, the job is refused unless the user accepts that
-(``--allow-open-ports``; :mod:`gpumr.engines.start`). The gateway starts
-through the job's :class:`~gpumr.engines.start.Start` without secrets in its
-environment (Flink logs the environment of the Python processes it starts);
-Flink's own log goes to the job's log folder. :doc:`/how-to/flink`.
-"""
+How to run it: :doc:`/how-to/flink`."""
 
 import contextlib
 import os
 import sys
 
-from ...signals import interrupt_with
 from ...core.workload import Option
 from ...errors import GpumrError
+from ...signals import interrupt_with
 from ..jvm import failure, quiet_interrupt
 from ..mapreduce import Pool, PoolEngine, answer, answered
 from ..processes import workers_here
@@ -194,10 +171,6 @@ def _gpu_group():
 @contextlib.contextmanager
 def scratch_in(folder):
     """Python's default scratch folder (:func:`tempfile.gettempdir`) is ``folder`` for the block, then as it was.
-
-    For frameworks that make scratch folders of their own and leave them
-    (PyFlink's gateway, and ``from_collection``, which removes its file but
-    not the ``tmpXXXXXXXX`` folder it made): in the job's folder they go with it.
 
     Examples
     --------

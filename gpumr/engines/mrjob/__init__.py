@@ -1,17 +1,6 @@
 """mrjob's runners as engines: ``inline``, ``local``, ``hadoop`` (Hadoop Streaming) and ``emr``.
 
-The launcher's tasks become task files (gzipped, one item per line, so
-that each file is exactly one map task on every runner); mrjob's runner,
-made without an ``MRJob`` (:func:`gpumr.engines.mrjob.runner.make_runner`),
-runs the task script (:mod:`gpumr.engines.mrjob.task`; the inline runner
-its code in this process) over them with the job's spec shipped as a file
-and the side files through its upload (Hadoop's distributed cache), and
-writes the sorted parts into ``job/`` in the output's stage. mrjob's own
-options (``-c mrjob.conf``, ``--jobconf``, ``--hadoop-streaming-jar``,
-...), declared in gpumr's parser from mrjob's table, go to the runner as
-given; its scratch files go in the job's private folder. Hadoop: :doc:`/how-to/hadoop`; EMR:
-:doc:`/how-to/emr`.
-"""
+Hadoop: :doc:`/how-to/hadoop`; EMR: :doc:`/how-to/emr`."""
 
 import contextlib
 import glob
@@ -23,16 +12,26 @@ import shutil
 import sys
 
 from ...boundary import UsageError
-from ...log import relay_task_lines, task_error
 from ...core.workload import Option
 from ...errors import GpumrError, redact, redact_settings
 from ...io.remote import locate
+from ...log import relay_task_lines, task_error
+from ...tasks.items import to_json
 from ..base import Engine, Outcome
 from ..processes import workers_here
 from .configs import emr_options, named_configs
 from .messages import Said, emr_lines, framework_error, mrjob_said
-from .runner import (emr_plan, limit_sim_reducers, local_scratch, make_runner, python_bin, run_on_threads,
-                     runner_settings, runner_switches, settings)
+from .runner import (
+    emr_plan,
+    limit_sim_reducers,
+    local_scratch,
+    make_runner,
+    python_bin,
+    run_on_threads,
+    runner_settings,
+    runner_switches,
+    settings,
+)
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
@@ -111,7 +110,7 @@ class MRJobEngine(Engine):
         paths = [os.path.join(folder, f"tasks-{f:05d}.gz") for f in range(max(1, n))]
         for f, path in enumerate(paths):  # (the plan's tasks dealt in turn)
             with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
-                out.writelines(json.dumps(item) + "\n" for items in plan.tasks[f::len(paths)] for item in items)
+                out.writelines(to_json(item) + "\n" for items in plan.tasks[f::len(paths)] for item in items)
         return paths
 
     def _config(self, plan):
@@ -140,7 +139,7 @@ class MRJobEngine(Engine):
         if self.name == "hadoop":
             ours["cleanup_on_failure"] = ["ALL"]  # (a failed job leaves no scratch)
         # Tasks on this machine read the side files where the launcher keeps them (mrjob copied each into its
-        # cache: 125 MB, 0.04 s and as much disk); elsewhere they are shipped, named by content already.
+        # cache, time and as much disk again); elsewhere they are shipped, named by content already.
         if self.name in HERE:
             task_args.append(("--gpumr-side-dir", plan.folder))
         else:
@@ -210,7 +209,7 @@ class MRJobEngine(Engine):
             raise framework_error(self.name, exc) from None
         except GpumrError:
             raise
-        except Exception as exc:  # noqa: BLE001 (mrjob's own errors; a task's, raised here by the inline runner)
+        except Exception as exc:
             raise framework_error(self.name, exc) from exc
         # Hadoop's report of the job's counters (gpumr's among Hadoop's own), as mrjob shows it, where a Hadoop
         # user looks for it; on the runners of this machine with -v
@@ -239,8 +238,8 @@ def _settings(given, ours=None):
 
 def _processes_started(name, start):
     """The block in which mrjob's runner ``name`` starts its processes: the local, Hadoop and EMR runners' commands
-    (task processes, ``hadoop``) start with the job's allowed environment (:class:`gpumr.engines.start.Start`),
-    in the working folders mrjob makes in the job's folder; the inline runner starts none."""
+    (task processes, ``hadoop``) start with the job's allowed environment (:class:`gpumr.engines.start.Start`), in the
+    working folders mrjob makes in the job's folder; the inline runner starts none."""
     if name == "inline" or start is None:
         return contextlib.nullcontext()
     return start.inherited(chdir=False)

@@ -1,12 +1,6 @@
 """What a plain cluster's tasks need, as one archive for Hadoop's distributed cache.
 
-:func:`build` makes ``gpumr-python.zip`` for nodes that have Python 3.9+ and
-nothing else: gpumr's declared files (:func:`declared_files`), binary wheels
-of the libraries its tasks import for the nodes' Python and platform, and
-optionally kernel fatbins. mrjob ships it with ``--archives
-DIR/gpumr-python.zip#gpumr-python --cmdenv PYTHONPATH=gpumr-python``; why
-these options and how to run it: :doc:`/how-to/hadoop`.
-"""
+How to run it: :doc:`/how-to/hadoop`."""
 
 import configparser
 import fnmatch
@@ -140,13 +134,7 @@ def _declared_installed():
 
 
 def declared_files(root=None):
-    """gpumr's own files for the bundle: ``(name in the bundle, path)``, sorted.
-
-    Only what the project declares (setup.cfg's packages and package data):
-    from a source tree (``root``, or the tree gpumr runs from), its
-    setup.cfg is read; from an installation, its RECORD. Hidden files,
-    ``__pycache__`` and anything that is a symbolic link are never taken.
-    """
+    """gpumr's own files for the bundle: ``(name in the bundle, path)``, sorted."""
     root = root or _source_root()
     return sorted(_declared_in_tree(root)) if root else _declared_installed()
 
@@ -188,12 +176,6 @@ def wheel_name():
 def build_wheel(folder):
     """Write a wheel of the gpumr that runs here into ``folder`` (private to the job); its path.
 
-    What the EMR bootstrap installs on every node when the job names none
-    (``--engine emr`` with gpumr's packaged config): gpumr's own files
-    (:func:`declared_files`) and its installed metadata (name, version,
-    requirements, the ``gpumr`` command), laid out as PEP 427 says, with
-    fixed dates: the same gpumr makes the same bytes.
-
     Examples
     --------
     >>> import tempfile, zipfile
@@ -204,6 +186,7 @@ def build_wheel(folder):
     """
     import base64
     import hashlib
+
     from ... import __version__
     try:
         dist = importlib.metadata.distribution("gpumr")
@@ -242,10 +225,6 @@ def build_wheel(folder):
 def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None, ct=True):
     """Write ``out_dir/gpumr-python.zip`` for tasks on the nodes' Python, under gpumr's output rule.
 
-    The archive appears whole or not at all, and replaces only an earlier
-    one that gpumr made (:class:`gpumr.io.outputs.FileOutput`, checked
-    before any wheel is fetched).
-
     Parameters
     ----------
     out_dir : str
@@ -255,17 +234,15 @@ def build(out_dir, python_version=None, platforms=PLATFORMS, kernel_dir=None, ct
     platforms : tuple of str
         Wheel platform tags the nodes accept.
     kernel_dir : str, optional
-        A folder of fatbins (``gpumr build-kernels -o DIR``) put beside the
-        kernel sources in the bundle, where tasks look for them.
+        A folder of fatbins (``gpumr build-kernels -o DIR``) put beside the kernel sources in the bundle, where tasks
+        look for them.
     ct : bool
-        Include what the CT job needs (numba); False makes a bundle for the
-        face job alone, a third of the size.
+        Include what the CT job needs (numba); False makes a bundle for the face job alone, a third of the size.
 
     Returns
     -------
     (str, dict)
-        The archive's path, and what went in: ``python``, ``requirements``, ``fatbins``, ``bytes``.
-    """
+        The archive's path, and what went in: ``python``, ``requirements``, ``fatbins``, ``bytes``."""
     python_version = python_version or f"{sys.version_info[0]}.{sys.version_info[1]}"
     major, _, minor = python_version.partition(".")
     if not (major.isdigit() and minor.isdigit()) or (int(major), int(minor)) < (3, 9):

@@ -1,12 +1,5 @@
 """gpumr's packaged mrjob configs (``conf/``, installed as ``gpumr.conf``), and the EMR config a job uses when it
-names none.
-
-The packaged EMR config names the two files its bootstrap uploads as
-placeholders, ``conf/bootstrap-gpu-node.sh#`` and ``dist/gpumr-VERSION-py3-none-any.whl#``:
-:func:`localised` puts the installed script's and a wheel's absolute paths
-there, for ``gpumr conf NAME -o FILE --package WHEEL`` and for a job's own
-copy (:func:`emr_options`).
-"""
+names none."""
 
 import json
 import os
@@ -55,8 +48,7 @@ def localised(text, package=None):
     Returns
     -------
     str
-        The config with ``conf/X#`` naming the installed file and the
-        package named by its absolute path.
+        The config with ``conf/X#`` naming the installed file and the package named by its absolute path.
 
     Examples
     --------
@@ -104,17 +96,10 @@ def emr_options(job_folder, device):
     """mrjob's options for an EMR job that names no config: gpumr's packaged one, then mrjob's own default config
     (``$MRJOB_CONF``, ``~/.mrjob.conf``) where there is one, whose settings win.
 
-    The packaged config is copied into the job's private folder with its
-    bootstrap naming the installed script and a wheel of this gpumr built
-    there (:func:`gpumr.engines.mrjob.bundle.build_wheel`): every node
-    installs the gpumr that plans the job. ``device`` ``"cpu"`` makes its
-    GPU core and task nodes :data:`CPU_INSTANCE_TYPE` nodes.
-
     Returns
     -------
     (list of str, list of str)
-        The options, and the configs they name (for the plan's description).
-    """
+        The options, and the configs they name (for the plan's description)."""
     import yaml
     from mrjob.conf import find_mrjob_conf
 

@@ -1,15 +1,5 @@
-"""The mrjob job of gpumr's jobs (``gpumr.jobs``), for mrjob's own API (``MRFaceDetect(args).make_runner()``).
-
-The launcher makes the same runner without it
-(:func:`gpumr.engines.mrjob.runner.make_runner`). Its steps (a map task of
-the task runtime, the identity reducer), its options
-(:data:`gpumr.engines.mrjob.task.OPTIONS`) and its script: the runners that start processes (local, Hadoop, EMR) run
-:mod:`gpumr.engines.mrjob.task` for each task (:meth:`MRWorkload.mr_job_script`),
-which runs it without importing mrjob. The inline runner runs this job's
-own mapper in the launcher's process: a
-:class:`~gpumr.engines.mrjob.task.MapTask` as well, so a task is the same
-on every runner.
-"""
+"""The mrjob job of gpumr's jobs (``gpumr.jobs``), for mrjob's own API; the launcher makes the same runner without
+it (:func:`gpumr.engines.mrjob.runner.make_runner`)."""
 
 import inspect
 

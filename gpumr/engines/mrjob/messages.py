@@ -96,10 +96,10 @@ HADOOP_ID = re.compile(r"(?<![/\w])(?:job|application|attempt)_[0-9a-zA-Z]+(?:_[
 
 @contextlib.contextmanager
 def mrjob_said(lines, debug, name="mrjob"):
-    """What mrjob logs during the block, kept (``lines``, a :class:`Said`) from the user's stderr unless ``debug``:
-    a failed step's "probable cause" holds the task's own one-line error, which the job's one line then says; its
-    counters report is kept for the job's end. With ``-v``, the first line naming each Hadoop job and task attempt
-    id is shown as it comes (``gpumr: debug: hadoop: Running job: job_...``)."""
+    """What mrjob logs during the block, kept (``lines``, a :class:`Said`) from the user's stderr unless ``debug``: a
+    failed step's "probable cause" holds the task's own one-line error, which the job's one line then says; its
+    counters report is kept for the job's end. With ``-v``, the first line naming each Hadoop job and task attempt id
+    is shown as it comes (``gpumr: debug: hadoop: Running job: job_...``)."""
     gpumr_log = logging.getLogger("gpumr.engines.mrjob")
     show_ids = not debug and gpumr_log.isEnabledFor(logging.DEBUG)
     seen = set()

@@ -1,23 +1,5 @@
 """Every touch of mrjob's private API, in one place: what gpumr reads of a runner's settings and what it changes in
-mrjob's simulated runners.
-
-mrjob 0.7.4 is unmaintained, so its private names do not move; should they,
-this module is the one to change. What it does:
-
-- builds mrjob's option table without a job (:func:`option_parser`), so
-  that gpumr's one parser declares mrjob's runner options
-  (:func:`runner_switches`), and makes a runner the way ``MRJob.make_runner``
-  does, without an ``MRJob`` (:func:`make_runner`): the inline runner's
-  tasks run gpumr's task runtime in this process (:func:`inline_runner`);
-- reads a runner's resolved settings and Python
-  (:func:`settings`, :func:`python_bin`) and an EMR runner's cluster
-  (:func:`emr_plan`) for ``--dry-run``, and a Hadoop runner's scratch
-  folder (:func:`local_scratch`);
-- runs the local runner's task processes on threads of the launcher
-  (:func:`run_on_threads`, in place of a forked ``multiprocessing.Pool``);
-- makes the simulated runners run exactly the reduce tasks asked for
-  (:func:`limit_sim_reducers`).
-"""
+mrjob's simulated runners, and mrjob's option table and runners made without an ``MRJob``."""
 
 import argparse
 import functools
@@ -209,13 +191,10 @@ def emr_plan(runner):
     Returns
     -------
     dict
-        ``release``, ``region``, ``cluster_id`` (a running cluster to use,
-        or None), ``groups`` (``[(role, count, type, market)]``; empty with
-        instance fleets), ``fleets``, ``bootstrap`` (each command as the
-        nodes run it), ``uploads`` (the local files the bootstrap names),
-        ``python``, ``tmp``, ``logs``, ``key_pair``, ``subnet``, ``zone``,
-        ``instance_profile``, ``service_role``.
-    """
+        ``release``, ``region``, ``cluster_id`` (a running cluster to use, or None), ``groups`` (``[(role, count,
+        type, market)]``; empty with instance fleets), ``fleets``, ``bootstrap`` (each command as the nodes run it),
+        ``uploads`` (the local files the bootstrap names), ``python``, ``tmp``, ``logs``, ``key_pair``, ``subnet``,
+        ``zone``, ``instance_profile``, ``service_role``."""
     o = runner._opts
     bootstrap, uploads = [], []
     for cmd in runner._bootstrap:
@@ -251,16 +230,8 @@ def run_on_threads(runner, folder):
 
 def on_threads(calls, n, folder):
     """Run the no-argument ``calls``, each a task that waits on a process it starts working in ``folder``, at most
-    ``n`` at a time on daemon threads of this process; the first error, or an interrupt, starts no more of them,
-    ends the processes in ``folder`` (:func:`end_processes_in`) and is raised.
-
-    In place of a pool of forked processes (mrjob's local runner's
-    ``multiprocessing.Pool``): a thread that only waits on its task's
-    process costs nothing, and a stopped job has nothing to unwind but the
-    processes it started. ``Pool.terminate`` takes the task queue's lock,
-    which an idle worker holds while it waits for work, and joins workers
-    its own thread may have forked after the signal: a local job whose
-    process group got SIGTERM did not end within 120 s in one CI run.
+    ``n`` at a time on daemon threads of this process; the first error, or an interrupt, starts no more of them, ends
+    the processes in ``folder`` (:func:`end_processes_in`) and is raised.
 
     Examples
     --------
@@ -302,13 +273,7 @@ def on_threads(calls, n, folder):
 
 
 def limit_sim_reducers(runner, n):
-    """Make an inline/local runner run at most ``n`` reduce tasks, as Hadoop would run exactly ``n``.
-
-    mrjob's simulated runners ignore ``mapreduce.job.reduces`` and cut the
-    sorted reducer input into about twice as many pieces as there are cores.
-    This replaces that cut, for this runner only, by one into at most ``n``
-    pieces of near-equal bytes that never part the records of one key.
-    """
+    """Make an inline/local runner run at most ``n`` reduce tasks, as Hadoop would run exactly ``n``."""
     def split_reducer_input(step_num):
         path = runner._sorted_reducer_input_path(step_num)
         budget = os.path.getsize(path) / n

@@ -1,34 +1,4 @@
-"""The task script mrjob's runners start for every task of a gpumr job (``python task.py --step-num=0 --mapper``).
-
-mrjob's local, Hadoop and EMR runners run a job's script once per task,
-with Hadoop Streaming's protocol: the task's input lines on stdin, its
-output lines (``key<TAB>value``) on stdout, counters as
-``reporter:counter:GROUP,NAME,AMOUNT`` lines on stderr. This script speaks
-that protocol itself, without importing mrjob: mrjob's job module brings
-its option tables, its protocols and, through ``mrjob.util``, setuptools'
-``distutils``, 0.15 s of every task's start here (a task imported gpumr,
-its workload and numpy in 0.22 s; with mrjob's job module, 0.38 s). The
-bytes are the ones mrjob's job wrote: input lines without their line
-end, read as UTF-8 (Latin-1 where that fails, as mrjob's
-``RawValueProtocol``), output lines as mrjob's ``RawProtocol`` writes
-them.
-
-Its input is the launcher's task files (one item per line, JSON: a split
-of a SequenceFile or one of the workload's records), or, with
-``--hadoop-splits``, Hadoop's own ``key<TAB>hex bytes`` lines of the
-records. Its options (:data:`OPTIONS`) are the job's task spec
-(``--gpumr-spec``, a file shipped with the job), the reducers,
-``--cat-reducer``, ``--hadoop-splits`` and ``--gpumr-side-dir`` (where the
-side files are, for tasks on the launcher's machine). Each map task is a
-:class:`MapTask`: the one task runtime (:class:`gpumr.tasks.runtime.Task`)
-over its lines; the reducer is the identity. The inline runner runs the
-same code (:func:`run_task_with`) in the launcher's process
-(:func:`gpumr.engines.mrjob.runner.inline_runner`).
-
-It is started by mrjob's runners only: run as a program without mrjob's
-task switches it says so and exits (the job's checks are the launcher's:
-``gpumr run``).
-"""
+"""The task script mrjob's runners start for every task of a gpumr job (``python task.py --step-num=0 --mapper``)."""
 
 import json
 import os
@@ -38,7 +8,8 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
     del sys.path[0]  # run as a script: this folder's modules (job.py, runner.py) must not hide other packages
 
 from gpumr.boundary import ArgumentParser
-from gpumr.log import logger  # noqa: E402
+from gpumr.log import logger
+from gpumr.tasks.items import Record, from_json
 
 #: Hadoop's input format that gives a SequenceFile's records as ``key<TAB>hex bytes`` lines.
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
@@ -65,9 +36,6 @@ log = logger("gpumr.tasks")
 
 def counter_line(group, name, amount):
     """The stderr line of Hadoop Streaming that adds ``amount`` to counter ``name`` of ``group``.
-
-    Commas become semicolons, as mrjob's ``increment_counter`` makes them
-    (Hadoop splits the line at commas, with no escape).
 
     Examples
     --------
@@ -100,9 +68,8 @@ class MapTask:
     options : argparse.Namespace
         The job's options (:data:`OPTIONS`, by ``dest``).
     count : callable
-        ``count(name, n)``: adds to a gpumr counter (mrjob's ``increment_counter``, or
-        :func:`counter_line` on stderr).
-    """
+        ``count(name, n)``: adds to a gpumr counter (mrjob's ``increment_counter``, or :func:`counter_line` on
+        stderr)."""
 
     def __init__(self, options, count):
         from gpumr.core.counters import GROUP
@@ -117,11 +84,10 @@ class MapTask:
         log.debug("task %s started", self.task.attempt)
 
     def map(self, line):
-        """The output lines (``json(key)<TAB>json(value)``) of one input line: a task file's item (JSON: a split
-        or a record) or, with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's
-        SequenceFileAsTextInputFormat."""
+        """The output lines (``json(key)<TAB>json(value)``) of one input line: a task file's item (JSON: a split or a
+        record) or, with ``--hadoop-splits``, a ``key<TAB>hex bytes`` line of Hadoop's SequenceFileAsTextInputFormat."""
         if not self.hadoop_splits:
-            yield from self.task.feed(json.loads(line))
+            yield from self.task.feed(from_json(line))
             return
         key, _, hexed = line.partition("\t")
         try:
@@ -129,7 +95,7 @@ class MapTask:
         except ValueError:
             yield self.task.refuse(key, "value is not the hex text SequenceFileAsTextInputFormat gives")
             return
-        yield from self.task.feed(["record", key, value])
+        yield from self.task.feed(Record(key, value))
 
     def close(self):
         """The output lines of the records still waiting; then the list of the task's arrays, for the launcher to
@@ -145,13 +111,8 @@ class MapTask:
 
 
 def task_options(argv):
-    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed.
-
-    Raises
-    ------
-    gpumr.boundary.UsageError
-        For anything else (gpumr's one step has no combiner and no Spark part).
-    """
+    """The switches and options mrjob gives a task (``--step-num=0 --mapper`` and :data:`OPTIONS`), parsed. Raises
+    ``gpumr.boundary.UsageError`` for anything else (gpumr's one step has no combiner and no Spark part)."""
     p = ArgumentParser(prog="gpumr.engines.mrjob.task")
     p.add_argument("--step-num", type=int, default=0, choices=[0])
     kind = p.add_mutually_exclusive_group(required=True)

@@ -1,27 +1,6 @@
 """The RADICAL-Pilot engine: a job's tasks as RADICAL-Pilot tasks in a pilot, on this machine or an HPC resource.
 
-Run::
-
-    gpumr run faces frames.seq/ -o out/ --engine radical [--pilot-cores N]
-    gpumr run faces /scratch/frames.seq -o /scratch/out --engine radical --resource ornl.frontier \\
-        --pilot-cores 512 --pilot-gpus 64 --pilot project=ABC123 --pilot queue=batch
-
-One RP task per task of the plan, each ``python -m gpumr.engines.radical.task
-CALL RESULT``: RP stages the call (pickled by the launcher) into the task's
-sandbox and the result (JSON: the launcher never unpickles what a task
-wrote) back, so a task needs no filesystem shared with the launcher except
-the inputs and the output. A task that ends without a result (killed, its
-node lost) runs again, at most :data:`ATTEMPTS` times; its unfinished
-attempt is never published. A task's own error ends the job, in one line.
-The session's files (client, pilot and task sandboxes) stay in the job's
-folder on ``local.localhost`` and go with it; Ctrl-C cancels the tasks and
-the pilot, and so does SIGTERM, with shorter waits (a batch system's SIGKILL
-follows it). RP's message queues take anyone's connections (ZMQ, on every
-interface): on a node other people use, the job is refused unless the user
-accepts that (``--allow-open-ports``; :mod:`gpumr.engines.start`), and RP's
-processes get no secrets (it writes their environment into its sandboxes).
-:doc:`/how-to/radical`.
-"""
+How to run it: :doc:`/how-to/radical`."""
 
 import contextlib
 import json
@@ -29,10 +8,10 @@ import os
 import pickle
 import time
 
-from ...log import logger, relay
-from ...signals import Terminated
 from ...core.workload import Option
 from ...errors import GpumrError
+from ...log import logger, relay
+from ...signals import Terminated
 from ..mapreduce import Pool, PoolEngine
 from ..processes import POLL, children_deaf
 from ..start import python_argv
@@ -166,10 +145,10 @@ class RadicalPool(Pool):
                 yield result["value"]
 
     def end(self, exc):
-        """Cancel every task the job started and wait until each is final, at most 60 seconds; after SIGTERM no
-        wait: sent to the process group (a terminal, SLURM's scancel), it has ended RP's own processes, which would
-        never say a task ended, and a batch system's SIGKILL follows soon. The session's close then ends whatever is
-        left (:func:`gpumr.engines.radical.pilot.pilot_session`)."""
+        """Cancel every task the job started and wait until each is final, at most 60 seconds; after SIGTERM no wait:
+        sent to the process group (a terminal, SLURM's scancel), it has ended RP's own processes, which would never
+        say a task ended, and a batch system's SIGKILL follows soon. The session's close then ends whatever is left
+        (:func:`gpumr.engines.radical.pilot.pilot_session`)."""
         rp, timeout = self.rp, 0 if isinstance(exc, Terminated) else 60
         live = [t.uid for t in self.started if t.state not in rp.FINAL]
         with children_deaf():

@@ -1,10 +1,4 @@
-"""A job's RADICAL-Pilot session: one pilot, on this machine (``local.localhost``) or an HPC resource, and its end.
-
-The session's client processes and the pilot's agent run this Python's
-environment, keep every file they make in the job's folder, and never hear
-a terminal's Ctrl-C: the launcher ends them (:func:`pilot_session`). The
-engine that submits tasks to it is :mod:`gpumr.engines.radical`.
-"""
+"""A job's RADICAL-Pilot session: one pilot, on this machine (``local.localhost``) or an HPC resource, and its end."""
 
 import contextlib
 import os
@@ -13,9 +7,9 @@ import signal
 import sys
 import time
 
+from ...errors import GpumrError, redact
 from ...log import logger
 from ...signals import Terminated
-from ...errors import GpumrError, redact
 from ..processes import AFTER_SIGNAL, children_deaf, end_processes_in, main_thread, stderr_to
 
 log = logger(__name__)
@@ -30,17 +24,6 @@ SESSION_TRIES = 3
 @contextlib.contextmanager
 def pilot_session(o, start):
     """A TaskManager with one pilot (``o``: the engine's options), its session closed and the pilot ended after.
-
-    Its client processes and the pilot's agent start through the job's
-    :class:`gpumr.engines.start.Start` (``start``): in the job's folder, with
-    the allowed environment and no secrets (RP writes its processes'
-    environment into its sandboxes), and never hear a terminal's
-    Ctrl-C: the launcher ends them. RP's ``VIRTENV_MODE local`` takes the
-    agent's Python from ``VIRTUAL_ENV``. Their files (``HOME``,
-    ``RADICAL_BASE`` and ``TMPDIR`` too, for RP's and PSI/J's state) are in
-    the job's folder, or in ``--framework-logs`` where the user named one
-    (kept there). A job makes one; scripts and tests running several jobs
-    share one (``session=`` of :func:`gpumr.launch.job.launch`).
 
     Examples
     --------
@@ -140,11 +123,6 @@ def first_words(exc):
 def pilot_description(o, folder):
     """The pilot's description (``o``: the engine's options; ``folder``: its sandbox on this machine).
 
-    ``exit_on_error`` is off: with it, RP sends this process SIGTERM when
-    the pilot fails, also while the session closes (on a loaded machine
-    its reaper marks an ending pilot failed), which killed the test run
-    that hosted it. The job's own loop reports a failed pilot in one line.
-
     Examples
     --------
     >>> import argparse
@@ -169,7 +147,7 @@ def import_rp():
         import tempfile
         with tempfile.TemporaryDirectory() as base, _environ({"RADICAL_BASE": base}):  # (its import makes a folder)
             import radical.pilot as rp
-            import radical.pilot.agent.executing.popen  # noqa: F401
+            import radical.pilot.agent.executing.popen  # noqa: F401 (imported before RP's threads would)
     except ImportError:
         raise GpumrError("--engine radical needs RADICAL-Pilot: pip install 'gpumr[radical]'") from None
     finally:
@@ -216,8 +194,8 @@ def _environ(changes):
 
 @contextlib.contextmanager
 def children_started(into):
-    """Add to the list ``into`` the multiprocessing children this process starts in the block (a framework's
-    helpers forked from one of its threads), for :func:`end_children`.
+    """Add to the list ``into`` the multiprocessing children this process starts in the block (a framework's helpers
+    forked from one of its threads), for :func:`end_children`.
 
     Examples
     --------
@@ -241,15 +219,7 @@ def children_started(into):
 
 
 def end_children(children, timeout=AFTER_SIGNAL):
-    """End the multiprocessing ``children`` still alive: SIGTERM, SIGKILL after ``timeout`` seconds; each reaped.
-
-    For a framework's helper that its framework lost track of: RP's proxy
-    worker, SIGTERMed by RP when its session's start timed out, can miss that
-    signal (one that lands while the child is still being forked is dropped)
-    and then waits for ever for a stop that never comes. Its command line and
-    folder are its parent's, so :func:`end_processes_in` cannot tell it is
-    the job's.
-    """
+    """End the multiprocessing ``children`` still alive: SIGTERM, SIGKILL after ``timeout`` seconds; each reaped."""
     alive = [p for p in children if p.is_alive()]
     for p in alive:
         p.terminate()

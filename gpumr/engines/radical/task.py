@@ -1,9 +1,4 @@
-"""One RADICAL-Pilot task of a gpumr job, in its sandbox: ``python -m gpumr.engines.radical.task CALL RESULT``.
-
-It runs the pickled call the launcher staged in (its own, written into the
-job's private folder) and writes its value, or its error's one line, as
-JSON, which RP stages back: the launcher never unpickles what a task wrote.
-"""
+"""One RADICAL-Pilot task of a gpumr job, in its sandbox: ``python -m gpumr.engines.radical.task CALL RESULT``."""
 
 import json
 import os

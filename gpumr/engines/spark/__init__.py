@@ -1,20 +1,6 @@
 """The Spark engine: a job's tasks as a Spark application, on a local, local-cluster, standalone or YARN master.
 
-Run::
-
-    gpumr run faces frames.seq -o out/ --engine spark [--master local-cluster[2,1,1024]]
-    spark-submit --master yarn .../gpumr/cli/spark_submit.py faces frames.seq -o hdfs:///out
-
-Each task is one Spark task (a partition of one call), reading its byte
-ranges through the one split reader and filesystem layer; side files go out
-with ``SparkContext.addFile`` under their content names. Where the workers
-declare GPUs (``spark.task.resource.gpu.amount``), a task uses only the GPUs
-Spark assigned it. A context gpumr starts takes only the job's own
-connections (``spark.authenticate`` with a secret made for the job, no web
-UI) and its JVM starts through the job's :class:`gpumr.engines.start.Start`.
-Why tasks read splits themselves rather than through Hadoop's input format:
-:doc:`/how-to/spark`.
-"""
+How to run it, and why tasks read splits themselves: :doc:`/how-to/spark`."""
 
 import contextlib
 import os
@@ -23,10 +9,10 @@ import tempfile
 import time
 
 from ...boundary import describe
-from ...log import logger
-from ...signals import interrupt_with
 from ...core.workload import Option
 from ...errors import GpumrError
+from ...log import logger
+from ...signals import interrupt_with
 from ..jvm import failure, last_words, quiet_interrupt, quiet_log4j
 from ..mapreduce import Pool, PoolEngine, call
 from ..processes import stderr_to, workers_here
@@ -119,9 +105,9 @@ class SparkPool(Pool):
         yield from rdd.map(lambda i: _call(phase, function, calls[i])).collect()
 
     def end(self, exc):
-        """Stop every task of the job, so that none writes into the stage once it is removed: a context gpumr
-        started is stopped; in a caller's, the group's jobs are cancelled and their running tasks waited for (at
-        most :data:`END_TASKS_TIMEOUT` seconds)."""
+        """Stop every task of the job, so that none writes into the stage once it is removed: a context gpumr started
+        is stopped; in a caller's, the group's jobs are cancelled and their running tasks waited for (at most
+        :data:`END_TASKS_TIMEOUT` seconds)."""
         if isinstance(exc, KeyboardInterrupt):
             quiet_interrupt()  # the boundary's "gpumr: interrupted" is the one line
         if self.own:
@@ -144,20 +130,14 @@ class SparkPool(Pool):
 def _import_pyspark():
     """pyspark, or one line naming the extra that installs it."""
     try:
-        import py4j  # noqa: F401
-        import pyspark  # noqa: F401
+        import py4j  # noqa: F401 (only whether it imports)
+        import pyspark  # noqa: F401 (only whether it imports)
     except ImportError:
         raise GpumrError("--engine spark needs PySpark: pip install 'gpumr[spark]'") from None
 
 
 def _add_file(sc, path):
-    """Ship ``path`` (named by its content) to the executors, once per context.
-
-    Spark serves a file from where it was added for the context's life
-    (an executor that starts later fetches it then): the copy it serves is
-    kept in a folder of this process, not in the job's, which goes with the
-    job.
-    """
+    """Ship ``path`` (named by its content) to the executors, once per context."""
     import shutil
 
     from ...trusted import private_temp_dir
@@ -181,13 +161,7 @@ _SERVED = []
 
 
 def _stop(sc):
-    """Stop a context gpumr started.
-
-    A job stopped by a signal stops it while its JVM, which heard the
-    signal too, is ending or gone: pyspark's warning that it could not stop
-    the JVM cleanly, or Py4J's refused connection, say nothing more than the
-    boundary's one line (``gpumr: terminated``); they are a debug line.
-    """
+    """Stop a context gpumr started."""
     import warnings
     signalled = isinstance(sys.exc_info()[1], KeyboardInterrupt)  # (Ctrl-C, and SIGTERM: gpumr.signals.Terminated)
     with warnings.catch_warnings():
@@ -195,29 +169,15 @@ def _stop(sc):
             warnings.filterwarnings("ignore", "Unable to cleanly shutdown Spark JVM", RuntimeWarning)
         try:
             sc.stop()
-        except Exception as exc:  # noqa: BLE001 (a JVM gone: nothing left to stop)
+        except Exception as exc:
             if not signalled:
                 raise
             log.debug("Spark's context, stopped after the signal: %s", describe(exc))
 
 
 def spark_context(master=None, app_name="gpumr", start=None):
-    """A SparkContext (the running one if any) whose Python workers run this interpreter.
-
-    Spark's own log is off unless ``--debug`` (or ``spark.log.level`` is
-    set): gpumr reports a failure itself, in one line
-    (:func:`gpumr.engines.jvm.failure`). Given the job's ``start``
-    (:class:`gpumr.engines.start.Start`), the JVM this starts works in the
-    job's folder with the allowed environment (so do the Python workers it
-    starts), keeps its scratch files there, takes only connections that
-    know a secret made for the job (``spark.authenticate``: the secret goes
-    to the JVM through Py4J, never on a command line) and runs no web UI.
-
-    Raises
-    ------
-    GpumrError
-        Spark did not start (a master URL it refuses, no Java): one line.
-    """
+    """A SparkContext (the running one if any) whose Python workers run this interpreter. Raises ``GpumrError``: spark
+    did not start (a master URL it refuses, no Java): one line."""
     _import_pyspark()
     from py4j.protocol import Py4JJavaError
     from pyspark import SparkConf, SparkContext

@@ -2,9 +2,9 @@
 
 import contextlib
 import io
-import shutil
 import os
 import posixpath
+import shutil
 
 from ...errors import GpumrError, redact
 from .base import HDFS_SCHEMES, READ_BUFFER, Checked, Unavailable, errors, first_line, hidden, shown

@@ -1,9 +1,5 @@
 """What every backend of the filesystem layer shares: the errors it raises, how it names a path, which files Hadoop
-hides, a remote file's checked reads, and the interface a backend implements (:class:`Backend`).
-
-The backends (:mod:`.local`, :mod:`.arrow`, :mod:`.boto`, :mod:`.hadoop`)
-import from here, never from :mod:`.location`, which chooses among them.
-"""
+hides, a remote file's checked reads, and the interface a backend implements (:class:`Backend`)."""
 
 import contextlib
 import io
@@ -57,8 +53,7 @@ class ReadFailed(GpumrError):
     Attributes
     ----------
     offset : int
-        Where in the file the failed read began.
-    """
+        Where in the file the failed read began."""
 
     def __init__(self, message, offset):
         super().__init__(message)
@@ -102,11 +97,7 @@ def errors(loc):
 
 
 class Checked(io.RawIOBase):
-    """A remote file's reads with their failures typed: :class:`ReadFailed` naming the file and the offset.
-
-    A file that shrinks under a reader makes S3 answer a ranged read with
-    HTTP 416, HDFS with an EOF error; either is one line here.
-    """
+    """A remote file's reads with their failures typed: :class:`ReadFailed` naming the file and the offset."""
 
     def __init__(self, raw, loc, size):
         self._raw, self._loc, self._size, self._pos = raw, loc, size, 0

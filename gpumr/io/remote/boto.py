@@ -121,7 +121,7 @@ class BotoRanges:
     def read_at(self, n, pos):
         try:
             got = self.impl.client.get_object(Bucket=self.impl.bucket, Key=self.key, Range=f"bytes={pos}-{pos + n - 1}")
-        except Exception as exc:  # botocore's ClientError and connection errors
+        except Exception as exc:  # noqa: BLE001 (botocore's ClientError and connection errors, as the layer's OSError)
             raise OSError(str(exc)) from None
         return got["Body"].read()
 

@@ -5,7 +5,6 @@ import os
 import shutil
 import stat as _stat
 
-
 from ...errors import GpumrError
 from .base import READ_FLAGS, hidden, kind, shown
 

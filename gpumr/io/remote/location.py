@@ -23,12 +23,7 @@ _BACKENDS = {}
 
 # -- the parser ----------------------------------------------------------------------------------
 class Location:
-    """One path or URI, parsed once, with the implementation that serves it.
-
-    Made by :func:`locate`. ``str(location)`` is the text as given (a URI
-    with its scheme, or a local path); :attr:`local` is the local path it
-    names (a local path, or ``file:///PATH``), None for any other URI.
-    """
+    """One path or URI, parsed once, with the implementation that serves it."""
 
     __slots__ = ("text", "scheme", "authority", "path", "_impl")
 
@@ -170,16 +165,7 @@ class Location:
 
     def list_files(self):
         """This file, or a folder's visible files (sorted): ``[(Location, size)]``; sizes None through ``hadoop fs``.
-
-        Visible: not starting with ``.`` or ``_`` (Hadoop hides those).
-        Sub-folders are not entered; a local folder's entries that are not
-        regular files are refused by name (a FIFO would block a reader).
-
-        Raises
-        ------
-        GpumrError
-            If nothing is here, or it cannot be listed.
-        """
+        Raises ``GpumrError`` if nothing is here, or it cannot be listed."""
         with errors(self):
             return self.impl.list_files(self)
 
@@ -204,14 +190,7 @@ class Location:
 
     @contextlib.contextmanager
     def open_input(self, buffer_size=READ_BUFFER, follow=True):
-        """Open this file for random-access reads; a context manager yielding a seekable binary file.
-
-        Remote files are fetched ``buffer_size`` bytes per ranged read (the
-        whole file, to a local temporary copy, through ``hadoop fs``). A read
-        that fails part-way raises :class:`ReadFailed`. Only regular files
-        are opened (a FIFO is refused, never waited on); ``follow=False``
-        also refuses a local symbolic link (GpumrError).
-        """
+        """Open this file for random-access reads; a context manager yielding a seekable binary file."""
         with self.impl.open_input(self, buffer_size, follow) as f:
             yield f
 
@@ -228,11 +207,7 @@ class Location:
 
     @contextlib.contextmanager
     def open_output(self):
-        """Write this file (its folder must exist; S3 has none): a context manager yielding a binary stream.
-
-        On S3 the object appears whole when the stream closes; elsewhere the
-        file is there from the start, so write it under a hidden name.
-        """
+        """Write this file (its folder must exist; S3 has none): a context manager yielding a binary stream."""
         with errors(self):
             stream = self.impl.create(self)
             try:
@@ -241,12 +216,7 @@ class Location:
                 stream.close()
 
     def write_bytes(self, data):
-        """Write ``data`` as this file, whole, replacing a file here.
-
-        S3: one request (an object appears whole). Elsewhere: written under
-        a hidden name beside it, the old file deleted, then renamed (HDFS
-        renames onto no existing file).
-        """
+        """Write ``data`` as this file, whole, replacing a file here."""
         self.publish_from(io.BytesIO(data), lambda old: True)
 
     def publish_from(self, f, may_replace):
@@ -283,16 +253,7 @@ class Location:
 
     def publish_bytes(self, data, may_replace):
         """Write ``data`` as this file, appearing whole; an existing file goes only if ``may_replace(old)`` says so.
-
-        ``old`` is the location of the existing file (set aside under a hidden
-        name first where the filesystem renames, so that nothing written
-        meanwhile is lost). ``may_replace`` False: nothing is replaced.
-
-        Raises
-        ------
-        FileExistsError
-            When a file is here that may not go (it is kept as it was).
-        """
+        Raises ``FileExistsError`` when a file is here that may not go (it is kept as it was)."""
         self.publish_from(io.BytesIO(data), may_replace)
 
     def make_folder(self):
@@ -328,19 +289,13 @@ def _uri(scheme, authority, path):
 
 
 def locate(path):
-    """Parse a path or URI once: the :class:`Location`, carrying the implementation that serves it.
+    """Parse a path or URI once: the :class:`Location`, carrying the implementation that serves it. Raises
+    ``GpumrError``: one line, never echoing a secret: for a URI holding user-info (``s3://KEY:SECRET@bucket``), an S3
+    URI with a port or without a bucket, a ``file://`` URI naming another host.
 
     Parameters
     ----------
-    path : str, os.PathLike or Location
-
-    Raises
-    ------
-    GpumrError
-        One line, never echoing a secret: for a URI holding user-info
-        (``s3://KEY:SECRET@bucket``), an S3 URI with a port or without a
-        bucket, a ``file://`` URI naming another host.
-    """
+    path : str, os.PathLike or Location"""
     if isinstance(path, Location):
         return path
     text = os.fspath(path)
@@ -370,8 +325,8 @@ def locate(path):
 
 
 def _without_dots(path, text):
-    """A URI's path with its ``.`` and ``..`` segments resolved (RFC 3986's remove_dot_segments); empty segments
-    are kept (``a//b`` is an S3 key of its own). GpumrError for a ``..`` above the top (the bucket).
+    """A URI's path with its ``.`` and ``..`` segments resolved (RFC 3986's remove_dot_segments); empty segments are
+    kept (``a//b`` is an S3 key of its own). GpumrError for a ``..`` above the top (the bucket).
 
     Examples
     --------
