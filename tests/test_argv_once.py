@@ -130,6 +130,15 @@ def test_the_runner_is_made_as_mrjobs_make_runner_makes_it(tmp_path, alias, task
     assert mine == mrjobs
 
 
+def test_gpumrs_table_of_mrjobs_options_is_mrjobs():
+    """The run parser declares mrjob's runner options from gpumr's copy of their table (a job of another engine
+    imports no mrjob): it holds what mrjob's own table holds, flags and options with a value alike."""
+    from gpumr.engines.mrjob.runner import FLAGS, VALUED, runner_switches
+    table = runner_switches()
+    assert FLAGS == {s for strings, value in table if not value for s in strings}
+    assert VALUED == {s for strings, value in table if value for s in strings}
+
+
 def test_mrjobs_options_are_declared_kept_as_given_and_refused_elsewhere(few_frames, tmp_path, capsys):
     """mrjob's runner options are options of the one parser: kept as given for mrjob's runners (a value that starts
     with ``-`` as ``--opt=VALUE``), checked by mrjob's parser before anything runs, refused by another engine in

@@ -22,6 +22,8 @@ from ..processes import workers_here
 from .configs import emr_options, named_configs
 from .messages import Said, emr_lines, framework_error, mrjob_said
 from .runner import (
+    FLAGS,
+    VALUED,
     emr_plan,
     limit_sim_reducers,
     local_scratch,
@@ -29,7 +31,6 @@ from .runner import (
     python_bin,
     run_on_threads,
     runner_settings,
-    runner_switches,
     settings,
 )
 
@@ -49,8 +50,9 @@ class Passthrough:
         self.engine = engine
 
     def switches(self):
-        """mrjob's runner options, ``[(option strings, takes a value)]`` (:func:`runner_switches`)."""
-        return runner_switches()
+        """mrjob's runner options, ``[(option strings, takes a value)]``, from gpumr's copy of mrjob's table
+        (:data:`gpumr.engines.mrjob.runner.FLAGS`, :data:`~gpumr.engines.mrjob.runner.VALUED`)."""
+        return [([s], False) for s in sorted(FLAGS)] + [([s], True) for s in sorted(VALUED)]
 
     def check(self, extra):
         """mrjob's own options, checked by mrjob's parser before anything is listed or read."""
