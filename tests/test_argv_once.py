@@ -133,7 +133,8 @@ def test_the_runner_is_made_as_mrjobs_make_runner_makes_it(tmp_path, alias, task
 def test_gpumrs_table_of_mrjobs_options_is_mrjobs():
     """The run parser declares mrjob's runner options from gpumr's copy of their table (a job of another engine
     imports no mrjob): it holds what mrjob's own table holds, flags and options with a value alike."""
-    from gpumr.engines.mrjob.runner import FLAGS, VALUED, runner_switches
+    from gpumr.engines.mrjob.runner import runner_switches
+    from gpumr.engines.mrjob.switches import FLAGS, VALUED
     table = runner_switches()
     assert FLAGS == {s for strings, value in table if not value for s in strings}
     assert VALUED == {s for strings, value in table if value for s in strings}

@@ -22,8 +22,6 @@ from ..processes import workers_here
 from .configs import emr_options, named_configs
 from .messages import Said, emr_lines, framework_error, mrjob_said
 from .runner import (
-    FLAGS,
-    VALUED,
     emr_plan,
     limit_sim_reducers,
     local_scratch,
@@ -33,6 +31,7 @@ from .runner import (
     runner_settings,
     settings,
 )
+from .switches import FLAGS, VALUED
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
@@ -51,7 +50,7 @@ class Passthrough:
 
     def switches(self):
         """mrjob's runner options, ``[(option strings, takes a value)]``, from gpumr's copy of mrjob's table
-        (:data:`gpumr.engines.mrjob.runner.FLAGS`, :data:`~gpumr.engines.mrjob.runner.VALUED`)."""
+        (:mod:`gpumr.engines.mrjob.switches`)."""
         return [([s], False) for s in sorted(FLAGS)] + [([s], True) for s in sorted(VALUED)]
 
     def check(self, extra):
