@@ -218,7 +218,8 @@ def _group_lines(parser, level, keep=lambda title: True):
     """One section per argument group of ``parser`` (the one parser of ``gpumr run``) that ``keep`` takes."""
     lines = []
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        actions = [a for a in group._group_actions
+                   if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS]
         if not actions or group.title in ("options", "optional arguments", "positional arguments") or \
                 not keep(group.title):
             continue

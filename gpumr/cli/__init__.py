@@ -26,6 +26,18 @@ def _description():
             "An error's line ends with (see: gpumr help TOPIC) where there is more to say.")
 
 
+class _Commands(argparse._SubParsersAction):
+    """The ``gpumr`` command's subcommands: one whose parser has ``parse_own(namespace, args)`` (``gpumr run``:
+    the workload's own parser) parses its arguments itself where it takes them, in place of its subparser."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        own = getattr(self._name_parser_map.get(values[0]), "parse_own", None)
+        if own is not None and own(namespace, values[1:]):
+            setattr(namespace, self.dest, values[0])
+            return
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Top(Parser):
     """The ``gpumr`` parser: its description (:func:`_description`) made only when help is shown, so that a
     command's start does not import the workloads."""
@@ -39,6 +51,7 @@ def build_parser():
     """The argument parser of the ``gpumr`` command."""
     p = _Top(prog="gpumr", formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"gpumr {__version__}")
+    p.register("action", "parsers", _Commands)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for group in GROUPS:

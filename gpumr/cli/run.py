@@ -24,12 +24,30 @@ def verbosity(args):
     return "debug" if getattr(args, "verbose", False) else "quiet" if getattr(args, "quiet", False) else None
 
 
+def parse_own(namespace, argv):
+    """``gpumr run WORKLOAD ...``'s arguments parsed as the ``gpumr`` command's are, by the workload's own parser
+    (:func:`gpumr.launch.parser.parse_run`) in place of the ``run`` subcommand's; False (nothing parsed) for help
+    and for arguments that do not start with the workload, which :func:`cmd` answers.
+
+    Its ``-q``, ``-v`` and ``--debug`` are the command's too.
+    """
+    if not argv or argv[0].startswith("-") or "-h" in argv or "--help" in argv:
+        return False
+    from ..launch.parser import parse_run
+    parsed = parse_run(argv)
+    for name in ("quiet", "verbose", "debug"):
+        if getattr(parsed.options, name, False):
+            setattr(namespace, name, True)
+    namespace.parsed, namespace.func, namespace.pass_through = parsed, cmd, True
+    return True
+
+
 def cmd(args):
-    argv = list(args.rest)
+    argv = getattr(args, "parsed", None) or list(args.rest)  # (parsed by the workload's own parser: parse_own)
     if not argv or argv[0] in ("-h", "--help"):
         print(_general_help())
         return
-    if "-h" in argv or "--help" in argv:
+    if isinstance(argv, list) and ("-h" in argv or "--help" in argv):
         from ..launch.parser import run_parser
         from ..workloads import find, load
         print(run_parser(load(find(argv[0])), prog=f"gpumr run {argv[0]}").format_help())
@@ -50,6 +68,7 @@ def register(sub):
                        description="Run a workload (built in, installed, or MODULE:CLASS of your own) on an engine; "
                                    "gpumr run WORKLOAD --help lists its options.")
     s.set_defaults(func=cmd, pass_through=True)
+    s.parse_own = parse_own
 
 
 def job_argv(workload, argv):

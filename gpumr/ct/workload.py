@@ -11,6 +11,33 @@ from .bands import FilteredRows
 from .projections import read_set
 from .slices import slab_key
 
+#: The geometries this process loaded, by file (device, inode, size, modification time), each with whether its
+#: warnings were said: the launcher's check and plan and the tasks of the launcher's own process (the inline
+#: runner's, whose side file is a hard link to the same file) load a geometry once.
+_LOADED = {}
+
+
+def load_geometry(path, warn=False):
+    """The geometry in file ``path`` (:func:`gpumr.ct.geometry.load`), loaded once per process while the file is
+    unchanged; ``warn``: its warnings said (once, on the launcher's side)."""
+    import os
+
+    def identity():
+        st = os.stat(path)
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    try:
+        key = identity()
+    except OSError:
+        return geom.load(path, warn)  # (which says what is wrong)
+    if key in _LOADED and (_LOADED[key][1] or not warn):
+        return _LOADED[key][0]
+    g = geom.load(path, warn)
+    if identity() == key:  # (not replaced while it was read)
+        while len(_LOADED) >= 8:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = (g, warn)
+    return g
+
 
 def check_slab(geometry, slices, name="--slab"):
     """Refuse slabs of ``slices`` slices (at most the volume's) holding more than :data:`gpumr.limits.MAX_SLAB_VOXELS`
@@ -82,7 +109,7 @@ class Backproject(Workload):
             raise GpumrError(f"--projections {o.projections}: {describe_file(o.projections)}")
         if not o.geometry:
             raise GpumrError(f"--geometry is required: no {geom.beside(o.projections)} beside the projections")
-        g = geom.load(o.geometry)
+        g = load_geometry(o.geometry, warn=True)
         check_slab(g, o.slab)
         # Every projection is read once here, one at a time, and checked as the tasks will load them
         # (count, sizes, no NaN or infinity), so that a bad one is refused before any task starts.
@@ -90,7 +117,7 @@ class Backproject(Workload):
 
     def plan(self, o):
         """The slab records of the volume, ``o.slab`` slices each: ``(key, "z0 z1")``."""
-        g = geom.load(o.geometry, warn=False)  # (check said what there is to say)
+        g = load_geometry(o.geometry)  # (the one check loaded)
         return [(slab_key(int(line.split()[0])), line) for line in plan(g.nVoxel[0], o.slab)]
 
     def task_threads(self, o):
@@ -102,7 +129,7 @@ class Backproject(Workload):
         if o.cpu_threads:
             from .backproject import set_threads
             set_threads(o.cpu_threads)
-        self.geometry = geom.load(o.geometry, warn=False)  # (the launcher's check said what there is to say)
+        self.geometry = load_geometry(o.geometry)  # (the launcher's check said what there is to say)
         # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
         self.rows = FilteredRows.read([o.projections], self.geometry, o.i0, o.filter)
         self.padded = self.rows.padded

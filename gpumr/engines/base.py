@@ -68,7 +68,7 @@ class Engine:
         Whether the launcher hears of each task as it finishes.
     passthrough : object or None
         For an engine that hands its framework's own options on as given (mrjob's ``-c``, ``--jobconf``):
-        ``split(argv, ours)`` and ``check(extra)``. Any other engine refuses options gpumr does not know."""
+        ``title``, ``switches()`` (declared in the one parser) and ``check(extra)``. Any other engine refuses them."""
 
     name = "engine"
     help = ""

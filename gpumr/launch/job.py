@@ -64,8 +64,8 @@ def launch(argv, session=None, debug=False, verbosity=None):
 
     Parameters
     ----------
-    argv : list of str
-        ``WORKLOAD [INPUT...] -o OUT [--engine E] [options]``.
+    argv : list of str or gpumr.launch.parser.Parsed
+        ``WORKLOAD [INPUT...] -o OUT [--engine E] [options]``, or them parsed already (the ``gpumr`` command's).
     session : object, optional
         A running cluster's handle for the engine (a SparkContext, a Dask client): tests share one.
     debug : bool
@@ -74,7 +74,7 @@ def launch(argv, session=None, debug=False, verbosity=None):
         ``"quiet"``, ``"info"`` or ``"debug"`` from the ``gpumr`` command's own ``-q``/``-v``."""
     with job_folder() as folder, contextlib.ExitStack() as started:  # (what the engine started, closed first)
         if session is None:
-            start_early(argv, Start.make(folder, debug), started)
+            start_early(getattr(argv, "argv", argv), Start.make(folder, debug), started)
         from .plan import make_plan  # (imported after the early start: it imports numpy)
         plan = make_plan(argv, folder, verbosity, elsewhere=session is not None, started=started, debug=debug)
         return run(plan, session=session, debug=debug)

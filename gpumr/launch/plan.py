@@ -15,9 +15,8 @@ from ..io.remote import locate
 from ..log import logger
 from ..tasks.items import Record, Split
 from ..tasks.runtime import Spec
-from ..workloads import find, load
 from .options import check_limits, checked, task_options
-from .parser import run_parser
+from .parser import Parsed, parse_run
 from .ship import fetch, named_ahead, ship
 
 #: The command every engine's output is proved to be from: an output of any engine is replaced by any other's.
@@ -104,8 +103,9 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
 
     Parameters
     ----------
-    argv : list of str
-        ``gpumr run``'s arguments: the workload (a name or ``MODULE:CLASS``) first.
+    argv : list of str or gpumr.launch.parser.Parsed
+        ``gpumr run``'s arguments: the workload (a name or ``MODULE:CLASS``) first; or them parsed already
+        (:func:`gpumr.launch.parser.parse_run`).
     folder : str
         The job's private folder (side files' copies, fetched URIs).
     verbosity_given : str, optional
@@ -118,17 +118,12 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         while the side files are checked); the caller closes it. None: the engine starts all in its ``run``.
     debug : bool
         ``--debug`` (what the engine starts early keeps its frameworks' log)."""
-    if not argv or argv[0].startswith("-"):
-        raise UsageError("give the workload first: gpumr run WORKLOAD ... (gpumr run --help lists them)")
     from .. import engines
-    ref = find(argv[0])
-    cls = load(ref)
-    parser = run_parser(cls, prog=f"gpumr run {argv[0]}")
-    engine = engines.get(parser.parse_known_args(argv[1:])[0].engine)
-    mine, extra = list(argv[1:]), []
-    if engine.passthrough is not None:  # the framework's own options, handed on as given
-        mine, extra = engine.passthrough.split(mine, {s for a in parser._actions for s in a.option_strings})
-    o = parser.parse_args(mine)
+    parsed = argv if isinstance(argv, Parsed) else parse_run(argv)
+    argv, ref, cls, parser, o = parsed
+    o = argparse.Namespace(**vars(o))  # (this plan's own copy)
+    engine = engines.get(o.engine)
+    extra = vars(o).pop("framework_args", [])  # the framework's own options, as given (mrjob's)
     for dest, (option, names) in parser.engine_options.items():  # another engine's option, given: refused
         if engine.name not in names and getattr(o, dest) != option.default:
             raise UsageError(f"{option.name}: an option of --engine {', '.join(names)}; --engine "
@@ -136,7 +131,8 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
     if engine.passthrough is not None:
         engine.passthrough.check(extra)
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        raise UsageError(f"{extra[0].partition('=')[0]}: an option of mrjob's runners (--engine "
+                         f"{', '.join(parser.passthrough_engines)}); --engine {engine.name} does not take it")
     workload = cls()
     inputs = list(getattr(o, "inputs", []))
     if cls.input == "seqfile" and not inputs:

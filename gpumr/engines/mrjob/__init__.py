@@ -21,38 +21,42 @@ from ..base import Engine, Outcome
 from ..processes import workers_here
 from .configs import emr_options, named_configs
 from .messages import Said, emr_lines, framework_error, mrjob_said
-from .runner import emr_plan, limit_sim_reducers, local_scratch, option_table, python_bin, run_on_threads, settings
+from .runner import (
+    emr_plan,
+    limit_sim_reducers,
+    local_scratch,
+    make_runner,
+    python_bin,
+    run_on_threads,
+    runner_settings,
+    settings,
+)
+from .switches import FLAGS, VALUED
 
 #: The runners whose tasks run on this machine.
 HERE = ("inline", "local")
 
 
 class Passthrough:
-    """mrjob's own options (``-c``, ``--jobconf K=V``, ``--hadoop-streaming-jar J`` ...) and their values, taken out
-    of gpumr's command line by mrjob's own table of them and handed to mrjob's runner as given."""
+    """mrjob's own options (``-c``, ``--jobconf K=V``, ``--hadoop-streaming-jar J`` ...): declared in gpumr's one
+    parser from mrjob's own table of them (:meth:`switches`), handed to mrjob's runner as given, refused by every
+    other engine."""
+
+    #: The title of their group in ``gpumr run``'s parser.
+    title = "mrjob's runner options"
 
     def __init__(self, engine):
         self.engine = engine
 
-    def split(self, argv, ours):
-        """``(argv for gpumr's parser, argv for mrjob)``; an option neither knows stays gpumr's, to be refused."""
-        table = option_table(_job([]))
-        mine, theirs, args = [], [], list(argv)
-        while args:
-            a = args.pop(0)
-            name = a.partition("=")[0]
-            if name in ours or name not in table:
-                mine.append(a)
-                continue
-            theirs.append(a)
-            if "=" not in a and table[name] and args:
-                theirs.append(args.pop(0))
-        return mine, theirs
+    def switches(self):
+        """mrjob's runner options, ``[(option strings, takes a value)]``, from gpumr's copy of mrjob's table
+        (:mod:`gpumr.engines.mrjob.switches`)."""
+        return [([s], False) for s in sorted(FLAGS)] + [([s], True) for s in sorted(VALUED)]
 
     def check(self, extra):
         """mrjob's own options, checked by mrjob's parser before anything is listed or read."""
         if extra:
-            _job(["-r", self.engine.name, *extra])
+            _settings(extra)
 
 
 class MRJobEngine(Engine):
@@ -121,27 +125,32 @@ class MRJobEngine(Engine):
                              "--package WHEEL writes one to edit)")
         return emr_options(plan.folder, plan.o.device)
 
-    def _args(self, plan, output_dir, config=()):
-        """mrjob's command line for the job, its spec and task files written into the job's folder first."""
+    def _runner(self, plan, output_dir, config=()):
+        """mrjob's runner for the job (:func:`gpumr.engines.mrjob.runner.make_runner`), its spec and task files
+        written into the job's folder first; mrjob's options ``config`` and the job's own (``plan.extra``) over
+        gpumr's settings of the runner."""
         spec_path, inputs = os.path.join(plan.folder, "gpumr-spec.json"), self._task_files(plan, plan.folder + "/tasks")
         with open(spec_path, "w", encoding="utf-8") as f:
             f.write(plan.spec.to_json())
-        args = ["-r", self.name, "--gpumr-spec", spec_path, "--reducers", str(plan.o.reducers),
-                "--local-tmp-dir", os.path.join(plan.folder, "mrjob"),
-                "--no-bootstrap-mrjob"]  # (tasks run a Python with gpumr, so mrjob: no zip of it, no lock in /tmp)
-        args += ["--hadoop-splits"] if plan.o.hadoop_splits else []
-        args += ["--cat-reducer"] if self.name != "inline" else []  # (the inline runner runs no commands)
-        args += ["--cleanup-on-failure", "ALL"] if self.name == "hadoop" else []  # (a failed job leaves no scratch)
+        task_args = [("--gpumr-spec", spec_path), ("--reducers", str(plan.o.reducers))]
+        task_args += [("--hadoop-splits", True)] if plan.o.hadoop_splits else []
+        task_args += [("--cat-reducer", True)] if self.name != "inline" else []  # (the inline runner runs no commands)
+        ours = dict(local_tmp_dir=os.path.join(plan.folder, "mrjob"),
+                    bootstrap_mrjob=False)  # (tasks run a Python with gpumr, so mrjob: no zip of it, no lock in /tmp)
+        if self.name == "hadoop":
+            ours["cleanup_on_failure"] = ["ALL"]  # (a failed job leaves no scratch)
         # Tasks on this machine read the side files where the launcher keeps them (mrjob copied each into its
         # cache, time and as much disk again); elsewhere they are shipped, named by content already.
-        args += (["--gpumr-side-dir", plan.folder] if self.name in HERE
-                 else [arg for side in plan.side for arg in ("--files", side.path)])
-        return [*args, *config, *plan.extra, "--output-dir", output_dir, *inputs]
+        if self.name in HERE:
+            task_args.append(("--gpumr-side-dir", plan.folder))
+        else:
+            ours["upload_files"] = [side.path for side in plan.side]
+        return make_runner(self.name, task_args, inputs, output_dir, _settings([*config, *plan.extra], ours))
 
     def would_run(self, plan):
         self._check_here(plan.o)
         config, used = self._config(plan)
-        runner = _job(self._args(plan, str(plan.out.loc), config)).make_runner()
+        runner = self._runner(plan, str(plan.out.loc), config)
         try:
             shown = settings(runner)
             if shown.get("release_label"):
@@ -168,11 +177,10 @@ class MRJobEngine(Engine):
         output_dir = (os.path.join(plan.folder, "job-out") if local_out
                       else str(stage.child("job")) if stage.local is None
                       else (stage.child("job").uri() if self.name == "hadoop" else stage.child("job").local))
-        mr = _job(self._args(plan, output_dir, self._config(plan)[0]))
         said = Said()
         try:
             with mrjob_said(said, job.debug, self.name):
-                runner = mr.make_runner()
+                runner = self._runner(plan, output_dir, self._config(plan)[0])
                 scratch = local_scratch(runner) if self.name == "hadoop" else None
                 made = scratch is not None and not os.path.lexists(scratch)
                 try:
@@ -216,14 +224,14 @@ class MRJobEngine(Engine):
         return Outcome({**staged_parts(stage.child("job")), **finished_arrays(stage)}, counts)
 
 
-def _job(args):
-    """mrjob's job for ``args``; mrjob's refusal of an option, one line."""
-    from .job import MRWorkload
+def _settings(given, ours=None):
+    """mrjob's runner settings: gpumr's ``ours`` with mrjob's options ``given`` over them
+    (:func:`gpumr.engines.mrjob.runner.runner_settings`); mrjob's refusal of an option, one line."""
     log = logging.getLogger("mrjob")
     if log.level == logging.NOTSET:  # (mrjob's chatter, "No configs specified ...": its errors only)
         log.setLevel(logging.ERROR)
     try:
-        return MRWorkload(args=args)
+        return runner_settings(given, ours)
     except ValueError as exc:  # mrjob's way of refusing an option given as a list
         raise UsageError(f"{redact(str(exc))} (see gpumr run WORKLOAD --help; other options go to mrjob's runner)") \
             from None

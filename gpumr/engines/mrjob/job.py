@@ -1,14 +1,14 @@
-"""The mrjob job of every gpumr job: what the launcher makes mrjob's runner from (:mod:`gpumr.engines.mrjob`)."""
+"""The mrjob job of gpumr's jobs (``gpumr.jobs``), for mrjob's own API; the launcher makes the same runner without
+it (:func:`gpumr.engines.mrjob.runner.make_runner`)."""
 
-import importlib
 import inspect
-import sys
 
 from mrjob.job import MRJob
 from mrjob.protocol import RawProtocol, RawValueProtocol
 from mrjob.step import MRStep
 
 from . import task as mrjob_task
+from .runner import import_runners
 from .task import OPTIONS, TEXT_INPUT_FORMAT, MapTask
 
 
@@ -36,13 +36,9 @@ class MRWorkload(MRJob):
             (self.add_file_arg if kind == "file" else self.add_passthru_arg)(switch, **kwargs)
 
     def make_runner(self):
-        """mrjob's runner for this job, its module imported with pyspark hidden from it."""
-        if "mrjob.bin" not in sys.modules and "pyspark" not in sys.modules:
-            sys.modules["pyspark"] = None  # (importing it raises ImportError: mrjob.bin's pyspark is None)
-            try:
-                importlib.import_module("mrjob.bin")
-            finally:
-                del sys.modules["pyspark"]
+        """mrjob's runner for this job, its module imported with pyspark hidden from it
+        (:func:`gpumr.engines.mrjob.runner.import_runners`)."""
+        import_runners()
         return super().make_runner()
 
     def steps(self):

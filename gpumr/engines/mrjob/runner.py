@@ -1,19 +1,174 @@
 """Every touch of mrjob's private API, in one place: what gpumr reads of a runner's settings and what it changes in
-mrjob's simulated runners."""
+mrjob's simulated runners, and mrjob's option table and runners made without an ``MRJob``."""
 
 import argparse
+import functools
+import importlib
+import inspect
 import os
 import queue
+import sys
 import threading
 
 from ..processes import AFTER_SIGNAL, end_processes_in
 
+#: mrjob's switches that are gpumr's own on its command line (``-q``, ``-v``): never handed to mrjob.
+OWN_SWITCHES = frozenset(("-q", "--quiet", "-v", "--verbose"))
 
-def option_table(job):
-    """``{option string: takes a value}`` of every option mrjob's parser of ``job`` knows."""
-    flags = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
-             argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
-    return {s: a.nargs != 0 and not isinstance(a, flags) for a in job.arg_parser._actions for s in a.option_strings}
+
+@functools.lru_cache(maxsize=None)
+def option_parser():
+    """mrjob's parser of its runners' options (``-c``, ``--no-conf`` and every runner option), made from mrjob's own
+    option table without a job; its errors raise ``ValueError``, as an ``MRJob``'s parser's do."""
+    from mrjob.options import _add_basic_args, _add_runner_args
+    p = argparse.ArgumentParser(prog="mrjob", add_help=False, allow_abbrev=False)
+    _add_basic_args(p)
+    _add_runner_args(p)
+
+    def error(message):
+        raise ValueError(message)
+
+    p.error = error
+    return p
+
+
+def runner_switches():
+    """mrjob's runner options as ``[(option strings, takes a value)]``: what gpumr's parser declares for them."""
+    return [(strings, a.nargs != 0) for a in option_parser()._actions
+            if (strings := [s for s in a.option_strings if s not in OWN_SWITCHES])]
+
+
+def runner_settings(given, ours=None):
+    """mrjob's options ``given`` (strings, as on mrjob's command line) parsed over gpumr's own ``ours``
+    (``{dest: value}``), as mrjob reads ``OURS... GIVEN...``: a later value wins, lists and ``--jobconf`` add up.
+
+    Raises
+    ------
+    ValueError
+        mrjob's parser's refusal of ``given``.
+    """
+    parser = option_parser()
+    settings = argparse.Namespace(**{a.dest: a.default for a in parser._actions})
+    for dest, value in (ours or {}).items():
+        setattr(settings, dest, value)
+    return parser.parse_args(list(given), settings) if given else settings
+
+
+def steps(reducers, cat_reducer):
+    """mrjob's description of the job's one step: the task script's mapper, then the identity reducer (the task
+    script's, or ``cat`` where the runner runs commands), or none."""
+    step = {"type": "streaming", "mapper": {"type": "script"}}
+    if reducers:
+        step["reducer"] = {"type": "command", "command": "cat"} if cat_reducer else {"type": "script"}
+    return [step]
+
+
+def runner_kwargs(task_args, inputs, output_dir, settings):
+    """The keywords ``MRJob.make_runner`` gives a runner's class for the job whose task options are ``task_args``
+    (``(switch, value or True)`` of :data:`gpumr.engines.mrjob.task.OPTIONS`, in order), with the runner's
+    ``settings`` (:func:`runner_settings`)."""
+    from mrjob.conf import combine_dicts, combine_lists
+    from mrjob.options import _RUNNER_OPTS
+    from mrjob.setup import parse_legacy_hash_path
+
+    from . import task as mrjob_task  # (not at import: python -m gpumr.engines.mrjob.task imports this package)
+    kinds = {switch: kind for switch, kind, _ in mrjob_task.OPTIONS}
+    extra_args, given = [], dict(task_args)
+    for switch, value in task_args:
+        extra_args.append(switch)
+        if value is not True:
+            extra_args.append(parse_legacy_hash_path("file", value) if kinds[switch] == "file" else str(value))
+    reducers = int(given.get("--reducers", 1))
+    kwargs = {k: getattr(settings, k) for k in _RUNNER_OPTS if hasattr(settings, k)}
+    kwargs.update(
+        conf_paths=settings.conf_paths, extra_args=extra_args,
+        hadoop_input_format=mrjob_task.TEXT_INPUT_FORMAT if given.get("--hadoop-splits") else None,
+        hadoop_output_format=None, input_paths=list(inputs), max_output_files=None, mr_job_script=inspect.getsourcefile(mrjob_task),
+        output_dir=output_dir, partitioner=None, step_output_dir=None, sort_values=None,
+        jobconf=combine_dicts({"mapreduce.job.reduces": str(reducers)}, settings.jobconf),
+        libjars=combine_lists([], settings.libjars), upload_archives=combine_lists(settings.upload_archives, []),
+        upload_dirs=combine_lists(settings.upload_dirs, []), upload_files=combine_lists(settings.upload_files, []),
+        steps=steps(reducers, given.get("--cat-reducer", False)))
+    return kwargs
+
+
+def import_runners():
+    """Import mrjob's runner modules (``mrjob.bin``) with pyspark hidden from them.
+
+    They import pyspark, where it is installed, only to find mrjob's own
+    Spark runner's ``spark-submit``, which gpumr never uses (its Spark
+    engine is its own). A pyspark this process has already imported is
+    left as it is; later imports of it are unaffected.
+    """
+    if "mrjob.bin" not in sys.modules and "pyspark" not in sys.modules:
+        sys.modules["pyspark"] = None  # (importing it raises ImportError: mrjob.bin's pyspark is None)
+        try:
+            importlib.import_module("mrjob.bin")
+        finally:
+            del sys.modules["pyspark"]
+
+
+def make_runner(alias, task_args, inputs, output_dir, settings):
+    """mrjob's runner ``alias`` for the job, as ``MRJob.make_runner`` makes it (:func:`runner_kwargs`) but with no
+    ``MRJob``: the inline runner is :func:`inline_runner`'s."""
+    import_runners()
+    kwargs = runner_kwargs(task_args, inputs, output_dir, settings)
+    if alias == "inline":
+        return inline_runner()(task_args, **kwargs)
+    from mrjob.runner import _runner_class
+    return _runner_class(alias)(**kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def inline_runner():
+    """mrjob's inline runner whose tasks run gpumr's task runtime in this process (made on first use: mrjob's
+    runner modules are imported by jobs that run, not by every ``gpumr`` command).
+
+    mrjob's own inline runner builds the job's ``MRJob`` for every task,
+    parsing the job's command line again; this one runs each task as the
+    task script does (:func:`gpumr.engines.mrjob.task.run_task_with`), over
+    the task's files, in its working folder, with its environment and
+    standard streams, from the options the launcher gave.
+    """
+    from mrjob.inline import InlineMRJobRunner
+    from mrjob.util import save_current_environment, save_cwd, save_sys_std
+
+    from .task import run_task_with
+
+    class InlineRunner(InlineMRJobRunner):
+        def __init__(self, task_args, **kwargs):
+            super().__init__(**kwargs)
+            self._task_options = task_namespace(task_args)
+
+        def _invoke_task_func(self, task_type, step_num, task_num):
+            options = argparse.Namespace(**vars(self._task_options), step_num=step_num,
+                                         mapper=task_type == "mapper", reducer=task_type == "reducer")
+
+            def invoke_task(stdin, stdout, stderr, wd, env):
+                with save_current_environment(), save_cwd(), save_sys_std():
+                    os.environ.update(env)
+                    os.chdir(wd)
+                    sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+                    try:
+                        run_task_with(options, stdin, stdout, stderr)
+                    except BaseException:
+                        self._error_while_reading_from = self._task_input_path(task_type, step_num, task_num)
+                        raise
+            return invoke_task
+
+    return InlineRunner
+
+
+def task_namespace(task_args):
+    """The task options ``task_args`` (as :func:`runner_kwargs` takes them) as the task script would parse them."""
+    from . import task as mrjob_task
+    options = argparse.Namespace(**{switch.lstrip("-").replace("-", "_"): kwargs.get("default")
+                                    for switch, _, kwargs in mrjob_task.OPTIONS})
+    options.cat_reducer = options.hadoop_splits = False
+    for switch, value in task_args:
+        setattr(options, switch.lstrip("-").replace("-", "_"), value)
+    options.reducers = int(options.reducers)
+    return options
 
 
 def settings(runner):

@@ -15,9 +15,8 @@ from gpumr.tasks.items import Record, from_json
 TEXT_INPUT_FORMAT = "org.apache.hadoop.mapred.SequenceFileAsTextInputFormat"
 #: The switches mrjob gives the script it runs as a task.
 TASK_SWITCHES = frozenset(("--mapper", "--reducer", "--combiner", "--step-num", "--spark"))
-#: The job's own options, each ``(switch, "file" or "passthru", argparse keywords)``, declared once. mrjob's job
-#: adds them (:meth:`gpumr.engines.mrjob.job.MRWorkload.configure_args`), ships the file and gives them to every
-#: task, which reads them here (:func:`task_options`). They are ``--gpumr-spec`` (a file), ``--reducers``,
+#: The job's own options, each ``(switch, "file" or "passthru", argparse keywords)``, declared once. mrjob's runner
+#: (:func:`gpumr.engines.mrjob.runner.runner_kwargs`) ships the file and gives them to every task, which reads them here (:func:`task_options`). They are ``--gpumr-spec`` (a file), ``--reducers``,
 #: ``--cat-reducer``, ``--hadoop-splits`` and ``--gpumr-side-dir``.
 #:
 #: :meta hide-value:
@@ -127,8 +126,12 @@ def task_options(argv):
 def run_task(argv, stdin, stdout, stderr):
     """Run one task as mrjob's runners start it: ``argv`` (its switches), lines from ``stdin`` to ``stdout``
     (binary streams), counters on ``stderr``."""
-    options = task_options(argv)
+    run_task_with(task_options(argv), stdin, stdout, stderr)
 
+
+def run_task_with(options, stdin, stdout, stderr):
+    """Run one task whose switches are parsed (:func:`task_options`): the task script's, and each task of the
+    inline runner, in the launcher's process (:func:`gpumr.engines.mrjob.runner.inline_runner`)."""
     def write(lines):  # (mrjob's RawProtocol writes a key<TAB>value line as it read it: UTF-8, the line itself)
         for text in lines:
             stdout.write(text.encode("utf-8") + b"\n")
