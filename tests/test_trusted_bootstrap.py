@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-from test_trusted_cache import planter  # noqa: F401  (the second user, a fixture)
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
                          "bootstrap-gpu-node.sh")
@@ -29,7 +28,7 @@ def _bootstrap(root):
 
 @pytest.mark.parametrize("plant", ["python-foreign", "bin-foreign", "site-packages-open", "python-links-to-foreign",
                                    "bin-sticky-open"])
-def test_bootstrap_runs_nothing_from_an_environment_others_could_change(tmp_path, planter, plant):  # noqa: F811 (a fixture)
+def test_bootstrap_runs_nothing_from_an_environment_others_could_change(tmp_path, other_user, plant):
     root = tmp_path / "root"
     venv = root / "opt/gpumr/venv"
     site = venv / "lib/python3/site-packages"
@@ -45,18 +44,18 @@ def test_bootstrap_runs_nothing_from_an_environment_others_could_change(tmp_path
         elsewhere.mkdir(mode=0o755)
         (elsewhere / "python").write_text(script)
         os.chmod(elsewhere / "python", 0o755)
-        os.chown(elsewhere / "python", planter, planter)
+        os.chown(elsewhere / "python", other_user, other_user)
         python.symlink_to(elsewhere / "python")
-        named, why = str(python), f"leads to {elsewhere / 'python'}, which belongs to uid {planter}, not to root"
+        named, why = str(python), f"leads to {elsewhere / 'python'}, which belongs to uid {other_user}, not to root"
     else:
         python.write_text(script)
         os.chmod(python, 0o755)
         if plant == "python-foreign":
-            os.chown(python, planter, planter)
-            named, why = str(python), f"belongs to uid {planter}, not to root"
+            os.chown(python, other_user, other_user)
+            named, why = str(python), f"belongs to uid {other_user}, not to root"
         elif plant == "bin-foreign":
-            os.chown(venv / "bin", planter, planter)
-            named, why = str(venv / "bin"), f"belongs to uid {planter}, not to root"
+            os.chown(venv / "bin", other_user, other_user)
+            named, why = str(venv / "bin"), f"belongs to uid {other_user}, not to root"
         elif plant == "bin-sticky-open":
             os.chmod(venv / "bin", 0o1777)
             named, why = str(venv / "bin"), "mode 1777 lets others write in it"
