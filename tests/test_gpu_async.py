@@ -437,9 +437,12 @@ def _faces_work():
 
 def _process(work, o, chooser, device_for, records):
     from gpumr.core import Processor
+    from gpumr.core.counters import outcome
     counts = {}
     out = dict(Processor(work, o, chooser, device_for=device_for,
                          count=lambda name, n=1: counts.update({name: counts.get(name, 0) + n})).process(records))
+    for value in out.values():
+        counts[outcome(value)] = counts.get(outcome(value), 0) + 1
     return out, counts
 
 

@@ -169,9 +169,10 @@ def test_grouping_and_boxes_wait_for_no_lease(monkeypatch):
     """The face workload's GPU batch returns what the device found; boxes and OpenCV's grouping run in
     finish, which the record flow calls after the lease is released."""
     import argparse
+    from collections import Counter
 
     from gpumr.core import Processor
-    from gpumr.core.counters import ON_GPU
+    from gpumr.core.counters import ON_GPU, outcome
     from gpumr.core.workload import Workload
     from gpumr.faces import gpu as face_gpu
     from gpumr.faces import reference
@@ -199,10 +200,9 @@ def test_grouping_and_boxes_wait_for_no_lease(monkeypatch):
     assert isinstance(batch[0], Found) and type(work).finish is not Workload.finish
     held[0] = False
     events.clear()
-    counts = {}
-    out = dict(Processor(work, o, Chooser(), device_for=Device,
-                         count=lambda name, n=1: counts.update({name: counts.get(name, 0) + n}))
-               .process([(f"k{i}", cv2.imencode(".png", f)[1].tobytes()) for i, f in enumerate(frames)]))
-    assert counts[ON_GPU] == 3 and events == [False] * 3  # grouped 3 times, never under the lease
+    records = [(f"k{i}", cv2.imencode(".png", f)[1].tobytes()) for i, f in enumerate(frames)]
+    out = dict(Processor(work, o, Chooser(), device_for=Device).process(records))
+    assert Counter(map(outcome, out.values()))[ON_GPU] == 3
+    assert events == [False] * 3  # grouped 3 times, never under the lease
     assert [sorted(out[f"k{i}"]["faces"]) for i in range(3)] == _opencv(frames)
     assert out["k0"]["width"] == 320 and out["k0"]["device"] == "gpu:0"

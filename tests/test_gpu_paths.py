@@ -220,6 +220,7 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
     from collections import Counter
 
     from gpumr.core import FALLBACKS, ON_CPU, ON_GPU, Processor
+    from gpumr.core.counters import outcome
     from gpumr.devices.chooser import DeviceChooser
     from gpumr.tasks.device import Device
     names = sorted(os.listdir(sample_frames))
@@ -235,6 +236,7 @@ def test_a_batch_larger_than_any_gpu_is_halved_and_never_waited_for(sample_frame
         with said_lines() as log:
             out = list(Processor(work, o, chooser, device_for=Device,
                                  count=lambda name, n=1: counts.update({name: n})).process(records))
+        counts.update(outcome(v) for _, v in out)
         assert sorted(k for k, _ in out) == sorted(want) and all(sorted(v["faces"]) == sorted(want[k]) for k, v in out)
         assert {v["device"] for _, v in out} == {device} and not counts[FALLBACKS]
         assert counts[ON_GPU if device != "cpu" else ON_CPU] == 16

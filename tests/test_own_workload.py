@@ -136,6 +136,41 @@ def test_a_raising_record_is_an_error_line_and_the_job_goes_on(skimage_photos, t
     assert counts["bad records"] == 1 and counts["records on CPU"] == len(got)
 
 
+ODD = '''
+from gpumr import Workload
+
+class Odd(Workload):
+    name = "odd"
+    decode = "gray"
+
+    def cpu(self, key, image, o):
+        if key.startswith("coins"):
+            return {"mean": object()}
+        if key.startswith("coffee"):
+            return {"mean": float("nan")}
+        if key.startswith("hubble"):
+            return [float(image.mean())]
+        return {"mean": float(image.mean())}
+'''
+
+
+@pytest.mark.parametrize("engine", ["inline", "dask"])
+def test_a_result_that_cannot_be_written_is_that_records_error_line(skimage_photos, tmp_path, monkeypatch, engine,
+                                                                    request, forget_user_modules):
+    """Not JSON (an object, NaN) or not a dict: that record's error line, counted bad; the others are written."""
+    seq, folder = skimage_photos
+    monkeypatch.chdir(write(tmp_path / "work", "odd.py", ODD))
+    session = request.getfixturevalue("dask_client") if engine == "dask" else None
+    counts, _ = run_workload("odd:Odd", [seq, "-o", str(tmp_path / "out")], engine, session)
+    got = results(tmp_path / "out")
+    assert got.pop("coins.png")["error"].startswith("the result is not JSON: a object is not JSON")
+    assert got.pop("coffee.png") == {"error": "the result is not JSON: Out of range float values are not JSON "
+                                              "compliant"}
+    assert got.pop("hubble_deep_field.png") == {"error": "the workload returned a list, not a dict"}
+    assert list(got) == ["immunohistochemistry.png"] and set(got["immunohistochemistry.png"]) == {"mean", "device"}
+    assert counts["bad records"] == 3 and counts["records on CPU"] == 1
+
+
 ESCAPE = '''
 import numpy as np
 from gpumr import Workload

@@ -6,6 +6,20 @@ CPU_MS, GPU_MS = "CPU milliseconds", "GPU milliseconds"
 LOST, LOST_BYTES = "lost stretches", "lost bytes"
 
 
+def outcome(value):
+    """The counter one record's output value adds one to: :data:`BAD` for an error, else :data:`ON_CPU` or
+    :data:`ON_GPU` by its ``device``.
+
+    Examples
+    --------
+    >>> outcome({"faces": [], "device": "cpu"}), outcome({"error": "empty value"}), outcome({"device": "0"})
+    ('records on CPU', 'bad records', 'records on GPU')
+    """
+    if "error" in value:
+        return BAD
+    return ON_CPU if value["device"] == "cpu" else ON_GPU
+
+
 def total(counters, group=GROUP):
     """Sum the ``group`` counters over the steps of an mrjob runner's ``counters()`` list."""
     out = {}

@@ -1,14 +1,15 @@
 """Running a workload over records, choosing a device per record: the record flow every engine shares.
 
-(key, bytes) -> decode -> choose a device -> the CPU or GPU batch -> the result, or an ``error`` naming the
-record: every record comes out exactly once."""
+(key, bytes) -> decode -> choose a device -> the CPU or GPU batch -> the output value (the result with its
+``device``, or an ``error`` naming the record): every record comes out exactly once, as a value; the task writes
+and counts its line."""
 
 import time
 
 from ..log import logger, say_once
 from ..sizes import human
 from .badrecord import BadRecord
-from .counters import BAD, CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES, ON_CPU, ON_GPU
+from .counters import CPU_MS, FALLBACKS, GPU_MS, LOST, LOST_BYTES
 from .workload import RESERVED
 
 log = logger(__name__)
@@ -62,22 +63,20 @@ class Processor:
     device_for : callable, optional
         ``device_for(choice)``: the device object :meth:`Workload.gpu_batch` gets; None: no GPU path here (every
         record on the CPU).
-    to_value : callable, optional
-        ``to_value(key, result, device)``: the output value of a result (default :func:`plain_result`); a BadRecord it
-        raises makes the record an error line.
     count : callable, optional
-        ``count(name, amount)``: the counters."""
+        ``count(name, amount)``: the counters of the work (device time, fallbacks, lost input); each record's own
+        counter (:func:`gpumr.core.counters.outcome`) is added where its line is written."""
 
-    def __init__(self, workload, o, chooser, device_for=None, to_value=plain_result, count=None):
+    def __init__(self, workload, o, chooser, device_for=None, count=None):
         self.workload, self.o, self.chooser = workload, o, chooser
         self.device_for = device_for
-        self.to_value = to_value
         self.count = count or (lambda name, n=1: None)
         self._pending = []
         self._oversize = False  # a record too large for every GPU here was logged
 
     def process(self, records):
-        """Yield ``(key, output value)`` for every ``(key, value)`` record, each exactly once."""
+        """Yield ``(key, output value)`` for every ``(key, value)`` record, each exactly once: a dict, the result with
+        its ``device`` (:func:`plain_result`) or ``{"error": reason}``."""
         for key, value in records:
             yield from self.feed(key, value)
         yield from self.flush()
@@ -123,34 +122,32 @@ class Processor:
         """The device memory a GPU batch of the first ``n`` waiting records needs."""
         return self.workload.gpu_memory([item for _, item in self._pending[:n]], self.o)
 
-    def bad(self, key, reason):
-        """Count a bad record and return its error output."""
-        self.count(BAD, 1)
+    @staticmethod
+    def bad(key, reason):
+        """The error output of a record."""
         return key, {"error": reason}
 
     def unreadable(self, item):
-        """Count a record that could not be read (a :class:`gpumr.io.records.Unreadable`); return its error output."""
+        """The error output of a record that could not be read (a :class:`gpumr.io.records.Unreadable`)."""
         return self.bad(item.label, f"unreadable record at byte {item.offset} of {item.name}: {item.reason}")
 
     def lost(self, lost):
         """Count an unreadable stretch of input (a :class:`gpumr.io.records.Lost`); return its error output."""
-        self.count(BAD, 1)
         self.count(LOST, 1)
         if lost.end is not None:
             self.count(LOST_BYTES, lost.end - lost.start)
         where = f"bytes {lost.start}-{lost.end}" if lost.end is not None else f"from byte {lost.start}"
         return lost.name, {"error": f"{where} could not be read: {lost.reason}", "lost": [lost.start, lost.end]}
 
-    def _outputs(self, batch, results, device, counter):
+    def _outputs(self, batch, results, device):
         """The output of each record of ``batch`` from its result (:meth:`Workload.finish` first, after any GPU
-        lease); a result that does not become an output value is an error line."""
+        lease); a result that does not become an output value is an error."""
         for (key, _), result in zip(batch, results):
             try:
-                value = self.to_value(key, self.workload.finish(key, result, self.o), device)
+                value = plain_result(key, self.workload.finish(key, result, self.o), device)
             except Exception as exc:  # noqa: BLE001 (one record's failure must not end the task)
                 yield self.bad(key, reason_of(exc))
                 continue
-            self.count(counter, 1)
             yield key, value
 
     def _cpu(self, batch):
@@ -168,7 +165,7 @@ class Processor:
             yield self.bad(key, reason_of(exc))
             return
         self.count(CPU_MS, int(round((time.perf_counter() - t0) * 1000)))
-        yield from self._outputs(batch, results, "cpu", ON_CPU)
+        yield from self._outputs(batch, results, "cpu")
 
     def _gpu(self, batch, choice):
         t0 = time.perf_counter()
@@ -185,7 +182,7 @@ class Processor:
             return
         choice.release()  # what is left of the work needs no GPU: after the lease
         self.count(GPU_MS, int(round((time.perf_counter() - t0) * 1000)))
-        yield from self._outputs(batch, results, choice.device, ON_GPU)
+        yield from self._outputs(batch, results, choice.device)
 
     @staticmethod
     def _results(results, batch, what):

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..boundary import install
+from ..core.counters import BAD, outcome
 from ..errors import GpumrError
 from ..io.joboutput import line
 from ..log import logger, say_once, set_verbosity
@@ -222,18 +223,27 @@ class Task:
         if self._tell is not None:
             self._tell(name, n)
 
-    def _line(self, key, result, device):
-        """The output line of a result (inside the processor's care: a result that is not JSON is that record's
-        error line)."""
-        from ..core.processor import plain_result
-        value = self.arrays.encode(key, plain_result(key, result, device))
-        if device != "cpu" and self._simulated:
-            value["simulated"] = True
-        try:
-            return line(key, value)
-        except (TypeError, ValueError) as exc:
-            from ..core.badrecord import BadRecord
-            raise BadRecord(f"the result is not JSON: {exc}") from None
+    def _line(self, key, value):
+        """The output line of one record's output value (:meth:`gpumr.core.Processor.process`), counted; a result
+        that cannot be written (not JSON, its arrays not writable) is that record's error line."""
+        if "error" not in value:
+            try:
+                value = self.arrays.encode(key, value)
+                if value["device"] != "cpu" and self._simulated:
+                    value = {**value, "simulated": True}
+                text = line(key, value)
+            except (TypeError, ValueError) as exc:
+                value = {"error": f"the result is not JSON: {exc}"}
+            except Exception as exc:  # noqa: BLE001 (one record's arrays not written must not end the task)
+                from ..core.processor import reason_of
+                value = {"error": f"its arrays were not written: {reason_of(exc)}"}
+            else:
+                self.count(outcome(value))
+                return text
+        self.count(BAD)
+        if len(self.bad) < BAD_NAMED:
+            self.bad.append((key, value["error"]))
+        return line(key, value)
 
     def _processor_for(self, chooser):
         from ..core import Processor
@@ -253,7 +263,7 @@ class Task:
         if device_for is None:
             say_once(log, f"{self.workload.name}: every record runs on the CPU ({why})", logging.DEBUG)
         self._simulated = chooser.simulated
-        return Processor(Said(self.workload), self.o, chooser, device_for, self._line, self.count)
+        return Processor(Said(self.workload), self.o, chooser, device_for, self.count)
 
     def open(self):
         """Start: device choice set up for this task (a connection to the scheduler service, leases)."""
@@ -267,11 +277,11 @@ class Task:
         """Yield the output lines of one item (a split's records, or one record) that are ready."""
         from ..io.records import process, read_split
         if isinstance(item, Record):
-            yield from self._named(self._processor.feed(item.key, item.value))
+            yield from self._lines(self._processor.feed(item.key, item.value))
         elif isinstance(item, Split):
             done = self.progress.counts["input bytes"]
             records = read_split(item.path, item.start, item.end, item.path, max_record_size=self.o.max_record_size)
-            yield from self._named(process(self._processor, records,
+            yield from self._lines(process(self._processor, records,
                                            at=lambda at: self.progress.set_bytes(done + at - item.start)))
             if item.end is not None:
                 self.progress.set_bytes(done + item.end - item.start)
@@ -280,12 +290,12 @@ class Task:
 
     def refuse(self, key, reason):
         """The error line of a record that cannot be given to the workload (counted as bad)."""
-        return next(self._named([self._processor.bad(key, reason)]))
+        return self._line(*self._processor.bad(key, reason))
 
     def close(self):
         """Yield the lines of the records still waiting, then end the task's device choice and progress."""
         try:
-            yield from self._named(self._processor.flush())
+            yield from self._lines(self._processor.flush())
         finally:
             self._chooser.close()
             self.progress.close()
@@ -305,16 +315,10 @@ class Task:
                 self._chooser.close()
                 self.progress.close()
 
-    def _named(self, outputs):
-        """Output lines from the processor's outputs: its lines as they are, an error value encoded and named."""
+    def _lines(self, outputs):
+        """The output line of each of the processor's outputs."""
         for key, value in outputs:
-            if isinstance(value, str):
-                yield value
-                continue
-            if len(self.bad) < BAD_NAMED:
-                self.bad.append((key, value["error"]))
-            yield line(key, value)
-
+            yield self._line(key, value)
 
 
 class Said:
