@@ -64,6 +64,10 @@ def test_arrays_are_npy_files_named_by_their_record_and_listed_for_the_launcher(
     ((name, staged, size, sha),) = arrays.written
     assert name == "arrays/z00016.slab.npy" and staged == "arrays/attempt-1/z00016.slab.npy"
     assert np.array_equal(np.load(tmp_path / staged), slab) and size == os.path.getsize(tmp_path / staged)
+    from gpumr.io.remote import locate
+    assert output.finished_arrays(locate(str(tmp_path))) == {}  # (listed once the attempt finishes)
+    arrays.close()
+    assert output.finished_arrays(locate(str(tmp_path))) == {name: (staged, size, sha)}
     assert json.loads(joboutput.line("z00016", value).split("\t")[1])["n"] == 3  # numpy scalars are JSON numbers
     assert output.array_name("a/b c.jpg", "mask").startswith("a_b_c.jpg-") and "/" not in output.array_name("../x", "m")
     assert output.array_name(".hidden", "m").split("-")[0] == "hidden"

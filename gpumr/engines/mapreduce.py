@@ -88,6 +88,7 @@ def map_reduce(plan, job, execute):
     execute : callable
         ``execute(phase, function, calls)``, ``phase`` ``"map"`` or ``"reduce"``, ``calls`` a list of argument tuples:
         yields each task's result as it finishes."""
+    from ..io.remote import locate
     from ..tasks import output  # (here: they import numpy, and an engine's package is loaded to start early)
     from ..tasks.items import input_bytes
     from ..tasks.runtime import BAD_NAMED, map_task, reduce_task
@@ -98,7 +99,7 @@ def map_reduce(plan, job, execute):
         log.debug("map task %d done: %s", result["index"], result["counts"])
         maps.append(result)
     maps.sort(key=lambda m: m["index"])
-    parts = {name: (staged, size, sha) for m in maps for name, staged, size, sha in m["arrays"]}
+    parts = output.finished_arrays(locate(spec.stage))
     if sort:
         runs = [(m["name"], m["sample"]) for m in maps]
         calls = [(spec, r, runs, low, high)

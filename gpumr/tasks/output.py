@@ -21,8 +21,8 @@ WRITE_CHUNK = 1 << 20
 SAMPLES = 64
 #: The folder of the output (and of the stage) that holds the arrays.
 ARRAYS = "arrays"
-#: The file an attempt that finished writes beside its arrays, listing them (engines that publish every attempt
-#: that finished, as mrjob's do, publish the arrays listed there).
+#: The file an attempt that finished writes beside its arrays, listing them: how the arrays reach the launcher on
+#: every engine (:func:`finished_arrays`).
 ARRAYS_DONE = ".done"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -46,7 +46,8 @@ def array_name(key, field):
 
 
 class Arrays:
-    """Writes the numpy arrays of results into ``stage/arrays/<attempt>/`` and lists them for the launcher.
+    """Writes the numpy arrays of results into ``stage/arrays/<attempt>/`` and, once the attempt finishes, lists
+    them there for the launcher (:func:`finished_arrays`).
 
     Parameters
     ----------
@@ -83,6 +84,12 @@ class Arrays:
                 self.written.append((name, staged, *h.digest()))
                 out[field] = {"array": name, "shape": list(array.shape), "dtype": array.dtype.str}
         return out
+
+    def close(self):
+        """The attempt finished: list its arrays in its :data:`ARRAYS_DONE` file (none written: nothing)."""
+        if self.written:
+            listing = json.dumps(self.written).encode()
+            locate(self.stage).child(f"{ARRAYS}/{self.attempt}/{ARRAYS_DONE}").write_bytes(listing)
 
 
 def write_lines(stage, name, lines, samples=0):

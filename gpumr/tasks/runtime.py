@@ -296,6 +296,7 @@ class Task:
         """Yield the lines of the records still waiting, then end the task's device choice and progress."""
         try:
             yield from self._lines(self._processor.flush())
+            self.arrays.close()
         finally:
             self._chooser.close()
             self.progress.close()
@@ -386,7 +387,7 @@ def map_task(spec, index, items, sort, find=here, gpus=None):
     size, sha, sample = output.write_lines(spec.stage, name, lines, output.SAMPLES if sort else 0)
     log.debug("task %d done in %.1f s: %s", index, time.perf_counter() - t0, task.counts)
     return {"index": index, "name": name, "size": size, "sha": sha, "sample": sample, "counts": task.counts,
-            "bad": task.bad, "arrays": task.arrays.written}
+            "bad": task.bad}
 
 
 def reduce_task(spec, index, runs, low, high):

@@ -1,6 +1,5 @@
 """The task script mrjob's runners start for every task of a gpumr job (``python task.py --step-num=0 --mapper``)."""
 
-import json
 import os
 import sys
 
@@ -98,16 +97,9 @@ class MapTask:
         yield from self.task.feed(Record(key, value))
 
     def close(self):
-        """The output lines of the records still waiting; then the list of the task's arrays, for the launcher to
-        publish (only the arrays of attempts that finished are published)."""
-        from gpumr.io.remote import locate
-        from gpumr.tasks.output import ARRAYS, ARRAYS_DONE
+        """The output lines of the records still waiting (the task's arrays then listed for the launcher)."""
         yield from self.task.close()
         log.debug("task %s done: %s", self.task.attempt, self.task.counts)
-        written = self.task.arrays.written
-        if written:
-            stage = locate(self.task.spec.stage)
-            stage.child(f"{ARRAYS}/{self.task.attempt}/{ARRAYS_DONE}").write_bytes(json.dumps(written).encode())
 
 
 def task_options(argv):
