@@ -136,16 +136,27 @@ def test_assemble_names_missing_and_duplicate_slices(phantom_files, tmp_path):
     assert not (tmp_path / "v.npy").exists()
 
 
-def test_bad_slab_records_are_error_lines(phantom_files):
-    """A record that is not a slab of the volume is its error line (the workload's load refuses it)."""
-    from gpumr.core.badrecord import BadRecord
+def test_the_launcher_plans_each_slab_once_as_ints_and_the_tasks_take_them_as_they_are(phantom_files):
+    """Slab bounds are planned (and checked, with --slab) once in the launcher: ints covering the volume, keyed by
+    their first slice; a task's load takes them as they come, through JSON or not."""
+    import argparse
+
     from gpumr.ct import geometry
-    from gpumr.ct.workload import parse_slab
-    g = geometry.load(str(phantom_files / "proj.geometry.json"))
-    assert parse_slab("0 6", g) == (0, 6)
-    for line in ("nonsense", "30 40", "6 6"):
-        with pytest.raises(BadRecord):
-            parse_slab(line, g)
+    from gpumr.ct.workload import Backproject
+    from gpumr.tasks.items import Record, from_json, to_json
+    o = argparse.Namespace(projections=str(phantom_files / "proj.seq"),
+                           geometry=str(phantom_files / "proj.geometry.json"), slab=6, i0=None)
+    work = Backproject()
+    work.check(o)
+    planned = work.plan(o)
+    at = 0
+    for key, (z0, z1) in planned:
+        assert key == f"z{z0:05d}" and z0 == at and 0 < z1 - z0 <= 6 and type(z0) is type(z1) is int
+        at = z1
+    nz = geometry.load(o.geometry).nVoxel[0]
+    assert at == nz and len(planned) == -(-nz // 6)
+    key, value = planned[-1]
+    assert work.load(key, from_json(to_json(Record(key, value))).value, o) == work.load(key, value, o) == tuple(value)
 
 
 def _assemble(out, volume, cwd):

@@ -129,7 +129,8 @@ class Workload:
         """Refuse options that cannot work, before any task: raise GpumrError with one line."""
 
     def plan(self, o):
-        """The records of a workload whose :attr:`input` is ``"plan"``: a list of ``(key, value)`` strings."""
+        """The records of a workload whose :attr:`input` is ``"plan"``: a list of ``(key, value)``, the key a string,
+        the value JSON (numbers, strings, lists, dicts), handed to :meth:`load` as it is."""
         raise NotImplementedError(f"{type(self).__name__} takes SequenceFile inputs (input = 'seqfile')")
 
     def task_threads(self, o):

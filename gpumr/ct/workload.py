@@ -1,7 +1,6 @@
 """Slab backprojection (FDK) as a gpumr workload: one record = one slab [z0, z1) of slices."""
 
 from .. import limits
-from ..core.badrecord import BadRecord
 from ..core.workload import Option, Workload
 from ..errors import GpumrError
 from . import FILTERS
@@ -41,33 +40,22 @@ def load_geometry(path, warn=False):
 
 def check_slab(geometry, slices, name="--slab"):
     """Refuse slabs of ``slices`` slices (at most the volume's) holding more than :data:`gpumr.limits.MAX_SLAB_VOXELS`
-    voxels. Raises ``GpumrError`` naming ``name`` (the option, or the plan line) and the slab's size."""
+    voxels. Raises ``GpumrError`` naming ``name`` (the option) and the slab's size."""
     nz, ny, nx = geometry.nVoxel
     slices = min(slices, nz)  # a plan's slabs are at most the volume
     limits.at_most(f"{name}: a slab of {slices} slices of {ny}x{nx}", slices * ny * nx, limits.MAX_SLAB_VOXELS,
                    "voxels")
 
 
-def parse_slab(text, geometry):
-    """``(z0, z1)`` from a plan line ``"z0 z1"``; BadRecord if it is not a slab of the volume or is too large."""
-    nz = geometry.nVoxel[0]
-    parts = str(text).split()
-    try:
-        z0, z1 = (int(p) for p in parts)
-    except ValueError:
-        raise BadRecord(f"not a slab line 'z0 z1': {text!r}") from None
-    if not 0 <= z0 < z1 <= nz:
-        raise BadRecord(f"slab {z0} {z1} is not within the volume's {nz} slices")
-    try:
-        check_slab(geometry, z1 - z0, f"slab {z0} {z1}")
-    except GpumrError as exc:
-        raise BadRecord(str(exc)) from None
-    return z0, z1
-
-
 def plan(nz, slab):
-    """Slab lines covering ``nz`` slices, ``slab`` at a time."""
-    return [f"{z} {min(z + slab, nz)}" for z in range(0, nz, slab)]
+    """The slabs ``(z0, z1)`` covering ``nz`` slices, ``slab`` at a time.
+
+    Examples
+    --------
+    >>> plan(40, 16)
+    [(0, 16), (16, 32), (32, 40)]
+    """
+    return [(z, min(z + slab, nz)) for z in range(0, nz, slab)]
 
 
 class Backproject(Workload):
@@ -116,9 +104,9 @@ class Backproject(Workload):
         read_set([o.projections], g, o.i0, keep=False)
 
     def plan(self, o):
-        """The slab records of the volume, ``o.slab`` slices each: ``(key, "z0 z1")``."""
+        """The slab records of the volume, ``o.slab`` slices each (as :meth:`check` allowed): ``(key, [z0, z1])``."""
         g = load_geometry(o.geometry)  # (the one check loaded)
-        return [(slab_key(int(line.split()[0])), line) for line in plan(g.nVoxel[0], o.slab)]
+        return [(slab_key(z0), [z0, z1]) for z0, z1 in plan(g.nVoxel[0], o.slab)]
 
     def task_threads(self, o):
         import os
@@ -136,7 +124,8 @@ class Backproject(Workload):
         self._gpu = None
 
     def load(self, key, value, o):
-        return parse_slab(value, self.geometry)
+        z0, z1 = value  # (planned and checked by the launcher)
+        return z0, z1
 
     def cpu(self, key, slab, o):
         return self._result(slab, backproject(None, self.geometry, slab[0], slab[1], padded=self.rows.need(*slab)))
