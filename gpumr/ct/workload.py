@@ -38,12 +38,12 @@ def load_geometry(path, warn=False):
     return g
 
 
-def check_slab(geometry, slices, name="--slab"):
-    """Refuse slabs of ``slices`` slices (at most the volume's) holding more than :data:`gpumr.limits.MAX_SLAB_VOXELS`
-    voxels. Raises ``GpumrError`` naming ``name`` (the option) and the slab's size."""
+def check_slab(geometry, slices):
+    """Refuse ``--slab`` ``slices`` (at most the volume's) holding more than :data:`gpumr.limits.MAX_SLAB_VOXELS`
+    voxels. Raises ``GpumrError`` naming the option and the slab's size."""
     nz, ny, nx = geometry.nVoxel
     slices = min(slices, nz)  # a plan's slabs are at most the volume
-    limits.at_most(f"{name}: a slab of {slices} slices of {ny}x{nx}", slices * ny * nx, limits.MAX_SLAB_VOXELS,
+    limits.at_most(f"--slab: a slab of {slices} slices of {ny}x{nx}", slices * ny * nx, limits.MAX_SLAB_VOXELS,
                    "voxels")
 
 
