@@ -157,7 +157,8 @@ class Odd(Workload):
 @pytest.mark.parametrize("engine", ["inline", "dask"])
 def test_a_result_that_cannot_be_written_is_that_records_error_line(skimage_photos, tmp_path, monkeypatch, engine,
                                                                     request, forget_user_modules):
-    """Not JSON (an object, NaN) or not a dict: that record's error line, counted bad; the others are written."""
+    """Not JSON (an object, NaN) or not a dict: that record's error line, counted bad; the others are written. (The
+    workload names its options argument ``o``, as workloads written before it was ``options`` do.)"""
     seq, folder = skimage_photos
     monkeypatch.chdir(write(tmp_path / "work", "odd.py", ODD))
     session = request.getfixturevalue("dask_client") if engine == "dask" else None

@@ -44,30 +44,31 @@ class Blobs(Workload):
     )
 
     # -- once per job --------------------------------------------------------------------------------
-    def check(self, o):
+    def check(self, options):
         from .gpu import device_bytes
-        need = device_bytes((o.max_pixels, 1), o.num_sigma)
-        limits.at_most(f"--max-pixels {o.max_pixels:,} with --num-sigma {o.num_sigma}: one image's scale space",
+        need = device_bytes((options.max_pixels, 1), options.num_sigma)
+        limits.at_most(f"--max-pixels {options.max_pixels:,} with --num-sigma {options.num_sigma}: one image's scale "
+                       "space",
                        need, MAX_CUBE_BYTES, "bytes")
 
     # -- in each task --------------------------------------------------------------------------------
-    def setup(self, o):
+    def setup(self, options):
         from .scalespace import sigmas
-        self.scales = sigmas(o.min_sigma, o.max_sigma, o.num_sigma, o.log_scale)
+        self.scales = sigmas(options.min_sigma, options.max_sigma, options.num_sigma, options.log_scale)
         self._gpu = None
 
-    def load(self, key, value, o):
+    def load(self, key, value, options):
         """The record's image as ``rgb2gray`` makes it: float64 ``[rows, cols]`` in [0, 1]."""
         from ..core.images import decode_luminance
-        return decode_luminance(value, o.max_pixels)
+        return decode_luminance(value, options.max_pixels)
 
-    def cpu(self, key, gray, o):
+    def cpu(self, key, gray, options):
         from skimage.feature import blob_log
-        found = blob_log(gray, min_sigma=o.min_sigma, max_sigma=o.max_sigma, num_sigma=o.num_sigma,
-                         threshold=o.threshold, overlap=o.overlap, log_scale=o.log_scale)
+        found = blob_log(gray, min_sigma=options.min_sigma, max_sigma=options.max_sigma, num_sigma=options.num_sigma,
+                         threshold=options.threshold, overlap=options.overlap, log_scale=options.log_scale)
         return {"blobs": found.tolist()}
 
-    def gpu_ready(self, o, simulated):
+    def gpu_ready(self, options, simulated):
         from ..gpu.launch import available
         ok, why = available(simulated)
         if not ok:
@@ -81,16 +82,16 @@ class Blobs(Workload):
         self._gpu = LoGCube(self.scales)
         return None
 
-    def gpu_batch(self, records, o, device):
+    def gpu_batch(self, records, options, device):
         return [{"cube": self._gpu.run(gray, device.gpu)} for _, gray in records]
 
-    def gpu_memory(self, grays, o):
+    def gpu_memory(self, grays, options):
         from .gpu import device_bytes
         return sum(device_bytes(g.shape, len(self.scales)) for g in grays) + self._gpu.table.nbytes
 
-    def finish(self, key, result, o):
+    def finish(self, key, result, options):
         """A GPU result's cube -> its blobs (on the host, after the lease); a CPU result as it is."""
         if "cube" not in result:
             return result
         from .scalespace import peaks
-        return {"blobs": peaks(result["cube"], self.scales, o.threshold, o.overlap).tolist()}
+        return {"blobs": peaks(result["cube"], self.scales, options.threshold, options.overlap).tolist()}

@@ -57,7 +57,7 @@ class Processor:
     ----------
     workload : gpumr.core.Workload
         Set up (:meth:`Workload.setup` has run).
-    o : namespace
+    options : namespace
         The options.
     chooser : gpumr.devices.chooser.DeviceChooser
     device_for : callable, optional
@@ -67,8 +67,8 @@ class Processor:
         ``count(name, amount)``: the counters of the work (device time, fallbacks, lost input); each record's own
         counter (:func:`gpumr.core.counters.outcome`) is added where its line is written."""
 
-    def __init__(self, workload, o, chooser, device_for=None, count=None):
-        self.workload, self.o, self.chooser = workload, o, chooser
+    def __init__(self, workload, options, chooser, device_for=None, count=None):
+        self.workload, self.options, self.chooser = workload, options, chooser
         self.device_for = device_for
         self.count = count or (lambda name, n=1: None)
         self._pending = []
@@ -84,7 +84,7 @@ class Processor:
     def feed(self, key, value):
         """Take one record; yield the outputs that are ready."""
         try:
-            item = self.workload.load(key, value, self.o)
+            item = self.workload.load(key, value, self.options)
         except Exception as exc:  # noqa: BLE001 (a record that does not decode is its error line)
             yield self.bad(key, reason_of(exc))
             return
@@ -120,7 +120,7 @@ class Processor:
 
     def _memory(self, n):
         """The device memory a GPU batch of the first ``n`` waiting records needs."""
-        return self.workload.gpu_memory([item for _, item in self._pending[:n]], self.o)
+        return self.workload.gpu_memory([item for _, item in self._pending[:n]], self.options)
 
     @staticmethod
     def bad(key, reason):
@@ -144,7 +144,7 @@ class Processor:
         lease); a result that does not become an output value is an error."""
         for (key, _), result in zip(batch, results):
             try:
-                value = plain_result(key, self.workload.finish(key, result, self.o), device)
+                value = plain_result(key, self.workload.finish(key, result, self.options), device)
             except Exception as exc:  # noqa: BLE001 (one record's failure must not end the task)
                 yield self.bad(key, reason_of(exc))
                 continue
@@ -153,7 +153,7 @@ class Processor:
     def _cpu(self, batch):
         t0 = time.perf_counter()
         try:
-            results = self._results(self.workload.cpu_batch(batch, self.o), batch, "cpu_batch")
+            results = self._results(self.workload.cpu_batch(batch, self.options), batch, "cpu_batch")
         except Exception as exc:  # noqa: BLE001 (the user's code failing, any way: that record's error line)
             if len(batch) > 1:  # which record was it: each on its own
                 for one in batch:
@@ -171,7 +171,7 @@ class Processor:
         t0 = time.perf_counter()
         try:
             device = self.device_for(choice)
-            results = self._results(self.workload.gpu_batch(batch, self.o, device), batch, "gpu_batch")
+            results = self._results(self.workload.gpu_batch(batch, self.options, device), batch, "gpu_batch")
         except Exception as exc:  # noqa: BLE001 (launch failure, out of memory, lost context ...)
             choice.release()
             self.count(FALLBACKS, len(batch))

@@ -11,8 +11,8 @@ Example
 ...     summary = "mean grey level of each image"
 ...     options = (Option("--scale", type=float, default=1.0, least=0, help="multiplies the mean"),)
 ...     decode = "gray"
-...     def cpu(self, key, image, o):
-...         return {"mean": float(image.mean()) * o.scale}
+...     def cpu(self, key, image, options):
+...         return {"mean": float(image.mean()) * options.scale}
 >>> Brightness().cpu("a.png", np.full((2, 2), 10, np.uint8), type("O", (), {"scale": 2.0})())
 {'mean': 20.0}
 """
@@ -36,7 +36,7 @@ class Option:
     Parameters
     ----------
     name : str
-        ``--like-this``; its value is ``o.like_this`` in the workload's functions.
+        ``--like-this``; its value is ``options.like_this`` in the workload's functions.
     help : str
         One line for ``gpumr run WORKLOAD --help`` and the docs.
     type, default, metavar, choices, action
@@ -110,7 +110,13 @@ class Workload:
     max_pixels : int
         Images over this many pixels are refused before decoding.
     cpu_records, gpu_records : int
-        How many records :meth:`cpu_batch` and :meth:`gpu_batch` take at once."""
+        How many records :meth:`cpu_batch` and :meth:`gpu_batch` take at once.
+
+    Notes
+    -----
+    Each method's ``options`` argument holds the values of the job's options (``--like-this`` as
+    ``options.like_this``). gpumr passes it by position, so a workload that names it ``o``, as older ones do, runs
+    unchanged."""
 
     name = None
     summary = ""
@@ -122,26 +128,26 @@ class Workload:
     gpu_records = 1
 
     # -- once per job, where it is launched ---------------------------------------------------------
-    def resolve(self, o):
-        """Fill in values that follow from others (a default file beside an input), setting them on ``o``."""
+    def resolve(self, options):
+        """Fill in values that follow from others (a default file beside an input), setting them on ``options``."""
 
-    def check(self, o):
+    def check(self, options):
         """Refuse options that cannot work, before any task: raise GpumrError with one line."""
 
-    def plan(self, o):
+    def plan(self, options):
         """The records of a workload whose :attr:`input` is ``"plan"``: a list of ``(key, value)``, the key a string,
         the value JSON (numbers, strings, lists, dicts), handed to :meth:`load` as it is."""
         raise NotImplementedError(f"{type(self).__name__} takes SequenceFile inputs (input = 'seqfile')")
 
-    def task_threads(self, o):
+    def task_threads(self, options):
         """How many cores one task keeps busy on the CPU (default 1)."""
         return 1
 
     # -- in each task --------------------------------------------------------------------------------
-    def setup(self, o):
+    def setup(self, options):
         """Run once per task process before its first record: load models, tables, compile kernels."""
 
-    def load(self, key, value, o):
+    def load(self, key, value, options):
         """The record's value as :meth:`cpu` takes it (per :attr:`decode`); a
         :class:`~gpumr.core.badrecord.BadRecord` if it cannot be."""
         if self.decode == "raw":
@@ -149,23 +155,23 @@ class Workload:
         from .images import decode_image
         return decode_image(value, self.decode, self.max_pixels)
 
-    def cpu(self, key, image, o):
+    def cpu(self, key, image, options):
         """The result for one record on the CPU: a dict of JSON values (numpy arrays are written as .npy files)."""
         raise NotImplementedError(f"{type(self).__name__} has no cpu()")
 
-    def cpu_batch(self, records, o):
+    def cpu_batch(self, records, options):
         """Results for ``[(key, image), ...]`` on the CPU, in order (default: :meth:`cpu` on each)."""
-        return [self.cpu(key, image, o) for key, image in records]
+        return [self.cpu(key, image, options) for key, image in records]
 
-    #: ``gpu(self, key, image, o, device)``: the result for one record on the GPU ``device``
+    #: ``gpu(self, key, image, options, device)``: the result for one record on the GPU ``device``
     #: (:class:`gpumr.tasks.device.Device`); None: the workload has no GPU path.
     gpu = None
 
-    def gpu_batch(self, records, o, device):
+    def gpu_batch(self, records, options, device):
         """Results for ``[(key, image), ...]`` on GPU ``device``, in order (default: :meth:`gpu` on each)."""
-        return [self.gpu(key, image, o, device) for key, image in records]
+        return [self.gpu(key, image, options, device) for key, image in records]
 
-    def finish(self, key, result, o):
+    def finish(self, key, result, options):
         """Host work on a result that needs no device, run after a GPU's lease is released (default: the result)."""
         return result
 
@@ -173,11 +179,11 @@ class Workload:
         """Whether this workload has a GPU path (:meth:`gpu` or :meth:`gpu_batch` is defined)."""
         return self.gpu is not None or type(self).gpu_batch is not Workload.gpu_batch
 
-    def gpu_ready(self, o, simulated):
+    def gpu_ready(self, options, simulated):
         """Why the GPU path cannot run here, or None when it can (e.g. a model its kernel does not take)."""
         return None
 
-    def gpu_memory(self, images, o):
+    def gpu_memory(self, images, options):
         """Device memory (bytes) a GPU batch of these decoded images needs, told to device choice (default 0)."""
         return 0
 
@@ -194,7 +200,7 @@ def check_class(cls, where):
     if cls.input not in INPUTS:
         raise GpumrError(f"{where}: input must be one of {', '.join(INPUTS)}, not {cls.input!r}")
     if cls.cpu is Workload.cpu and cls.cpu_batch is Workload.cpu_batch:
-        raise GpumrError(f"{where}: a workload needs cpu(self, key, image, o)")
+        raise GpumrError(f"{where}: a workload needs cpu(self, key, image, options)")
     for opt in cls.options:
         if not isinstance(opt, Option):
             raise GpumrError(f"{where}: options must be gpumr.Option objects, not {type(opt).__name__}")

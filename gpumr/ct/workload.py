@@ -80,60 +80,60 @@ class Backproject(Workload):
     )
 
     # -- once per job --------------------------------------------------------------------------------
-    def resolve(self, o):
+    def resolve(self, options):
         from ..io.inputs import is_file
-        if o.projections and not o.geometry and is_file(geom.beside(o.projections)):
-            o.geometry = geom.beside(o.projections)
+        if options.projections and not options.geometry and is_file(geom.beside(options.projections)):
+            options.geometry = geom.beside(options.projections)
 
-    def check(self, o):
+    def check(self, options):
         import os
 
         from ..io.inputs import describe_file, looks_like_sequencefile
-        if not o.projections:
+        if not options.projections:
             raise GpumrError("--projections is required: the SequenceFile of projections (gpumr ct phantom makes one)")
-        if not os.path.isfile(o.projections):
-            raise GpumrError(f"--projections {o.projections}: no such file")
-        if not looks_like_sequencefile(o.projections):
-            raise GpumrError(f"--projections {o.projections}: {describe_file(o.projections)}")
-        if not o.geometry:
-            raise GpumrError(f"--geometry is required: no {geom.beside(o.projections)} beside the projections")
-        g = load_geometry(o.geometry, warn=True)
-        check_slab(g, o.slab)
+        if not os.path.isfile(options.projections):
+            raise GpumrError(f"--projections {options.projections}: no such file")
+        if not looks_like_sequencefile(options.projections):
+            raise GpumrError(f"--projections {options.projections}: {describe_file(options.projections)}")
+        if not options.geometry:
+            raise GpumrError(f"--geometry is required: no {geom.beside(options.projections)} beside the projections")
+        g = load_geometry(options.geometry, warn=True)
+        check_slab(g, options.slab)
         # Every projection is read once here, one at a time, and checked as the tasks will load them
         # (count, sizes, no NaN or infinity), so that a bad one is refused before any task starts.
-        read_set([o.projections], g, o.i0, keep=False)
+        read_set([options.projections], g, options.i0, keep=False)
 
-    def plan(self, o):
-        """The slab records of the volume, ``o.slab`` slices each (as :meth:`check` allowed): ``(key, [z0, z1])``."""
-        g = load_geometry(o.geometry)  # (the one check loaded)
-        return [(slab_key(z0), [z0, z1]) for z0, z1 in plan(g.nVoxel[0], o.slab)]
+    def plan(self, options):
+        """The slab records of the volume, ``options.slab`` slices each (as :meth:`check` allowed): ``(key, [z0, z1])``."""
+        g = load_geometry(options.geometry)  # (the one check loaded)
+        return [(slab_key(z0), [z0, z1]) for z0, z1 in plan(g.nVoxel[0], options.slab)]
 
-    def task_threads(self, o):
+    def task_threads(self, options):
         import os
-        return o.cpu_threads or os.cpu_count() or 1  # (the backprojector's threads: every core unless told)
+        return options.cpu_threads or os.cpu_count() or 1  # (the backprojector's threads: every core unless told)
 
     # -- in each task --------------------------------------------------------------------------------
-    def setup(self, o):
-        if o.cpu_threads:
+    def setup(self, options):
+        if options.cpu_threads:
             from .backproject import set_threads
-            set_threads(o.cpu_threads)
-        self.geometry = load_geometry(o.geometry)  # (the launcher's check said what there is to say)
+            set_threads(options.cpu_threads)
+        self.geometry = load_geometry(options.geometry)  # (the launcher's check said what there is to say)
         # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
-        self.rows = FilteredRows.read([o.projections], self.geometry, o.i0, o.filter)
+        self.rows = FilteredRows.read([options.projections], self.geometry, options.i0, options.filter)
         self.padded = self.rows.padded
         self._gpu = None
 
-    def load(self, key, value, o):
+    def load(self, key, value, options):
         z0, z1 = value  # (planned and checked by the launcher)
         return z0, z1
 
-    def cpu(self, key, slab, o):
+    def cpu(self, key, slab, options):
         return self._result(slab, backproject(None, self.geometry, slab[0], slab[1], padded=self.rows.need(*slab)))
 
     def _result(self, slab, volume):
         return {"z": list(slab), "nz": int(self.geometry.nVoxel[0]), "slab": volume}
 
-    def gpu_ready(self, o, simulated):
+    def gpu_ready(self, options, simulated):
         from ..gpu.launch import available
         ok, why = available(simulated)
         if not ok:
@@ -142,10 +142,10 @@ class Backproject(Workload):
         self._gpu = SlabBackprojector(self.rows.all(), self.geometry)
         return None
 
-    def gpu_batch(self, records, o, device):
+    def gpu_batch(self, records, options, device):
         slabs = [slab for _, slab in records]
         return [self._result(slab, v) for slab, v in zip(slabs, self._gpu.run(slabs, device.gpu))]
 
-    def gpu_memory(self, slabs, o):
+    def gpu_memory(self, slabs, options):
         nz, ny, nx = self.geometry.nVoxel
         return self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab

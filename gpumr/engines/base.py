@@ -81,17 +81,17 @@ class Engine:
         self.name = name or self.name
         self.title = self.title or self.name
 
-    def check(self, o):
+    def check(self, options):
         """Refuse what only several options together make wrong (one line; reads nothing): none by default."""
 
-    def tasks_here(self, o):
+    def tasks_here(self, options):
         """Whether the tasks run on this machine (``--device gpu`` is then refused here without a GPU)."""
         return True
 
     def start_early(self, argv, module, start, started):
         """Begin, before the command line is parsed, what takes longest to start; nothing by default."""
 
-    def start(self, o, workload, start, started):
+    def start(self, options, workload, start, started):
         """Begin, while the launcher checks the side files, what the job needs before its first task; nothing by
         default. ``start`` is the job's :class:`gpumr.engines.start.Start`; what begins goes to ``started``."""
 

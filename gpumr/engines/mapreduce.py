@@ -92,7 +92,7 @@ def map_reduce(plan, job, execute):
     from ..tasks import output  # (here: they import numpy, and an engine's package is loaded to start early)
     from ..tasks.items import input_bytes
     from ..tasks.runtime import BAD_NAMED, map_task, reduce_task
-    spec, sort = plan.spec, plan.o.reducers > 0
+    spec, sort = plan.spec, plan.options.reducers > 0
     maps = []
     for result in execute("map", map_task, [(spec, i, items, sort) for i, items in enumerate(plan.tasks)]):
         job.progress.done(result["counts"], input_bytes(plan.tasks[result["index"]]))
@@ -103,7 +103,7 @@ def map_reduce(plan, job, execute):
     if sort:
         runs = [(m["name"], m["sample"]) for m in maps]
         calls = [(spec, r, runs, low, high)
-                 for r, (low, high) in enumerate(output.bounds([m["sample"] for m in maps], plan.o.reducers))]
+                 for r, (low, high) in enumerate(output.bounds([m["sample"] for m in maps], plan.options.reducers))]
         for r in execute("reduce", reduce_task, calls):
             log.debug("reduce task %d done", r["index"])
             parts[f"part-{r['index']:05d}"] = (r["name"], r["size"], r["sha"])

@@ -48,7 +48,7 @@ def children_deaf():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def workers_here(o, workload):
+def workers_here(options, workload):
     """How many task processes an engine starts on this machine for ``workload`` (its own workers, where the user
     named no number): as many as the cores hold its tasks, and at least one per GPU slot its records may use.
 
@@ -61,10 +61,10 @@ def workers_here(o, workload):
     >>> workers_here(cpu, Faces()) == (os.cpu_count() or 1), workers_here(cpu, Backproject())
     (True, 1)
     """
-    n = max(1, (os.cpu_count() or 1) // workload.task_threads(o))
-    if getattr(o, "device", "cpu") != "cpu" and workload.has_gpu():
+    n = max(1, (os.cpu_count() or 1) // workload.task_threads(options))
+    if getattr(options, "device", "cpu") != "cpu" and workload.has_gpu():
         from ..devices.nvml import discover
-        n = max(n, len(discover().gpus) * (getattr(o, "gpu_slots", None) or 1))
+        n = max(n, len(discover().gpus) * (getattr(options, "gpu_slots", None) or 1))
     return n
 
 

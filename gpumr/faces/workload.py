@@ -35,39 +35,39 @@ class Faces(Workload):
     )
 
     # -- once per job --------------------------------------------------------------------------------
-    def resolve(self, o):
+    def resolve(self, options):
         """A cascade opencv ships may be given by its bare file name: the launcher ships it by its path."""
         try:
-            o.cascade = cascade_path(o.cascade)
+            options.cascade = cascade_path(options.cascade)
         except GpumrError:
             pass  # said by check, in its words
 
-    def check(self, o):
-        window = load_cascade(o.cascade).getOriginalWindowSize()
-        Pyramid(window, o.scale_factor, o.min_size, o.max_size, o.max_pixels)
+    def check(self, options):
+        window = load_cascade(options.cascade).getOriginalWindowSize()
+        Pyramid(window, options.scale_factor, options.min_size, options.max_size, options.max_pixels)
 
     # -- in each task --------------------------------------------------------------------------------
-    def setup(self, o):
+    def setup(self, options):
         import cv2
-        cv2.setNumThreads(o.opencv_threads)
-        self.cascade_file = cascade_path(o.cascade)
+        cv2.setNumThreads(options.opencv_threads)
+        self.cascade_file = cascade_path(options.cascade)
         self.classifier = load_cascade(self.cascade_file)
-        self.pyramid = Pyramid(self.classifier.getOriginalWindowSize(), o.scale_factor, o.min_size, o.max_size,
-                               o.max_pixels)
-        self.params = dict(min_neighbors=o.min_neighbors, **self.pyramid.params)
+        self.pyramid = Pyramid(self.classifier.getOriginalWindowSize(), options.scale_factor, options.min_size,
+                               options.max_size, options.max_pixels)
+        self.params = dict(min_neighbors=options.min_neighbors, **self.pyramid.params)
         self._gpu = None
 
-    def load(self, key, value, o):
+    def load(self, key, value, options):
         if not isinstance(value, (bytes, bytearray, memoryview)):
             from ..core.badrecord import BadRecord
             raise BadRecord(f"value is a {type(value).__name__}, not image bytes")
         return decode_gray(value, self.pyramid.max_pixels, check=self.pyramid.check)
 
-    def cpu(self, key, gray, o):
+    def cpu(self, key, gray, options):
         return {"faces": detect(self.classifier, gray, **self.params), "width": int(gray.shape[1]),
                 "height": int(gray.shape[0])}
 
-    def gpu_ready(self, o, simulated):
+    def gpu_ready(self, options, simulated):
         from ..gpu.launch import available
         ok, why = available(simulated)
         if not ok:
@@ -79,11 +79,11 @@ class Faces(Workload):
             return str(exc)
         return None
 
-    def gpu_batch(self, records, o, device):
+    def gpu_batch(self, records, options, device):
         """What the device finds per frame (:class:`gpumr.faces.gpu.Found`); made faces in :meth:`finish`."""
         return self._gpu.found([gray for _, gray in records], device.gpu)
 
-    def finish(self, key, result, o):
+    def finish(self, key, result, options):
         """A frame's faces from what the GPU found, after its lease: boxes, OpenCV's grouping, clipping."""
         from .gpu import Found
         if not isinstance(result, Found):
@@ -91,7 +91,7 @@ class Faces(Workload):
         height, width = result.shape
         return {"faces": result.faces(self.params["min_neighbors"]), "width": int(width), "height": int(height)}
 
-    def gpu_memory(self, grays, o):
+    def gpu_memory(self, grays, options):
         """The device memory the GPU path needs for these frames (:func:`gpumr.faces.gpu.batch_memory`)."""
         from .gpu import batch_memory, cascade_features
         size = self.classifier.getOriginalWindowSize()

@@ -659,7 +659,7 @@ class EmulatedLauncher(Launcher):
                     needed[op.seq] = op
                     stack.extend(d for d in op.deps if not d.done)
             while needed:
-                ready = sorted((op for op in needed.values() if all(d.done for d in op.deps)), key=lambda o: o.seq)
+                ready = sorted((op for op in needed.values() if all(d.done for d in op.deps)), key=lambda x: x.seq)
                 op = self._rng.choice(ready) if self.order == "random" else ready[-1]
                 del needed[op.seq]
                 self._execute(op)

@@ -109,14 +109,14 @@ def start_early(argv, start, started):
 
 def run(plan, session=None, debug=False):
     """Run a checked plan: the skeleton every engine shares (see the module's rule). Returns a :class:`Result`."""
-    if plan.o.dry_run:
+    if plan.options.dry_run:
         for text in plan.describe():
             print(f"gpumr run: {text}")
         for text in plan.engine.would_run(plan):
             print(f"gpumr run: {text}")
         return None
     t0 = time.perf_counter()
-    here = plan.engine.tasks_here(plan.o)
+    here = plan.engine.tasks_here(plan.options)
     log.debug("%s: %d task(s) on --engine %s, output %s", plan.ref.name, len(plan.tasks), plan.engine.name,
               plan.out.shown)
     progress_folder = None

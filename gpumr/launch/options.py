@@ -54,16 +54,16 @@ def task_options(workload_cls):
     return (*workload_cls.options, *COMMON)
 
 
-def check_limits(workload_cls, o):
+def check_limits(workload_cls, options):
     """Refuse any option out of its declared limit: one line naming it. Reads no file."""
     for option in task_options(workload_cls):
-        value = option.check(getattr(o, option.dest, None))
+        value = option.check(getattr(options, option.dest, None))
         if value is not None:
-            setattr(o, option.dest, value)
+            setattr(options, option.dest, value)
 
 
 class Checked(argparse.Namespace):
-    """The job's options once the launcher checked them (:attr:`gpumr.launch.plan.Plan.o`): read, never changed."""
+    """The job's options once the launcher checked them (:attr:`gpumr.launch.plan.Plan.options`): read, never changed."""
 
     def __setattr__(self, name, value):
         raise AttributeError(f"the job's options are fixed once checked ({name!r} cannot be set)")
@@ -71,18 +71,18 @@ class Checked(argparse.Namespace):
     __delattr__ = __setattr__
 
 
-def checked(o):
-    """``o``'s values as :class:`Checked` options.
+def checked(options):
+    """``options``'s values as :class:`Checked` options.
 
     Examples
     --------
-    >>> o = checked(argparse.Namespace(reducers=1))
-    >>> o.reducers
+    >>> options = checked(argparse.Namespace(reducers=1))
+    >>> options.reducers
     1
-    >>> o.reducers = 2
+    >>> options.reducers = 2
     Traceback (most recent call last):
     AttributeError: the job's options are fixed once checked ('reducers' cannot be set)
     """
     fixed = Checked.__new__(Checked)
-    fixed.__dict__.update(vars(o))
+    fixed.__dict__.update(vars(options))
     return fixed

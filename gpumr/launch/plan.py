@@ -37,7 +37,7 @@ class Plan:
         Where the workload is.
     workload : gpumr.Workload
         An instance, on the launcher's side (its ``check`` and ``plan`` ran).
-    o : gpumr.launch.options.Checked
+    options : gpumr.launch.options.Checked
         Every option's value, checked; setting one raises.
     engine : gpumr.engines.base.Engine
     inputs : list of (str, int)
@@ -59,7 +59,7 @@ class Plan:
 
     ref: object
     workload: object
-    o: argparse.Namespace
+    options: argparse.Namespace
     engine: object
     inputs: list
     tasks: list
@@ -81,17 +81,17 @@ class Plan:
         what = (f"{len(self.inputs)} input file(s), {self.input_bytes if self.input_bytes is not None else '?'} bytes"
                 if self.workload.input == "seqfile" else "records planned by the workload")
         lines = [f"workload {self.ref.name} ({self.ref.how}): {len(self.tasks)} task(s) over {what}",
-                 f"engine {self.engine.name}; output {self.out.shown}; --device {self.o.device}; "
-                 f"--reducers {self.o.reducers}"]
+                 f"engine {self.engine.name}; output {self.out.shown}; --device {self.options.device}; "
+                 f"--reducers {self.options.reducers}"]
         lines += [f"ships {f.option} as {f.name} ({f.size} bytes)" for f in self.side]
         return lines
 
 
-def verbosity(o):
+def verbosity(options):
     """The job's verbosity from ``-q``/``-v`` (and the ``gpumr`` command's own): what its tasks log."""
-    if getattr(o, "verbose", False):
+    if getattr(options, "verbose", False):
         return "debug"
-    if getattr(o, "quiet", False):
+    if getattr(options, "quiet", False):
         return "quiet"
     return "info"
 
@@ -120,12 +120,12 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         ``--debug`` (what the engine starts early keeps its frameworks' log)."""
     from .. import engines
     parsed = argv if isinstance(argv, Parsed) else parse_run(argv)
-    argv, ref, cls, parser, o = parsed
-    o = argparse.Namespace(**vars(o))  # (this plan's own copy)
-    engine = engines.get(o.engine)
-    extra = vars(o).pop("framework_args", [])  # the framework's own options, as given (mrjob's)
+    argv, ref, cls, parser, options = parsed
+    options = argparse.Namespace(**vars(options))  # (this plan's own copy)
+    engine = engines.get(options.engine)
+    extra = vars(options).pop("framework_args", [])  # the framework's own options, as given (mrjob's)
     for dest, (option, names) in parser.engine_options.items():  # another engine's option, given: refused
-        if engine.name not in names and getattr(o, dest) != option.default:
+        if engine.name not in names and getattr(options, dest) != option.default:
             raise UsageError(f"{option.name}: an option of --engine {', '.join(names)}; --engine "
                              f"{engine.name} does not take it")
     if engine.passthrough is not None:
@@ -134,52 +134,53 @@ def make_plan(argv, folder, verbosity_given=None, elsewhere=False, started=None,
         raise UsageError(f"{extra[0].partition('=')[0]}: an option of mrjob's runners (--engine "
                          f"{', '.join(parser.passthrough_engines)}); --engine {engine.name} does not take it")
     workload = cls()
-    inputs = list(getattr(o, "inputs", []))
+    inputs = list(getattr(options, "inputs", []))
     if cls.input == "seqfile" and not inputs:
         raise GpumrError(f"no input given: gpumr run {argv[0]} INPUT... -o OUT (SequenceFiles: gpumr pack makes them)")
-    if cls.input == "plan" and o.inputs:
-        raise GpumrError(f"{ref.name} makes its own records: give no inputs ({' '.join(o.inputs)})")
-    workload.resolve(o)
-    check_limits(cls, o)  # reads no file: first
+    if cls.input == "plan" and options.inputs:
+        raise GpumrError(f"{ref.name} makes its own records: give no inputs ({' '.join(options.inputs)})")
+    workload.resolve(options)
+    check_limits(cls, options)  # reads no file: first
     for option in engine.options:
-        setattr(o, option.dest, option.check(getattr(o, option.dest)))
-    engine.check(o)
-    if not o.output:
+        setattr(options, option.dest, option.check(getattr(options, option.dest)))
+    engine.check(options)
+    if not options.output:
         raise GpumrError("-o OUT is required: the output folder or URI (--output-dir OUT for python -m gpumr.jobs.X)")
     files = []
     if cls.input == "seqfile":
         files = [(locate(f).absolute(), size) for f, size in expand_sized(inputs)]  # (tasks run anywhere)
         require_sequencefiles([f for f, _ in files], inputs[0])
-    values = [(opt, getattr(o, opt.dest)) for opt in cls.options if opt.side_file and getattr(o, opt.dest, None)]
-    out = open_output(o.output, MADE_BY, folder=True, inputs=[*inputs, *(v for _, v in values)],
+    values = [(opt, getattr(options, opt.dest)) for opt in cls.options
+              if opt.side_file and getattr(options, opt.dest, None)]
+    out = open_output(options.output, MADE_BY, folder=True, inputs=[*inputs, *(v for _, v in values)],
                       also=ALSO_MADE_BY)
     for opt, value in values:  # a side file at a URI is fetched here first: the checks read it, then it ships
         loc = locate(value)
         if loc.is_uri:
-            setattr(o, opt.dest, loc.local or fetch(loc, folder))
-    start = Start.make(folder, debug, logs=o.framework_logs, open_ports_ok=o.allow_open_ports)
-    if started is not None and not elsewhere and not o.dry_run:
-        engine.start(o, workload, start, started)  # (its cluster starts while the side files are read)
-    here = {v: locate(v).local for v in [*(getattr(o, opt.dest) for opt, _ in values), ref.file] if v}
+            setattr(options, opt.dest, loc.local or fetch(loc, folder))
+    start = Start.make(folder, debug, logs=options.framework_logs, open_ports_ok=options.allow_open_ports)
+    if started is not None and not elsewhere and not options.dry_run:
+        engine.start(options, workload, start, started)  # (its cluster starts while the side files are read)
+    here = {v: locate(v).local for v in [*(getattr(options, opt.dest) for opt, _ in values), ref.file] if v}
     with named_ahead(path for path in here.values() if path) as named:  # (content names made during the checks)
-        workload.check(o)  # the files the options name, once per job
-        side = [ship(opt.name, getattr(o, opt.dest), folder, named.get(here[getattr(o, opt.dest)]))
+        workload.check(options)  # the files the options name, once per job
+        side = [ship(opt.name, getattr(options, opt.dest), folder, named.get(here[getattr(options, opt.dest)]))
                 for opt, _ in values]
         shipped = None
         if ref.file is not None:  # a user's module, shipped as a side file too
             shipped = ship("workload", ref.file, folder, named.get(here[ref.file]))
             side.append(shipped)
     names = {f.option: f.name for f in side}
-    tasks = ([[Split(path, start, end)] for path, start, end in splits(files, o.split_size)]
-             if cls.input == "seqfile" else [[Record(k, v)] for k, v in workload.plan(o)])
-    if o.device == "gpu" and engine.tasks_here(o) and not elsewhere:
+    tasks = ([[Split(path, start, end)] for path, start, end in splits(files, options.split_size)]
+             if cls.input == "seqfile" else [[Record(k, v)] for k, v in workload.plan(options)])
+    if options.device == "gpu" and engine.tasks_here(options) and not elsewhere:
         from ..devices.chooser import require_gpu
         require_gpu()
-    if o.device != "cpu" and engine.tasks_here(o) and not elsewhere and workload.has_gpu():
+    if options.device != "cpu" and engine.tasks_here(options) and not elsewhere and workload.has_gpu():
         from ..gpu.kernels import cache_dir
         cache_dir()  # a kernel cache gpumr may not use is said here, once, before any task (gpumr.trusted)
-    options = {opt.dest: getattr(o, opt.dest, None) for opt in task_options(cls)}
-    options.update({opt.dest: names[opt.name] for opt, _ in values})
-    spec = Spec(workload=list(ref._replace(file=None)), module=shipped and shipped.name, options=options,
-                side={f.name: f.size for f in side}, verbosity=verbosity_given or verbosity(o))
-    return Plan(ref, workload, checked(o), engine, files, tasks, out, side, spec, extra, folder, start)
+    for_tasks = {opt.dest: getattr(options, opt.dest, None) for opt in task_options(cls)}
+    for_tasks.update({opt.dest: names[opt.name] for opt, _ in values})
+    spec = Spec(workload=list(ref._replace(file=None)), module=shipped and shipped.name, options=for_tasks,
+                side={f.name: f.size for f in side}, verbosity=verbosity_given or verbosity(options))
+    return Plan(ref, workload, checked(options), engine, files, tasks, out, side, spec, extra, folder, start)

@@ -154,7 +154,7 @@ def _unchanged(paths, sizes):
 
 
 def built(spec, find=here):
-    """``(o, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
+    """``(options, workload)`` for ``spec`` in this process: the options with side files at this node's paths, and the
     workload set up (:meth:`gpumr.Workload.setup`), once per process per spec content and paths of its files (a worker
     serving several jobs keeps the last :data:`KEEP_BUILT`)."""
     from ..workloads import Ref, load
@@ -167,18 +167,18 @@ def built(spec, find=here):
     ref = Ref(*spec.workload)
     paths = {name: _verified(name, find, size) for name, size in spec.side.items()}
     cls = load(ref, paths[spec.module] if spec.module else None)
-    o = argparse.Namespace(**spec.options)
+    options = argparse.Namespace(**spec.options)
     for opt in cls.options:
-        value = getattr(o, opt.dest, None)
+        value = getattr(options, opt.dest, None)
         if opt.side_file and value is not None:
-            setattr(o, opt.dest, paths[value])
+            setattr(options, opt.dest, paths[value])
     workload = cls()
-    workload.setup(o)
+    workload.setup(options)
     _unchanged(paths, spec.side)  # (what setup read is what was checked)
     while len(_BUILT) >= KEEP_BUILT:
         _BUILT.pop(next(iter(_BUILT)))
-    _BUILT[key] = (o, workload)
-    return o, workload
+    _BUILT[key] = (options, workload)
+    return options, workload
 
 
 class Task:
@@ -208,7 +208,7 @@ class Task:
         install()
         set_verbosity(quiet=spec.verbosity == "quiet", verbose=spec.verbosity == "debug")
         self.spec = spec
-        self.o, self.workload = built(spec, find)
+        self.options, self.workload = built(spec, find)
         self.gpus = gpus
         self.attempt = attempt or f"{spec.job}-{secrets.token_hex(6)}"
         self.counts, self.bad = {}, []
@@ -249,7 +249,7 @@ class Task:
         from ..core import Processor
         device_for, why = None, chooser.why_cpu_only
         if chooser.has_gpus and self.workload.has_gpu():
-            why = self.workload.gpu_ready(self.o, chooser.simulated)
+            why = self.workload.gpu_ready(self.options, chooser.simulated)
             if why is None:
                 from ..gpu.kernels import describe as kernels
                 from .device import Device
@@ -263,13 +263,14 @@ class Task:
         if device_for is None:
             say_once(log, f"{self.workload.name}: every record runs on the CPU ({why})", logging.DEBUG)
         self._simulated = chooser.simulated
-        return Processor(Said(self.workload), self.o, chooser, device_for, self.count)
+        return Processor(Said(self.workload), self.options, chooser, device_for, self.count)
 
     def open(self):
         """Start: device choice set up for this task (a connection to the scheduler service, leases)."""
         from ..devices.chooser import DeviceChooser, describe
-        o = self.o
-        self._chooser = DeviceChooser(o.device, memory=o.gpu_memory, slots=o.gpu_slots, only=self.gpus)
+        options = self.options
+        self._chooser = DeviceChooser(options.device, memory=options.gpu_memory, slots=options.gpu_slots,
+                                      only=self.gpus)
         say_once(log, describe(self._chooser), logging.DEBUG)
         self._processor = self._processor_for(self._chooser)
 
@@ -280,7 +281,8 @@ class Task:
             yield from self._lines(self._processor.feed(item.key, item.value))
         elif isinstance(item, Split):
             done = self.progress.counts["input bytes"]
-            records = read_split(item.path, item.start, item.end, item.path, max_record_size=self.o.max_record_size)
+            records = read_split(item.path, item.start, item.end, item.path,
+                                 max_record_size=self.options.max_record_size)
             yield from self._lines(process(self._processor, records,
                                            at=lambda at: self.progress.set_bytes(done + at - item.start)))
             if item.end is not None:
@@ -332,20 +334,20 @@ class Said:
     def __getattr__(self, name):
         return getattr(self.workload, name)
 
-    def load(self, key, value, o):
-        return self._run([key], lambda: self.workload.load(key, value, o))
+    def load(self, key, value, options):
+        return self._run([key], lambda: self.workload.load(key, value, options))
 
-    def cpu_batch(self, records, o):
-        return self._run([k for k, _ in records], lambda: list(self.workload.cpu_batch(records, o)))
+    def cpu_batch(self, records, options):
+        return self._run([k for k, _ in records], lambda: list(self.workload.cpu_batch(records, options)))
 
-    def gpu_batch(self, records, o, device):
-        return self._run([k for k, _ in records], lambda: list(self.workload.gpu_batch(records, o, device)))
+    def gpu_batch(self, records, options, device):
+        return self._run([k for k, _ in records], lambda: list(self.workload.gpu_batch(records, options, device)))
 
-    def finish(self, key, result, o):
+    def finish(self, key, result, options):
         from ..core.workload import Workload
         if type(self.workload).finish is Workload.finish:  # (the contract's own: the result as it is)
             return result
-        return self._run([key], lambda: self.workload.finish(key, result, o))
+        return self._run([key], lambda: self.workload.finish(key, result, options))
 
     @staticmethod
     def _run(keys, call):

@@ -28,12 +28,12 @@ class Watershed(Workload):
                most=limits.MAX_PIXELS_CEILING, metavar="N"),
     )
 
-    def load(self, key, value, o):
+    def load(self, key, value, options):
         """The record's image as ``rgb2gray`` makes it: float64 ``[rows, cols]`` in [0, 1]."""
         from ..core.images import decode_luminance
-        return decode_luminance(value, o.max_pixels)
+        return decode_luminance(value, options.max_pixels)
 
-    def cpu(self, key, gray, o):
+    def cpu(self, key, gray, options):
         from .segment import areas, segment
-        labels = segment(gray, o.min_distance, o.footprint, o.dark)
+        labels = segment(gray, options.min_distance, options.footprint, options.dark)
         return {"regions": int(labels.max()), "areas": areas(labels)}

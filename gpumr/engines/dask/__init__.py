@@ -36,11 +36,11 @@ class DaskEngine(PoolEngine):
                             "cores hold tasks, at least one per GPU)", type=int, metavar="N", least=1, most=1024),
     )
 
-    def check(self, o):
+    def check(self, options):
         import importlib.util
         if importlib.util.find_spec("distributed") is None:
             raise GpumrError("--engine dask needs Dask's distributed scheduler: pip install 'gpumr[dask]'")
-        address = o.scheduler
+        address = options.scheduler
         if address is None:
             return
         if redact(address) != address:
@@ -62,13 +62,13 @@ class DaskEngine(PoolEngine):
                 raise GpumrError(f"--scheduler {address}: ucx:// needs UCX for Dask (pip install distributed-ucxx), "
                                  "which is not installed here")
 
-    def tasks_here(self, o):
-        return o.scheduler is None
+    def tasks_here(self, options):
+        return options.scheduler is None
 
     def would_run(self, plan):
-        if plan.o.scheduler:
-            return [f"Dask: the running scheduler {plan.o.scheduler}; side files streamed to its workers"]
-        return [f"Dask: an embedded LocalCluster of {embedded_workers(plan.o, plan.workload)} worker process(es) on "
+        if plan.options.scheduler:
+            return [f"Dask: the running scheduler {plan.options.scheduler}; side files streamed to its workers"]
+        return [f"Dask: an embedded LocalCluster of {embedded_workers(plan.options, plan.workload)} worker process(es) on "
                 "this machine, TLS with a certificate made for the job, no dashboard"]
 
     def start_early(self, argv, module, start, started):
@@ -80,9 +80,9 @@ class DaskEngine(PoolEngine):
         started.callback(end_fork_server)
         fork_server_for(module, start)
 
-    def start(self, o, workload, start, started):
+    def start(self, options, workload, start, started):
         """An embedded cluster starts here, in a thread, while the launcher reads and checks the side files."""
-        if o.scheduler is not None:
+        if options.scheduler is not None:
             return
         started.callback(end_fork_server)  # (registered first: it ends a server that a Ctrl-C cut short too)
         fork_server_for(type(workload).__module__, start)  # (kept where start_early began it)
@@ -90,7 +90,7 @@ class DaskEngine(PoolEngine):
         _quiet_logs(start.debug)
         self._starting = Starting(lambda made: close(made[1], made[0]))
         started.callback(self._starting.close)  # (first: a Ctrl-C held while the thread starts is raised at once)
-        self._starting.begin(lambda: embedded(o, workload, start))
+        self._starting.begin(lambda: embedded(options, workload, start))
 
     _starting = None
 
@@ -114,7 +114,7 @@ class DaskEngine(PoolEngine):
         if job.session is not None:
             yield job.session, False
             return
-        address = plan.o.scheduler
+        address = plan.options.scheduler
         if address:
             try:
                 client = bounded(lambda: Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False),
@@ -136,7 +136,7 @@ class DaskEngine(PoolEngine):
                 cluster, client = self._starting.take()
             else:
                 with children_deaf():
-                    cluster, client = embedded(plan.o, plan.workload, job.start)
+                    cluster, client = embedded(plan.options, plan.workload, job.start)
             yield client, True
         finally:
             close(client, cluster)
@@ -149,7 +149,7 @@ class DaskPool(Pool):
 
     def __init__(self, client, embedded_, find, plan):
         self.client, self.embedded, self.find = client, embedded_, find
-        self.resources = {"GPU": 1} if plan.o.device == "gpu" and _declare_gpus(client) else None
+        self.resources = {"GPU": 1} if plan.options.device == "gpu" and _declare_gpus(client) else None
         self.futures, self.prefix = [], f"gpumr-{plan.spec.job}-"
 
     def execute(self, phase, function, calls):

@@ -30,7 +30,7 @@ def dask_setup(worker):
         os.chdir(folder)
 
 
-def embedded(o, workload, start):
+def embedded(options, workload, start):
     """``(cluster, client)``: a new embedded ``LocalCluster`` of this machine and a client of it."""
     fork_server_for(type(workload).__module__, start)  # (started by DaskEngine.start already, where it planned)
     import dask
@@ -39,7 +39,7 @@ def embedded(o, workload, start):
     cluster = None
     try:
         with dask.config.set({"temporary-directory": start.folder, **EMBEDDED_CONFIG}):
-            cluster = LocalCluster(n_workers=embedded_workers(o, workload), threads_per_worker=1, processes=True,
+            cluster = LocalCluster(n_workers=embedded_workers(options, workload), threads_per_worker=1, processes=True,
                                    host="127.0.0.1", security=Security.temporary(),
                                    dashboard_address="127.0.0.1:0", worker_dashboard_address=None,
                                    silence_logs=False if start.debug else logging.CRITICAL + 1)
@@ -66,7 +66,7 @@ def close(client, cluster):
         end_fork_server()
 
 
-def embedded_workers(o, workload):
+def embedded_workers(options, workload):
     """Worker processes of an embedded cluster: ``--workers``, else :func:`gpumr.engines.processes.workers_here`.
 
     Examples
@@ -76,7 +76,7 @@ def embedded_workers(o, workload):
     >>> embedded_workers(argparse.Namespace(workers=None, device="cpu"), Faces()) == (os.cpu_count() or 1)
     True
     """
-    return o.workers or workers_here(o, workload)
+    return options.workers or workers_here(options, workload)
 
 
 class Starting:

@@ -66,15 +66,15 @@ class FlinkEngine(PoolEngine):
                type=int, metavar="N", least=1, most=100000),
     )
 
-    def check(self, o):
-        if o.jobmanager is not None:
-            _jobmanager(o.jobmanager)
+    def check(self, options):
+        if options.jobmanager is not None:
+            _jobmanager(options.jobmanager)
 
-    def tasks_here(self, o):
-        return o.jobmanager is None
+    def tasks_here(self, options):
+        return options.jobmanager is None
 
     def would_run(self, plan):
-        where = f"the running cluster {plan.o.jobmanager}" if plan.o.jobmanager else "an embedded cluster"
+        where = f"the running cluster {plan.options.jobmanager}" if plan.options.jobmanager else "an embedded cluster"
         return [f"Flink: PyFlink's gateway here and {where}; its ports take anyone's connections, so a node other "
                 "people use refuses it without --allow-open-ports"]
 
@@ -83,7 +83,7 @@ class FlinkEngine(PoolEngine):
         job.start.require_private_ports(self.name, OPEN_PORTS)
         interrupt_with(quiet_interrupt)  # (before the first Py4J call: else Py4J, interrupted mid-call, logs a traceback)
         env = _environment(plan, job)
-        here = self.tasks_here(plan.o)
+        here = self.tasks_here(plan.options)
         if not here:
             for side in plan.side:
                 env.add_python_file(side.path)
@@ -97,7 +97,7 @@ class FlinkPool(Pool):
 
     def __init__(self, env, plan, job, here):
         self.env, self.plan, self.job, self.here = env, plan, job, here
-        self.group = _gpu_group() if plan.o.device == "gpu" else None
+        self.group = _gpu_group() if plan.options.device == "gpu" else None
 
     def execute(self, phase, function, calls):
         from pyflink.common import Types
@@ -132,17 +132,17 @@ def _environment(plan, job):
         from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
     except ImportError:
         raise GpumrError("--engine flink needs PyFlink: pip install 'gpumr[flink]'") from None
-    o, start = plan.o, job.start
+    options, start = plan.options, job.start
     settings = {"python.executable": sys.executable, "python.client.executable": sys.executable,
                 "restart-strategy.type": "fixed-delay" if RESTARTS else "none",
                 "restart-strategy.fixed-delay.attempts": str(RESTARTS)}
-    if o.jobmanager:
-        host, _, port = o.jobmanager.rpartition(":")
+    if options.jobmanager:
+        host, _, port = options.jobmanager.rpartition(":")
         settings.update({"execution.target": "remote", "rest.address": host, "rest.port": port})
     else:  # the embedded cluster's scratch files in the job's folder, its ports on this machine's loopback only
         settings.update({"web.upload.dir": job.folder, "io.tmp.dirs": job.folder, "rest.bind-address": "127.0.0.1",
                          "rest.address": "127.0.0.1", "web.submit.enable": "false", "web.cancel.enable": "false"})
-        if o.device == "gpu":
+        if options.device == "gpu":
             from ...devices.nvml import discover
             settings.update({"external-resources": "gpu", "external-resource.gpu.amount": str(len(discover().gpus))})
     # Python workers in processes of their own (as on any cluster), not in a server of the launcher (PyFlink
@@ -156,8 +156,8 @@ def _environment(plan, job):
             conf.set_string(key, value)
         env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
-    if o.parallelism or not o.jobmanager:
-        env.set_parallelism(o.parallelism or workers_here(o, plan.workload))
+    if options.parallelism or not options.jobmanager:
+        env.set_parallelism(options.parallelism or workers_here(options, plan.workload))
     return env
 
 

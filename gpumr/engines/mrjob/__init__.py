@@ -79,18 +79,19 @@ class MRJobEngine(Engine):
         self.help = self.HELP[name]
         self.passthrough = Passthrough(self)
 
-    def check(self, o):
+    def check(self, options):
         import importlib.util
         if self.name == "emr" and importlib.util.find_spec("boto3") is None:  # (mrjob's EMR runner calls AWS with it)
             raise GpumrError("--engine emr needs boto3: pip install 'gpumr[emr]'")
-        if o.hadoop_splits and self.name not in ("hadoop", "emr"):
+        if options.hadoop_splits and self.name not in ("hadoop", "emr"):
             raise GpumrError(f"--hadoop-splits: only for --engine hadoop or emr, not {self.name}")
 
-    def _check_here(self, o):
+    def _check_here(self, options):
         """What this machine must have for the runner (after the job's own checks, before anything starts)."""
-        if self.name == "emr" and locate(o.output).local is not None:
-            raise GpumrError(f"-o {o.output}: EMR writes its output to a URI (s3://BUCKET/...), not a local folder")
-        local = [i for i in getattr(o, "inputs", []) if locate(i).local is not None]
+        if self.name == "emr" and locate(options.output).local is not None:
+            raise GpumrError(f"-o {options.output}: EMR writes its output to a URI (s3://BUCKET/...), not a local "
+                             "folder")
+        local = [i for i in getattr(options, "inputs", []) if locate(i).local is not None]
         if self.name == "emr" and local:
             raise GpumrError(f"{local[0]}: a local input; EMR's nodes read their inputs from S3 (gpumr pack -o "
                              "s3://BUCKET/... puts them there)")
@@ -98,15 +99,17 @@ class MRJobEngine(Engine):
             raise GpumrError("--engine hadoop: no hadoop command on PATH and no $HADOOP_HOME: install Hadoop's client "
                              "and put its bin/ on PATH (or --engine local runs the job on this machine)")
 
-    def tasks_here(self, o):
+    def tasks_here(self, options):
         return self.name in HERE
 
     # -- the job's files and arguments -----------------------------------------------------------
     def _task_files(self, plan, folder):
         """Write the plan's tasks as gzipped task files (a map task each) in ``folder``; their paths."""
-        if plan.o.hadoop_splits:
+        if plan.options.hadoop_splits:
             return [path for path, _ in plan.inputs]
-        n = len(plan.tasks) if self.name not in HERE else min(len(plan.tasks), workers_here(plan.o, plan.workload))
+        n = len(plan.tasks)
+        if self.name in HERE:
+            n = min(n, workers_here(plan.options, plan.workload))
         os.makedirs(folder, exist_ok=True)
         paths = [os.path.join(folder, f"tasks-{f:05d}.gz") for f in range(max(1, n))]
         for f, path in enumerate(paths):  # (the plan's tasks dealt in turn)
@@ -123,7 +126,7 @@ class MRJobEngine(Engine):
             raise GpumrError("--no-conf: EMR's nodes need a config whose bootstrap installs gpumr: leave it out "
                              "(gpumr's packaged config is used), or give -c FILE (gpumr conf mrjob.emr.conf -o emr.conf "
                              "--package WHEEL writes one to edit)")
-        return emr_options(plan.folder, plan.o.device)
+        return emr_options(plan.folder, plan.options.device)
 
     def _runner(self, plan, output_dir, config=()):
         """mrjob's runner for the job (:func:`gpumr.engines.mrjob.runner.make_runner`), its spec and task files
@@ -132,8 +135,8 @@ class MRJobEngine(Engine):
         spec_path, inputs = os.path.join(plan.folder, "gpumr-spec.json"), self._task_files(plan, plan.folder + "/tasks")
         with open(spec_path, "w", encoding="utf-8") as f:
             f.write(plan.spec.to_json())
-        task_args = [("--gpumr-spec", spec_path), ("--reducers", str(plan.o.reducers))]
-        task_args += [("--hadoop-splits", True)] if plan.o.hadoop_splits else []
+        task_args = [("--gpumr-spec", spec_path), ("--reducers", str(plan.options.reducers))]
+        task_args += [("--hadoop-splits", True)] if plan.options.hadoop_splits else []
         task_args += [("--cat-reducer", True)] if self.name != "inline" else []  # (the inline runner runs no commands)
         ours = dict(local_tmp_dir=os.path.join(plan.folder, "mrjob"),
                     bootstrap_mrjob=False)  # (tasks run a Python with gpumr, so mrjob: no zip of it, no lock in /tmp)
@@ -148,7 +151,7 @@ class MRJobEngine(Engine):
         return make_runner(self.name, task_args, inputs, output_dir, _settings([*config, *plan.extra], ours))
 
     def would_run(self, plan):
-        self._check_here(plan.o)
+        self._check_here(plan.options)
         config, used = self._config(plan)
         runner = self._runner(plan, str(plan.out.loc), config)
         try:
@@ -171,7 +174,7 @@ class MRJobEngine(Engine):
 
         from ...core.counters import total
         from ...tasks.output import finished_arrays, staged_parts
-        self._check_here(plan.o)
+        self._check_here(plan.options)
         stage = locate(job.stage)
         local_out = self.name in HERE and stage.local is None  # a URI output of a runner on this machine
         output_dir = (os.path.join(plan.folder, "job-out") if local_out
@@ -184,8 +187,8 @@ class MRJobEngine(Engine):
                 scratch = local_scratch(runner) if self.name == "hadoop" else None
                 made = scratch is not None and not os.path.lexists(scratch)
                 try:
-                    if self.name in HERE and plan.o.reducers > 0:
-                        limit_sim_reducers(runner, plan.o.reducers)
+                    if self.name in HERE and plan.options.reducers > 0:
+                        limit_sim_reducers(runner, plan.options.reducers)
                     if self.name == "local":  # (its tasks' processes waited on from threads, not from a forked Pool)
                         run_on_threads(runner, os.path.join(plan.folder, "mrjob"))
                     with _processes_started(self.name, job.start):

@@ -195,7 +195,7 @@ def emr_plan(runner):
         type, market)]``; empty with instance fleets), ``fleets``, ``bootstrap`` (each command as the nodes run it),
         ``uploads`` (the local files the bootstrap names), ``python``, ``tmp``, ``logs``, ``key_pair``, ``subnet``,
         ``zone``, ``instance_profile``, ``service_role``."""
-    o = runner._opts
+    options = runner._opts
     bootstrap, uploads = [], []
     for cmd in runner._bootstrap:
         words = []
@@ -206,14 +206,14 @@ def emr_plan(runner):
             else:
                 words.append(part)
         bootstrap.append("".join(words).strip())
-    groups = [] if o["instance_fleets"] else [
+    groups = [] if options["instance_fleets"] else [
         (g["InstanceRole"], g["InstanceCount"], g["InstanceType"], g.get("Market", "ON_DEMAND"))
         for g in runner._instance_groups()]
-    return dict(release=o["release_label"] or f"AMI {o['image_version']}", region=o["region"],
-                cluster_id=o["cluster_id"], groups=groups, fleets=o["instance_fleets"], bootstrap=bootstrap,
-                uploads=uploads, python=python_bin(runner), tmp=o["cloud_tmp_dir"], logs=o["cloud_log_dir"],
-                key_pair=o["ec2_key_pair"], subnet=o["subnet"], zone=o["zone"],
-                instance_profile=o["iam_instance_profile"], service_role=o["iam_service_role"])
+    return dict(release=options["release_label"] or f"AMI {options['image_version']}", region=options["region"],
+                cluster_id=options["cluster_id"], groups=groups, fleets=options["instance_fleets"], bootstrap=bootstrap,
+                uploads=uploads, python=python_bin(runner), tmp=options["cloud_tmp_dir"], logs=options["cloud_log_dir"],
+                key_pair=options["ec2_key_pair"], subnet=options["subnet"], zone=options["zone"],
+                instance_profile=options["iam_instance_profile"], service_role=options["iam_service_role"])
 
 
 def python_bin(runner):

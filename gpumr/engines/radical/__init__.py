@@ -51,21 +51,21 @@ class RadicalEngine(PoolEngine):
                                 "local.localhost, python3 elsewhere)", metavar="PATH"),
     )
 
-    def check(self, o):
-        if o.resource.count(".") != 1 or not all(o.resource.split(".")):
-            raise GpumrError(f"--resource {o.resource}: not an RP resource name (SITE.NAME, e.g. {LOCAL})")
-        for item in o.pilot:
+    def check(self, options):
+        if options.resource.count(".") != 1 or not all(options.resource.split(".")):
+            raise GpumrError(f"--resource {options.resource}: not an RP resource name (SITE.NAME, e.g. {LOCAL})")
+        for item in options.pilot:
             key, sep, value = item.partition("=")
             if not sep or key not in PILOT_KEYS or not value:
                 raise GpumrError(f"--pilot {item}: give KEY=VALUE, KEY one of {', '.join(PILOT_KEYS)}")
-        if o.device == "gpu" and not o.pilot_gpus:
+        if options.device == "gpu" and not options.pilot_gpus:
             raise GpumrError("--device gpu with --engine radical needs --pilot-gpus N (the pilot's GPUs)")
 
-    def tasks_here(self, o):
-        return o.resource == LOCAL
+    def tasks_here(self, options):
+        return options.resource == LOCAL
 
     def would_run(self, plan):
-        return [f"RADICAL-Pilot: a pilot on {plan.o.resource}, one RP task per task; its message queues take "
+        return [f"RADICAL-Pilot: a pilot on {plan.options.resource}, one RP task per task; its message queues take "
                 "anyone's connections, so a node other people use refuses it without --allow-open-ports"]
 
     @contextlib.contextmanager
@@ -74,7 +74,7 @@ class RadicalEngine(PoolEngine):
         rp = import_rp()
         with contextlib.ExitStack() as stack:
             tmgr = job.session if job.session is not None else stack.enter_context(
-                pilot_session(plan.o, job.start))
+                pilot_session(plan.options, job.start))
             yield RadicalPool(rp, tmgr, plan, job)
 
 
@@ -85,14 +85,14 @@ class RadicalPool(Pool):
 
     def __init__(self, rp, tmgr, plan, job):
         self.rp, self.tmgr, self.plan = rp, tmgr, plan
-        self.here = plan.engine.tasks_here(plan.o)
+        self.here = plan.engine.tasks_here(plan.options)
         self.pilot = tmgr.get_pilots()[0]
         if not self.here:  # the side files into the pilot's sandbox, where the tasks find them
             self.pilot.stage_in([{"source": f"file://localhost{s.path}", "target": f"pilot:///{s.name}",
                                   "action": rp.TRANSFER} for s in plan.side])
         self.calls = os.path.join(job.folder, "calls")
         os.makedirs(self.calls, mode=0o700, exist_ok=True)
-        python = plan.o.task_python or (None if self.here else "python3")
+        python = plan.options.task_python or (None if self.here else "python3")
         self.argv = python_argv(TASK_MODULE) if python is None else [python, "-m", TASK_MODULE]
         self.started = []
 
@@ -103,7 +103,7 @@ class RadicalPool(Pool):
             name = f"{phase}-{i:05d}-{attempt}"
             with open(os.path.join(self.calls, f"{name}.pickle"), "wb") as f:
                 pickle.dump((phase, function, args, plan.folder if self.here else None), f)
-            gpus = 1 if phase == "map" and plan.o.device == "gpu" else 0
+            gpus = 1 if phase == "map" and plan.options.device == "gpu" else 0
             descriptions.append(rp.TaskDescription({
                 "name": f"gpumr-{plan.spec.job}-{name}", "executable": self.argv[0],
                 "arguments": [*self.argv[1:], "call.pickle", "result.json"],
@@ -122,7 +122,7 @@ class RadicalPool(Pool):
         while pending:
             time.sleep(POLL)
             if self.pilot.state in rp.FINAL:
-                raise GpumrError(pilot_failure(self.pilot, self.plan.o.resource))
+                raise GpumrError(pilot_failure(self.pilot, self.plan.options.resource))
             for i, (attempt, task, path) in list(pending.items()):
                 if task.state not in rp.FINAL:
                     continue

@@ -22,25 +22,25 @@ SESSION_TRIES = 3
 
 
 @contextlib.contextmanager
-def pilot_session(o, start):
-    """A TaskManager with one pilot (``o``: the engine's options), its session closed and the pilot ended after.
+def pilot_session(options, start):
+    """A TaskManager with one pilot (``options``: the engine's options), its session closed and the pilot ended after.
 
     Examples
     --------
     >>> import argparse, tempfile
     >>> from gpumr.engines.start import Start
-    >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
+    >>> options = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
     ...                        pilot_sandbox=None, pilot=[])
     >>> with tempfile.TemporaryDirectory() as folder:                                   # doctest: +SKIP
-    ...     with pilot_session(o, Start.make(folder)) as tmgr:
+    ...     with pilot_session(options, Start.make(folder)) as tmgr:
     ...         launch(["faces", "frames.seq", "-o", "out", "--engine", "radical"], session=tmgr)
     """
     rp = import_rp()
     folder = os.path.join(start.logs if start.keep_logs else start.folder, "radical")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     sandbox = None
-    if o.pilot_sandbox and o.resource == LOCAL:  # (elsewhere the folder is on the resource's filesystem)
-        sandbox = _own_sandbox(o.pilot_sandbox)
+    if options.pilot_sandbox and options.resource == LOCAL:  # (elsewhere the folder is on the resource's filesystem)
+        sandbox = _own_sandbox(options.pilot_sandbox)
     env = {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
            "RADICAL_REPORT": "FALSE", "RADICAL_BASE": folder, "HOME": folder, "TMPDIR": folder,
            "RADICAL_LOG_LVL": "DEBUG" if start.debug else "ERROR",
@@ -63,9 +63,9 @@ def pilot_session(o, start):
         with start.inherited(secrets=False, extra=env), children_deaf():
             pmgr, tmgr = rp.PilotManager(session), rp.TaskManager(session)
             try:
-                pilot = pmgr.submit_pilots(rp.PilotDescription(pilot_description(o, sandbox or start.folder)))
+                pilot = pmgr.submit_pilots(rp.PilotDescription(pilot_description(options, sandbox or start.folder)))
             except (ValueError, RuntimeError, KeyError) as exc:
-                raise GpumrError(f"--resource {o.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
+                raise GpumrError(f"--resource {options.resource}: RADICAL-Pilot refused the pilot: {exc}") from None
         tmgr.add_pilots(pilot)
         yield tmgr
     finally:
@@ -74,7 +74,7 @@ def pilot_session(o, start):
             if session is not None:
                 # After SIGTERM to the process group RP's pilot launcher has gone, and RP would wait 11 s for it to
                 # kill the pilot; on this machine the pilot's processes are in the job's folder: ended below.
-                session.close(terminate=not (terminated and o.resource == LOCAL), download=False)
+                session.close(terminate=not (terminated and options.resource == LOCAL), download=False)
             # (after SIGTERM, 1 s: what is left is the agent's bootstrap, whose trap sleeps for an agent gone)
             for place in (folder, sandbox):
                 if place is not None:
@@ -120,23 +120,24 @@ def first_words(exc):
     return redact(text[:200]) or type(exc).__name__
 
 
-def pilot_description(o, folder):
-    """The pilot's description (``o``: the engine's options; ``folder``: its sandbox on this machine).
+def pilot_description(options, folder):
+    """The pilot's description (``options``: the engine's options; ``folder``: its sandbox on this machine).
 
     Examples
     --------
     >>> import argparse
-    >>> o = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
+    >>> options = argparse.Namespace(resource="local.localhost", pilot_cores=2, pilot_gpus=0, pilot_runtime=30,
     ...                        pilot_sandbox=None, pilot=["memory=100"])
-    >>> d = pilot_description(o, "/tmp/job")
+    >>> d = pilot_description(options, "/tmp/job")
     >>> d["exit_on_error"], d["sandbox"], d["memory"]
     (False, '/tmp/job', 100)
     """
-    sandbox = folder if o.resource == LOCAL else o.pilot_sandbox
-    return {"resource": o.resource, "cores": o.pilot_cores or (os.cpu_count() if o.resource == LOCAL else 1),
-            "gpus": o.pilot_gpus, "runtime": o.pilot_runtime, "exit_on_error": False,
+    sandbox = folder if options.resource == LOCAL else options.pilot_sandbox
+    cores = options.pilot_cores or (os.cpu_count() if options.resource == LOCAL else 1)
+    return {"resource": options.resource, "cores": cores,
+            "gpus": options.pilot_gpus, "runtime": options.pilot_runtime, "exit_on_error": False,
             **({"sandbox": sandbox} if sandbox else {}),
-            **{k: int(v) if k in ("nodes", "memory") else v for k, v in (p.split("=", 1) for p in o.pilot)}}
+            **{k: int(v) if k in ("nodes", "memory") else v for k, v in (p.split("=", 1) for p in options.pilot)}}
 
 
 def import_rp():

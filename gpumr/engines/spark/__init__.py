@@ -54,18 +54,18 @@ class SparkEngine(PoolEngine):
                            "this machine's cores hold), e.g. local-cluster[2,1,1024], yarn", metavar="URL"),
     )
 
-    def tasks_here(self, o):
+    def tasks_here(self, options):
         """Whether the executors run on this machine: a local master (the default outside spark-submit)."""
-        if o.master is None:
+        if options.master is None:
             return "PYSPARK_GATEWAY_PORT" not in os.environ  # else spark-submit started us, with its master
-        return o.master.startswith("local")
+        return options.master.startswith("local")
 
     def master(self, plan):
         """The master of a context this engine starts: ``--master``; else spark-submit's (None), or ``local[N]``
         with as many task slots as this machine's cores hold tasks (:func:`gpumr.engines.processes.workers_here`)."""
-        if plan.o.master is None and self.tasks_here(plan.o):
-            return f"local[{workers_here(plan.o, plan.workload)}]"
-        return plan.o.master
+        if plan.options.master is None and self.tasks_here(plan.options):
+            return f"local[{workers_here(plan.options, plan.workload)}]"
+        return plan.options.master
 
     def would_run(self, plan):
         return [f"Spark: a context on master {self.master(plan) or 'of spark-submit'}, its ports authenticated by a "

@@ -52,7 +52,7 @@ class Boto:
     def _keys(self, loc):
         prefix = loc.path.rstrip("/") + "/"
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        return [(o["Key"][len(prefix):], o["Size"]) for page in pages for o in page.get("Contents", ())]
+        return [(obj["Key"][len(prefix):], obj["Size"]) for page in pages for obj in page.get("Contents", ())]
 
     def list_files(self, loc):
         kind, size = self.stat(loc)
