@@ -447,6 +447,11 @@ def run_workload(kind, argv, engine="inline", session=None):
     return result.counts, result.seconds
 
 
+def run_spark(kind, argv, sc=None):
+    """:func:`run_workload` on the Spark engine (on the session's cluster ``sc`` where given)."""
+    return run_workload(kind, argv, "spark", sc)
+
+
 #: scikit-image's sample images the tests make into photos: (name, crop) - small, so that CI's 2 cores keep up.
 SKIMAGE_PHOTOS = (("hubble_deep_field", (slice(0, 96), slice(0, 128))), ("coins", (slice(0, 120), slice(0, 160))),
                   ("coffee", (slice(100, 180), slice(200, 300))), ("immunohistochemistry", (slice(0, 100), slice(0, 90))))

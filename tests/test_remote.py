@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_workload
+from conftest import run_spark, run_workload
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
@@ -29,11 +29,6 @@ from gpumr.io.packing import pack
 from gpumr.io.records import Lost, read_split
 from gpumr.launch.job import run_job
 from gpumr.limits import MAX_SPLITS
-
-
-def run(kind, argv, sc=None):
-    """The Spark engine (on the session's cluster where given)."""
-    return run_workload(kind, argv, "spark", sc)
 
 
 def lines_of(out_dir):
@@ -225,9 +220,9 @@ def test_spark_faces_reads_from_and_writes_to_the_bucket_like_local_files(sc, s3
     s3.put("spark/frames/_SUCCESS", b"")  # hidden: not an input
     # Splits of 100 KiB: most boundaries fall inside records (frames are ~75 KB). Two sorted parts.
     args = ["--split-size", "100KiB", "--device", "cpu", "--reducers", "2"]
-    want_counts, _ = run("faces", [str(local), "-o", str(tmp_path / "want"), *args], sc=sc)
+    want_counts, _ = run_spark("faces", [str(local), "-o", str(tmp_path / "want"), *args], sc=sc)
     out = f"s3://{BUCKET}/spark/faces"
-    counts, _ = run("faces", [f"s3://{BUCKET}/spark/frames", "-o", out, *args], sc=sc)
+    counts, _ = run_spark("faces", [f"s3://{BUCKET}/spark/frames", "-o", out, *args], sc=sc)
     # The local folder's files as objects, the proof beside them listing each one's size and hash; no staging left.
     names = ["_SUCCESS", "part-00000", "part-00001"]
     assert sorted(os.listdir(tmp_path / "want")) == names
@@ -251,9 +246,9 @@ def test_spark_backproject_reads_projections_and_geometry_from_the_bucket_and_wr
     # Other names than the local run's: one Spark context ships one path per file name.
     upload(s3, str(d / "p.seq"), "ct/q.seq")
     upload(s3, str(d / "p.geometry.json"), "ct/q.geometry.json")  # found beside the projections, as locally
-    run("backproject", ["--projections", str(d / "p.seq"), "--slab", "4", "-o", str(d / "want"), "--device", "cpu"],
-        sc=sc)
-    counts, _ = run("backproject", ["--projections", f"s3://{BUCKET}/ct/q.seq", "--slab", "4", "-o",
+    run_spark("backproject", ["--projections", str(d / "p.seq"), "--slab", "4", "-o", str(d / "want"), "--device",
+                              "cpu"], sc=sc)
+    counts, _ = run_spark("backproject", ["--projections", f"s3://{BUCKET}/ct/q.seq", "--slab", "4", "-o",
                                     f"s3a://{BUCKET}/ct/out", "--device", "cpu"], sc=sc)
     assert counts["records on CPU"] == 4 and bucket_lines(s3, "ct/out/") == lines_of(d / "want")
     assert objects(s3, "ct/out") == ["ct/out/_SUCCESS", *(f"ct/out/arrays/z{z:05d}.slab.npy" for z in (0, 4, 8, 12)),
@@ -264,7 +259,7 @@ def test_spark_backproject_reads_projections_and_geometry_from_the_bucket_and_wr
 
 def test_spark_refuses_too_many_splits_before_any_task(tmp_path):
     with pytest.raises(GpumrError, match="--split-size must be a whole number of at least 4,096, not 1"):
-        run("faces", ["x.seq", "-o", str(tmp_path / "o"), "--split-size", "1"])
+        run_spark("faces", ["x.seq", "-o", str(tmp_path / "o"), "--split-size", "1"])
     # Counted, not built: a petabyte at the smallest split size is refused at once, naming a size that fits.
     with pytest.raises(GpumrError, match=f"over the limit of {MAX_SPLITS} tasks") as refused:
         splits([("s3://b/huge.seq", 1 << 50), ("s3://b/small.seq", 10)], 4096)
@@ -313,8 +308,8 @@ def test_the_mrjob_job_reads_s3_inputs_through_the_layer(s3, corrupt_stretch, sa
 def test_a_missing_uri_is_one_line_before_any_task(s3, tmp_path):
     missing = f"s3://{BUCKET}/nothing/here"
     with pytest.raises(GpumrError, match=f"^{missing}: no such file or directory$"):
-        run("faces", [missing, "-o", str(tmp_path / "o")])  # before a Spark context is made
+        run_spark("faces", [missing, "-o", str(tmp_path / "o")])  # before a Spark context is made
     with pytest.raises(GpumrError, match=f"^{missing}: no such file or directory$"):
         run_workload("faces", [missing, "-o", str(tmp_path / "o")], "local")  # (mrjob's local runner: the same)
     with pytest.raises(GpumrError, match="^gs://b/x: .*pyarrow has no filesystem for gs://$"):
-        run("faces", ["gs://b/x", "-o", str(tmp_path / "o")])
+        run_spark("faces", ["gs://b/x", "-o", str(tmp_path / "o")])

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ASSIGNED, ct_phantom, lines_of, run_workload
+from conftest import ASSIGNED, ct_phantom, lines_of, run_spark
 
 from gpumr.cli import main
 from gpumr.devices.chooser import DeviceChooser
@@ -26,12 +26,6 @@ from gpumr.errors import GpumrError
 from gpumr.io.outputs import open_output
 from gpumr.io.packing import pack
 from gpumr.launch.job import run_job
-
-
-def run(kind, argv, sc=None):
-    """The Spark engine (on the session's cluster where given)."""
-    return run_workload(kind, argv, "spark", sc)
-
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
 pytestmark = pytest.mark.slow
@@ -57,7 +51,8 @@ def inline(inputs, out, extra=()):
 def test_faces_equal_the_mrjob_job_every_record_once(sc, packed, tmp_path):
     want_counts, want = inline([packed], tmp_path / "inline", ["--device", "cpu"])
     # Splits much smaller than the files: most split boundaries fall inside records.
-    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "20KiB", "--device", "cpu"], sc=sc)
+    counts, _ = run_spark("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "20KiB", "--device", "cpu"],
+                          sc=sc)
     got = lines_of(str(tmp_path / "out"))
     assert got == want  # the same lines, in the same (sorted) order
     keys = keys_of(got)
@@ -66,7 +61,7 @@ def test_faces_equal_the_mrjob_job_every_record_once(sc, packed, tmp_path):
     assert set(counts) == set(want_counts)
     assert sorted(os.listdir(tmp_path / "out")) == ["_SUCCESS", "part-00000"]
     # An earlier gpumr output is replaced; a folder gpumr did not write is refused, untouched.
-    counts2, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "cpu",
+    counts2, _ = run_spark("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "cpu",
                                "--reducers", "2"], sc=sc)
     assert sorted(lines_of(str(tmp_path / "out"))) == sorted(want) and counts2["records on CPU"] == 12
     assert keys_of(lines_of(str(tmp_path / "out"))) == sorted(keys)  # sorted across part files too
@@ -86,11 +81,11 @@ def test_output_folder_safety(tmp_path):
     with pytest.raises(GpumrError, match="is a symbolic link"):
         open_output(str(tmp_path / "link"), "gpumr run", folder=True)
     with pytest.raises(GpumrError, match="-o OUT is required"):
-        run("faces", ["in.seq"])
+        run_spark("faces", ["in.seq"])
     with pytest.raises(GpumrError, match="--projections is required"):
-        run("backproject", ["--slab", "4", "-o", str(tmp_path / "x")])
+        run_spark("backproject", ["--slab", "4", "-o", str(tmp_path / "x")])
     with pytest.raises(GpumrError, match="--hadoop-splits: an option of --engine inline, local, hadoop, emr"):
-        run("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
+        run_spark("faces", ["in.seq", "-o", str(tmp_path / "x"), "--hadoop-splits"])
 
 
 def test_two_side_files_of_one_name_both_reach_the_tasks(sc, tmp_path):
@@ -99,7 +94,7 @@ def test_two_side_files_of_one_name_both_reach_the_tasks(sc, tmp_path):
     for folder, src in (("p", "p.seq"), ("g", "p.geometry.json")):
         (tmp_path / folder).mkdir()
         shutil.copy(tmp_path / src, tmp_path / folder / "data")
-    counts, _ = run("backproject", ["--projections", str(tmp_path / "p" / "data"), "--geometry",
+    counts, _ = run_spark("backproject", ["--projections", str(tmp_path / "p" / "data"), "--geometry",
                                     str(tmp_path / "g" / "data"), "--slab", "4", "-o", str(tmp_path / "out"),
                                     "--device", "cpu"], sc=sc)
     assert counts["records on CPU"] == 2 and not counts.get("bad records")
@@ -128,8 +123,8 @@ def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts
         for key in (b"k/a.jpg", b"k/bad-\xff.jpg", b"k/c.jpg"):
             w.append(key, b"not an image")
     want_counts, want = inline([path, keys], tmp_path / "inline", ["--device", "cpu"])
-    counts, _ = run("faces", [path, keys, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"],
-                    sc=sc)
+    counts, _ = run_spark("faces", [path, keys, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device",
+                                    "cpu"], sc=sc)
     got = lines_of(str(tmp_path / "out"))
     assert got == want
     out = {json.loads(k): json.loads(v) for k, v in (line.split("\t", 1) for line in got)}
@@ -142,7 +137,7 @@ def test_corrupt_stretch_and_unreadable_key_give_the_same_error_lines_and_counts
 def test_ct_equals_reconstruct_and_assembles(sc, tmp_path):
     d = tmp_path
     ct_phantom(d, 32, 48)
-    counts, _ = run("backproject", ["--projections", str(d / "proj.seq"), "--slab", "6", "-o", str(d / "out"),
+    counts, _ = run_spark("backproject", ["--projections", str(d / "proj.seq"), "--slab", "6", "-o", str(d / "out"),
                                     "--device", "cpu"], sc=sc)
     assert counts["records on CPU"] == 6 and not counts.get("bad records")  # 32 slices, 6 per slab
     keys = keys_of(lines_of(str(d / "out")))
@@ -162,7 +157,7 @@ def test_chooser_only_uses_the_given_gpus():
 
 
 def test_gpumr_uses_only_the_gpus_spark_assigned(sc, packed, tmp_path):
-    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "40KiB"], sc=sc)
+    counts, _ = run_spark("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "40KiB"], sc=sc)
     values = [json.loads(line.split("\t", 1)[1]) for line in lines_of(str(tmp_path / "out"))]
     devices = {v["device"] for v in values}
     assert devices <= {"cpu", *(f"gpu:{a}" for a in ASSIGNED)}  # never gpu:0 or gpu:2
@@ -210,7 +205,8 @@ def test_killing_an_executor_mid_job_still_gives_every_record_once(sc, sample_fr
     assert len(before) == 2
     t = threading.Thread(target=kill_one_after_some_tasks)
     t.start()
-    counts, _ = run("faces", [seq, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"], sc=sc)
+    counts, _ = run_spark("faces", [seq, "-o", str(tmp_path / "out"), "--split-size", "30KiB", "--device", "cpu"],
+                          sc=sc)
     t.join()
     assert killed, "the executor was not killed while the job ran"
     assert killed["pid"] in before
@@ -230,21 +226,21 @@ def test_only_its_own_earlier_output_is_replaced_and_what_appeared_meanwhile_is_
         (tmp_path / name).mkdir()
         (tmp_path / name / "part-00000").write_text(text)
         with pytest.raises(GpumrError, match="holds part-00000, which gpumr run did not make"):
-            run("faces", [*args, "-o", str(tmp_path / name)], sc=sc)
+            run_spark("faces", [*args, "-o", str(tmp_path / name)], sc=sc)
         assert os.listdir(tmp_path / name) == ["part-00000"] and (tmp_path / name / "part-00000").read_text() == text
     out = tmp_path / "out"
-    run("faces", [*args, "-o", str(out)], sc=sc)
+    run_spark("faces", [*args, "-o", str(out)], sc=sc)
     first = lines_of(str(out))
     monkeypatch.chdir(out)
     with pytest.raises(GpumrError, match="is the current folder"):
-        run("faces", [*args, "-o", "."], sc=sc)
+        run_spark("faces", [*args, "-o", "."], sc=sc)
     assert lines_of(".") == first
     monkeypatch.chdir(tmp_path)
     failed = []
 
     def job():
         try:
-            run("faces", [*args, "-o", str(out)], sc=sc)
+            run_spark("faces", [*args, "-o", str(out)], sc=sc)
         except BaseException as exc:  # noqa: BLE001 (reported below)
             failed.append(exc)
     worker = threading.Thread(target=job)

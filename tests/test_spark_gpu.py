@@ -10,17 +10,11 @@ import os
 
 import numpy as np
 import pytest
-from conftest import ASSIGNED, ct_phantom, run_workload
+from conftest import ASSIGNED, ct_phantom, run_spark
 
 from gpumr.cli import main
 from gpumr.io.packing import pack
 from gpumr.launch.job import run_job
-
-
-def run(kind, argv, sc=None):
-    """The Spark engine (on the session's cluster where given)."""
-    return run_workload(kind, argv, "spark", sc)
-
 
 pytest.importorskip("pyspark", reason="the Spark engine needs pyspark (the dev extra)")
 pytestmark = pytest.mark.slow
@@ -44,7 +38,8 @@ def test_faces_device_gpu_equal_device_cpu(sc, sample_frames, tmp_path):
     packed = str(tmp_path / "packed")
     pack([sample_frames], packed, shards=2, progress=False)
     run_job(MRFaceDetect, [packed], str(tmp_path / "cpu"), "inline", ["--device", "cpu"])
-    counts, _ = run("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "gpu"], sc=sc)
+    counts, _ = run_spark("faces", [packed, "-o", str(tmp_path / "out"), "--split-size", "1MiB", "--device", "gpu"],
+                          sc=sc)
     got, want = values_of(str(tmp_path / "out")), values_of(str(tmp_path / "cpu"))
     assert got.keys() == want.keys() and len(got) == 12
     assert {v.pop("device") for v in got.values()} <= {f"gpu:{a}" for a in ASSIGNED}
@@ -56,7 +51,7 @@ def test_faces_device_gpu_equal_device_cpu(sc, sample_frames, tmp_path):
 def test_ct_device_gpu_equals_the_cpu_reconstruction(sc, tmp_path):
     d = tmp_path
     projections, direct = ct_phantom(d, 24, 36, name="gpu-proj")
-    counts, _ = run("backproject", ["--projections", projections, "--slab", "10", "-o", str(d / "out"),
+    counts, _ = run_spark("backproject", ["--projections", projections, "--slab", "10", "-o", str(d / "out"),
                                     "--device", "gpu"], sc=sc)
     assert counts["records on GPU"] == 3 and not counts.get("records on CPU") and not counts.get("GPU fallbacks")
     values = values_of(str(d / "out")).values()

@@ -21,19 +21,13 @@ import threading
 import time
 
 import pytest
-from conftest import run_workload
+from conftest import run_spark, run_workload
 from s3server import BUCKET, GatedProxy
 
 from gpumr.cli import main
 from gpumr.errors import GpumrError
 from gpumr.io.outputs import UriOutput
 from gpumr.io.packing import pack
-
-
-def run(kind, argv, sc=None, engine="spark"):
-    """The Spark engine (on the session's cluster where given)."""
-    return run_workload(kind, argv, engine, sc)
-
 
 NO_JAVA = not shutil.which("java") and not os.environ.get("JAVA_HOME")
 
@@ -260,7 +254,7 @@ def test_spark_refuses_an_output_uri_it_cannot_write_before_any_task(s3, tmp_pat
                        (f"s3://{BUCKET}", f"^-o s3://{BUCKET}: names the top of a filesystem"),
                        ("s3://no-such-bucket-here/out", r"^s3://no-such-bucket-here/out: no such bucket")):
         with pytest.raises(GpumrError, match=words):
-            run("faces", [str(tmp_path / "in.seq"), "-o", out])
+            run_spark("faces", [str(tmp_path / "in.seq"), "-o", out])
 
 
 def test_spark_checks_its_output_against_the_inputs_as_given_before_fetching_them(s3, tmp_path):
@@ -271,7 +265,7 @@ def test_spark_checks_its_output_against_the_inputs_as_given_before_fetching_the
     for name in ("p.seq", "p.geometry.json"):
         s3.put(f"{prefix}/{name}", (tmp_path / name).read_bytes())
     with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/{prefix}: is or holds the input s3://{BUCKET}/{prefix}/"):
-        run("backproject", ["--projections", f"s3://{BUCKET}/{prefix}/p.seq", "--slab", "4",
+        run_spark("backproject", ["--projections", f"s3://{BUCKET}/{prefix}/p.seq", "--slab", "4",
                             "-o", f"s3://{BUCKET}/{prefix}"])
     assert s3.keys(prefix) == [f"{prefix}/p.geometry.json", f"{prefix}/p.seq"]
 
@@ -287,7 +281,7 @@ def test_dot_segments_name_the_key_every_check_and_write_uses(s3, tmp_path, how)
     s3.put(f"{prefix}/in.seq", (tmp_path / "in.seq").read_bytes())
     out = f"s3://{BUCKET}/" + how.format(p=prefix)
     with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/{prefix}: is or holds the input s3://{BUCKET}/{prefix}/"):
-        run("faces", [f"s3://{BUCKET}/{prefix}/in.seq", "-o", out, "--device", "cpu"], engine="inline")
+        run_workload("faces", [f"s3://{BUCKET}/{prefix}/in.seq", "-o", out, "--device", "cpu"])
     assert s3.keys(prefix) == [f"{prefix}/in.seq"]
     assert not [k for k in s3.keys() if k.startswith(f".{prefix}") or "dout" in k]
 
@@ -308,14 +302,14 @@ def part_lines(names_and_data):
 def test_spark_replaces_its_output_at_a_uri_keeps_what_appeared_refuses_foreign_and_writes_file_uris(
         sc, s3, packed, tmp_path, capsys):
     args = [packed, "--split-size", "100KiB", "--device", "cpu", "--reducers", "2"]
-    run("faces", [*args, "-o", f"s3://{BUCKET}/rerun"], sc=sc)
+    run_spark("faces", [*args, "-o", f"s3://{BUCKET}/rerun"], sc=sc)
     first = part_lines((k, s3.get(k)) for k in s3.keys("rerun/"))
     assert len(first) == 12
 
     # A second run replaces it; an object a user puts into the old output while the job runs is kept and named.
     failed = []
     worker = threading.Thread(target=lambda: failed.extend(
-        _raised(run, "faces", [*args, "-o", f"s3://{BUCKET}/rerun"], sc=sc)))
+        _raised(run_spark, "faces", [*args, "-o", f"s3://{BUCKET}/rerun"], sc=sc)))
     tracker = sc.statusTracker()
     worker.start()
     t0 = time.monotonic()
@@ -338,11 +332,11 @@ def test_spark_replaces_its_output_at_a_uri_keeps_what_appeared_refuses_foreign_
     # A prefix holding an object gpumr did not make: refused before any task, untouched.
     s3.put("foreign/README", b"someone's")
     with pytest.raises(GpumrError, match=f"^s3://{BUCKET}/foreign: holds README, which gpumr run did not make"):
-        run("faces", [*args, "-o", f"s3://{BUCKET}/foreign"], sc=sc)
+        run_spark("faces", [*args, "-o", f"s3://{BUCKET}/foreign"], sc=sc)
     assert s3.keys("foreign") == ["foreign/README"] and not [k for k in s3.keys() if k.startswith(".foreign")]
 
     # file:// (the code HDFS runs): the same files and lines; staged beside it, renamed in.
-    run("faces", [*args, "-o", f"file://{tmp_path}/out"], sc=sc)
+    run_spark("faces", [*args, "-o", f"file://{tmp_path}/out"], sc=sc)
     assert sorted(os.listdir(tmp_path)) == [".out.gpumr", "out"]
     names = sorted(os.listdir(tmp_path / "out"))
     assert names == ["_SUCCESS", "part-00000", "part-00001"]
