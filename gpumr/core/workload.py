@@ -111,6 +111,10 @@ class Workload:
         Images over this many pixels are refused before decoding.
     cpu_records, gpu_records : int
         How many records :meth:`cpu_batch` and :meth:`gpu_batch` take at once.
+    gpu_owner : bool
+        True for a GPU path whose set-up is heavy (data every record reads, put on the device): where the tasks run
+        on the launcher's machine, one process per job sets it up once and runs every task's GPU batches
+        (:mod:`gpumr.tasks.owner`); results then travel back to the tasks, so it suits few, large records.
 
     Notes
     -----
@@ -126,6 +130,7 @@ class Workload:
     max_pixels = 50_000_000
     cpu_records = 1
     gpu_records = 1
+    gpu_owner = False
 
     # -- once per job, where it is launched ---------------------------------------------------------
     def resolve(self, options):

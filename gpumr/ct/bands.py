@@ -1,11 +1,15 @@
 """The detector rows a slab of slices needs, and projections filtered only where slabs need them."""
 
+import os
 import threading
 
 import numpy as np
 
+from ..log import logger
 from .backproject import _axes, threads
 from .fdk import filter_projections
+
+log = logger(__name__)
 
 #: Rows added on each side of the exact band: the kernels compute rows in float32, this in float64.
 MARGIN = 1
@@ -101,6 +105,8 @@ class FilteredRows:
         from .projections import read_set
         made = cls(None, geometry, filter_name)
         read_set(paths, geometry, i0, out=made.padded[:, 1:-1, 1:-1])
+        log.debug("projections read: %d of %dx%d from %s (process %d)", geometry.n_angles, *geometry.nDetector,
+                  ", ".join(paths), os.getpid())
         return made
 
     @property
@@ -131,6 +137,8 @@ class FilteredRows:
                     filter_projections(inside, self.geometry, self.filter_name, rows=(a, b), threads=threads(),
                                        out=inside[:, a:b], progress=progress)
                     self._done[a:b] = True
+                    log.debug("projections filtered: detector rows %d-%d of %d (process %d)", a, b, len(self._done),
+                              os.getpid())
         return self.padded
 
     def all(self, progress=None):

@@ -66,6 +66,7 @@ class Backproject(Workload):
     input = "plan"
     decode = "raw"
     gpu_records = 4  # slabs per GPU call: pipelined through two reused device and page-locked buffers
+    gpu_owner = True  # (the projections, filtered, on the device: once per node, not per task)
     options = (
         Option("--projections", "SequenceFile of projections, one record per angle (required; shipped to the tasks)",
                metavar="SEQ", side_file=True),
@@ -118,10 +119,16 @@ class Backproject(Workload):
             from .backproject import set_threads
             set_threads(options.cpu_threads)
         self.geometry = load_geometry(options.geometry)  # (the launcher's check said what there is to say)
-        # rows filtered when a slab first needs them (gpumr.ct.bands): a task filters its slabs' bands only
-        self.rows = FilteredRows.read([options.projections], self.geometry, options.i0, options.filter)
-        self.padded = self.rows.padded
+        self._rows, self._read = None, ([options.projections], self.geometry, options.i0, options.filter)
         self._gpu = None
+
+    @property
+    def rows(self):
+        """The projections, read when a slab first needs them (a task whose slabs all go to the GPU owner reads
+        none), filtered a band at a time (:class:`gpumr.ct.bands.FilteredRows`)."""
+        if self._rows is None:
+            self._rows = FilteredRows.read(*self._read)
+        return self._rows
 
     def load(self, key, value, options):
         z0, z1 = value  # (planned and checked by the launcher)
@@ -148,4 +155,6 @@ class Backproject(Workload):
 
     def gpu_memory(self, slabs, options):
         nz, ny, nx = self.geometry.nVoxel
-        return self.padded.nbytes + 64 * ny * nx * 4  # projections + a 64-slice slab
+        nv, nu = self.geometry.nDetector
+        padded = self.geometry.n_angles * (nv + 2) * (nu + 2) * 4
+        return padded + 64 * ny * nx * 4  # projections + a 64-slice slab

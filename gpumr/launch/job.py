@@ -19,6 +19,7 @@ from ..engines.processes import AFTER_SIGNAL, end_processes_in
 from ..engines.start import Start
 from ..io.remote import locate
 from ..log import logger, quiet
+from ..tasks import owner
 from ..tasks.progress import Display
 
 log = logger(__name__)
@@ -127,8 +128,12 @@ def run(plan, session=None, debug=False):
     stage = plan.out.begin()
     try:
         plan.spec = dataclasses.replace(plan.spec, stage=str(stage), progress=progress_folder)
-        with Display(progress_folder, plan.input_bytes, label=plan.ref.name, shown=shown) as progress:
-            outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug, plan.start))
+        with contextlib.ExitStack() as owned:
+            if owner.wanted(plan.workload, plan.options, here and session is None):
+                plan.spec = dataclasses.replace(plan.spec, owner=owned.enter_context(owner.started(plan.spec,
+                                                                                                    plan.start)))
+            with Display(progress_folder, plan.input_bytes, label=plan.ref.name, shown=shown) as progress:
+                outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug, plan.start))
         locate(stage).child("_SUCCESS").write_bytes(b"")
         parts = dict(outcome.parts, _SUCCESS=("_SUCCESS", 0, hashlib.sha256(b"").hexdigest()))
         bad = outcome.bad if outcome.bad is not None else named_bad(stage, outcome.parts, outcome.counts)

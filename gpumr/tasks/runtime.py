@@ -48,7 +48,9 @@ class Spec:
     progress : str or None
         A folder on the launcher's machine where tasks there report progress.
     job : str
-        The job's token: attempt names and engine keys start with it."""
+        The job's token: attempt names and engine keys start with it.
+    owner : str or None
+        The socket of the job's GPU owner on the launcher's machine (:mod:`gpumr.tasks.owner`), where one runs."""
 
     workload: list
     options: dict
@@ -58,6 +60,7 @@ class Spec:
     verbosity: str = "info"
     progress: str = None
     job: str = field(default_factory=lambda: secrets.token_hex(6))
+    owner: str = None
 
     def to_json(self):
         return json.dumps(asdict(self), sort_keys=True)
@@ -247,6 +250,14 @@ class Task:
 
     def _processor_for(self, chooser):
         from ..core import Processor
+        from .owner import OwnedChooser
+        if isinstance(chooser, OwnedChooser):  # (the owner set the GPU path up: every GPU batch goes there)
+            from .owner import Owned
+            say_once(log, f"{self.workload.name}: GPU batches run in the job's GPU owner, on "
+                          f"gpu:{chooser.client.gpu.index}", logging.DEBUG)
+            self._simulated = chooser.simulated
+            return Processor(Owned(Said(self.workload), chooser), self.options, chooser, lambda choice: choice,
+                             self.count)
         device_for, why = None, chooser.why_cpu_only
         if chooser.has_gpus and self.workload.has_gpu():
             why = self.workload.gpu_ready(self.options, chooser.simulated)
@@ -266,12 +277,18 @@ class Task:
         return Processor(Said(self.workload), self.options, chooser, device_for, self.count)
 
     def open(self):
-        """Start: device choice set up for this task (a connection to the scheduler service, leases)."""
+        """Start: device choice set up for this task (a connection to the scheduler service, leases, or to the job's
+        GPU owner)."""
         from ..devices.chooser import DeviceChooser, describe
         options = self.options
         self._chooser = DeviceChooser(options.device, memory=options.gpu_memory, slots=options.gpu_slots,
                                       only=self.gpus)
         say_once(log, describe(self._chooser), logging.DEBUG)
+        if self.spec.owner and self._chooser.has_gpus and self.workload.gpu_owner and self.gpus is None:
+            from .owner import OwnedChooser, connect
+            client = connect(self.spec.owner, self.attempt)
+            if client is not None:
+                self._chooser = OwnedChooser(client, self._chooser)
         self._processor = self._processor_for(self._chooser)
 
     def feed(self, item):

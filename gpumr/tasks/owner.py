@@ -1,0 +1,288 @@
+"""One GPU owner per job and node: a process that sets a workload's GPU path up once and runs the GPU batches of
+every task on the node, for workloads whose device set-up is heavy (:attr:`gpumr.Workload.gpu_owner`: the CT
+projections, read, filtered and uploaded once instead of once per task).
+
+The launcher starts it (:func:`started`) where the engine's tasks run on its machine. Tasks reach it through a Unix
+socket in the job's private folder, from the job's user only (the kernel's peer credentials); a task that cannot use
+it runs its records as it would without one. How it fits device choice: :doc:`/concepts/devices`."""
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from multiprocessing.connection import Client, Listener
+
+from ..core.processor import reason_of
+from ..errors import GpumrError
+from ..log import logger, say_once
+
+log = logger(__name__)
+
+#: The socket's and the spec's names in the job's folder.
+SOCKET, SPEC = "gpu-owner.sock", "gpu-owner.spec"
+#: Seconds the launcher waits for the owner's socket; a task waits for its set-up at most :data:`SETUP_WAIT`.
+LISTEN_WAIT, SETUP_WAIT = 60.0, 1800.0
+
+
+def wanted(workload, options, tasks_here):
+    """Whether a job runs its GPU batches in an owner: a workload that asks for one, tasks on this machine, GPUs
+    allowed and (possibly simulated) GPUs here.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from gpumr.ct.workload import Backproject
+    >>> wanted(Backproject(), argparse.Namespace(device="cpu"), True)
+    False
+    """
+    if not (tasks_here and options.device != "cpu" and workload.gpu_owner and workload.has_gpu()):
+        return False
+    from ..devices.nvml import discover
+    return bool(discover().gpus)
+
+
+@contextlib.contextmanager
+def started(spec, start):
+    """The owner of job ``spec`` running for the block, started through the job's ``start``
+    (:class:`gpumr.engines.start.Start`): yields its socket's path (None where it did not start: the tasks then run
+    as without one); stopped after the block."""
+    import subprocess
+
+    from ..engines.start import python_argv
+    path, spec_file = os.path.join(start.folder, SOCKET), os.path.join(start.folder, SPEC)
+    with open(os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+        f.write(spec.to_json())
+    proc = subprocess.Popen([*python_argv(__name__), spec_file, path], stdin=subprocess.DEVNULL, **start.popen())
+    try:
+        deadline = time.monotonic() + LISTEN_WAIT
+        while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not os.path.exists(path):
+            say_once(log, "the GPU owner did not start; each task sets its GPU up itself")
+            path = None
+        yield path
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError, EOFError):
+                with Client(path, "AF_UNIX") as conn:
+                    conn.send(("stop",))
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Owner:
+    """The owner's state: the workload built once, one GPU leased for its life and set up once; serves batches.
+
+    Parameters
+    ----------
+    spec : gpumr.tasks.runtime.Spec"""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.ready = threading.Event()
+        self.why = None  # why it serves no batch (set before ``ready``), or None
+        self.device = None
+        self.batches = self.records = 0
+        self.tasks = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def set_up(self):
+        """Build the workload, lease a GPU (waiting for one) and set its GPU path up; :attr:`why` says why not."""
+        from ..devices.chooser import DeviceChooser
+        from .device import Device
+        from .runtime import built
+        t0 = time.perf_counter()
+        try:
+            self.options, self.workload = built(self.spec)
+            options = self.options
+            chooser = DeviceChooser("gpu", memory=options.gpu_memory, slots=options.gpu_slots)
+            self.choice = chooser.choose(self.workload.gpu_memory([], options))
+            self.why = self.workload.gpu_ready(options, chooser.simulated)
+            if self.why is None:
+                self.device = Device(self.choice)
+                log.debug("GPU owner: %s set up on %s in %.2f s", self.workload.name, self.device.name,
+                          time.perf_counter() - t0)
+        except GpumrError as exc:
+            self.why = str(exc)
+        except Exception as exc:  # noqa: BLE001 (any failure to set up: the tasks run without the owner, told why)
+            self.why = reason_of(exc)
+        if self.why is not None:
+            say_once(log, f"the GPU owner could not set up: {self.why}; each task runs its records itself")
+        self.ready.set()
+
+    def serve(self, path):
+        """Take connections at ``path`` (this user's only) until told to stop."""
+        from ..devices.protocol import peer_credentials
+        self.path = path
+        with Listener(path, "AF_UNIX") as listener:
+            threading.Thread(target=self.set_up, daemon=True).start()
+            while not self._stop.is_set():
+                conn = listener.accept()
+                with socket.socket(fileno=os.dup(conn.fileno())) as s:
+                    creds = peer_credentials(s)
+                if creds is None or creds[1] != os.getuid():
+                    conn.close()
+                    continue
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        if self.device is not None:
+            log.debug("GPU owner: %d batch(es), %d record(s) from %d task(s) on %s", self.batches, self.records,
+                      len(self.tasks), self.device.name)
+
+    def _serve(self, conn):
+        with conn:
+            while True:
+                try:
+                    request = conn.recv()
+                except (EOFError, OSError):
+                    return
+                if request[0] == "stop":
+                    self._stop.set()
+                    with contextlib.suppress(OSError), Client(self.path, "AF_UNIX"):
+                        pass  # (wakes the accepting loop)
+                    return
+                if request[0] == "hello":
+                    self.ready.wait()
+                    self.tasks.add(request[1])
+                    conn.send(("ready", self.device.gpu) if self.why is None else ("unavailable", self.why))
+                elif request[0] == "batch":
+                    conn.send(self._batch(request[1]))
+
+    def _batch(self, records):
+        """``("done", results)`` of one batch of ``[(key, item)]`` on the owned GPU, or ``("failed", reason)``, or
+        ``("lost", reason)`` once a CUDA error made the device untrusted (:mod:`gpumr.gpu.trust`)."""
+        from ..gpu.trust import untrusted
+        from .runtime import Said
+        with self._lock:
+            lost = untrusted(self.device.gpu)
+            if lost:
+                return "lost", lost
+            try:
+                results = list(Said(self.workload).gpu_batch(records, self.options, self.device))
+            except Exception as exc:  # noqa: BLE001 (the task re-runs the batch on the CPU, counted as fallbacks)
+                return ("lost" if untrusted(self.device.gpu) else "failed"), reason_of(exc)
+            self.batches += 1
+            self.records += len(records)
+            return "done", results
+
+
+class OwnerGone(RuntimeError):
+    """The owner cannot run batches any more (its process ended, or its device was lost)."""
+
+
+class OwnerClient:
+    """A task's connection to the job's GPU owner.
+
+    Parameters
+    ----------
+    path : str
+        The owner's socket.
+    name : str
+        The task attempt's name (the owner counts its tasks)."""
+
+    def __init__(self, path, name):
+        self.conn = Client(path, "AF_UNIX")
+        self.conn.send(("hello", name))
+        kind, what = self.conn.recv()
+        self.gpu = what if kind == "ready" else None
+        self.why = None if kind == "ready" else what
+
+    def batch(self, records):
+        """The owner's results of ``records`` (``[(key, item)]``). Raises RuntimeError where it failed them,
+        :class:`OwnerGone` where it cannot run any more."""
+        try:
+            self.conn.send(("batch", records))
+            kind, what = self.conn.recv()
+        except (OSError, EOFError) as exc:
+            raise OwnerGone(f"the GPU owner is gone ({type(exc).__name__})") from None
+        if kind == "lost":
+            raise OwnerGone(f"the GPU owner's device is lost: {what}")
+        if kind != "done":
+            raise RuntimeError(f"the GPU owner failed the batch: {what}")
+        return what
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+def connect(path, name):
+    """A task's :class:`OwnerClient` of the owner at ``path``, or None where it cannot be used (said why)."""
+    try:
+        client = OwnerClient(path, name)
+    except (OSError, EOFError) as exc:
+        say_once(log, f"the GPU owner did not answer ({exc}); this task sets its GPU up itself")
+        return None
+    if client.gpu is None:
+        client.close()
+        return None
+    return client
+
+
+class OwnedChooser:
+    """Device choice for a task whose GPU batches go to the owner: each batch to the owner's GPU, no lease (the
+    owner holds it); the CPU once the owner is gone.
+
+    Parameters
+    ----------
+    client : OwnerClient
+    fallback : gpumr.devices.chooser.DeviceChooser
+        The task's own device choice (closed with this one)."""
+
+    def __init__(self, client, fallback):
+        self.client, self.fallback = client, fallback
+        self.has_gpus, self.simulated, self.why_cpu_only = True, bool(client.gpu.simulated), ""
+        self.gone = False
+
+    def fits(self, memory=0):
+        return True  # (the owner set the GPU up for this workload's batches)
+
+    def choose(self, memory=0):
+        from ..devices.chooser import CPU, Choice
+        return CPU if self.gone else Choice(self.client.gpu, "owner")
+
+    def close(self):
+        self.client.close()
+        self.fallback.close()
+
+
+class Owned:
+    """The workload as a task with an owner runs it: GPU batches sent to the owner, the rest here."""
+
+    def __init__(self, workload, chooser):
+        self.workload, self.chooser = workload, chooser
+
+    def __getattr__(self, name):
+        return getattr(self.workload, name)
+
+    def gpu_batch(self, records, options, device):
+        try:
+            return self.chooser.client.batch(records)
+        except OwnerGone as exc:
+            self.chooser.gone = True
+            say_once(log, f"{exc}; this task's records run on the CPU")
+            raise
+
+
+def main(argv=None):
+    """The owner process: ``python -m gpumr.tasks.owner SPEC_FILE SOCKET``."""
+    from ..boundary import install
+    from ..log import set_verbosity
+    from .runtime import Spec
+    install()
+    spec_file, path = (argv or sys.argv[1:])[:2]
+    with open(spec_file, encoding="utf-8") as f:
+        spec = Spec.from_json(f.read())
+    set_verbosity(quiet=spec.verbosity == "quiet", verbose=spec.verbosity == "debug")
+    Owner(spec).serve(path)
+    logging.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""One GPU owner per job and node (``gpumr.tasks.owner``), on simulated GPUs: every CT slab goes to it, it reads,
+filters and sets the device up once whatever the number of tasks, and a task whose owner fails or goes away still
+puts out every record once, on the CPU."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ct_phantom, lines_of
+
+from gpumr.devices.nvml import SIMULATE_ENV
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory):
+    d = tmp_path_factory.mktemp("owner")
+    seq, direct = ct_phantom(d, 32, 48)
+    return d, seq, direct
+
+
+def gpumr(args, cwd, **env):
+    return subprocess.run([sys.executable, "-m", "gpumr", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, SIMULATE_ENV: "1", **env})
+
+
+def volume(d, out):
+    """The job's slabs assembled (``gpumr ct assemble``)."""
+    proc = gpumr(["ct", "assemble", out, "-o", d / f"{os.path.basename(out)}.npy"], d)
+    assert proc.returncode == 0, proc.stderr
+    return np.load(d / f"{os.path.basename(out)}.npy")
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_every_slab_runs_in_the_one_owner_which_reads_and_filters_once(phantom, engine):
+    """Four slabs over two task processes (``--cpu-threads 1`` on two cores): all four on the owner's simulated GPU;
+    the projections read once and each detector row filtered once on the node (by the owner: the tasks read none);
+    the volume as the CPU reconstructs it."""
+    d, seq, direct = phantom
+    out = d / f"out-{engine}"
+    extra = ["--no-conf"] if engine == "local" else ["--workers", "2"]
+    proc = gpumr(["-v", "run", "backproject", "--projections", seq, "-o", out, "--slab", "8", "--engine", engine,
+                  "--cpu-threads", "1", *extra], d)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    values = [json.loads(line.split("\t")[1]) for line in lines_of(out)]
+    assert len(values) == 4 and all(v["device"] == "gpu:0" and v["simulated"] for v in values)
+    said = proc.stderr.splitlines()
+    assert len([s for s in said if "GPU owner: backproject set up on gpu:0" in s]) == 1
+    assert len([s for s in said if "projections read:" in s]) == 1  # (each line names its process)
+    rows = [tuple(map(int, m.groups())) for s in said for m in [re.search(r"detector rows (\d+)-(\d+) of (\d+)", s)]
+            if m]
+    assert len(rows) == 1 and rows[0][:2] == (0, rows[0][2])  # (every row, once, by the owner)
+    served = re.search(r"GPU owner: \d+ batch\(es\), 4 record\(s\) from (\d+) task\(s\) on gpu:0", proc.stderr)
+    assert served and 2 <= int(served.group(1)) <= 4  # (mrjob's local runner: two task files of two slabs)
+    v = volume(d, out)
+    assert np.abs(v - direct).max() <= 1e-4 * np.abs(direct).max()
+
+
+def test_a_device_the_owner_loses_sends_its_batch_and_the_rest_to_the_cpu(phantom):
+    """The owner's device loses its context (an injected sticky error) in the first of two batches: that batch is
+    re-run on the CPU by its task (counted as fallbacks) and the next one goes to the CPU at once (no more
+    fallbacks); every slab once, the volume right."""
+    d, seq, direct = phantom
+    out = d / "out-sticky"
+    proc = gpumr(["run", "backproject", "--projections", seq, "-o", out, "--slab", "4", "--engine", "local",
+                  "--no-conf"], d, GPUMR_EMULATE_FAULTS="sticky@launch#2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    values = {json.loads(k): json.loads(v) for k, v in (line.split("\t") for line in lines_of(out))}
+    assert sorted(values) == [f"z{z:05d}" for z in range(0, 32, 4)]
+    assert all(v["device"] == "cpu" for v in values.values())
+    assert proc.stderr.splitlines()[-1].startswith("gpumr: 8 records: 8 on CPU, 0 on GPU, 4 GPU fallbacks, 0 bad")
+    v = volume(d, out)
+    assert np.abs(v - direct).max() <= 1e-4 * np.abs(direct).max()
+
+
+def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
+    """The owner process killed under a task: its batch fails (the task re-runs it on the CPU), and device choice
+    gives the CPU from then on."""
+    import argparse
+    import contextlib
+    import signal
+
+    from gpumr.devices.chooser import DeviceChooser
+    from gpumr.launch.plan import make_plan
+    from gpumr.tasks import owner
+    d, seq, _ = phantom
+    folder = tmp_path / "job"
+    folder.mkdir(mode=0o700)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(pytest.MonkeyPatch.context()).setenv(SIMULATE_ENV, "1")
+        plan = make_plan(["backproject", "--projections", seq, "--slab", "8", "-o", str(tmp_path / "out")], str(folder))
+        path = stack.enter_context(owner.started(plan.spec, plan.start))
+        client = owner.connect(path, "task-1")
+        assert client is not None and client.gpu.simulated
+        chooser = owner.OwnedChooser(client, DeviceChooser("auto"))
+        work = owner.Owned(None, chooser)
+        ns = argparse.Namespace()
+        assert len(work.gpu_batch([("z00000", (0, 8))], ns, None)) == 1 and chooser.choose().on_gpu
+        pid = [p for p in os.listdir("/proc") if p.isdigit() and
+               str(folder) in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")]
+        assert len(pid) == 1
+        os.kill(int(pid[0]), signal.SIGKILL)
+        with pytest.raises(owner.OwnerGone, match="the GPU owner is gone"):
+            work.gpu_batch([("z00008", (8, 16))], ns, None)
+        assert not chooser.choose().on_gpu
+        chooser.close()
