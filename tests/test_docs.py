@@ -100,7 +100,7 @@ def test_run_parser_has_every_engines_options_in_groups():
         groups = {g.title: {s for a in g._group_actions for s in a.option_strings} for g in p._action_groups}
         assert groups["engine dask"] == {"--scheduler", "--workers"} and groups["engine spark"] == {"--master"}
         assert "--hadoop-splits" in next(v for k, v in groups.items() if k.startswith("engine inline"))
-        assert {"--device", "--gpu-slots", "--gpu-memory"} == groups["device choice"]
+        assert {"--device", "--gpu-slots", "--gpu-memory", "--gpu-owner"} == groups["device choice"]
         assert {o.name for o in cls.options} == groups[f"{name} options"]
         assert all(e in p.format_help() for e in engines.NAMES)
 

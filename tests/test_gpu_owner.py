@@ -109,3 +109,37 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
             work.gpu_batch([("z00008", (8, 16))], ns, None)
         assert not chooser.choose().on_gpu
         chooser.close()
+
+
+ORPHAN = """
+import sys, time
+from gpumr.launch.plan import make_plan
+from gpumr.tasks import owner
+plan = make_plan(["backproject", "--projections", sys.argv[1], "-o", sys.argv[3]], sys.argv[2])
+with owner.started(plan.spec, plan.start) as path:
+    print(path, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_an_owner_whose_launcher_is_killed_ends_too(phantom, tmp_path):
+    """The launcher killed (SIGKILL: it cannot stop its owner): the owner ends by itself within seconds, so no
+    process is left holding a GPU's lease."""
+    import time
+    d, seq, _ = phantom
+    folder = tmp_path / "job"
+    folder.mkdir(mode=0o700)
+    launcher = subprocess.Popen([sys.executable, "-c", ORPHAN, seq, folder, tmp_path / "out"], stdout=subprocess.PIPE,
+                                text=True, env={**os.environ, SIMULATE_ENV: "1"})
+    try:
+        assert launcher.stdout.readline().strip() == str(folder / "gpu-owner.sock")
+        owners = [int(p) for p in os.listdir("/proc") if p.isdigit() and
+                  f"{folder}/gpu-owner.spec".encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+        assert len(owners) == 1
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 20
+    while os.path.exists(f"/proc/{owners[0]}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{owners[0]}")

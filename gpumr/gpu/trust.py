@@ -1,9 +1,13 @@
 """A GPU implementation's per-device state, trusted only once its self-check has passed; devices lost to CUDA errors."""
 
 import contextlib
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from ..log import logger
+
+log = logger(__name__)
 _untrusted = {}  # device_key(gpu) -> why
 _untrusted_lock = threading.Lock()
 
@@ -134,6 +138,8 @@ class DeviceStates:
                     self._check(state, self._expected.result())
         except Exception as exc:  # noqa: BLE001 (any failure: the device is not trusted, and the verdict says why)
             verdict = f"its self-check raised {type(exc).__name__}: {exc}"
+        log.debug("%s set up on gpu:%d (process %d): %s", self.what, gpu.index, os.getpid(),
+                  "self-check passed" if verdict is True else verdict)
         return state, verdict
 
     def trust(self, gpu, state):

@@ -35,10 +35,11 @@ def wanted(workload, options, tasks_here):
     --------
     >>> import argparse
     >>> from gpumr.ct.workload import Backproject
-    >>> wanted(Backproject(), argparse.Namespace(device="cpu"), True)
+    >>> wanted(Backproject(), argparse.Namespace(device="cpu", gpu_owner="on"), True)
     False
     """
-    if not (tasks_here and options.device != "cpu" and workload.gpu_owner and workload.has_gpu()):
+    if not (tasks_here and options.device != "cpu" and options.gpu_owner == "on" and workload.gpu_owner
+            and workload.has_gpu()):
         return False
     from ..devices.nvml import discover
     return bool(discover().gpus)
@@ -136,23 +137,28 @@ class Owner:
                       len(self.tasks), self.device.name)
 
     def _serve(self, conn):
+        """One task's connection: its requests answered in turn until it closes (or its process ends)."""
         with conn:
-            while True:
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):
-                    return
-                if request[0] == "stop":
-                    self._stop.set()
-                    with contextlib.suppress(OSError), Client(self.path, "AF_UNIX"):
-                        pass  # (wakes the accepting loop)
-                    return
-                if request[0] == "hello":
-                    self.ready.wait()
-                    self.tasks.add(request[1])
-                    conn.send(("ready", self.device.gpu) if self.why is None else ("unavailable", self.why))
-                elif request[0] == "batch":
-                    conn.send(self._batch(request[1]))
+            try:
+                while self._answer(conn, conn.recv()):
+                    pass
+            except (EOFError, OSError):  # (the task ended: nothing to answer)
+                return
+
+    def _answer(self, conn, request):
+        """Answer one request; False once the connection is done with (a stop)."""
+        if request[0] == "stop":
+            self._stop.set()
+            with contextlib.suppress(OSError), Client(self.path, "AF_UNIX"):
+                pass  # (wakes the accepting loop)
+            return False
+        if request[0] == "hello":
+            self.ready.wait()
+            self.tasks.add(request[1])
+            conn.send(("ready", self.device.gpu) if self.why is None else ("unavailable", self.why))
+        elif request[0] == "batch":
+            conn.send(self._batch(request[1]))
+        return True
 
     def _batch(self, records):
         """``("done", results)`` of one batch of ``[(key, item)]`` on the owned GPU, or ``("failed", reason)``, or
@@ -270,12 +276,26 @@ class Owned:
             raise
 
 
+def _orphaned(parent):
+    """End this process once the launcher that started it is gone (killed, say): never an owner left holding a GPU."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
 def main(argv=None):
     """The owner process: ``python -m gpumr.tasks.owner SPEC_FILE SOCKET``."""
+    import signal
+
     from ..boundary import install
     from ..log import set_verbosity
     from .runtime import Spec
     install()
+    # The launcher ends it (a stop request; SIGTERM where the job is stopped): Ctrl-C at the terminal is the
+    # launcher's to report, and a SIGTERM ends it without a line of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    threading.Thread(target=_orphaned, args=(os.getppid(),), daemon=True).start()
     spec_file, path = (argv or sys.argv[1:])[:2]
     with open(spec_file, encoding="utf-8") as f:
         spec = Spec.from_json(f.read())
