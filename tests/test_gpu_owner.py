@@ -61,6 +61,21 @@ def test_every_slab_runs_in_the_one_owner_which_reads_and_filters_once(phantom, 
     assert np.abs(v - direct).max() <= 1e-4 * np.abs(direct).max()
 
 
+def test_two_gpus_get_an_owner_each_set_up_once(phantom):
+    """Two simulated GPUs and two task processes: an owner on each GPU, each set up once; every slab on one of
+    them."""
+    d, seq, direct = phantom
+    out = d / "out-two"
+    proc = gpumr(["-v", "run", "backproject", "--projections", seq, "-o", out, "--slab", "8", "--engine", "local",
+                  "--cpu-threads", "1", "--no-conf"], d, **{SIMULATE_ENV: "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    values = [json.loads(line.split("\t")[1]) for line in lines_of(out)]
+    assert len(values) == 4 and {v["device"] for v in values} <= {"gpu:0", "gpu:1"}
+    setups = sorted(re.findall(r"GPU owner: backproject set up on (gpu:\d)", proc.stderr))
+    assert setups == ["gpu:0", "gpu:1"]
+    assert np.abs(volume(d, out) - direct).max() <= 1e-4 * np.abs(direct).max()
+
+
 def test_a_device_the_owner_loses_sends_its_batch_and_the_rest_to_the_cpu(phantom):
     """The owner's device loses its context (an injected sticky error) in the first of two batches: that batch is
     re-run on the CPU by its task (counted as fallbacks) and the next one goes to the CPU at once (no more
@@ -94,8 +109,8 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
     with contextlib.ExitStack() as stack:
         stack.enter_context(pytest.MonkeyPatch.context()).setenv(SIMULATE_ENV, "1")
         plan = make_plan(["backproject", "--projections", seq, "--slab", "8", "-o", str(tmp_path / "out")], str(folder))
-        path = stack.enter_context(owner.started(plan.spec, plan.start))
-        client = owner.connect(path, "task-1")
+        paths = stack.enter_context(owner.started(plan.spec, plan.start))  # (one owner)
+        client = owner.connect(paths, "task-1")
         assert client is not None and client.gpu.simulated
         chooser = owner.OwnedChooser(client, DeviceChooser("auto"))
         work = owner.Owned(None, chooser)
@@ -116,8 +131,8 @@ import sys, time
 from gpumr.launch.plan import make_plan
 from gpumr.tasks import owner
 plan = make_plan(["backproject", "--projections", sys.argv[1], "-o", sys.argv[3]], sys.argv[2])
-with owner.started(plan.spec, plan.start) as path:
-    print(path, flush=True)
+with owner.started(plan.spec, plan.start) as paths:
+    print(*paths, flush=True)
     time.sleep(120)
 """
 
@@ -132,7 +147,7 @@ def test_an_owner_whose_launcher_is_killed_ends_too(phantom, tmp_path):
     launcher = subprocess.Popen([sys.executable, "-c", ORPHAN, seq, folder, tmp_path / "out"], stdout=subprocess.PIPE,
                                 text=True, env={**os.environ, SIMULATE_ENV: "1"})
     try:
-        assert launcher.stdout.readline().strip() == str(folder / "gpu-owner.sock")
+        assert launcher.stdout.readline().strip() == str(folder / "gpu-owner-0.sock")
         owners = [int(p) for p in os.listdir("/proc") if p.isdigit() and
                   f"{folder}/gpu-owner.spec".encode() in open(f"/proc/{p}/cmdline", "rb").read()]
         assert len(owners) == 1

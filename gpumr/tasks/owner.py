@@ -1,5 +1,5 @@
-"""One GPU owner per job and node: a process that sets a workload's GPU path up once and runs the GPU batches of
-every task on the node, for workloads whose device set-up is heavy (:attr:`gpumr.Workload.gpu_owner`: the CT
+"""GPU owners, at most one per GPU of the node and job: a process that leases a GPU for the job, sets a workload's
+GPU path up on it once and runs the GPU batches of the node's tasks, for workloads whose device set-up is heavy (:attr:`gpumr.Workload.gpu_owner`: the CT
 projections, read, filtered and uploaded once instead of once per task).
 
 The launcher starts it (:func:`started`) where the engine's tasks run on its machine. Tasks reach it through a Unix
@@ -7,6 +7,7 @@ socket in the job's private folder, from the job's user only (the kernel's peer 
 it runs its records as it would without one. How it fits device choice: :doc:`/concepts/devices`."""
 
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -21,60 +22,70 @@ from ..log import logger, say_once
 
 log = logger(__name__)
 
-#: The socket's and the spec's names in the job's folder.
-SOCKET, SPEC = "gpu-owner.sock", "gpu-owner.spec"
-#: Seconds the launcher waits for the owner's socket; a task waits for its set-up at most :data:`SETUP_WAIT`.
-LISTEN_WAIT, SETUP_WAIT = 60.0, 1800.0
+#: The owners' sockets (numbered) and the spec's names in the job's folder.
+SOCKET, SPEC = "gpu-owner-{}.sock", "gpu-owner.spec"
+#: Seconds the launcher waits for an owner's socket.
+LISTEN_WAIT = 60.0
+#: Seconds an owner of a ``--device auto`` job waits for a GPU to lease (meanwhile the tasks wait for it; then they
+#: run as without an owner); with ``--device gpu`` it waits as long as a task would.
+LEASE_WAIT = 10.0
 
 
-def wanted(workload, options, tasks_here):
-    """Whether a job runs its GPU batches in an owner: a workload that asks for one, tasks on this machine, GPUs
-    allowed and (possibly simulated) GPUs here.
+def wanted(workload, options, tasks_here, processes):
+    """How many GPU owners a job has (0: none): for a workload that asks for them, tasks on this machine and GPUs
+    allowed, one per GPU here (possibly simulated), at most one per task process (``processes``).
 
     Examples
     --------
     >>> import argparse
     >>> from gpumr.ct.workload import Backproject
-    >>> wanted(Backproject(), argparse.Namespace(device="cpu", gpu_owner="on"), True)
-    False
+    >>> wanted(Backproject(), argparse.Namespace(device="cpu", gpu_owner="on"), True, 4)
+    0
     """
     if not (tasks_here and options.device != "cpu" and options.gpu_owner == "on" and workload.gpu_owner
             and workload.has_gpu()):
-        return False
+        return 0
     from ..devices.nvml import discover
-    return bool(discover().gpus)
+    return min(len(discover().gpus), processes)
 
 
 @contextlib.contextmanager
-def started(spec, start):
-    """The owner of job ``spec`` running for the block, started through the job's ``start``
-    (:class:`gpumr.engines.start.Start`): yields its socket's path (None where it did not start: the tasks then run
-    as without one); stopped after the block."""
+def started(spec, start, count=1):
+    """``count`` owners of job ``spec`` running for the block, started through the job's ``start``
+    (:class:`gpumr.engines.start.Start`): yields their sockets' paths (those that started: a task runs as without an
+    owner where none did); stopped after the block."""
     import subprocess
 
     from ..engines.start import python_argv
-    path, spec_file = os.path.join(start.folder, SOCKET), os.path.join(start.folder, SPEC)
+    spec_file = os.path.join(start.folder, SPEC)
     with open(os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
         f.write(spec.to_json())
-    proc = subprocess.Popen([*python_argv(__name__), spec_file, path], stdin=subprocess.DEVNULL, **start.popen())
+    owners = []
     try:
+        for n in range(count):
+            path = os.path.join(start.folder, SOCKET.format(n))
+            owners.append((path, subprocess.Popen([*python_argv(__name__), spec_file, path], stdin=subprocess.DEVNULL,
+                                                  **start.popen())))
         deadline = time.monotonic() + LISTEN_WAIT
-        while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
+        while (any(not os.path.exists(path) and proc.poll() is None for path, proc in owners)
+               and time.monotonic() < deadline):
             time.sleep(0.02)
-        if not os.path.exists(path):
-            say_once(log, "the GPU owner did not start; each task sets its GPU up itself")
-            path = None
-        yield path
+        paths = [path for path, _ in owners if os.path.exists(path)]
+        if len(paths) < len(owners):
+            say_once(log, f"{len(owners) - len(paths)} of {len(owners)} GPU owner(s) did not start; tasks set those "
+                          "GPUs up themselves")
+        yield paths
     finally:
-        if path is not None:
-            with contextlib.suppress(OSError, EOFError):
-                with Client(path, "AF_UNIX") as conn:
+        for path, proc in owners:
+            if os.path.exists(path):
+                with contextlib.suppress(OSError, EOFError), Client(path, "AF_UNIX") as conn:
                     conn.send(("stop",))
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for _, proc in owners:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 class Owner:
@@ -103,9 +114,17 @@ class Owner:
         try:
             self.options, self.workload = built(self.spec)
             options = self.options
-            chooser = DeviceChooser("gpu", memory=options.gpu_memory, slots=options.gpu_slots)
-            self.choice = chooser.choose(self.workload.gpu_memory([], options))
-            self.why = self.workload.gpu_ready(options, chooser.simulated)
+            auto = options.device == "auto"
+            chooser = DeviceChooser("gpu", memory=options.gpu_memory, slots=options.gpu_slots,
+                                    wait_timeout=LEASE_WAIT if auto else None)
+            try:
+                self.choice = chooser.choose(self.workload.gpu_memory([], options))
+            except GpumrError:
+                if not auto:
+                    raise
+                self.why = f"no GPU became free within {LEASE_WAIT:g} s"
+            if self.why is None:
+                self.why = self.workload.gpu_ready(options, chooser.simulated)
             if self.why is None:
                 self.device = Device(self.choice)
                 log.debug("GPU owner: %s set up on %s in %.2f s", self.workload.name, self.device.name,
@@ -218,17 +237,21 @@ class OwnerClient:
             self.conn.close()
 
 
-def connect(path, name):
-    """A task's :class:`OwnerClient` of the owner at ``path``, or None where it cannot be used (said why)."""
-    try:
-        client = OwnerClient(path, name)
-    except (OSError, EOFError) as exc:
-        say_once(log, f"the GPU owner did not answer ({exc}); this task sets its GPU up itself")
-        return None
-    if client.gpu is None:
+def connect(paths, name):
+    """A task's :class:`OwnerClient` of one of the owners at ``paths`` (the first that answers ready, starting at
+    one the task's ``name`` picks, so that a node's tasks spread over its GPUs), or None where none can be used (said
+    why)."""
+    first = int(hashlib.sha256(name.encode()).hexdigest(), 16) % len(paths) if paths else 0
+    for path in paths[first:] + paths[:first]:
+        try:
+            client = OwnerClient(path, name)
+        except (OSError, EOFError) as exc:
+            say_once(log, f"a GPU owner did not answer ({exc}); this task sets a GPU up itself if no other does")
+            continue
+        if client.gpu is not None:
+            return client
         client.close()
-        return None
-    return client
+    return None
 
 
 class OwnedChooser:

@@ -49,8 +49,8 @@ class Spec:
         A folder on the launcher's machine where tasks there report progress.
     job : str
         The job's token: attempt names and engine keys start with it.
-    owner : str or None
-        The socket of the job's GPU owner on the launcher's machine (:mod:`gpumr.tasks.owner`), where one runs."""
+    owners : list of str
+        The sockets of the job's GPU owners on the launcher's machine (:mod:`gpumr.tasks.owner`), where they run."""
 
     workload: list
     options: dict
@@ -60,7 +60,7 @@ class Spec:
     verbosity: str = "info"
     progress: str = None
     job: str = field(default_factory=lambda: secrets.token_hex(6))
-    owner: str = None
+    owners: list = field(default_factory=list)
 
     def to_json(self):
         return json.dumps(asdict(self), sort_keys=True)
@@ -284,9 +284,9 @@ class Task:
         self._chooser = DeviceChooser(options.device, memory=options.gpu_memory, slots=options.gpu_slots,
                                       only=self.gpus)
         say_once(log, describe(self._chooser), logging.DEBUG)
-        if self.spec.owner and self._chooser.has_gpus and self.workload.gpu_owner and self.gpus is None:
+        if self.spec.owners and self._chooser.has_gpus and self.workload.gpu_owner and self.gpus is None:
             from .owner import OwnedChooser, connect
-            client = connect(self.spec.owner, self.attempt)
+            client = connect(self.spec.owners, self.attempt)
             if client is not None:
                 self._chooser = OwnedChooser(client, self._chooser)
         self._processor = self._processor_for(self._chooser)
