@@ -163,6 +163,8 @@ class Owner:
                     pass
             except (EOFError, OSError):  # (the task ended: nothing to answer)
                 return
+            except Exception as exc:  # noqa: BLE001 (a request that is none of gpumr's: that connection is closed)
+                log.debug("GPU owner: a connection closed on a request it could not answer: %s", reason_of(exc))
 
     def _answer(self, conn, request):
         """Answer one request; False once the connection is done with (a stop)."""
