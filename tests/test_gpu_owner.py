@@ -101,6 +101,7 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
     import signal
 
     from gpumr.devices.chooser import DeviceChooser
+    from gpumr.launch import owners
     from gpumr.launch.plan import make_plan
     from gpumr.tasks import owner
     d, seq, _ = phantom
@@ -109,7 +110,7 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
     with contextlib.ExitStack() as stack:
         stack.enter_context(pytest.MonkeyPatch.context()).setenv(SIMULATE_ENV, "1")
         plan = make_plan(["backproject", "--projections", seq, "--slab", "8", "-o", str(tmp_path / "out")], str(folder))
-        paths = stack.enter_context(owner.started(plan.spec, plan.start))  # (one owner)
+        paths = stack.enter_context(owners.started(plan.spec, plan.start))  # (one owner)
         client = owner.connect(paths, "task-1")
         assert client is not None and client.gpu.simulated
         chooser = owner.OwnedChooser(client, DeviceChooser("auto"))
@@ -129,9 +130,9 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
 ORPHAN = """
 import sys, time
 from gpumr.launch.plan import make_plan
-from gpumr.tasks import owner
+from gpumr.launch import owners
 plan = make_plan(["backproject", "--projections", sys.argv[1], "-o", sys.argv[3]], sys.argv[2])
-with owner.started(plan.spec, plan.start) as paths:
+with owners.started(plan.spec, plan.start) as paths:
     print(*paths, flush=True)
     time.sleep(120)
 """

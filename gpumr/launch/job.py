@@ -19,8 +19,8 @@ from ..engines.processes import AFTER_SIGNAL, end_processes_in, workers_here
 from ..engines.start import Start
 from ..io.remote import locate
 from ..log import logger, quiet
-from ..tasks import owner
 from ..tasks.progress import Display
+from . import owners as gpu_owners
 
 log = logger(__name__)
 #: The most bytes of the output the launcher reads to name bad records an engine could not name.
@@ -129,11 +129,11 @@ def run(plan, session=None, debug=False):
     try:
         plan.spec = dataclasses.replace(plan.spec, stage=str(stage), progress=progress_folder)
         with contextlib.ExitStack() as owned:
-            owners = owner.wanted(plan.workload, plan.options, here and session is None,
-                                  min(len(plan.tasks), workers_here(plan.options, plan.workload)))
+            owners = gpu_owners.wanted(plan.workload, plan.options, here and session is None,
+                                       min(len(plan.tasks), workers_here(plan.options, plan.workload)))
             if owners:
                 plan.spec = dataclasses.replace(plan.spec, owners=owned.enter_context(
-                    owner.started(plan.spec, plan.start, owners)))
+                    gpu_owners.started(plan.spec, plan.start, owners)))
             with Display(progress_folder, plan.input_bytes, label=plan.ref.name, shown=shown) as progress:
                 outcome = plan.engine.run(plan, Job(str(stage), plan.folder, progress, session, debug, plan.start))
         locate(stage).child("_SUCCESS").write_bytes(b"")

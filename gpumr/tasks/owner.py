@@ -1,10 +1,11 @@
-"""GPU owners, at most one per GPU of the node and job: a process that leases a GPU for the job, sets a workload's
-GPU path up on it once and runs the GPU batches of the node's tasks, for workloads whose device set-up is heavy (:attr:`gpumr.Workload.gpu_owner`: the CT
-projections, read, filtered and uploaded once instead of once per task).
+"""A GPU owner: a process that leases a GPU for a job, sets the workload's GPU path up on it once and runs the GPU
+batches of the node's tasks, for workloads whose device set-up is heavy (:attr:`gpumr.Workload.gpu_owner`: the CT
+projections read, filtered and uploaded once instead of once per task); and a task's side of it.
 
-The launcher starts it (:func:`started`) where the engine's tasks run on its machine. Tasks reach it through a Unix
-socket in the job's private folder, from the job's user only (the kernel's peer credentials); a task that cannot use
-it runs its records as it would without one. How it fits device choice: :doc:`/concepts/devices`."""
+The launcher starts the owners (:mod:`gpumr.launch.owners`) where the engine's tasks run on its machine. Tasks
+reach one through a Unix socket in the job's private folder, from the job's user only (the kernel's peer
+credentials); a task that cannot use one runs its records as it would without. How it fits device choice:
+:doc:`/concepts/devices`."""
 
 import contextlib
 import hashlib
@@ -22,70 +23,9 @@ from ..log import logger, say_once
 
 log = logger(__name__)
 
-#: The owners' sockets (numbered) and the spec's names in the job's folder.
-SOCKET, SPEC = "gpu-owner-{}.sock", "gpu-owner.spec"
-#: Seconds the launcher waits for an owner's socket.
-LISTEN_WAIT = 60.0
 #: Seconds an owner of a ``--device auto`` job waits for a GPU to lease (meanwhile the tasks wait for it; then they
 #: run as without an owner); with ``--device gpu`` it waits as long as a task would.
 LEASE_WAIT = 10.0
-
-
-def wanted(workload, options, tasks_here, processes):
-    """How many GPU owners a job has (0: none): for a workload that asks for them, tasks on this machine and GPUs
-    allowed, one per GPU here (possibly simulated), at most one per task process (``processes``).
-
-    Examples
-    --------
-    >>> import argparse
-    >>> from gpumr.ct.workload import Backproject
-    >>> wanted(Backproject(), argparse.Namespace(device="cpu", gpu_owner="on"), True, 4)
-    0
-    """
-    if not (tasks_here and options.device != "cpu" and options.gpu_owner == "on" and workload.gpu_owner
-            and workload.has_gpu()):
-        return 0
-    from ..devices.nvml import discover
-    return min(len(discover().gpus), processes)
-
-
-@contextlib.contextmanager
-def started(spec, start, count=1):
-    """``count`` owners of job ``spec`` running for the block, started through the job's ``start``
-    (:class:`gpumr.engines.start.Start`): yields their sockets' paths (those that started: a task runs as without an
-    owner where none did); stopped after the block."""
-    import subprocess
-
-    from ..engines.start import python_argv
-    spec_file = os.path.join(start.folder, SPEC)
-    with open(os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
-        f.write(spec.to_json())
-    owners = []
-    try:
-        for n in range(count):
-            path = os.path.join(start.folder, SOCKET.format(n))
-            owners.append((path, subprocess.Popen([*python_argv(__name__), spec_file, path], stdin=subprocess.DEVNULL,
-                                                  **start.popen())))
-        deadline = time.monotonic() + LISTEN_WAIT
-        while (any(not os.path.exists(path) and proc.poll() is None for path, proc in owners)
-               and time.monotonic() < deadline):
-            time.sleep(0.02)
-        paths = [path for path, _ in owners if os.path.exists(path)]
-        if len(paths) < len(owners):
-            say_once(log, f"{len(owners) - len(paths)} of {len(owners)} GPU owner(s) did not start; tasks set those "
-                          "GPUs up themselves")
-        yield paths
-    finally:
-        for path, proc in owners:
-            if os.path.exists(path):
-                with contextlib.suppress(OSError, EOFError), Client(path, "AF_UNIX") as conn:
-                    conn.send(("stop",))
-        for _, proc in owners:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 class Owner:

@@ -1,0 +1,74 @@
+"""The launcher's side of a job's GPU owners (:mod:`gpumr.tasks.owner`): how many, started before the tasks and
+stopped after them."""
+
+import contextlib
+import os
+import time
+from multiprocessing.connection import Client
+
+from ..log import logger, say_once
+
+log = logger(__name__)
+
+#: The owners' sockets (numbered) and the spec's names in the job's folder.
+SOCKET, SPEC = "gpu-owner-{}.sock", "gpu-owner.spec"
+#: Seconds the launcher waits for an owner's socket.
+LISTEN_WAIT = 60.0
+
+
+def wanted(workload, options, tasks_here, processes):
+    """How many GPU owners a job has (0: none): for a workload that asks for them, tasks on this machine and GPUs
+    allowed, one per GPU here (possibly simulated), at most one per task process (``processes``).
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from gpumr.ct.workload import Backproject
+    >>> wanted(Backproject(), argparse.Namespace(device="cpu", gpu_owner="on"), True, 4)
+    0
+    """
+    if not (tasks_here and options.device != "cpu" and options.gpu_owner == "on" and workload.gpu_owner
+            and workload.has_gpu()):
+        return 0
+    from ..devices.nvml import discover
+    return min(len(discover().gpus), processes)
+
+
+@contextlib.contextmanager
+def started(spec, start, count=1):
+    """``count`` owners (:mod:`gpumr.tasks.owner`) of job ``spec`` running for the block, started through the job's
+    ``start`` (:class:`gpumr.engines.start.Start`): yields their sockets' paths (those that started: a task runs as
+    without an owner where none did); stopped after the block."""
+    import subprocess
+
+    from ..engines.start import python_argv
+    from ..tasks import owner
+    spec_file = os.path.join(start.folder, SPEC)
+    with open(os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+        f.write(spec.to_json())
+    owners = []
+    try:
+        for n in range(count):
+            path = os.path.join(start.folder, SOCKET.format(n))
+            argv = [*python_argv(owner.__name__), spec_file, path]
+            owners.append((path, subprocess.Popen(argv, stdin=subprocess.DEVNULL, **start.popen())))
+        deadline = time.monotonic() + LISTEN_WAIT
+        while (any(not os.path.exists(path) and proc.poll() is None for path, proc in owners)
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
+        paths = [path for path, _ in owners if os.path.exists(path)]
+        if len(paths) < len(owners):
+            say_once(log, f"{len(owners) - len(paths)} of {len(owners)} GPU owner(s) did not start; tasks set those "
+                          "GPUs up themselves")
+        yield paths
+    finally:
+        for path, proc in owners:
+            if os.path.exists(path):
+                with contextlib.suppress(OSError, EOFError), Client(path, "AF_UNIX") as conn:
+                    conn.send(("stop",))
+        for _, proc in owners:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
