@@ -103,7 +103,7 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
     from gpumr.devices.chooser import DeviceChooser
     from gpumr.launch import owners
     from gpumr.launch.plan import make_plan
-    from gpumr.tasks import owner
+    from gpumr.tasks import output, owned
     d, seq, _ = phantom
     folder = tmp_path / "job"
     folder.mkdir(mode=0o700)
@@ -111,17 +111,17 @@ def test_a_task_whose_owner_is_gone_runs_the_rest_on_the_cpu(phantom, tmp_path):
         stack.enter_context(pytest.MonkeyPatch.context()).setenv(SIMULATE_ENV, "1")
         plan = make_plan(["backproject", "--projections", seq, "--slab", "8", "-o", str(tmp_path / "out")], str(folder))
         paths = stack.enter_context(owners.started(plan.spec, plan.start))  # (one owner)
-        client = owner.connect(paths, "task-1")
+        client = owned.connect(paths, "task-1")
         assert client is not None and client.gpu.simulated
-        chooser = owner.OwnedChooser(client, DeviceChooser("auto"))
-        work = owner.Owned(None, chooser)
+        chooser = owned.OwnedChooser(client, DeviceChooser("auto"))
+        work = owned.Owned(None, chooser, output.Arrays(None, "task-1"))
         ns = argparse.Namespace()
         assert len(work.gpu_batch([("z00000", (0, 8))], ns, None)) == 1 and chooser.choose().on_gpu
         pid = [p for p in os.listdir("/proc") if p.isdigit() and
                str(folder) in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")]
         assert len(pid) == 1
         os.kill(int(pid[0]), signal.SIGKILL)
-        with pytest.raises(owner.OwnerGone, match="the GPU owner is gone"):
+        with pytest.raises(owned.OwnerGone, match="the GPU owner is gone"):
             work.gpu_batch([("z00008", (8, 16))], ns, None)
         assert not chooser.choose().on_gpu
         chooser.close()

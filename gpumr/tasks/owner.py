@@ -1,14 +1,12 @@
 """A GPU owner: a process that leases a GPU for a job, sets the workload's GPU path up on it once and runs the GPU
 batches of the node's tasks, for workloads whose device set-up is heavy (:attr:`gpumr.Workload.gpu_owner`: the CT
-projections read, filtered and uploaded once instead of once per task); and a task's side of it.
+projections read, filtered and uploaded once instead of once per task).
 
 The launcher starts the owners (:mod:`gpumr.launch.owners`) where the engine's tasks run on its machine. Tasks
-reach one through a Unix socket in the job's private folder, from the job's user only (the kernel's peer
-credentials); a task that cannot use one runs its records as it would without. How it fits device choice:
-:doc:`/concepts/devices`."""
+reach one through a Unix socket in the job's private folder (:mod:`gpumr.tasks.owned`), from the job's user only
+(the kernel's peer credentials). How it fits device choice: :doc:`/concepts/devices`."""
 
 import contextlib
-import hashlib
 import logging
 import os
 import socket
@@ -97,33 +95,42 @@ class Owner:
 
     def _serve(self, conn):
         """One task's connection: its requests answered in turn until it closes (or its process ends)."""
+        task = {}
         with conn:
             try:
-                while self._answer(conn, conn.recv()):
+                while self._answer(conn, conn.recv(), task):
                     pass
             except (EOFError, OSError):  # (the task ended: nothing to answer)
                 return
             except Exception as exc:  # noqa: BLE001 (a request that is none of gpumr's: that connection is closed)
                 log.debug("GPU owner: a connection closed on a request it could not answer: %s", reason_of(exc))
 
-    def _answer(self, conn, request):
-        """Answer one request; False once the connection is done with (a stop)."""
+    def _answer(self, conn, request, task):
+        """Answer one request of a connection (``task``: what its hello said); False once the connection is done with
+        (a stop)."""
         if request[0] == "stop":
             self._stop.set()
             with contextlib.suppress(OSError), Client(self.path, "AF_UNIX"):
                 pass  # (wakes the accepting loop)
             return False
         if request[0] == "hello":
+            from ..core.workload import Workload
+            from .output import Arrays
             self.ready.wait()
             self.tasks.add(request[1])
+            if self.why is None and self.spec.stage and type(self.workload).finish is Workload.finish:
+                task["arrays"] = Arrays(self.spec.stage, request[1])  # (written here, listed by the task)
             conn.send(("ready", self.device.gpu) if self.why is None else ("unavailable", self.why))
         elif request[0] == "batch":
-            conn.send(self._batch(request[1]))
+            conn.send(self._batch(request[1], task.get("arrays")))
         return True
 
-    def _batch(self, records):
-        """``("done", results)`` of one batch of ``[(key, item)]`` on the owned GPU, or ``("failed", reason)``, or
-        ``("lost", reason)`` once a CUDA error made the device untrusted (:mod:`gpumr.gpu.trust`)."""
+    def _batch(self, records, arrays=None):
+        """``("done", results, written)`` of one batch of ``[(key, item)]`` on the owned GPU, or ``("failed",
+        reason)``, or ``("lost", reason)`` once a CUDA error made the device untrusted (:mod:`gpumr.gpu.trust`).
+        With the task's ``arrays`` (:class:`gpumr.tasks.output.Arrays`), the results' arrays are written into the
+        stage here, as the task would write them, and ``written`` lists them for the task: slabs never travel to the
+        task."""
         from ..gpu.trust import untrusted
         from .runtime import Said
         with self._lock:
@@ -136,109 +143,14 @@ class Owner:
                 return ("lost" if untrusted(self.device.gpu) else "failed"), reason_of(exc)
             self.batches += 1
             self.records += len(records)
-            return "done", results
-
-
-class OwnerGone(RuntimeError):
-    """The owner cannot run batches any more (its process ended, or its device was lost)."""
-
-
-class OwnerClient:
-    """A task's connection to the job's GPU owner.
-
-    Parameters
-    ----------
-    path : str
-        The owner's socket.
-    name : str
-        The task attempt's name (the owner counts its tasks)."""
-
-    def __init__(self, path, name):
-        self.conn = Client(path, "AF_UNIX")
-        self.conn.send(("hello", name))
-        kind, what = self.conn.recv()
-        self.gpu = what if kind == "ready" else None
-        self.why = None if kind == "ready" else what
-
-    def batch(self, records):
-        """The owner's results of ``records`` (``[(key, item)]``). Raises RuntimeError where it failed them,
-        :class:`OwnerGone` where it cannot run any more."""
-        try:
-            self.conn.send(("batch", records))
-            kind, what = self.conn.recv()
-        except (OSError, EOFError) as exc:
-            raise OwnerGone(f"the GPU owner is gone ({type(exc).__name__})") from None
-        if kind == "lost":
-            raise OwnerGone(f"the GPU owner's device is lost: {what}")
-        if kind != "done":
-            raise RuntimeError(f"the GPU owner failed the batch: {what}")
-        return what
-
-    def close(self):
-        with contextlib.suppress(OSError):
-            self.conn.close()
-
-
-def connect(paths, name):
-    """A task's :class:`OwnerClient` of one of the owners at ``paths`` (the first that answers ready, starting at
-    one the task's ``name`` picks, so that a node's tasks spread over its GPUs), or None where none can be used (said
-    why)."""
-    first = int(hashlib.sha256(name.encode()).hexdigest(), 16) % len(paths) if paths else 0
-    for path in paths[first:] + paths[:first]:
-        try:
-            client = OwnerClient(path, name)
-        except (OSError, EOFError) as exc:
-            say_once(log, f"a GPU owner did not answer ({exc}); this task sets a GPU up itself if no other does")
-            continue
-        if client.gpu is not None:
-            return client
-        client.close()
-    return None
-
-
-class OwnedChooser:
-    """Device choice for a task whose GPU batches go to the owner: each batch to the owner's GPU, no lease (the
-    owner holds it); the CPU once the owner is gone.
-
-    Parameters
-    ----------
-    client : OwnerClient
-    fallback : gpumr.devices.chooser.DeviceChooser
-        The task's own device choice (closed with this one)."""
-
-    def __init__(self, client, fallback):
-        self.client, self.fallback = client, fallback
-        self.has_gpus, self.simulated, self.why_cpu_only = True, bool(client.gpu.simulated), ""
-        self.gone = False
-
-    def fits(self, memory=0):
-        return True  # (the owner set the GPU up for this workload's batches)
-
-    def choose(self, memory=0):
-        from ..devices.chooser import CPU, Choice
-        return CPU if self.gone else Choice(self.client.gpu, "owner")
-
-    def close(self):
-        self.client.close()
-        self.fallback.close()
-
-
-class Owned:
-    """The workload as a task with an owner runs it: GPU batches sent to the owner, the rest here."""
-
-    def __init__(self, workload, chooser):
-        self.workload, self.chooser = workload, chooser
-
-    def __getattr__(self, name):
-        return getattr(self.workload, name)
-
-    def gpu_batch(self, records, options, device):
-        try:
-            return self.chooser.client.batch(records)
-        except OwnerGone as exc:
-            self.chooser.gone = True
-            say_once(log, f"{exc}; this task's records run on the CPU")
-            raise
+        if arrays is None:
+            return "done", results, []
+        before = len(arrays.written)
+        try:  # (after the lock: the GPU serves another task meanwhile)
+            results = [arrays.encode(key, r) if isinstance(r, dict) else r for (key, _), r in zip(records, results)]
+        except Exception as exc:  # noqa: BLE001 (arrays not written: the task re-runs the batch, counted)
+            return "failed", f"its arrays were not written: {reason_of(exc)}"
+        return "done", results, arrays.written[before:]
 
 
 def _orphaned(parent):

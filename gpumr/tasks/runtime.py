@@ -250,14 +250,14 @@ class Task:
 
     def _processor_for(self, chooser):
         from ..core import Processor
-        from .owner import OwnedChooser
+        from .owned import OwnedChooser
         if isinstance(chooser, OwnedChooser):  # (the owner set the GPU path up: every GPU batch goes there)
-            from .owner import Owned
+            from .owned import Owned
             say_once(log, f"{self.workload.name}: GPU batches run in the job's GPU owner, on "
                           f"gpu:{chooser.client.gpu.index}", logging.DEBUG)
             self._simulated = chooser.simulated
-            return Processor(Owned(Said(self.workload), chooser), self.options, chooser, lambda choice: choice,
-                             self.count)
+            return Processor(Owned(Said(self.workload), chooser, self.arrays), self.options, chooser,
+                             lambda choice: choice, self.count)
         device_for, why = None, chooser.why_cpu_only
         if chooser.has_gpus and self.workload.has_gpu():
             why = self.workload.gpu_ready(self.options, chooser.simulated)
@@ -285,7 +285,7 @@ class Task:
                                       only=self.gpus)
         say_once(log, describe(self._chooser), logging.DEBUG)
         if self.spec.owners and self._chooser.has_gpus and self.workload.gpu_owner and self.gpus is None:
-            from .owner import OwnedChooser, connect
+            from .owned import OwnedChooser, connect
             client = connect(self.spec.owners, self.attempt)
             if client is not None:
                 self._chooser = OwnedChooser(client, self._chooser)
