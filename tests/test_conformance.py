@@ -22,7 +22,9 @@ says why in a skip. Each engine gets the same cases, in real processes:
    (each 0700; the hidden stage beside the output aside, which becomes the
    output and has the user's umask, as any file they write); Flink and
    RADICAL-Pilot, whose ports take anyone's connections, are refused in one
-   line on a node that user has processes on.
+   line on a node that user has processes on;
+8. a CT job on a simulated GPU: where the tasks run on this machine, every
+   slab in the job's one GPU owner, set up once.
 
 Cases 1, 5, 6 and 7 share one run per engine (:func:`hostile`), made with
 the planted modules, the secrets, ``--debug`` and ``--framework-logs`` and
@@ -488,3 +490,32 @@ def test_another_user_reaches_no_listener_and_no_folder_of_the_job(engine, hosti
     listed = {folder: said for folder, said in hostile.answers["folders"].items()
               if folder in private and "refused" not in said}
     assert listed == {}, listed
+
+
+# ---- 8. a CT job on a simulated GPU ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory):
+    """Small CT projections (32^3 voxels, 48 angles) with their geometry beside them."""
+    from conftest import ct_phantom
+    return ct_phantom(tmp_path_factory.mktemp("phantom"), 32, 48)[0]
+
+
+def test_a_ct_job_on_a_gpu_puts_every_slab_there_in_one_owner_where_the_tasks_run_here(engine, phantom, tmp_path):
+    """Four slabs under ``--device auto`` with one simulated GPU: on engines whose tasks run on this machine the
+    job's GPU owner runs every one, set up once; Hadoop's tasks set their GPU up themselves, each slab once."""
+    import argparse
+
+    from gpumr.engines import get
+    engine.need_jobs()
+    status, out, err = engine.run(["-v", *engine.argv("backproject", "--projections", phantom, "--slab", "8", "-o",
+                                                      tmp_path / "out")], str(tmp_path),
+                                  env={"GPUMR_SIMULATE_GPUS": "1"})
+    assert status == 0, err[-3000:]
+    values = [json.loads(line.split(b"\t", 1)[1]) for data in part_bytes(tmp_path / "out").values()
+              for line in data.splitlines()]
+    here = get(engine.name).tasks_here(argparse.Namespace(master="local[1]", scheduler=None, jobmanager=None,
+                                                          resource="local.localhost"))
+    setups = [line for line in err.splitlines() if "GPU owner: backproject set up on gpu:0" in line]
+    assert len(setups) == (1 if here else 0), err[-3000:]
+    devices = {v["device"] for v in values}  # (elsewhere, --device auto may give a slab the CPU)
+    assert len(values) == 4 and (devices == {"gpu:0"} if here else devices <= {"gpu:0", "cpu"}), err[-3000:]
