@@ -1,7 +1,10 @@
 """The Flink engine: a job's tasks as a PyFlink DataStream job in BATCH mode, on Flink's embedded cluster or a running
 one.
 
-How to run it: :doc:`/how-to/flink`."""
+Flink's ports (PyFlink's gateway, REST, RPC, the Python workers' gRPC) take anyone's connections and gpumr cannot
+make them ask for the job's secret, so on a node where another person has processes the job is refused unless the
+user accepts that (``--allow-open-ports``, :meth:`gpumr.engines.start.Start.require_private_ports`). How to run it:
+:doc:`/how-to/flink`."""
 
 import contextlib
 import os

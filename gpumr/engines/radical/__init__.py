@@ -1,6 +1,8 @@
 """The RADICAL-Pilot engine: a job's tasks as RADICAL-Pilot tasks in a pilot, on this machine or an HPC resource.
 
-How to run it: :doc:`/how-to/radical`."""
+RADICAL-Pilot's message queues take anyone's connections and gpumr cannot make them ask for the job's secret, so on
+a node where another person has processes the job is refused unless the user accepts that (``--allow-open-ports``,
+:meth:`gpumr.engines.start.Start.require_private_ports`). How to run it: :doc:`/how-to/radical`."""
 
 import contextlib
 import json
