@@ -10,8 +10,10 @@ start a task process per core, the case where per-task set-up repeats.
 """
 
 import argparse
+import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +53,15 @@ def main():
     a = p.parse_args()
     work = a.keep or tempfile.mkdtemp(prefix="gpumr-ct-owner-")
     os.makedirs(work, exist_ok=True)
+    try:
+        run(a, work)
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(a, work):
+    """Both jobs in ``work``; print the table."""
     env = {**os.environ, "GPUMR_SIMULATE_GPUS": a.gpus}
     seq = os.path.join(work, "p.seq")
     if not os.path.exists(seq):
@@ -73,7 +84,9 @@ def main():
         got = counted(job.stderr)
         rows.append([owner, got["slabs"], got["on GPU"], got["GPU set-ups"], got["projection reads"],
                      got["filter passes"], got["reading processes"], f"{seconds:.1f}"])
-        subprocess.run(["rm", "-rf", out, os.path.join(work, f".out-{owner}.gpumr")], check=False)
+        shutil.rmtree(out, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(work, f".out-{owner}.gpumr"))
     table(f"backproject {a.voxels}^3, {a.angles} angles, --slab {a.slab}, --engine {a.engine}, --cpu-threads "
           f"{a.cpu_threads}, GPUMR_SIMULATE_GPUS={a.gpus} (emulated kernels: counts, not GPU speed)",
           ["--gpu-owner", "slabs", "on GPU", "GPU set-ups", "projection reads", "filter passes", "reading processes",
