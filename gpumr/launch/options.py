@@ -21,9 +21,9 @@ DEVICE = (
            type=int, default=1, metavar="N", least=1, most=limits.MAX_GPU_SLOTS),
     Option("--gpu-memory", "device memory a GPU batch needs, e.g. 2GiB (default: the workload's figure for each batch)",
            type=size_arg, default=None, metavar="SIZE", least=1, most=MAX_MEMORY, integer=True),
-    Option("--gpu-owner", "on: where the tasks run on this machine, one process sets a heavy GPU path up once "
-                          "(backproject's projections) and runs every task's GPU batches (default); off: each task "
-                          "sets its GPU up itself", choices=("on", "off"), default="on"),
+    Option("--gpu-owner", "on: where the tasks run on this machine, one process per GPU sets a heavy GPU path up "
+                          "once (backproject's projections) and runs the tasks' GPU batches (default); off: each "
+                          "task sets its GPU up itself", choices=("on", "off"), default="on"),
 )
 
 #: The job's shape and its inputs' caps.
