@@ -159,3 +159,24 @@ def test_an_owner_whose_launcher_is_killed_ends_too(phantom, tmp_path):
     while os.path.exists(f"/proc/{owners[0]}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{owners[0]}")
+
+
+def test_a_long_tmpdir_puts_the_sockets_in_a_short_private_folder_removed_after(phantom, tmp_path, monkeypatch):
+    """A job folder too deep for a Unix socket's path (107 bytes): the owners listen in a private folder of their own
+    (0700, short), removed when they stop."""
+    from gpumr.launch import owners
+    from gpumr.launch.plan import make_plan
+    from gpumr.tasks import owned
+    d, seq, _ = phantom
+    folder = tmp_path / ("t" * 100)
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv(SIMULATE_ENV, "1")
+    plan = make_plan(["backproject", "--projections", seq, "-o", str(tmp_path / "out")], str(folder))
+    with owners.started(plan.spec, plan.start) as paths:
+        assert len(paths) == 1 and len(os.fsencode(paths[0])) <= owners.SUN_PATH
+        short = os.path.dirname(paths[0])
+        assert short != str(folder) and os.stat(short).st_mode & 0o777 == 0o700
+        client = owned.connect(paths, "task-1")
+        assert client is not None and client.gpu.simulated
+        client.close()
+    assert not os.path.exists(short)

@@ -14,6 +14,31 @@ log = logger(__name__)
 SOCKET, SPEC = "gpu-owner-{}.sock", "gpu-owner.spec"
 #: Seconds the launcher waits for an owner's socket.
 LISTEN_WAIT = 60.0
+#: The longest path a Unix socket may have (Linux's ``sun_path``, its NUL aside).
+SUN_PATH = 107
+
+
+def socket_folder(folder, stack):
+    """A private folder for the owners' sockets: the job's ``folder`` where their paths fit :data:`SUN_PATH` (a
+    long ``$TMPDIR`` makes them too long), else a new private one (0700) in ``$XDG_RUNTIME_DIR`` or ``/tmp``, removed
+    when ``stack`` closes.
+
+    Examples
+    --------
+    >>> import contextlib
+    >>> with contextlib.ExitStack() as stack:
+    ...     socket_folder("/tmp/gpumr-job-x", stack), socket_folder("/tmp/" + "t" * 120, stack).startswith("/")
+    ('/tmp/gpumr-job-x', True)
+    """
+    import shutil
+    import tempfile
+    if len(os.fsencode(os.path.join(folder, SOCKET.format(999)))) <= SUN_PATH:
+        return folder
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = runtime if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid() else "/tmp"
+    short = tempfile.mkdtemp(prefix="gpumr-", dir=base)
+    stack.callback(shutil.rmtree, short, ignore_errors=True)
+    return short
 
 
 def wanted(workload, options, tasks_here, processes):
@@ -47,9 +72,11 @@ def started(spec, start, count=1):
     with open(os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
         f.write(spec.to_json())
     owners = []
+    sockets = contextlib.ExitStack()
     try:
+        folder = socket_folder(start.folder, sockets)
         for n in range(count):
-            path = os.path.join(start.folder, SOCKET.format(n))
+            path = os.path.join(folder, SOCKET.format(n))
             argv = [*python_argv(owner.__name__), spec_file, path]
             owners.append((path, subprocess.Popen(argv, stdin=subprocess.DEVNULL, **start.popen())))
         deadline = time.monotonic() + LISTEN_WAIT
@@ -72,3 +99,4 @@ def started(spec, start, count=1):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        sockets.close()

@@ -177,9 +177,15 @@ def main(argv=None):
     with open(spec_file, encoding="utf-8") as f:
         spec = Spec.from_json(f.read())
     set_verbosity(quiet=spec.verbosity == "quiet", verbose=spec.verbosity == "debug")
-    Owner(spec).serve(path)
-    logging.shutdown()
+    try:
+        Owner(spec).serve(path)
+    except Exception as exc:  # noqa: BLE001 (the launcher says the owner did not start; the tasks run without it)
+        log.debug("GPU owner: cannot serve at %s: %s", path, reason_of(exc))
+        return 1
+    finally:
+        logging.shutdown()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
