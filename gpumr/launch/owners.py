@@ -21,7 +21,7 @@ SUN_PATH = 107
 def socket_folder(folder, stack):
     """A private folder for the owners' sockets: the job's ``folder`` where their paths fit :data:`SUN_PATH` (a
     long ``$TMPDIR`` makes them too long), else a new private one (0700) in ``$XDG_RUNTIME_DIR`` or ``/tmp``, removed
-    when ``stack`` closes.
+    when ``stack`` closes; None where none can be made.
 
     Examples
     --------
@@ -35,10 +35,15 @@ def socket_folder(folder, stack):
     if len(os.fsencode(os.path.join(folder, SOCKET.format(999)))) <= SUN_PATH:
         return folder
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = runtime if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid() else "/tmp"
-    short = tempfile.mkdtemp(prefix="gpumr-", dir=base)
-    stack.callback(shutil.rmtree, short, ignore_errors=True)
-    return short
+    bases = [runtime] if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid() else []
+    for base in [*bases, "/tmp"]:
+        try:
+            short = tempfile.mkdtemp(prefix="gpumr-", dir=base)
+        except OSError:
+            continue
+        stack.callback(shutil.rmtree, short, ignore_errors=True)
+        return short
+    return None
 
 
 def wanted(workload, options, tasks_here, processes):
@@ -75,6 +80,9 @@ def started(spec, start, count=1):
     sockets = contextlib.ExitStack()
     try:
         folder = socket_folder(start.folder, sockets)
+        if folder is None:
+            say_once(log, "no private folder could hold the GPU owners' sockets; each task sets its GPU up itself")
+            count = 0
         for n in range(count):
             path = os.path.join(folder, SOCKET.format(n))
             argv = [*python_argv(owner.__name__), spec_file, path]
