@@ -204,3 +204,28 @@ def test_assemble_checks_each_slab_against_the_proof(phantom_files, tmp_path):
                                            "its slabs cannot be checked: assemble the output with the proof the job "
                                            "wrote beside it"), err
     assert not (tmp_path / "w.npy").exists()
+
+
+def test_a_task_reads_the_projections_once_when_a_slab_first_needs_them(phantom_files, tmp_path):
+    """Setting a task up reads no projection (its slabs may all go to a GPU owner); the first slab on its CPU reads
+    them; a read that fails is not tried again: each slab is told the same reason."""
+    import argparse
+    import shutil
+
+    from gpumr.ct.workload import Backproject
+    seq = tmp_path / "p.seq"
+    shutil.copyfile(phantom_files / "proj.seq", seq)
+    o = argparse.Namespace(projections=str(seq), geometry=str(phantom_files / "proj.geometry.json"), slab=6,
+                           i0=None, filter="ram-lak", cpu_threads=1)
+    work = Backproject()
+    work.setup(o)
+    os.rename(seq, tmp_path / "moved.seq")  # (unread: setup kept only its name)
+    with pytest.raises(OSError, match="p.seq") as first:
+        work.cpu("z00000", (0, 6), o)
+    with pytest.raises(OSError) as second:
+        work.cpu("z00006", (6, 12), o)
+    assert second.value is first.value
+    os.rename(tmp_path / "moved.seq", seq)
+    fresh = Backproject()
+    fresh.setup(o)
+    assert fresh.cpu("z00000", (0, 6), o)["slab"].shape[0] == 6 and fresh._rows is not None

@@ -125,9 +125,16 @@ class Backproject(Workload):
     @property
     def rows(self):
         """The projections, read when a slab first needs them (a task whose slabs all go to the GPU owner reads
-        none), filtered a band at a time (:class:`gpumr.ct.bands.FilteredRows`)."""
+        none), filtered a band at a time (:class:`gpumr.ct.bands.FilteredRows`); a read that failed is not tried
+        again."""
         if self._rows is None:
-            self._rows = FilteredRows.read(*self._read)
+            if isinstance(self._read, BaseException):
+                raise self._read  # (read once: every slab of the task is told the same reason)
+            try:
+                self._rows = FilteredRows.read(*self._read)
+            except Exception as exc:
+                self._read = exc
+                raise
         return self._rows
 
     def load(self, key, value, options):
