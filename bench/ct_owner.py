@@ -28,7 +28,8 @@ def gpumr(args, cwd, env):
 
 
 def counted(stderr):
-    """What one job's ``-v`` log says: slabs, on the GPU, GPU set-ups, projection reads, filter passes, the processes that did them."""
+    """What one job's ``-v`` log says: slabs, on the GPU, GPU set-ups, projection reads, filter passes, the processes
+    that did them."""
     lines = stderr.splitlines()
     summary = re.search(r"(\d+) records: (\d+) on CPU, (\d+) on GPU", stderr)
     rows = [tuple(map(int, m.groups())) for ln in lines
@@ -75,9 +76,9 @@ def run(a, work):
         out = os.path.join(work, f"out-{owner}")
         print(f"{a.voxels}^3 x {a.angles} angles, --gpu-owner {owner} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        job = gpumr(["-v", "run", "backproject", "--projections", seq, "-o", out, "--slab", a.slab, "--engine", a.engine,
-                     "--cpu-threads", a.cpu_threads, "--gpu-owner", owner, *(["--no-conf"] if a.engine in
-                                                                             ("inline", "local") else [])], work, env)
+        mrjob = ["--no-conf"] if a.engine in ("inline", "local") else []
+        job = gpumr(["-v", "run", "backproject", "--projections", seq, "-o", out, "--slab", a.slab, "--engine",
+                     a.engine, "--cpu-threads", a.cpu_threads, "--gpu-owner", owner, *mrjob], work, env)
         seconds = time.perf_counter() - t0
         if job.returncode:
             sys.exit(job.stderr[-3000:])

@@ -105,7 +105,8 @@ class Backproject(Workload):
         read_set([options.projections], g, options.i0, keep=False)
 
     def plan(self, options):
-        """The slab records of the volume, ``options.slab`` slices each (as :meth:`check` allowed): ``(key, [z0, z1])``."""
+        """The slab records of the volume, ``options.slab`` slices each (as :meth:`check` allowed):
+        ``(key, [z0, z1])``."""
         g = load_geometry(options.geometry)  # (the one check loaded)
         return [(slab_key(z0), [z0, z1]) for z0, z1 in plan(g.nVoxel[0], options.slab)]
 

@@ -15,7 +15,7 @@ from seqfile.atomic import interrupts_held
 
 from ..core.counters import BAD, NAMED, summary
 from ..engines.base import Job
-from ..engines.processes import AFTER_SIGNAL, end_processes_in, workers_here
+from ..engines.processes import AFTER_SIGNAL, end_processes_in
 from ..engines.start import Start
 from ..io.remote import locate
 from ..log import logger, quiet
@@ -129,8 +129,7 @@ def run(plan, session=None, debug=False):
     try:
         plan.spec = dataclasses.replace(plan.spec, stage=str(stage), progress=progress_folder)
         with contextlib.ExitStack() as owned:
-            owners = gpu_owners.wanted(plan.workload, plan.options, here and session is None,
-                                       min(len(plan.tasks), workers_here(plan.options, plan.workload)))
+            owners = gpu_owners.wanted(plan.workload, plan.options, here and session is None, len(plan.tasks))
             if owners:
                 plan.spec = dataclasses.replace(plan.spec, owners=owned.enter_context(
                     gpu_owners.started(plan.spec, plan.start, owners)))

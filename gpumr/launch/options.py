@@ -66,7 +66,8 @@ def check_limits(workload_cls, options):
 
 
 class Checked(argparse.Namespace):
-    """The job's options once the launcher checked them (:attr:`gpumr.launch.plan.Plan.options`): read, never changed."""
+    """The job's options once the launcher checked them (:attr:`gpumr.launch.plan.Plan.options`): read, never
+    changed."""
 
     def __setattr__(self, name, value):
         raise AttributeError(f"the job's options are fixed once checked ({name!r} cannot be set)")

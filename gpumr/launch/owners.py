@@ -46,9 +46,10 @@ def socket_folder(folder, stack):
     return None
 
 
-def wanted(workload, options, tasks_here, processes):
-    """How many GPU owners a job has (0: none): for a workload that asks for them, tasks on this machine and GPUs
-    allowed, one per GPU here (possibly simulated), at most one per task process (``processes``).
+def wanted(workload, options, tasks_here, tasks):
+    """How many GPU owners a job of ``tasks`` tasks has (0: none): for a workload that asks for them, tasks on this
+    machine and GPUs allowed, one per GPU here (possibly simulated), at most one per task process. Only such a job
+    looks for GPUs here.
 
     Examples
     --------
@@ -61,7 +62,9 @@ def wanted(workload, options, tasks_here, processes):
             and workload.has_gpu()):
         return 0
     from ..devices.nvml import discover
-    return min(len(discover().gpus), processes)
+    from ..engines.processes import workers_here
+    gpus = len(discover().gpus)
+    return min(gpus, tasks, workers_here(options, workload)) if gpus else 0
 
 
 @contextlib.contextmanager

@@ -68,7 +68,8 @@ class DaskEngine(PoolEngine):
     def would_run(self, plan):
         if plan.options.scheduler:
             return [f"Dask: the running scheduler {plan.options.scheduler}; side files streamed to its workers"]
-        return [f"Dask: an embedded LocalCluster of {embedded_workers(plan.options, plan.workload)} worker process(es) on "
+        workers = embedded_workers(plan.options, plan.workload)
+        return [f"Dask: an embedded LocalCluster of {workers} worker process(es) on "
                 "this machine, TLS with a certificate made for the job, no dashboard"]
 
     def start_early(self, argv, module, start, started):

@@ -83,8 +83,8 @@ def runner_kwargs(task_args, inputs, output_dir, settings):
     kwargs.update(
         conf_paths=settings.conf_paths, extra_args=extra_args,
         hadoop_input_format=mrjob_task.TEXT_INPUT_FORMAT if given.get("--hadoop-splits") else None,
-        hadoop_output_format=None, input_paths=list(inputs), max_output_files=None, mr_job_script=inspect.getsourcefile(mrjob_task),
-        output_dir=output_dir, partitioner=None, step_output_dir=None, sort_values=None,
+        hadoop_output_format=None, input_paths=list(inputs), max_output_files=None,
+        mr_job_script=inspect.getsourcefile(mrjob_task), output_dir=output_dir, partitioner=None, step_output_dir=None, sort_values=None,
         jobconf=combine_dicts({"mapreduce.job.reduces": str(reducers)}, settings.jobconf),
         libjars=combine_lists([], settings.libjars), upload_archives=combine_lists(settings.upload_archives, []),
         upload_dirs=combine_lists(settings.upload_dirs, []), upload_files=combine_lists(settings.upload_files, []),
