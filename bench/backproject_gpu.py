@@ -70,7 +70,7 @@ def main():
         t_kernel = min(times)
         t0 = time.perf_counter()
         with lx.active():
-            st["proj"] = bp._upload(lx)  # the path includes the upload, as the driver makes it
+            st["proj"] = bp._upload(lx, gpu)  # the path includes the upload, as the driver makes it
             lx.synchronize()
         slabs = bp.run([(z, min(z + args.slab, n)) for z in range(0, n, args.slab)], gpu)
         t_path = time.perf_counter() - t0

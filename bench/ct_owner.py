@@ -32,14 +32,16 @@ def counted(stderr):
     that did them."""
     lines = stderr.splitlines()
     summary = re.search(r"(\d+) records: (\d+) on CPU, (\d+) on GPU", stderr)
-    rows = [tuple(map(int, m.groups())) for ln in lines
-            for m in [re.search(r"detector rows (\d+)-(\d+) of (\d+) \(process (\d+)\)", ln)] if m]
+    rows = [tuple(map(int, m.groups()[1:])) + (m.group(1) or "host",) for ln in lines
+            for m in [re.search(r"projections filtered(?: on (gpu:\d+))?: detector rows (\d+)-(\d+) of (\d+) "
+                                r"\(process (\d+)\)", ln)] if m]
     reads = [ln for ln in lines if "projections read:" in ln]
     setups = [ln for ln in lines if re.search(r"GPU backprojection set up on gpu:\d+ \(process", ln)]
     processes = {int(m.group(1)) for ln in lines for m in [re.search(r"\(process (\d+)\)", ln)] if m}
-    filtered = sum(b - a for a, b, _, _ in rows) / rows[0][2] if rows else 0.0
+    filtered = sum(b - a for a, b, _, _, _ in rows) / rows[0][2] if rows else 0.0
     return {"slabs": int(summary.group(1)), "on GPU": int(summary.group(3)), "GPU set-ups": len(setups),
-            "projection reads": len(reads), "filter passes": round(filtered, 2), "reading processes": len(processes)}
+            "projection reads": len(reads), "filter passes": round(filtered, 2),
+            "filtered on": ", ".join(sorted({r[4] for r in rows})) or "-", "reading processes": len(processes)}
 
 
 def main():
@@ -84,17 +86,17 @@ def run(a, work):
             sys.exit(job.stderr[-3000:])
         got = counted(job.stderr)
         rows.append([owner, got["slabs"], got["on GPU"], got["GPU set-ups"], got["projection reads"],
-                     got["filter passes"], got["reading processes"], f"{seconds:.1f}"])
+                     got["filter passes"], got["filtered on"], got["reading processes"], f"{seconds:.1f}"])
         shutil.rmtree(out, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.remove(os.path.join(work, f".out-{owner}.gpumr"))
     table(f"backproject {a.voxels}^3, {a.angles} angles, --slab {a.slab}, --engine {a.engine}, --cpu-threads "
           f"{a.cpu_threads}, GPUMR_SIMULATE_GPUS={a.gpus} (emulated kernels: counts, not GPU speed)",
-          ["--gpu-owner", "slabs", "on GPU", "GPU set-ups", "projection reads", "filter passes", "reading processes",
-           "wall s"], rows)
+          ["--gpu-owner", "slabs", "on GPU", "GPU set-ups", "projection reads", "filter passes", "filtered on",
+           "reading processes", "wall s"], rows)
     off, on = rows
     print(f"\nset-ups {off[3]} -> {on[3]}, reads {off[4]} -> {on[4]}, filter passes {off[5]} -> {on[5]}; "
-          f"wall {off[7]} s -> {on[7]} s (ratio {float(on[7]) / float(off[7]):.2f})")
+          f"wall {off[8]} s -> {on[8]} s (ratio {float(on[8]) / float(off[8]):.2f})")
 
 
 if __name__ == "__main__":

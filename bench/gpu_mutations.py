@@ -34,9 +34,9 @@ sys.path.insert(0, HERE)
 from _common import table  # noqa: E402 (after the sys.path line that finds it)
 
 #: The modules whose waits are left out in turn.
-DRIVERS = ("gpumr.ct.backproject_gpu", "gpumr.faces.gpu", "gpumr.blobs.gpu", "gpumr.gpu.trust")
+DRIVERS = ("gpumr.ct.backproject_gpu", "gpumr.ct.fdk_gpu", "gpumr.faces.gpu", "gpumr.blobs.gpu", "gpumr.gpu.trust")
 #: The tests run against each mutant (in this order, stopping at the first failure): the driving tests.
-TESTS = ("test_gpu_async.py", "test_gpu_driving.py", "test_blobs.py")
+TESTS = ("test_gpu_async.py", "test_ct_filter_gpu.py", "test_gpu_driving.py", "test_blobs.py")
 #: The tests of the emulator alone (no driver): left out.
 DESELECT = "not queued and not non_blocking and not set_constant_lands and not no_stream and not random_orders " \
            "and not eager and not injected and not faults_are and not memory_given_back"

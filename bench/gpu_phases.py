@@ -193,7 +193,7 @@ def ct(gpu, n, angles, slab, where):
                 p.host_part(st["host"], "take", "taking each slab's page-locked buffer"):
             t0 = time.perf_counter()
             with p.lx.active():
-                st["proj"] = bp._upload(p.lx)  # the path includes the upload, once per task and device
+                st["proj"] = bp._upload(p.lx, gpu)  # the path includes the upload, once per task and device
                 p.lx.synchronize()
             got = bp.run(slabs, gpu)
             p.wall = time.perf_counter() - t0

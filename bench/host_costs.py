@@ -42,8 +42,10 @@ JOB_FRAMES = 100_000
 CT_SLAB = 16
 #: Host CPU per driver call (a launch, an asynchronous copy), seconds.
 CALL_S = 5e-6
-#: Host <-> device copies (GB/s): from pageable memory (the CT projections' upload), page-locked.
-PAGEABLE_GBS, PINNED_GBS = 10.0, 25.0
+#: Host -> device copies from page-locked memory (GB/s): the CT projections' upload.
+PINNED_GBS = 25.0
+#: The device's memory (GB/s): an H100 SXM's datasheet figure (the device filter's speed).
+DEVICE_GBS = 3350.0
 
 
 def best(fn, repeat=3):
@@ -144,6 +146,8 @@ def ct_costs(work, sizes=(512, 1024), angles=8):
     from gpumr.ct.bands import FilteredRows
     from gpumr.ct.projections import read_set, write_set
     from gpumr.ct.slices import assemble
+    from gpumr.io.outputs import digest, proof_path
+    from gpumr.io.proofs import Proof
     from gpumr.tasks.output import ARRAYS, Arrays
     out = {}
     rng = np.random.default_rng(0)
@@ -171,8 +175,11 @@ def ct_costs(work, sizes=(512, 1024), angles=8):
         arrays, written = write()
         folder = os.path.join(work, f"out-{d}")
         os.makedirs(os.path.join(folder, ARRAYS))
+        listed = {}
         for name, staged, _, _ in arrays.written:
             os.replace(os.path.join(stage, staged), os.path.join(folder, name))
+            listed[name] = list(digest(os.path.join(folder, name)))
+        Proof(proof_path(folder), "gpumr run", [listed]).save()  # (what the job writes beside its output)
         results = [(k, {"z": [i * CT_SLAB, (i + 1) * CT_SLAB], "nz": slabs * CT_SLAB, "slab": v["slab"]})
                    for i, (k, v) in enumerate(zip(keys, written))]
         per["assemble"] = best(lambda: assemble(results, [folder], os.path.join(work, f"vol-{d}.npy")), 2) / \
@@ -219,17 +226,17 @@ def ct_node(per, fixed, n, angles, gups, cores=NODE_CORES, slab=CT_SLAB):
     """A CT job, ``n``^3 voxels from ``angles`` projections of ``n`` x ``n``, then ``gpumr ct assemble``, on one
     node: ``(seconds, phases)``, the phases one after another (the longest is the bound).
 
-    As gpumr runs it with ``--device gpu --gpu-slots`` = ``cores``: ``cores``
-    tasks (one per core; ``n / slab`` records shared among them); the
-    launcher checks every projection once (one core); each task starts,
-    loads every projection and filters every row of them (the GPU path
-    uploads them whole), each on its own core at once; each task uploads its
-    projections from pageable memory, one copy per task, over the one PCIe
-    link; the device backprojects every slab (``gups``: as the driver feeds
-    it), the slabs' copies back overlapped; each task writes its slabs as
-    ``.npy`` (at once, on its core); the launcher publishes a file per slab;
-    ``gpumr ct assemble`` starts and joins the slabs into one ``.npy``.
-    ``per``: :func:`ct_costs` for the detector size ``n``.
+    As gpumr runs it with ``--device gpu``: ``cores`` tasks (one per core;
+    ``n / slab`` records shared among them) and the node's GPU owner; the
+    launcher checks every projection once (one core); the tasks start; the
+    owner loads every projection once (one core), uploads them through
+    page-locked staging, filters every row on the device (:func:`filter_bytes`
+    at the device's memory speed) and backprojects every slab (``gups``: as
+    the driver feeds it), the slabs' copies back overlapped; the owner's
+    connection threads write the slabs as ``.npy``, one per task at once; the
+    launcher publishes a file per slab; ``gpumr ct assemble`` starts and joins
+    the slabs into one ``.npy``. ``per``: :func:`ct_costs` for the detector
+    size ``n``.
     """
     tasks = min(cores, max(1, n // slab))
     proj_bytes = angles * (n + 2) ** 2 * 4
@@ -237,15 +244,32 @@ def ct_node(per, fixed, n, angles, gups, cores=NODE_CORES, slab=CT_SLAB):
     phases = {
         "launcher check (every projection, one core)": angles * per["check"],
         "task start-up (imports, workload, CPU kernel)": fixed["start-up"],
-        "load projections (each task all, own core)": angles * per["load"],
-        "filter + pad (each task all rows, own core)": angles * per["filter"],
-        "upload projections (pageable, one per task)": tasks * proj_bytes / (PAGEABLE_GBS * 1e9),
+        "load projections (the GPU owner, once, one core)": angles * per["load"],
+        "upload projections (page-locked staging, once)": proj_bytes / (PINNED_GBS * 1e9),
+        "filter on the device (its memory traffic)": filter_bytes(n, n, angles) / (DEVICE_GBS * 1e9),
         "GPU backprojection (copies back overlapped)": n ** 3 * angles / (gups * 1e9),
-        "receive + write .npy (each task its slabs)": vol / tasks * (per["receive"] + per["write"]),
+        "receive + write .npy (a thread per task)": vol / tasks * (per["receive"] + per["write"]),
         "publish (a file per slab)": (n // slab) * fixed["publish per file"],
         "assemble (start-up, join into one .npy)": fixed["assemble start-up"] + vol * per["assemble"],
     }
     return sum(phases.values()), phases
+
+
+def filter_bytes(rows, cols, angles):
+    """Device memory traffic of the device's FDK filter (:mod:`gpumr.ct.fdk_gpu`) over ``angles`` projections of
+    ``rows`` x ``cols``, per detector row: the weighing reads the row and writes its padded transform row (``N``
+    floats), the real transform reads it and writes ``N / 2 + 1`` complex values, the response's product reads and
+    writes them, the inverse reads them and writes ``N`` floats, the store reads and writes the row.
+
+    Examples
+    --------
+    >>> filter_bytes(1, 1024, 1)
+    69664
+    """
+    from gpumr.ct.fdk import transform_length
+    n = transform_length(cols)
+    half = (n // 2 + 1) * 8
+    return angles * rows * (4 * cols + 4 * n + 4 * n + half + 2 * half + half + 4 * n + 8 * cols)
 
 
 def write_json(path, data):

@@ -12,14 +12,17 @@ as the tasks drive the device, after a warm-up (buffers made, plans kept):
 * CT: per slab of 16 slices of a 512^3 (512 projections) and a 1024^3 (360
   projections) volume, in calls of 4 slabs (the CT workload's), and per
   volume (the device's set-up, the projections' upload included, and every
-  slab).
+  slab); and the FDK filter on the device, once per device (beside it, the
+  host's own filter of the same projections, wall time on every core).
 
 Budgets (``bench/gpu_model.py``): a part's host work within
 :data:`gpu_model.HOST_PART_S`; a slab's within
 :data:`gpu_model.HOST_SLAB_SHARE` of the kernel's time at the rate an H200
 measured (:data:`gpu_model.MEASURED_GUPS`), and so a volume's slabs'; the
 set-up, once per device, hidden behind the projections' own copy to the
-device at the pinned rate (:data:`gpu_model.COPY_GBS`).
+device at the pinned rate (:data:`gpu_model.COPY_GBS`); the filter's
+driving within the device's own time for it (its memory traffic at
+:data:`host_costs.DEVICE_GBS`, a prediction).
 
 Usage: python bench/host_driving.py [--quick] [--repeat N]
 """
@@ -36,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import table  # noqa: E402 (after the sys.path line that finds it)
 from gpu_model import COPY_GBS, HOST_PART_S, HOST_SLAB_SHARE, MEASURED_GUPS  # noqa: E402 (after sys.path)
+from host_costs import DEVICE_GBS, filter_bytes  # noqa: E402 (after sys.path)
 
 
 def null_gpu(memory):
@@ -127,6 +131,29 @@ def ct(n, angles, slab, repeat, per_call=4):
     return per_slab, setup, calls
 
 
+def ct_filter(n, angles, repeat):
+    """The FDK filter of ``angles`` projections of ``n`` x ``n``: ``(host filter wall seconds on every core, the
+    device filter's host driving seconds on the null launcher, its calls)``."""
+    from gpumr.ct import geometry
+    from gpumr.ct.backproject import threads
+    from gpumr.ct.fdk import filter_projections
+    from gpumr.ct.fdk_gpu import filter_on_device
+    from gpumr.gpu.null import NullArray
+    g = geometry.simple(n, angles, n_detector=n)
+    raw = np.random.default_rng(n).random((angles, n, n), dtype=np.float32)
+    t0 = time.perf_counter()
+    filter_projections(raw, g, threads=threads())
+    host = time.perf_counter() - t0
+    del raw
+    _, lx = null_gpu(f"{90 + n}GiB")
+    q = NullArray((angles, n + 2, n + 2), np.float32)
+    filter_on_device(lx, q, g)
+    lx.calls.clear()
+    filter_on_device(lx, q, g)
+    calls = dict(lx.calls)
+    return host, best(lambda: filter_on_device(lx, q, g), repeat), calls
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="faces only, and CT at 512^3 (CI)")
@@ -155,6 +182,13 @@ def main():
                      "staging)", f"{setup:.3f} s", f"{upload:.3f} s (the copy's own, at {COPY_GBS[1]:.0f} GB/s)",
                      "hidden" if setup <= upload else "MISSED"])
         call_rows.append([f"CT {n}^3, per slab", ", ".join(f"{k} {v:.3g}" for k, v in sorted(calls.items()))])
+        host, driving, calls = ct_filter(n, angles, args.repeat)
+        device = filter_bytes(n, n, angles) / (DEVICE_GBS * 1e9)
+        rows.append([f"CT {n}^3 from {angles}: the FDK filter, once per device; on the host instead: {host:.2f} s "
+                     f"wall on {os.cpu_count()} cores", f"{driving * 1e3:.2f} ms",
+                     f"{device * 1e3:.1f} ms (the filter's memory traffic, PREDICTION)",
+                     "hidden" if driving <= device else "MISSED"])
+        call_rows.append([f"CT {n}^3, the FDK filter", ", ".join(f"{k} {v}" for k, v in sorted(calls.items()))])
     table("The host's own cost of driving a GPU (null launcher: no kernel runs, no byte is copied; best of "
           f"{args.repeat}, CPU time of the driving thread; this machine's host, no GPU used) beside the model's budget",
           ["what", "host, measured", "budget (model)", ""], rows)

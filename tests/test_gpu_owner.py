@@ -39,7 +39,8 @@ def volume(d, out):
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_every_slab_runs_in_the_one_owner_which_reads_and_filters_once(phantom, engine):
     """Four slabs over two task processes (``--cpu-threads 1`` on two cores): all four on the owner's simulated GPU;
-    the projections read once and each detector row filtered once on the node (by the owner: the tasks read none);
+    the projections read once and each detector row filtered once on the node (by the owner, on its GPU: the tasks
+    read none);
     the volume as the CPU reconstructs it."""
     d, seq, direct = phantom
     out = d / f"out-{engine}"
@@ -52,9 +53,9 @@ def test_every_slab_runs_in_the_one_owner_which_reads_and_filters_once(phantom, 
     said = proc.stderr.splitlines()
     assert len([s for s in said if "GPU owner: backproject set up on gpu:0" in s]) == 1
     assert len([s for s in said if "projections read:" in s]) == 1  # (each line names its process)
-    rows = [tuple(map(int, m.groups())) for s in said for m in [re.search(r"detector rows (\d+)-(\d+) of (\d+)", s)]
-            if m]
-    assert len(rows) == 1 and rows[0][:2] == (0, rows[0][2])  # (every row, once, by the owner)
+    rows = [(m.group(1), *map(int, m.groups()[1:])) for s in said
+            for m in [re.search(r"projections filtered(.*): detector rows (\d+)-(\d+) of (\d+)", s)] if m]
+    assert len(rows) == 1 and rows[0][:3] == (" on gpu:0", 0, rows[0][3])  # (every row, once, by the owner's GPU)
     served = re.search(r"GPU owner: \d+ batch\(es\), 4 record\(s\) from (\d+) task\(s\) on gpu:0", proc.stderr)
     assert served and 2 <= int(served.group(1)) <= 4  # (mrjob's local runner: two task files of two slabs)
     v = volume(d, out)

@@ -30,3 +30,12 @@ def test_the_slab_path_and_the_faces_path_are_driven_on_it_and_timed():
     assert per_slab > 0 and setup > 0
     per_part, part_calls = host_driving.faces(16, 16, 1, size=(320, 240))
     assert part_calls == {"to_device_async": 1, "launch": 9, "to_host_async": 1, "wait": 1} and per_part > 0
+
+
+def test_the_device_filter_is_driven_on_it_in_chunks_of_angles(monkeypatch):
+    """Three driver calls per chunk of angles (weigh, transform, store), after the factors' three uploads."""
+    import gpumr.ct.fdk_gpu as fdk_gpu
+    monkeypatch.setattr(fdk_gpu, "CHUNK_BYTES", 16 * 64 * 128 * 4)  # 16 angles of 64 rows of 128 a round
+    host, driving, calls = host_driving.ct_filter(64, 40, 1)
+    assert calls == {"module": 1, "to_device": 3, "empty": 1, "launch": 6, "filter_rows": 3, "record": 1, "wait": 1}
+    assert host > 0 and driving > 0

@@ -1,5 +1,6 @@
 """The slab backprojector on a GPU (``cuda/backproject.cu``), same function as the CPU one."""
 
+import os
 import threading
 import weakref
 
@@ -7,7 +8,11 @@ import numpy as np
 
 from ..gpu.kernels import defines
 from ..gpu.trust import DeviceStates, settled
+from ..log import logger
 from .backproject import _axes, _scalars
+from .bands import FilteredRows, row_band, runs
+
+log = logger(__name__)
 
 BLOCK = (32, 8, 1)
 #: The self-check's window of each slice, rows x columns around the centre (whole blocks of BLOCK).
@@ -106,8 +111,10 @@ class SlabBackprojector:
 
     Parameters
     ----------
-    padded : ndarray [angle, rows + 2, cols + 2]
-        Filtered projections with their zero border (:func:`gpumr.ct.backproject.pad`).
+    padded : ndarray [angle, rows + 2, cols + 2] or gpumr.ct.bands.FilteredRows
+        Filtered projections with their zero border (:func:`gpumr.ct.backproject.pad`), or a task's projections, which
+        each device filters itself after their upload where its launcher has an FFT (the rows the host has not
+        filtered yet), else filtered on the host first.
     geometry : gpumr.ct.geometry.Geometry
     prefer : str, optional
         ``"cupy"`` to try CuPy before PyCUDA.
@@ -115,7 +122,8 @@ class SlabBackprojector:
         The slab height production runs (the self-check's strip is launched as one of these is)."""
 
     def __init__(self, padded, geometry, prefer=None, slab=PRODUCTION_SLAB):
-        self.padded = np.ascontiguousarray(padded, np.float32)
+        self.rows = padded if isinstance(padded, FilteredRows) else None
+        self.padded = padded.padded if self.rows is not None else np.ascontiguousarray(padded, np.float32)
         self.geometry = geometry
         self.prefer = prefer
         self.slab = max(1, min(int(slab), geometry.nVoxel[0]))
@@ -136,15 +144,34 @@ class SlabBackprojector:
                       wave=lx.resident_blocks(fn, BLOCK[0] * BLOCK[1] * BLOCK[2]), lanes=[],
                       lanes_lock=threading.Lock(), host=HostSlabs(lx))
             # (each upload held by the state as it is made: a failure keeps them until it is settled)
-            st["proj"] = self._upload(lx)
+            st["proj"] = self._upload(lx, gpu)
             for name, host in (("trig", trig), ("zs", zs), ("ys", ys), ("xs", xs)):
                 st[name] = lx.to_device(host)
             lx.synchronize()  # every upload landed: the lanes' streams are not ordered after the legacy stream's
         return st
 
-    def _upload(self, lx):
-        """The projections on the device: chunks of angles through two page-locked staging buffers on a stream
-        of their own, the host filling one while the other's copy runs (waited for before it is refilled)."""
+    def _upload(self, lx, gpu):
+        """The projections on the device, filtered: uploaded as :meth:`_copy_up` copies them, then the rows not
+        filtered on the host filtered on the device (:func:`gpumr.ct.fdk_gpu.filter_on_device`), or, where the
+        launcher has no FFT, filtered on the host first."""
+        if self.rows is None:
+            return self._copy_up(lx)[0]
+        if not lx.fft:
+            self.rows.all()
+        with self.rows.unfiltered() as todo:
+            dev, stream = self._copy_up(lx)  # (the host's buffer is read by the time it returns)
+        if todo.any():
+            from .fdk_gpu import filter_on_device
+            filter_on_device(lx, dev, self.geometry, self.rows.filter_name, todo, stream)
+            for a, b in runs(todo):
+                log.debug("projections filtered on gpu:%d: detector rows %d-%d of %d (process %d)", gpu.index, a, b,
+                          len(todo), os.getpid())
+        return dev
+
+    def _copy_up(self, lx):
+        """The projections copied to the device as they are, and the stream the copies are queued on: chunks of
+        angles through two page-locked staging buffers, the host filling one while the other's copy runs (waited for
+        before it is refilled)."""
         na = self.padded.shape[0]
         plane = self.padded[0].nbytes
         chunk = max(1, min(na, UPLOAD_CHUNK_BYTES // max(plane, 1)))
@@ -159,7 +186,7 @@ class SlabBackprojector:
             np.copyto(buf, self.padded[a0:a1])
             lx.to_device_async(buf, dev[a0:a1], stream)
             copied[k] = lx.record(stream)
-        return dev
+        return dev, stream
 
     # -- self-check --------------------------------------------------------------------------------
     def _check_window(self):
@@ -182,14 +209,17 @@ class SlabBackprojector:
         """The CPU's side of the self-check: the window's and the strip's voxels backprojected on the CPU, each with
         the L2 norm of the backprojection of the projections' magnitudes there (:func:`check_tolerance`)."""
         from .backproject import backproject
-        from .bands import row_band
         g = self.geometry
         cases = []
         for (z0, z1), window in (self._check_window(), self._check_strip()):
-            cpu = backproject(None, g, z0, z1, padded=self.padded, window=window)
             r0, r1 = row_band(g, z0, z1)
-            magnitude = backproject(np.abs(self.padded[:, r0 + 1:r1 + 1, 1:-1]), g, z0, z1, row0=r0,
-                                    window=window) if r1 > r0 else cpu
+            if r1 == r0:  # (the slices see no detector row: nothing but the zero border is read)
+                r0, r1 = min(r0, g.nDetector[0] - 1), min(r0, g.nDetector[0] - 1) + 1
+                band = np.zeros((g.n_angles, 1, g.nDetector[1]), np.float32)
+            else:  # (filtered on the host, not taken from what the device filters)
+                band = self.padded[:, r0 + 1:r1 + 1, 1:-1] if self.rows is None else self.rows.band(r0, r1)
+            cpu = backproject(band, g, z0, z1, row0=r0, window=window)
+            magnitude = backproject(np.abs(band), g, z0, z1, row0=r0, window=window)
             cases.append((cpu, max(float(np.linalg.norm(magnitude)), 1e-30)))
         return cases
 

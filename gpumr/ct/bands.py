@@ -1,5 +1,6 @@
 """The detector rows a slab of slices needs, and projections filtered only where slabs need them."""
 
+import contextlib
 import os
 import threading
 
@@ -127,21 +128,50 @@ class FilteredRows:
         """:attr:`padded`, with detector rows [r0, r1) filtered (``progress``: as
         :func:`gpumr.ct.fdk.filter_projections`'s, once per run of rows still to filter)."""
         with self._lock:
-            todo = np.flatnonzero(~self._done[r0:r1]) + r0
-            if len(todo):
-                # consecutive runs of rows still to filter, one call each, in place
-                inside = self.padded[:, 1:-1, 1:-1]
-                cuts = np.flatnonzero(np.diff(todo) > 1) + 1
-                for run in np.split(todo, cuts):
-                    a, b = int(run[0]), int(run[-1]) + 1
-                    filter_projections(inside, self.geometry, self.filter_name, rows=(a, b), threads=threads(),
-                                       out=inside[:, a:b], progress=progress)
-                    self._done[a:b] = True
-                    log.debug("projections filtered: detector rows %d-%d of %d (process %d)", a, b, len(self._done),
-                              os.getpid())
+            inside = self.padded[:, 1:-1, 1:-1]
+            for a, b in runs(~self._done[r0:r1], r0):  # in place
+                filter_projections(inside, self.geometry, self.filter_name, rows=(a, b), threads=threads(),
+                                   out=inside[:, a:b], progress=progress)
+                self._done[a:b] = True
+                log.debug("projections filtered: detector rows %d-%d of %d (process %d)", a, b, len(self._done),
+                          os.getpid())
         return self.padded
+
+    def band(self, r0, r1):
+        """Detector rows [r0, r1) filtered, as a new float32 array [angle, r1 - r0, col], whether or not they are
+        filtered in place yet; :attr:`padded` and :attr:`filtered` stay as they are (the CPU's side of a GPU's
+        self-check, beside a device that filters the rows itself)."""
+        with self._lock:
+            inside = self.padded[:, 1:-1, 1:-1]
+            out = np.array(inside[:, r0:r1])
+            for a, b in runs(~self._done[r0:r1], r0):
+                filter_projections(inside, self.geometry, self.filter_name, rows=(a, b), threads=threads(),
+                                   out=out[:, a - r0:b - r0])
+        return out
+
+    @contextlib.contextmanager
+    def unfiltered(self):
+        """Within it, the detector rows not filtered yet (a mask of the rows, a copy) stay unfiltered and :attr:`padded`
+        does not change (a device's upload of the projections it filters itself)."""
+        with self._lock:
+            yield ~self._done
 
     def all(self, progress=None):
         """:attr:`padded` with every row filtered (what a GPU, given the whole projections, needs, and
         ``gpumr ct reconstruct``); ``progress`` hears the angles filtered, as in :meth:`rows`."""
         return self.rows(0, len(self._done), progress)
+
+
+def runs(mask, offset=0):
+    """The runs of consecutive True in ``mask``, as ``[(a, b), ...]`` counted from ``offset``.
+
+    Examples
+    --------
+    >>> runs(np.array([True, True, False, True]), 10)
+    [(10, 12), (13, 14)]
+    """
+    todo = np.flatnonzero(mask) + offset
+    if not len(todo):
+        return []
+    cuts = np.flatnonzero(np.diff(todo) > 1) + 1
+    return [(int(run[0]), int(run[-1]) + 1) for run in np.split(todo, cuts)]

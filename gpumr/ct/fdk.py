@@ -31,17 +31,28 @@ def window(name, f):
     raise GpumrError(f"unknown filter {name!r}; choose from {', '.join(FILTERS)}")
 
 
+def transform_length(n_cols):
+    """The ramp's transform length for rows of ``n_cols`` columns: the power of two at least ``2 n_cols`` (zero padding
+    against wrap-around).
+
+    Examples
+    --------
+    >>> transform_length(100), transform_length(1024)
+    (256, 2048)
+    """
+    return 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
+
+
 def ramp(n_cols, tau, name="ram-lak"):
     """Frequency response of the ramp filter windowed by ``name`` (:func:`window`), times ``tau`` (the detector pitch at the
-    rotation axis, mm): ``N`` real values in numpy's FFT order, ``N`` the power of two at least ``2 n_cols`` (zero
-    padding against wrap-around).
+    rotation axis, mm): ``N`` real values in numpy's FFT order, ``N`` the :func:`transform_length`.
 
     Examples
     --------
     >>> ramp(100, 1.0).shape
     (256,)
     """
-    n = 1 << int(np.ceil(np.log2(max(2 * n_cols, 2))))
+    n = transform_length(n_cols)
     k = np.fft.fftfreq(n, d=1.0 / n).astype(int)  # 0, 1, ..., -1 : circular sample offsets
     h = np.zeros(n)
     h[k == 0] = 1 / (4 * tau * tau)
@@ -124,6 +135,54 @@ def is_short_scan(angles):
     return (a[-1] - a[0]) + np.median(np.diff(a)) < 2 * np.pi - 1e-6
 
 
+def factors(geometry, filter_name="ram-lak", rows=None):
+    """What FDK multiplies the projections by before and after the ramp (the host's and the device's filter share it).
+
+    Parameters
+    ----------
+    geometry : gpumr.ct.geometry.Geometry
+        The scan's geometry.
+    filter_name : str, optional
+        The ramp's window (:data:`FILTERS`).
+    rows : (int, int), optional
+        Detector rows [r0, r1) (default: all).
+
+    Returns
+    -------
+    cosw : numpy.ndarray
+        float32 [r1 - r0, col]: the cosine weight ``DSO / sqrt(DSO^2 + u^2 + v^2)`` at the rotation axis.
+    weights : numpy.ndarray
+        float32 [angle, col]: each angle's share of the turn, halved (Parker's short-scan weights where the scan is
+        short).
+    response : numpy.ndarray
+        float64 [N]: :func:`ramp` at the detector pitch scaled to the rotation axis.
+
+    Examples
+    --------
+    >>> from gpumr.ct import geometry
+    >>> cosw, weights, response = factors(geometry.simple(8, 4), rows=(2, 5))
+    >>> cosw.shape, weights.shape, response.shape
+    ((3, 10), (4, 10), (32,))
+    """
+    nv, nu = geometry.nDetector
+    na = geometry.n_angles
+    r0, r1 = (0, nv) if rows is None else rows
+    dv, du = geometry.dDetector
+    ov, ou = geometry.offDetector
+    scale = geometry.DSO / geometry.DSD
+    u = ((np.arange(nu) - (nu - 1) / 2) * du + ou) * scale
+    v = ((np.arange(r0, r1) - (nv - 1) / 2) * dv + ov) * scale
+    cosw = (geometry.DSO / np.sqrt(geometry.DSO ** 2 + u[None, :] ** 2 + v[:, None] ** 2)).astype(np.float32)
+    if is_short_scan(geometry.angles):
+        gamma = np.arctan(((np.arange(nu) - (nu - 1) / 2) * du + ou) / geometry.DSD)
+        a = np.unwrap(np.asarray(geometry.angles, np.float64))
+        step = np.median(np.abs(np.diff(a))) if na > 1 else 2 * np.pi
+        weights = (parker_weights(geometry.angles, gamma) * step).astype(np.float32)
+    else:
+        weights = np.repeat((angle_weights(geometry.angles) / 2)[:, None], nu, axis=1).astype(np.float32)
+    return cosw, weights, ramp(nu, du * scale, filter_name)
+
+
 def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads=1, out=None, progress=None):
     """Cosine-weighted, ramp-filtered and scaled projections, float32 [angle, row, col]. Raises ``GpumrError`` if the
     projections' shape is not the geometry's, or ``rows`` is not a band of the detector.
@@ -173,21 +232,8 @@ def filter_projections(proj, geometry, filter_name="ram-lak", rows=None, threads
     r0, r1 = (0, nv) if rows is None else (int(rows[0]), int(rows[1]))
     if not 0 <= r0 <= r1 <= nv:
         raise GpumrError(f"rows {r0}-{r1} are not a band of the detector's {nv} rows")
-    dv, du = geometry.dDetector
-    ov, ou = geometry.offDetector
-    scale = geometry.DSO / geometry.DSD
-    u = ((np.arange(nu) - (nu - 1) / 2) * du + ou) * scale
-    v = ((np.arange(r0, r1) - (nv - 1) / 2) * dv + ov) * scale
-    cosw = (geometry.DSO / np.sqrt(geometry.DSO ** 2 + u[None, :] ** 2 + v[:, None] ** 2)).astype(np.float32)
-    H = ramp(nu, du * scale, filter_name)
+    cosw, weights, H = factors(geometry, filter_name, (r0, r1))
     n = len(H)
-    if is_short_scan(geometry.angles):
-        gamma = np.arctan(((np.arange(nu) - (nu - 1) / 2) * du + ou) / geometry.DSD)
-        a = np.unwrap(np.asarray(geometry.angles, np.float64))
-        step = np.median(np.abs(np.diff(a))) if na > 1 else 2 * np.pi
-        weights = (parker_weights(geometry.angles, gamma) * step).astype(np.float32)
-    else:
-        weights = np.repeat((angle_weights(geometry.angles) / 2)[:, None], nu, axis=1).astype(np.float32)
     if out is None:
         out = np.empty((na, r1 - r0, nu), np.float32)
     elif out.shape != (na, r1 - r0, nu) or out.dtype != np.float32:

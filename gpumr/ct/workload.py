@@ -154,7 +154,7 @@ class Backproject(Workload):
         if not ok:
             return why
         from .backproject_gpu import SlabBackprojector
-        self._gpu = SlabBackprojector(self.rows.all(), self.geometry)
+        self._gpu = SlabBackprojector(self.rows, self.geometry)  # (filtered on the device where it can)
         return None
 
     def gpu_batch(self, records, options, device):
@@ -164,5 +164,6 @@ class Backproject(Workload):
     def gpu_memory(self, slabs, options):
         nz, ny, nx = self.geometry.nVoxel
         nv, nu = self.geometry.nDetector
+        from .fdk_gpu import device_bytes
         padded = self.geometry.n_angles * (nv + 2) * (nu + 2) * 4
-        return padded + 64 * ny * nx * 4  # projections + a 64-slice slab
+        return padded + 64 * ny * nx * 4 + device_bytes(self.geometry)  # projections, a 64-slice slab, the filter

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import GpumrError
 from . import kernels
-from .interface import Launcher, check_copy, check_view
+from .interface import Launcher, check_copy, check_filter, check_view
 
 HEADER = "host_emulation.cuh"
 FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-Wno-unknown-pragmas")
@@ -796,6 +796,20 @@ class EmulatedLauncher(Launcher):
         if token is not None:
             self._complete([token])
         self._report()
+
+    fft = True
+
+    def filter_rows(self, dev, response, stream):
+        fault = self._call("filter_rows", queued=True)
+        response = check_filter(dev, response)  # (staged before it returns)
+        n = dev.shape[1]
+
+        def run():
+            rows = np.frombuffer((ctypes.c_char * dev.nbytes).from_address(dev.ptr), np.float32).reshape(dev.shape)
+            spectrum = np.fft.rfft(rows, axis=1)
+            spectrum *= response
+            rows[...] = np.fft.irfft(spectrum, n=n, axis=1)
+        self._enqueue(stream, "filter_rows", run, (dev.allocation.block,), (response,), fault=fault)
 
     def pinned(self, shape, dtype):
         self._call("pinned")

@@ -90,6 +90,16 @@ class Launcher:
     def wait_event(self, stream, event):
         """Make the work queued on ``stream`` from now on wait for ``event`` (:meth:`record`; None: nothing)."""
 
+    #: Whether :meth:`filter_rows` runs on this launcher's device (cuFFT through CuPy; numpy's transforms on a
+    #: simulated GPU); where it does not (PyCUDA), callers filter on the host.
+    fft = False
+
+    def filter_rows(self, dev, response, stream):
+        """Queue filtering each row of device array ``dev`` (float32 [rows, n], ``n`` even) in place on ``stream`` by
+        the real frequency response ``response`` (host float32 [n // 2 + 1], numpy's ``rfft`` order): ``row =
+        irfft(rfft(row) * response)``. Raises ``NotImplementedError`` where :attr:`fft` is False."""
+        raise NotImplementedError(f"{self.name}: no FFT on the device")
+
     def is_device_error(self, exc):
         """Whether exception ``exc`` is a CUDA error of this device (not running out of memory): after one, the
         device is not trusted again in this process (:func:`gpumr.gpu.trust.distrust`)."""
@@ -129,6 +139,17 @@ def check_view(nbytes, offset, count, dtype):
     if offset < 0 or offset % size or count < 0 or offset + count * size > nbytes:
         raise ValueError(f"a view of {count} {np.dtype(dtype).name} from byte {offset} does not lie within the "
                          f"{nbytes} bytes of its device array (or is not aligned to its elements)")
+
+
+def check_filter(dev, response):
+    """Refuse a :meth:`Launcher.filter_rows` of rows that are not float32 [rows, n] with ``n`` even, or a response that
+    is not ``n // 2 + 1`` values; the response as float32."""
+    response = np.asarray(response, np.float32)
+    if np.dtype(dev.dtype) != np.float32 or len(dev.shape) != 2 or dev.shape[1] % 2 or \
+            response.shape != (dev.shape[1] // 2 + 1,):
+        raise ValueError(f"filter_rows: rows {np.dtype(dev.dtype).name} {tuple(dev.shape)} and a response of "
+                         f"{response.shape} values (float32 [rows, n], n even, and n // 2 + 1 values are needed)")
+    return response
 
 
 def check_copy(host, dev):

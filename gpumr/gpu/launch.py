@@ -5,7 +5,7 @@ import contextlib
 import numpy as np
 
 from . import kernels
-from .interface import Launcher, check_copy, check_view
+from .interface import Launcher, check_copy, check_filter, check_view
 
 
 class PyCUDALauncher(Launcher):
@@ -195,6 +195,16 @@ class CuPyLauncher(Launcher):
         cuda = self.cp.cuda
         return isinstance(exc, (cuda.runtime.CUDARuntimeError, cuda.driver.CUDADriverError)) and \
             not isinstance(exc, cuda.memory.OutOfMemoryError)
+
+    fft = True
+
+    def filter_rows(self, dev, response, stream):
+        response = check_filter(dev, response)
+        fft = self.cp.fft
+        with stream:  # (the transforms, their plans and temporaries on the stream: CuPy's pool is per stream)
+            spectrum = fft.rfft(dev, axis=1)
+            spectrum *= self.cp.asarray(response)
+            dev[...] = fft.irfft(spectrum, n=dev.shape[1], axis=1)
 
     def set_constant(self, module, name, host):
         data = np.ascontiguousarray(host)

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .interface import Launcher, check_copy, check_view
+from .interface import Launcher, check_copy, check_filter, check_view
 
 #: The device a null launcher stands for, as drivers size their launches: an H100's SMs, 6 blocks of 256
 #: threads resident on each (the backprojection kernel's launch bounds).
@@ -128,6 +128,12 @@ class NullLauncher(Launcher):
 
     def wait_event(self, stream, event):
         self.calls["wait_event"] += 1
+
+    fft = True
+
+    def filter_rows(self, dev, response, stream):
+        self.calls["filter_rows"] += 1
+        check_filter(dev, response)
 
     def launch(self, fn, grid, block, *args):
         self.calls["launch"] += 1
