@@ -85,10 +85,10 @@ if [ -n "$LEASE" ]; then
   if [ "$EMULATE" -eq 1 ]; then
     # small sizes, a simulated GPU (each script's own --emulate): the plan's commands run here; no GPU is measured
     EM=--emulate CT=${LEASE_CT:-32} ANG=${LEASE_ANGLES:-16} CT_BIG=${LEASE_CT_BIG:-40} ANG_BIG=${LEASE_ANGLES_BIG:-12}
-    LFRAMES=${LEASE_FRAMES:-8} MIB=16 FSIZE=160x120
+    LFRAMES=${LEASE_FRAMES:-8} MIB=16 FSIZE=160x120 VFRAMES=4
     echo "gpu_check --lease $LEASE --emulate: a simulated GPU, small sizes; nothing of a GPU is measured"
   else
-    EM='' CT=512 ANG=512 CT_BIG=1024 ANG_BIG=360 LFRAMES=${FRAMES_LEASE:-4000} MIB=256 FSIZE=640x480
+    EM='' CT=512 ANG=512 CT_BIG=1024 ANG_BIG=360 LFRAMES=${FRAMES_LEASE:-4000} MIB=256 FSIZE=640x480 VFRAMES=512
   fi
   if [ "$DRY" -eq 0 ] && [ "$EMULATE" -eq 0 ] && compgen -G ".whl/*.whl" >/dev/null; then
     step 30 install-wheels "$PY" -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" \
@@ -117,7 +117,8 @@ if [ -n "$LEASE" ]; then
       || failures=$((failures + 1))
     step 60 phases1024 "$PY" bench/gpu_phases.py --ct "$CT_BIG" --angles "$ANG_BIG" --slab 16 \
       --frames "$([ "$EMULATE" -eq 1 ] && echo 16 || echo 256)" --batch 16 --size "$FSIZE" $EM || failures=$((failures + 1))
-    step 40 variants "$PY" bench/gpu_variants.py --ct "$CT" --angles "$ANG" $EM || failures=$((failures + 1))
+    step 60 variants "$PY" bench/gpu_variants.py --ct "$CT" --angles "$ANG" --frames "$VFRAMES" --size "$FSIZE" $EM \
+      || failures=$((failures + 1))
     step 40 host "$PY" bench/host_driving.py --quick --repeat 3 || failures=$((failures + 1))
     names="micro phases512 phases1024 variants host"
   else

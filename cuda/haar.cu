@@ -4,7 +4,8 @@
 //
 //   pyramid                       every level of every frame resized from the frame, bit for
 //                                 bit as OpenCV's INTER_LINEAR_EXACT (8-bit, one channel)
-//   integral_rows, integral_cols  integral images of every pyramid level of every frame
+//   integral_rows, integral_cols  integral images of every pyramid level of every frame (a
+//                                 warp per row, then a thread per column)
 //   feature_offsets               the cascade's rectangles' corner offsets at each level's row length
 //   first_stage                   every window on the level's step grid: variance check
 //                                 and stage 0 -> code -1 (flat), 0 (failed stage 0), 1 (passed)
@@ -85,31 +86,42 @@ struct Cascade {
     const int* level_feats;     // [level]: its row length's table, the first entry's index
 };
 
+// Integral rows: one warp per row, the row read in runs of 32 pixels (one load of 32
+// consecutive bytes, one store of 32 consecutive sums per run), each run's prefix sums by
+// shuffles and carried to the next. Integer sums: the same values in any order.
+#define ROW_WARP 32
+
 extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, const Level* __restrict__ levels,
                                          const int2* __restrict__ rows, int n_rows,
                                          unsigned* __restrict__ sum, unsigned* __restrict__ sq)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x % ROW_WARP;
+    const int i = (blockIdx.x * blockDim.x + threadIdx.x) / ROW_WARP;  // the same for the whole warp
     if (i >= n_rows) return;
     const Level L = levels[rows[i].x];
     const int y = rows[i].y;                       // 0 .. height: integral row y
     const int W = L.width + 1;
     unsigned* s = sum + L.int_off + y * W;
     unsigned* q = sq + L.int_off + y * W;
-    unsigned acc = 0, accq = 0;
-    s[0] = 0;
-    q[0] = 0;
     if (y == 0) {
-        for (int x = 1; x < W; ++x) { s[x] = 0; q[x] = 0; }
+        for (int x = lane; x < W; x += ROW_WARP) { s[x] = 0; q[x] = 0; }
         return;
     }
+    if (lane == 0) { s[0] = 0; q[0] = 0; }
     const unsigned char* p = img + L.img_off + (y - 1) * L.width;
-    for (int x = 1; x < W; ++x) {
-        const unsigned v = LOAD(&p[x - 1]);
-        acc += v;
-        accq += v * v;
-        s[x] = acc;
-        q[x] = accq;
+    unsigned carry = 0, carryq = 0;
+    for (int x0 = 1; x0 < W; x0 += ROW_WARP) {
+        const int x = x0 + lane;
+        const unsigned v = x < W ? LOAD(&p[x - 1]) : 0u;
+        unsigned acc = v, accq = v * v;
+        for (int d = 1; d < ROW_WARP; d *= 2) {    // inclusive prefix sums over the warp's lanes
+            const unsigned up = __shfl_up_sync(0xffffffffu, acc, d);
+            const unsigned upq = __shfl_up_sync(0xffffffffu, accq, d);
+            if (lane >= d) { acc += up; accq += upq; }
+        }
+        if (x < W) { s[x] = carry + acc; q[x] = carryq + accq; }
+        carry += __shfl_sync(0xffffffffu, acc, ROW_WARP - 1);
+        carryq += __shfl_sync(0xffffffffu, accq, ROW_WARP - 1);
     }
 }
 

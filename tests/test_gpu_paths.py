@@ -254,6 +254,26 @@ def test_a_face_self_check_that_raises_leaves_the_device_untrusted_with_the_reas
             fg.run([astro], sim_gpu())
 
 
+def test_integral_images_of_every_level_are_opencvs(astro):
+    """The device's integral images (a warp per row, a thread per column) of each level it scanned, against OpenCV's
+    of the level's pixels (``cv2.integral2``; the squares' sums modulo 2^32, as the kernels' unsigned sums keep
+    them), for frames whose rows are no multiple of the warp's 32."""
+    det = FaceGPU(CASCADES["default"])
+    gpu = sim_gpu("1:5001MiB")
+    frames = [np.ascontiguousarray(astro[:301, :257]), np.ascontiguousarray(astro[50:, 100:])]
+    det.found(frames, gpu)
+    st = det._devices.get(gpu)
+    lx, lane, plan = st["lx"], st["lanes"][-1], det.plan([f.shape for f in frames])
+    img, total, sq = (lx.to_host(lane.at(lx, plan.layout, "scratch", name)) for name in ("img", "sum", "sq"))
+    assert len(plan.table) > 10
+    for img_off, int_off, w, h, *_ in plan.table:
+        level = img[img_off:img_off + w * h].reshape(h, w)
+        want_sum, want_sq = cv2.integral2(level, sdepth=cv2.CV_64F)
+        got = slice(int_off, int_off + (w + 1) * (h + 1))
+        assert np.array_equal(total[got].reshape(h + 1, w + 1), want_sum.astype(np.uint64))
+        assert np.array_equal(sq[got].reshape(h + 1, w + 1), want_sq.astype(np.uint64) % (1 << 32))
+
+
 def test_a_wrong_face_kernel_is_caught_by_the_self_check(altered_kernel, astro):
     altered_kernel("haar", "(stages_at<K>(C, v, 0, 1) < 0) ? 1 : 0", "(stages_at<K>(C, v, 0, 1) < 0) ? 0 : 1")
     with pytest.raises(RuntimeError, match=r"disabled on gpu:0: self-check on a built-in photo gave \[\], the CPU "

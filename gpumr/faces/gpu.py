@@ -17,6 +17,8 @@ PART = 8
 #: Stage groups, each appending its survivors to the next list (the last group runs to the end).
 STAGE_GROUPS = (1, 3, 8)
 BLOCK = 256
+#: Threads per integral row (``integral_rows`` in ``cuda/haar.cu``: a warp each).
+ROW_WARP = 32
 #: Device memory beyond a batch's own arrays: the cascade's (well under 1 MiB for OpenCV's), allocation rounding;
 #: a lane keeps a device buffer up to half of it larger than a batch needs.
 MEMORY_MARGIN = 32 * 1024 * 1024
@@ -435,9 +437,10 @@ class FaceGPU:
         lx = launcher(gpu, self.prefer)
         c = self.cascade
         layout_ = defines("haar")
-        if layout_["APPEND_THREADS"] != BLOCK or len(self.groups) + 1 > HEAD:
-            raise RuntimeError(f"haar.cu appends in blocks of {layout_['APPEND_THREADS']} threads, the driver launches "
-                               f"{BLOCK}; or {len(self.groups)} stage groups leave no room for their counters")
+        if layout_["APPEND_THREADS"] != BLOCK or layout_["ROW_WARP"] != ROW_WARP or len(self.groups) + 1 > HEAD:
+            raise RuntimeError(f"haar.cu appends in blocks of {layout_['APPEND_THREADS']} threads and sums rows with "
+                               f"{layout_['ROW_WARP']}, the driver launches {BLOCK} and {ROW_WARP}; or "
+                               f"{len(self.groups)} stage groups leave no room for their counters")
         stages, nodes = c.packed(layout_)
         constant = bool(self.constant) and len(stages) <= layout_["CONST_STAGES"] and \
             len(nodes) <= layout_["CONST_NODES"]
@@ -588,7 +591,8 @@ class FaceGPU:
         n_rows, n_cols = len(plan.irows), len(plan.icols)
         launches = [(f["pyramid"], _grid(n_pix), (slot_("frames"), levels, slot_("sources"), i32(n_lv), i32(n_pix),
                                                  slot_("taps"), img)),
-                    (f["integral_rows"], _grid(n_rows), (img, levels, slot_("irows"), i32(n_rows), total, sq)),
+                    (f["integral_rows"], _grid(n_rows * ROW_WARP), (img, levels, slot_("irows"), i32(n_rows), total,
+                                                                   sq)),
                     (f["integral_cols"], _grid(n_cols), (levels, slot_("icols"), i32(n_cols), total, sq))]
         feats, n_w = scratch("feats"), len(plan.widths)
         if nf:
