@@ -86,10 +86,12 @@ struct Cascade {
     const int* level_feats;     // [level]: its row length's table, the first entry's index
 };
 
-// Integral rows: one warp per row, the row read in runs of 32 pixels (one load of 32
-// consecutive bytes, one store of 32 consecutive sums per run), each run's prefix sums by
-// shuffles and carried to the next. Integer sums: the same values in any order.
+// Integral rows: one warp per row, ROW_ITEMS consecutive pixels per lane, so that a warp
+// reads 128 consecutive bytes and writes 128 consecutive sums at a time; each lane sums its
+// pixels, the lanes' totals are prefix-summed by shuffles (once per 128 pixels), and the run
+// is carried to the next 128. Integer sums: the same values in any order.
 #define ROW_WARP 32
+#define ROW_ITEMS 4
 
 extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, const Level* __restrict__ levels,
                                          const int2* __restrict__ rows, int n_rows,
@@ -110,18 +112,30 @@ extern "C" __global__ void integral_rows(const unsigned char* __restrict__ img, 
     if (lane == 0) { s[0] = 0; q[0] = 0; }
     const unsigned char* p = img + L.img_off + (y - 1) * L.width;
     unsigned carry = 0, carryq = 0;
-    for (int x0 = 1; x0 < W; x0 += ROW_WARP) {
-        const int x = x0 + lane;
-        const unsigned v = x < W ? LOAD(&p[x - 1]) : 0u;
-        unsigned acc = v, accq = v * v;
-        for (int d = 1; d < ROW_WARP; d *= 2) {    // inclusive prefix sums over the warp's lanes
-            const unsigned up = __shfl_up_sync(0xffffffffu, acc, d);
-            const unsigned upq = __shfl_up_sync(0xffffffffu, accq, d);
-            if (lane >= d) { acc += up; accq += upq; }
+    for (int x0 = 1; x0 < W; x0 += ROW_WARP * ROW_ITEMS) {
+        const int x = x0 + lane * ROW_ITEMS;      // this lane's first column
+        unsigned v[ROW_ITEMS], own = 0, ownq = 0;
+#pragma unroll
+        for (int k = 0; k < ROW_ITEMS; ++k) {
+            v[k] = x + k < W ? LOAD(&p[x + k - 1]) : 0u;
+            own += v[k];
+            ownq += v[k] * v[k];
         }
-        if (x < W) { s[x] = carry + acc; q[x] = carryq + accq; }
-        carry += __shfl_sync(0xffffffffu, acc, ROW_WARP - 1);
-        carryq += __shfl_sync(0xffffffffu, accq, ROW_WARP - 1);
+        unsigned upto = own, uptoq = ownq;         // inclusive prefix sums of the lanes' totals
+        for (int d = 1; d < ROW_WARP; d *= 2) {
+            const unsigned up = __shfl_up_sync(0xffffffffu, upto, d);
+            const unsigned upq = __shfl_up_sync(0xffffffffu, uptoq, d);
+            if (lane >= d) { upto += up; uptoq += upq; }
+        }
+        unsigned run = carry + upto - own, runq = carryq + uptoq - ownq;
+#pragma unroll
+        for (int k = 0; k < ROW_ITEMS; ++k) {
+            run += v[k];
+            runq += v[k] * v[k];
+            if (x + k < W) { s[x + k] = run; q[x + k] = runq; }
+        }
+        carry += __shfl_sync(0xffffffffu, upto, ROW_WARP - 1);
+        carryq += __shfl_sync(0xffffffffu, uptoq, ROW_WARP - 1);
     }
 }
 
