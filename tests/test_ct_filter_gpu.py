@@ -130,3 +130,48 @@ def test_a_wrong_device_filter_is_caught_by_the_self_check(altered_kernel, old, 
     g, raw = case()
     with pytest.raises(RuntimeError, match=r"GPU backprojection disabled on gpu:0: .* differ from the CPU"):
         SlabBackprojector(FilteredRows(raw, g), g).run([(0, 8)], sim_gpu())
+
+
+def test_cupys_filter_rows_transforms_each_row_in_place_inside_the_stream():
+    """CuPy cannot run here (no GPU): its launcher's ``filter_rows`` is driven through a stand-in ``cupy`` made of
+    numpy (the same ``fft`` and ``asarray`` calls; streams that say when they are entered). This checks gpumr's glue
+    only: each row transformed along its length, the product, the result written back in place, every call inside
+    the stream given (CuPy's null stream for None); cuFFT's own numbers are the GPU test's (``pytest -m gpu``)."""
+    import types
+
+    from gpumr.gpu.launch import CuPyLauncher
+    inside = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            inside.append(self.name)
+
+        def __exit__(self, *exc):
+            inside.pop()
+
+    def watched(fn):
+        def call(*args, **kwargs):
+            assert inside, f"{fn.__name__} outside a stream"
+            calls.append((fn.__name__, inside[-1]))
+            return fn(*args, **kwargs)
+        return call
+    calls = []
+    fft = types.SimpleNamespace(rfft=watched(np.fft.rfft), irfft=watched(np.fft.irfft))
+    cupy = types.SimpleNamespace(fft=fft, asarray=watched(np.asarray),
+                                 cuda=types.SimpleNamespace(Stream=types.SimpleNamespace(null=Stream("null"))))
+    lx = object.__new__(CuPyLauncher)
+    lx.cp = cupy
+    rows = np.random.default_rng(0).random((6, 16), dtype=np.float32)
+    response = np.linspace(0, 1, 9).astype(np.float32)
+    want = np.fft.irfft(np.fft.rfft(rows, axis=1) * response, n=16, axis=1)
+    dev = rows.copy()
+    lx.filter_rows(dev, response, Stream("mine"))
+    assert np.allclose(dev, want, atol=1e-6) and {s for _, s in calls} == {"mine"} and len(calls) == 3
+    calls.clear()
+    lx.filter_rows(dev, response, None)
+    assert {s for _, s in calls} == {"null"}
+    with pytest.raises(ValueError, match="n // 2 \\+ 1 values"):
+        lx.filter_rows(dev, response[:-1], None)

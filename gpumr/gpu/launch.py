@@ -201,7 +201,7 @@ class CuPyLauncher(Launcher):
     def filter_rows(self, dev, response, stream):
         response = check_filter(dev, response)
         fft = self.cp.fft
-        with stream:  # (the transforms, their plans and temporaries on the stream: CuPy's pool is per stream)
+        with stream if stream is not None else self.cp.cuda.Stream.null:  # (transforms, plans, temporaries on it)
             spectrum = fft.rfft(dev, axis=1)
             spectrum *= self.cp.asarray(response)
             dev[...] = fft.irfft(spectrum, n=dev.shape[1], axis=1)
