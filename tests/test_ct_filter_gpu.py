@@ -175,3 +175,21 @@ def test_cupys_filter_rows_transforms_each_row_in_place_inside_the_stream():
     assert {s for _, s in calls} == {"null"}
     with pytest.raises(ValueError, match="n // 2 \\+ 1 values"):
         lx.filter_rows(dev, response[:-1], None)
+
+
+def test_an_fft_that_cannot_run_has_the_host_filter_and_the_device_still_backprojects(monkeypatch):
+    """CuPy without cuFFT's library fails at its first transform: not a CUDA error, so the device is still trusted;
+    the host filters every row, the projections go up again, and the slabs are right; said once."""
+    def broken(self, dev, response, stream):
+        raise RuntimeError("CuFFT library not found (a stand-in for CuPy without it)")
+    monkeypatch.setattr(emulate.EmulatedLauncher, "filter_rows", broken)
+    g, raw = case()
+    rows = FilteredRows(raw, g)
+    with said_lines() as said:
+        (got,) = SlabBackprojector(rows, g).run([(0, 24)], sim_gpu())
+    want = backproject(filter_projections(raw, g), g)
+    assert np.linalg.norm(got - want) < 1e-5 * np.linalg.norm(want)
+    assert rows.filtered == g.nDetector[0]
+    assert [line for line in said if "FDK filter" in line] == \
+        ["FDK filter on gpu:0 failed (RuntimeError: CuFFT library not found (a stand-in for CuPy without it)): the "
+         "host filters the projections"]

@@ -6,9 +6,10 @@ import weakref
 
 import numpy as np
 
+from ..core.processor import reason_of
 from ..gpu.kernels import defines
 from ..gpu.trust import DeviceStates, settled
-from ..log import logger
+from ..log import logger, say_once
 from .backproject import _axes, _scalars
 from .bands import FilteredRows, row_band, runs
 
@@ -160,12 +161,22 @@ class SlabBackprojector:
             self.rows.all()
         with self.rows.unfiltered() as todo:
             dev, stream = self._copy_up(lx)  # (the host's buffer is read by the time it returns)
-        if todo.any():
-            from .fdk_gpu import filter_on_device
+        if not todo.any():
+            return dev
+        from .fdk_gpu import filter_on_device
+        try:
             filter_on_device(lx, dev, self.geometry, self.rows.filter_name, todo, stream)
-            for a, b in runs(todo):
-                log.debug("projections filtered on gpu:%d: detector rows %d-%d of %d (process %d)", gpu.index, a, b,
-                          len(todo), os.getpid())
+        except Exception as exc:
+            if lx.is_device_error(exc):
+                raise  # (the device is lost: set-up fails, and the device is not trusted)
+            # an FFT that cannot run here (CuPy without cuFFT's library): the host filters, the rows go up again
+            say_once(log, f"FDK filter on gpu:{gpu.index} failed ({reason_of(exc)}): the host filters the projections")
+            lx.synchronize()  # (nothing queued writes into the projections any more)
+            self.rows.all()
+            return self._copy_up(lx)[0]
+        for a, b in runs(todo):
+            log.debug("projections filtered on gpu:%d: detector rows %d-%d of %d (process %d)", gpu.index, a, b,
+                      len(todo), os.getpid())
         return dev
 
     def _copy_up(self, lx):
