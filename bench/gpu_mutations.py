@@ -9,7 +9,10 @@ that call made without the wait; ``after=None``), under the asynchronous
 emulating launcher, through the tests of :data:`TESTS`, which stop at the
 first failure; the table says which test failed first, or that none did.
 Every site must be caught: a wait no test misses is either not needed or
-not tested.
+not tested. A test process that dies of a signal (an emulated kernel that
+read or wrote past its buffers, where a GPU raises an illegal address)
+counts as caught by the test it was running (Python's fault handler names
+it).
 
 The mutant is made in each pytest process by the plugin ``tests/gpu_mutant.py``
 (``-p gpu_mutant``), from ``$GPUMR_MUTANT`` (``module:line:kind``), before
@@ -118,6 +121,11 @@ def run(module, line, kind, cache, timeout):
     failed = re.search(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)
     if proc.returncode == 0:
         return None, took
+    if proc.returncode < 0:  # a kernel read past its buffers and the process died: a GPU's illegal address
+        import signal
+        where = re.findall(r'File "[^"]*/(test_\w+\.py)", line \d+ in (test_\w+)', proc.stderr)
+        if where:
+            return f"{where[-1][0]}::{where[-1][1]} (crashed: {signal.Signals(-proc.returncode).name})", took
     if not failed:
         raise RuntimeError(f"the tests of mutant {module}:{line} ended with status {proc.returncode} and no failure "
                            f"named:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")

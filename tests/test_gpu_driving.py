@@ -100,10 +100,11 @@ def _opencv(frames, **kw):
 
 
 def test_a_part_of_faces_is_one_upload_nine_launches_one_copy_back_and_one_wait():
-    """Per part of 8 frames, once the lane's buffers are made: one upload, 9 launches (pyramid, 2 integral
-    passes, feature tables, first stage, first survivors, 3 stage groups), one copy back and one wait, the only
-    host synchronisation (issue 33: at most 2; 17 before: 8 uploads and 9 read-backs, 63 calls in all); the
-    survivor counts never leave the device. The faces are OpenCV's."""
+    """Per part of 8 frames, once the lane's buffers are made: one upload (on the lane's upload stream, the kernel
+    stream waiting for it: an event), 9 launches (pyramid, 2 integral passes, feature tables, first stage, first
+    survivors, 3 stage groups), one copy back and one wait, the only host synchronisation (issue 33: at most 2; 17
+    before: 8 uploads and 9 read-backs, 63 calls in all); the survivor counts never leave the device. The faces are
+    OpenCV's."""
     from gpumr.faces.gpu import PART
     frames, fg, gpu, lx = _faces_case()
     batch = (frames * 6)[:2 * PART]
@@ -111,7 +112,8 @@ def test_a_part_of_faces_is_one_upload_nine_launches_one_copy_back_and_one_wait(
     lx.calls.clear()
     got = fg.run(batch, gpu)
     per_part = {k: v / 2 for k, v in lx.calls.items()}
-    assert per_part == {"to_device_async": 1, "launch": 9, "to_host_async": 1, "wait": 1}
+    assert per_part == {"to_device_async": 1, "record": 1, "wait_event": 1, "launch": 9, "to_host_async": 1,
+                        "wait": 1}
     assert lx.syncs / 2 == 1
     assert [sorted(f) for f in got] == _opencv(batch)
     # a batch of other sizes grows the lane's buffers once: one device buffer, SLOTS page-locked uploads
@@ -136,7 +138,7 @@ def test_more_survivors_than_one_copy_back_brings_take_a_second(monkeypatch):
 
 
 def test_tasks_sharing_a_gpu_each_drive_it_through_a_lane_of_their_own(monkeypatch):
-    """Two threads of one process (two tasks of a worker) on one GPU at once: each its own lane (stream,
+    """Two threads of one process (two tasks of a worker) on one GPU at once: each its own lane (streams,
     device and page-locked buffers); both get OpenCV's faces; the lanes are kept for later batches."""
     import threading
 
@@ -160,7 +162,7 @@ def test_tasks_sharing_a_gpu_each_drive_it_through_a_lane_of_their_own(monkeypat
         t.start()
     for t in threads:
         t.join()
-    assert len(lanes) == 2 and lx.calls["stream"] == 1  # the first lane was the self-check's; one new one
+    assert len(lanes) == 2 and lx.calls["stream"] == 2  # the first lane was the self-check's; one new one (2 streams)
     assert len(st["lanes"]) == 2 and all(isinstance(lane, Lane) for lane in st["lanes"])
     assert [sorted(got[i][0]) for i in (0, 1)] == _opencv(frames[:2])
 

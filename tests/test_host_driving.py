@@ -24,12 +24,13 @@ def test_the_null_launcher_takes_every_call_and_holds_no_device_memory():
 
 def test_the_slab_path_and_the_faces_path_are_driven_on_it_and_timed():
     """Per slab as the CT workload drives it (calls of 4): the calls the emulated device counts too; per part
-    of 8 frames: one upload, 9 launches, one copy back, one wait."""
+    of 8 frames: one upload (an event orders the kernels after it), 9 launches, one copy back, one wait."""
     per_slab, setup, calls = host_driving.ct(64, 16, 16, 1)
     assert calls == {"zero_async": 1, "launch": 1, "to_host_async": 1, "record": 1, "wait_event": 1, "wait": 1}
     assert per_slab > 0 and setup > 0
     per_part, part_calls = host_driving.faces(16, 16, 1, size=(320, 240))
-    assert part_calls == {"to_device_async": 1, "launch": 9, "to_host_async": 1, "wait": 1} and per_part > 0
+    assert part_calls == {"to_device_async": 1, "record": 1, "wait_event": 1, "launch": 9, "to_host_async": 1,
+                          "wait": 1} and per_part > 0
 
 
 def test_the_device_filter_is_driven_on_it_in_chunks_of_angles(monkeypatch):

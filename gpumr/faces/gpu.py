@@ -279,10 +279,11 @@ class Found:
 
 
 class Lane:
-    """One caller's way to a device: a stream, a device buffer and page-locked buffers, made once and reused."""
+    """One caller's way to a device: a stream for the kernels and the copies back, one for the uploads (a part's upload
+    runs beside the part before's kernels), a device buffer and page-locked buffers, made once and reused."""
 
     def __init__(self, lx):
-        self.stream = lx.stream()
+        self.stream, self.uploads = lx.stream(), lx.stream()
         self.dev, self.held, self.stride = None, 0, 0
         self.up = [None] * SLOTS
         self.back = [lx.pinned(HEAD + RESULT_WINDOWS, np.int32) for _ in range(SLOTS)]
@@ -550,18 +551,20 @@ class FaceGPU:
         return up
 
     def _queue(self, st, lane, slot, plan, grays):
-        """Queue one part on the lane's stream: its upload, every kernel, and the copy back of its counters and
-        last list; returns what :meth:`_collect` waits for. No call here waits for the device."""
+        """Queue one part: its upload on the lane's upload stream, then, on its kernel stream once the upload landed,
+        every kernel and the copy back of its counters and last list; returns what :meth:`_collect` waits for. No call
+        here waits for the device. (The slot's last part was collected before: nothing queued still reads it.)"""
         lx, s = st["lx"], lane.stream
         upload, frames, launches, back = self._program(st, lane, slot, plan)
         fresh = lane.loaded[slot] is not plan  # (else the slot holds this plan's tables: the frames go alone)
         up = self.fill(lane.up[slot], plan, grays, tables=fresh)
         lane.loaded[slot] = None
         if fresh:
-            lx.to_device_async(up, upload, s)
+            lx.to_device_async(up, upload, lane.uploads)
         else:
-            lx.to_device_async(up[plan.layout.slot["frames"][0]:], frames, s)
+            lx.to_device_async(up[plan.layout.slot["frames"][0]:], frames, lane.uploads)
         lane.loaded[slot] = plan
+        lx.wait_event(s, lx.record(lane.uploads))
         for fn, grid, args in launches:
             lx.launch_on(s, fn, grid, (BLOCK, 1, 1), *args)
         return lx.to_host_async(back, lane.back[slot][:back.shape[0]], s)
