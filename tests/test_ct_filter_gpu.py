@@ -193,3 +193,29 @@ def test_an_fft_that_cannot_run_has_the_host_filter_and_the_device_still_backpro
     assert [line for line in said if "FDK filter" in line] == \
         ["FDK filter on gpu:0 failed (RuntimeError: CuFFT library not found (a stand-in for CuPy without it)): the "
          "host filters the projections"]
+
+
+def test_the_ct_workloads_gpu_path_filters_on_the_device_and_asks_for_cupy_first(tmp_path, debug_lines):
+    """Through the workload as a task runs it: the projections read, none filtered on the host, the device's filter
+    and slabs equal to the host's; the launcher asked for is CuPy's first (its FFT), PyCUDA's only without it."""
+    import argparse
+    import types
+
+    from gpumr.ct.projections import write_set
+    from gpumr.ct.workload import Backproject
+    from gpumr.launch.options import task_options
+    from gpumr.tasks.device import Device
+    g, raw = case()
+    g.save(str(tmp_path / "g.json"))
+    write_set(str(tmp_path / "p.seq"), raw)
+    o = argparse.Namespace(**{opt.dest: opt.default for opt in task_options(Backproject)})
+    o.projections, o.geometry = str(tmp_path / "p.seq"), str(tmp_path / "g.json")
+    work = Backproject()
+    work.resolve(o)
+    work.setup(o)
+    gpu = sim_gpu()
+    assert work.gpu_ready(o, simulated=True) is None and work._gpu.prefer == "cupy"
+    (value,) = work.gpu_batch([("z00000", (0, 24))], o, Device(types.SimpleNamespace(gpu=gpu, device="gpu:0")))
+    want = backproject(filter_projections(raw, g), g)
+    assert np.linalg.norm(value["slab"] - want) < 1e-5 * np.linalg.norm(want)
+    assert work.rows.filtered == 0 and launch.launcher(gpu).calls["filter_rows"] == 1

@@ -154,7 +154,8 @@ class Backproject(Workload):
         if not ok:
             return why
         from .backproject_gpu import SlabBackprojector
-        self._gpu = SlabBackprojector(self.rows, self.geometry)  # (filtered on the device where it can)
+        # CuPy before PyCUDA: its FFT filters the projections on the device (PyCUDA has none)
+        self._gpu = SlabBackprojector(self.rows, self.geometry, prefer="cupy")
         return None
 
     def gpu_batch(self, records, options, device):
