@@ -225,7 +225,8 @@ class SlabBackprojector:
         for (z0, z1), window in (self._check_window(), self._check_strip()):
             r0, r1 = row_band(g, z0, z1)
             if r1 == r0:  # (the slices see no detector row: nothing but the zero border is read)
-                r0, r1 = min(r0, g.nDetector[0] - 1), min(r0, g.nDetector[0] - 1) + 1
+                r0 = min(r0, g.nDetector[0] - 1)
+                r1 = r0 + 1
                 band = np.zeros((g.n_angles, 1, g.nDetector[1]), np.float32)
             else:  # (filtered on the host, not taken from what the device filters)
                 band = self.padded[:, r0 + 1:r1 + 1, 1:-1] if self.rows is None else self.rows.band(r0, r1)
