@@ -104,3 +104,35 @@ def test_another_jobs_hard_link_to_a_checked_side_file_is_no_change_but_new_cont
         f.write(b"X")
     with pytest.raises(GpumrError, match="changed on this node while the task read it"):
         runtime._unchanged({name: path}, {name: size})
+
+
+def test_a_side_file_linked_by_another_job_while_it_is_read_is_read_again(tmp_path, monkeypatch):
+    """Another job hard-links the node's copy while this task hashes it (its ctime moves mid-read): the task reads it
+    again and takes it, rather than refusing it as changed."""
+    import hashlib
+
+    from gpumr.launch.ship import content_name
+    from gpumr.tasks import runtime
+    source = tmp_path / "cascade.xml"
+    source.write_bytes(b"<cascade>" + os.urandom(4096) + b"</cascade>")
+    name, size = content_name(str(source))
+    os.link(source, tmp_path / name)
+    reads = []
+
+    class Linking:
+        def __init__(self):
+            self.h = hashlib.sha256()
+            reads.append(self)
+
+        def update(self, data):
+            if len(reads) == 1:  # (the first read: another job links the file meanwhile)
+                before = os.stat(source).st_ctime_ns
+                while os.stat(source).st_ctime_ns == before:
+                    os.link(source, tmp_path / f"link-{time.monotonic_ns()}")
+            self.h.update(data)
+
+        def hexdigest(self):
+            return self.h.hexdigest()
+    monkeypatch.setattr(runtime, "hashlib", type("H", (), {"sha256": Linking}))
+    assert runtime._verified(name, lambda n: str(tmp_path / n), size) == str(tmp_path / name)
+    assert len(reads) == 2

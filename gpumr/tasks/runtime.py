@@ -112,6 +112,9 @@ _BUILT = {}
 #: Side files whose content this process checked: ``(path, device, inode, size, mtime, ctime)`` of each, as read.
 _CHECKED = set()
 _HASH_CHUNK = 4 << 20
+#: Reads of a side file whose inode changed while it was read (another job hard-linking the node's copy) before it is
+#: refused as changing.
+_READS = 3
 
 
 def _signature(st, path):
@@ -133,12 +136,16 @@ def _verified(name, find, size):
     if _signature(os.stat(path), path) in _CHECKED:
         return path
     from ..io.remote import locate
-    h, buffer = hashlib.sha256(), memoryview(bytearray(_HASH_CHUNK))
-    with locate(path).open_input() as f:  # (a regular file, never waited on)
-        before = os.fstat(f.fileno())
-        for n in iter(lambda: f.readinto(buffer), 0):
-            h.update(buffer[:n])
-        after = os.fstat(f.fileno())
+    buffer = memoryview(bytearray(_HASH_CHUNK))
+    for _ in range(_READS):
+        h = hashlib.sha256()
+        with locate(path).open_input() as f:  # (a regular file, never waited on)
+            before = os.fstat(f.fileno())
+            for n in iter(lambda: f.readinto(buffer), 0):
+                h.update(buffer[:n])
+            after = os.fstat(f.fileno())
+        if _signature(before, path) == _signature(after, path):
+            break  # (else another job linked or touched it while it was read: read again)
     if _signature(before, path) != _signature(after, path) or not h.hexdigest().startswith(name.partition("-")[0]):
         raise GpumrError(f"the shipped file {name} on this node is not what the launcher shipped (its SHA-256 is not "
                          "the one its name holds): changed since it was shipped")
